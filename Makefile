@@ -1,0 +1,34 @@
+# lh's entry points. `make test` and `make demo` do all of their own set-up on a fresh
+# Debian machine (packages, services); `.ci/run` calls `make test`.
+
+CARGO ?= cargo
+# Services the tests need, started (and installed) on demand; prints `export` lines.
+SERVICES = eval "$$(scripts/services.sh postgres)"
+
+.PHONY: build test check fmt bench bench-catalog openapi
+
+build:
+	$(CARGO) build --workspace
+
+## The whole suite: unit, property, concurrency, crash and end-to-end tests, on SQLite
+## and PostgreSQL.
+test:
+	$(SERVICES) && $(CARGO) test --workspace --no-fail-fast
+
+## Formatting and lints, as CI wants them.
+check:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+## Every benchmark of BENCHMARKS.md (long: the catalog runs alone take about an hour).
+bench: bench-catalog
+
+bench-catalog:
+	$(SERVICES) && $(CARGO) run -q -p lh-bench --bin catalog-bench -- $(CATALOG_BENCH_ARGS)
+
+## Regenerate control-plane/openapi.json from the code (a test fails when it drifts).
+openapi:
+	LH_UPDATE_OPENAPI=1 $(CARGO) test -q -p lh-control-plane --lib committed_openapi_document_is_current

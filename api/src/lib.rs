@@ -1,0 +1,336 @@
+//! The wire types of lh's HTTP API (`/api/v1`), shared by the server and the CLI, so
+//! that both sides of every request are one definition. JSON field names are the API's
+//! contract: scripts read `lh --output json`, which prints these types.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// The HTTP header carrying the request id, on every response.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+/// On a query result: the commit the query read.
+pub const COMMIT_HEADER: &str = "x-lh-commit";
+/// On a query result: present when `max_rows` cut the result short.
+pub const TRUNCATED_HEADER: &str = "x-lh-truncated";
+/// The media type of query results.
+pub const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
+
+/// What went wrong, as every error response carries it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// A stable identifier: `ref_not_found`, `table_not_found`, `conflict`, `sql_error`...
+    pub kind: String,
+    pub message: String,
+    /// What the user can do about it, when there is something.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    /// The tables that blocked a commit or a merge.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<TableConflict>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TableConflict {
+    pub table: String,
+    /// What the writer expected, or what the merge base held.
+    pub expected: Option<TablePointer>,
+    /// What the target holds now.
+    pub actual: Option<TablePointer>,
+    /// For a merge: what the source holds (`null` when the source deleted it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incoming: Option<Option<TablePointer>>,
+}
+
+/// Where a table's state lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TablePointer {
+    pub metadata_location: String,
+    pub table_uuid: String,
+    pub snapshot_id: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ServerInfo {
+    pub version: String,
+    /// Where the catalog is (`sqlite:/path`, `postgres://host:port/db`), no secrets.
+    pub catalog: String,
+    /// The warehouse URL, where table files go.
+    pub warehouse: String,
+    pub default_branch: String,
+    /// Query limits of this server.
+    pub query_timeout_ms: u64,
+    pub max_result_bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RefKind {
+    Branch,
+    Tag,
+}
+
+impl RefKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefKind::Branch => "branch",
+            RefKind::Tag => "tag",
+        }
+    }
+}
+
+/// A branch or a tag.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RefInfo {
+    pub name: String,
+    pub kind: RefKind,
+    /// The commit it names.
+    pub head: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CreateRef {
+    pub name: String,
+    pub kind: RefKind,
+    /// A ref expression; the server's default branch when absent.
+    #[serde(default)]
+    pub from: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AssignRef {
+    /// The commit the branch must be at.
+    pub expected: String,
+    /// A ref expression naming the new head.
+    pub to: String,
+}
+
+/// A commit.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CommitInfo {
+    pub id: String,
+    pub parents: Vec<String>,
+    pub author: String,
+    pub message: String,
+    pub timestamp: DateTime<Utc>,
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LogPage {
+    pub commits: Vec<CommitInfo>,
+    /// Pass as `page_token` for the next page; absent at the end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_page_token: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Change {
+    Added,
+    Removed,
+    Changed,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TableDiff {
+    pub table: String,
+    pub change: Change,
+    pub from: Option<TablePointer>,
+    pub to: Option<TablePointer>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DiffResponse {
+    pub from: String,
+    pub to: String,
+    /// The commits the two refs resolved to.
+    pub from_commit: String,
+    pub to_commit: String,
+    pub tables: Vec<TableDiff>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct MergeRequest {
+    /// A ref expression: what to merge.
+    pub from: String,
+    /// The branch to merge into.
+    pub into: String,
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Refuse unless `into` is at this commit.
+    #[serde(default)]
+    pub expected_head: Option<String>,
+    /// Make a merge commit even when a fast-forward is possible.
+    #[serde(default)]
+    pub no_fast_forward: bool,
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MergeKind {
+    UpToDate,
+    FastForward,
+    MergeCommit,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct MergeResponse {
+    pub into: String,
+    pub head: String,
+    pub kind: MergeKind,
+    /// The tables the merge brought in.
+    pub tables: Vec<TableDiff>,
+}
+
+/// A table at a ref, as listed.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TableSummary {
+    pub name: String,
+    pub pointer: TablePointer,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TableList {
+    /// The commit listed.
+    pub commit: String,
+    pub tables: Vec<TableSummary>,
+}
+
+/// One column of a table's schema.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Column {
+    pub id: i32,
+    pub name: String,
+    /// The Iceberg type (`long`, `string`, `decimal(12,2)`, `list<int>`...).
+    #[serde(rename = "type")]
+    pub data_type: String,
+    pub required: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotInfo {
+    pub snapshot_id: i64,
+    pub parent_id: Option<i64>,
+    pub timestamp: DateTime<Utc>,
+    /// `append`, `overwrite`, `replace`, `delete`.
+    pub operation: String,
+    #[serde(default)]
+    pub summary: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TableDetail {
+    pub name: String,
+    /// The commit read.
+    pub commit: String,
+    pub pointer: TablePointer,
+    pub location: String,
+    pub format_version: u8,
+    pub columns: Vec<Column>,
+    /// Rows, data files and bytes of the current snapshot (0 for an empty table).
+    pub rows: u64,
+    pub files: u64,
+    pub size_bytes: u64,
+    /// Newest first.
+    pub snapshots: Vec<SnapshotInfo>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ImportMode {
+    Create,
+    Append,
+    Replace,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FileFormat {
+    Csv,
+    Parquet,
+    Json,
+}
+
+impl FileFormat {
+    /// The format a file name's extension says (`.csv`, `.parquet`, `.json`/`.ndjson`/`.jsonl`,
+    /// also compressed `.csv.gz`...).
+    pub fn from_path(path: &str) -> Option<FileFormat> {
+        let lower = path.to_ascii_lowercase();
+        let stem = lower
+            .strip_suffix(".gz")
+            .or_else(|| lower.strip_suffix(".zst"))
+            .unwrap_or(&lower);
+        if stem.ends_with(".csv") || stem.ends_with(".tsv") {
+            Some(FileFormat::Csv)
+        } else if stem.ends_with(".parquet") || stem.ends_with(".pq") {
+            Some(FileFormat::Parquet)
+        } else if stem.ends_with(".json") || stem.ends_with(".ndjson") || stem.ends_with(".jsonl") {
+            Some(FileFormat::Json)
+        } else {
+            None
+        }
+    }
+}
+
+/// An uploaded file, ready to import.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Upload {
+    pub id: String,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ImportRequest {
+    /// The branch to write.
+    #[serde(rename = "ref")]
+    pub reference: String,
+    pub mode: ImportMode,
+    /// Uploads to import, in order; all of one format.
+    pub uploads: Vec<String>,
+    /// The format; from the uploads' file names when absent.
+    #[serde(default)]
+    pub format: Option<FileFormat>,
+    /// The names the user gave the files, for messages.
+    #[serde(default)]
+    pub file_names: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ImportResponse {
+    pub table: String,
+    pub commit: String,
+    pub snapshot_id: Option<i64>,
+    pub rows: u64,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DropResponse {
+    pub table: String,
+    pub commit: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct QueryRequest {
+    pub sql: String,
+    /// A ref expression; the server's default branch when absent.
+    #[serde(default, rename = "ref")]
+    pub reference: Option<String>,
+    /// Lower the server's timeout for this query.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Return at most this many rows (the `x-lh-truncated` header says when some were cut).
+    #[serde(default)]
+    pub max_rows: Option<u64>,
+}

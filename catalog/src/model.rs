@@ -1,0 +1,317 @@
+//! The catalog's domain types: content hashes, table pointers, commits, references and
+//! the requests that change them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+
+use crate::error::{Error, ErrorKind};
+
+/// A BLAKE3 content hash. Commits and tree nodes are stored under the hash of their
+/// canonical encoding, so equal content has equal ids on every backend.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Hash(pub(crate) [u8; 32]);
+
+/// A commit's id: the hash of its encoding.
+pub type CommitId = Hash;
+
+impl Hash {
+    pub(crate) fn of(bytes: &[u8]) -> Hash {
+        Hash(*blake3::hash(bytes).as_bytes())
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// The full 64-character lowercase hex form.
+    pub fn to_hex(&self) -> String {
+        let mut s = String::with_capacity(64);
+        for b in self.0 {
+            s.push(char::from_digit((b >> 4) as u32, 16).unwrap_or('0'));
+            s.push(char::from_digit((b & 15) as u32, 16).unwrap_or('0'));
+        }
+        s
+    }
+
+    /// The first 12 hex characters, for display.
+    pub fn short(&self) -> String {
+        let mut s = self.to_hex();
+        s.truncate(12);
+        s
+    }
+}
+
+impl fmt::Display for Hash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for Hash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Hash({})", self.short())
+    }
+}
+
+impl FromStr for Hash {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let bad = || {
+            Error::new(
+                ErrorKind::InvalidName,
+                format!("'{s}' is not a 64-character hex hash"),
+            )
+        };
+        if s.len() != 64 {
+            return Err(bad());
+        }
+        let mut out = [0u8; 32];
+        for (i, chunk) in s.as_bytes().chunks(2).enumerate() {
+            let hi = (chunk[0] as char).to_digit(16).ok_or_else(bad)?;
+            let lo = (chunk[1] as char).to_digit(16).ok_or_else(bad)?;
+            out[i] = (hi * 16 + lo) as u8;
+        }
+        Ok(Hash(out))
+    }
+}
+
+/// Where a table's current state lives: the Iceberg metadata file, the table's uuid and
+/// the snapshot that file makes current (`None` for a table with no snapshot yet).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TablePointer {
+    pub metadata_location: String,
+    pub table_uuid: String,
+    pub snapshot_id: Option<i64>,
+}
+
+/// A commit: an immutable state of every table, with its history and provenance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Commit {
+    pub id: CommitId,
+    /// One parent for a plain commit, two for a merge (the target first), none for the root.
+    pub parents: Vec<CommitId>,
+    pub author: String,
+    pub message: String,
+    pub timestamp: DateTime<Utc>,
+    pub properties: BTreeMap<String, String>,
+    /// The root of the table tree (`None` when the catalog holds no table).
+    pub(crate) tree: Option<Hash>,
+    /// Length of the first-parent chain down to the root commit.
+    pub(crate) depth: u64,
+    /// 1 + the largest generation of the parents: a child always has a larger one.
+    pub(crate) generation: u64,
+    /// A first-parent ancestor at a power-of-two-ish distance, for O(log n) ancestor walks.
+    pub(crate) skip: Option<CommitId>,
+}
+
+impl Commit {
+    /// The number of commits on the first-parent chain below this one.
+    pub fn depth(&self) -> u64 {
+        self.depth
+    }
+}
+
+/// Whether a reference can move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefKind {
+    Branch,
+    Tag,
+}
+
+impl RefKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefKind::Branch => "branch",
+            RefKind::Tag => "tag",
+        }
+    }
+}
+
+impl fmt::Display for RefKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A named reference and the commit it points at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reference {
+    pub name: String,
+    pub kind: RefKind,
+    pub head: CommitId,
+}
+
+/// A ref expression resolved to one commit.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub commit: Commit,
+    /// The named ref the expression started from (`None` for `@<hash>`).
+    pub reference: Option<Reference>,
+    /// True when the expression names a branch's current head (`main`, not `main@...`):
+    /// only such a ref can be written to.
+    pub is_branch_head: bool,
+}
+
+/// One change to one table in a commit, with the state the writer expects to replace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableOp {
+    /// Create (expected `None`) or update (expected `Some`) a table.
+    Put {
+        table: String,
+        expected: Option<TablePointer>,
+        pointer: TablePointer,
+    },
+    /// Remove a table that is expected to be at `expected`.
+    Delete {
+        table: String,
+        expected: TablePointer,
+    },
+}
+
+impl TableOp {
+    pub fn table(&self) -> &str {
+        match self {
+            TableOp::Put { table, .. } | TableOp::Delete { table, .. } => table,
+        }
+    }
+
+    pub(crate) fn expected(&self) -> Option<&TablePointer> {
+        match self {
+            TableOp::Put { expected, .. } => expected.as_ref(),
+            TableOp::Delete { expected, .. } => Some(expected),
+        }
+    }
+
+    pub(crate) fn new_value(&self) -> Option<&TablePointer> {
+        match self {
+            TableOp::Put { pointer, .. } => Some(pointer),
+            TableOp::Delete { .. } => None,
+        }
+    }
+}
+
+/// Who made a change and why; recorded in the commit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitMeta {
+    pub author: String,
+    pub message: String,
+    pub properties: BTreeMap<String, String>,
+}
+
+impl CommitMeta {
+    pub fn new(author: impl Into<String>, message: impl Into<String>) -> Self {
+        CommitMeta {
+            author: author.into(),
+            message: message.into(),
+            properties: BTreeMap::new(),
+        }
+    }
+
+    pub fn with_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.properties.insert(key.into(), value.into());
+        self
+    }
+}
+
+/// A table present at a ref.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableEntry {
+    pub name: String,
+    pub pointer: TablePointer,
+}
+
+/// How one table differs between two refs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableDiff {
+    pub table: String,
+    /// The pointer at the first ref (`None`: added).
+    pub from: Option<TablePointer>,
+    /// The pointer at the second ref (`None`: removed).
+    pub to: Option<TablePointer>,
+}
+
+impl TableDiff {
+    pub fn change(&self) -> DiffKind {
+        match (&self.from, &self.to) {
+            (None, _) => DiffKind::Added,
+            (_, None) => DiffKind::Removed,
+            _ => DiffKind::Changed,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiffKind {
+    Added,
+    Removed,
+    Changed,
+}
+
+/// A page of history, newest first.
+#[derive(Debug, Clone)]
+pub struct LogPage {
+    pub commits: Vec<Commit>,
+    /// Pass back as [`LogQuery::page_token`] for the next page; `None` at the root.
+    pub next_page_token: Option<String>,
+}
+
+/// What a log call returns: where to start, how many, and an optional property filter.
+#[derive(Debug, Clone)]
+pub struct LogQuery {
+    pub page_token: Option<String>,
+    pub limit: usize,
+    /// Only commits whose properties hold all of these key/value pairs.
+    pub properties: BTreeMap<String, String>,
+}
+
+impl Default for LogQuery {
+    fn default() -> Self {
+        LogQuery {
+            page_token: None,
+            limit: 50,
+            properties: BTreeMap::new(),
+        }
+    }
+}
+
+/// The outcome of a merge.
+#[derive(Debug, Clone)]
+pub struct MergeOutcome {
+    /// The head of the target branch after the merge.
+    pub head: CommitId,
+    pub kind: MergeKind,
+    /// The tables the merge brought into the target.
+    pub tables: Vec<TableDiff>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeKind {
+    /// The source was already contained in the target: nothing changed.
+    UpToDate,
+    /// The target had not moved since the merge base: it now points at the source.
+    FastForward,
+    /// A merge commit with both parents was made.
+    MergeCommit,
+}
+
+/// Options of a merge.
+#[derive(Debug, Clone, Default)]
+pub struct MergeOptions {
+    pub meta: CommitMeta,
+    /// Fail with [`ErrorKind::RefConflict`] unless the target is at this commit.
+    pub expected_head: Option<CommitId>,
+    /// Always make a merge commit, even when a fast-forward is possible.
+    pub no_fast_forward: bool,
+}
+
+/// What [`crate::Catalog::check_integrity`] read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IntegrityReport {
+    pub refs: usize,
+    pub commits: usize,
+    pub nodes: usize,
+}

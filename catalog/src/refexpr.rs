@@ -1,0 +1,133 @@
+//! Ref expressions: how users name a commit.
+//!
+//! | expression                   | meaning                                            |
+//! |------------------------------|----------------------------------------------------|
+//! | `main`                       | the head of a branch, or the commit of a tag       |
+//! | `main@1a2b3c4d`              | a commit on main's history, by hash (prefix >= 8)  |
+//! | `@1a2b3c4d`                  | any commit, by hash (prefix >= 8)                  |
+//! | `main@2026-11-28T10:00:00Z`  | main as it was at that time (RFC 3339)             |
+
+use chrono::{DateTime, Utc};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::names::validate_ref_name;
+
+/// The shortest hash prefix accepted.
+pub const MIN_HASH_PREFIX: usize = 8;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefExpr {
+    /// A branch or a tag.
+    Named(String),
+    /// A commit, by hash prefix (lowercase hex), on the named ref's history.
+    NamedAtHash(String, String),
+    /// The named ref as of a time.
+    NamedAtTime(String, DateTime<Utc>),
+    /// Any commit, by hash prefix (lowercase hex).
+    Hash(String),
+}
+
+impl RefExpr {
+    pub fn parse(s: &str) -> Result<RefExpr> {
+        let Some((name, at)) = s.split_once('@') else {
+            validate_ref_name(s)?;
+            return Ok(RefExpr::Named(s.to_string()));
+        };
+        if name.is_empty() {
+            return Ok(RefExpr::Hash(parse_hash_prefix(s, at)?));
+        }
+        validate_ref_name(name)?;
+        if at.bytes().all(|b| b.is_ascii_hexdigit()) && !at.is_empty() {
+            return Ok(RefExpr::NamedAtHash(
+                name.to_string(),
+                parse_hash_prefix(s, at)?,
+            ));
+        }
+        match DateTime::parse_from_rfc3339(at) {
+            Ok(t) => Ok(RefExpr::NamedAtTime(
+                name.to_string(),
+                t.with_timezone(&Utc),
+            )),
+            Err(_) => Err(Error::new(
+                ErrorKind::InvalidName,
+                format!(
+                    "invalid ref '{s}': after '@' expected a commit hash (at least {MIN_HASH_PREFIX} hex characters) or a time such as 2026-11-28T10:00:00Z"
+                ),
+            )),
+        }
+    }
+
+    /// The named ref the expression starts from, if any.
+    pub fn ref_name(&self) -> Option<&str> {
+        match self {
+            RefExpr::Named(n) | RefExpr::NamedAtHash(n, _) | RefExpr::NamedAtTime(n, _) => Some(n),
+            RefExpr::Hash(_) => None,
+        }
+    }
+}
+
+fn parse_hash_prefix(expr: &str, h: &str) -> Result<String> {
+    if h.len() < MIN_HASH_PREFIX || h.len() > 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Error::new(
+            ErrorKind::InvalidName,
+            format!(
+                "invalid ref '{expr}': a commit hash is {MIN_HASH_PREFIX} to 64 hex characters"
+            ),
+        ));
+    }
+    Ok(h.to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(s: &str) -> String {
+        match RefExpr::parse(s) {
+            Ok(e) => format!("{e:?}"),
+            Err(e) => format!("error: {e}"),
+        }
+    }
+
+    #[test]
+    fn parses() {
+        let cases = [
+            ("main", r#"Named("main")"#),
+            ("alice/fix", r#"Named("alice/fix")"#),
+            ("main@1A2b3c4d", r#"NamedAtHash("main", "1a2b3c4d")"#),
+            ("@deadbeef00", r#"Hash("deadbeef00")"#),
+            (
+                "main@2026-11-28T10:00:00Z",
+                "NamedAtTime(\"main\", 2026-11-28T10:00:00Z)",
+            ),
+            (
+                "main@2026-11-28T11:00:00+01:00",
+                "NamedAtTime(\"main\", 2026-11-28T10:00:00Z)",
+            ),
+            (
+                "@abc",
+                "error: invalid ref '@abc': a commit hash is 8 to 64 hex characters",
+            ),
+            (
+                "main@abc",
+                "error: invalid ref 'main@abc': a commit hash is 8 to 64 hex characters",
+            ),
+            (
+                "@",
+                "error: invalid ref '@': a commit hash is 8 to 64 hex characters",
+            ),
+            (
+                "main@yesterday",
+                "error: invalid ref 'main@yesterday': after '@' expected a commit hash (at least 8 hex characters) or a time such as 2026-11-28T10:00:00Z",
+            ),
+            (
+                "ma in@deadbeef",
+                "error: invalid ref name 'ma in': ' ' is not allowed (use letters, digits, '.', '_', '-' and '/')",
+            ),
+            ("", "error: invalid ref name '': a name cannot be empty"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(check(input), want, "for {input:?}");
+        }
+    }
+}

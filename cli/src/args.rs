@@ -1,0 +1,247 @@
+//! The command line of `lh`, as clap structs. No logic here.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::env_vars;
+
+/// lh: a versioned, serverless lakehouse on Apache Iceberg.
+///
+/// Branch, change, query and merge many tables at once, as you do with code.
+#[derive(Debug, Parser)]
+#[command(name = "lh", version, about, long_about, after_help = EXIT_CODES)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Commands,
+}
+
+pub const EXIT_CODES: &str = "Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict, \
+5 invalid input, 6 server unreachable, 7 query timeout or result too large";
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// The lh server to talk to [default: the profile's, or http://127.0.0.1:7878]
+    #[arg(long, global = true, env = env_vars::LH_ENDPOINT, value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// How to print listings and results
+    #[arg(long, short = 'o', global = true, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    /// The profile of ~/.lh/config.yaml to use
+    #[arg(long, global = true, env = env_vars::LH_PROFILE, value_name = "NAME")]
+    pub profile: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned columns, for people
+    Table,
+    /// JSON, stable for scripts
+    Json,
+    /// CSV with a header row
+    Csv,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Commands {
+    /// Run the lh server (the embedded default needs no flag)
+    Server(ServerArgs),
+    /// Show the server, its catalog and storage, and the active branch
+    Info,
+    /// Create, list and delete branches
+    #[command(subcommand)]
+    Branch(RefCommand),
+    /// Create, list and delete tags (tags never move)
+    #[command(subcommand)]
+    Tag(RefCommand),
+    /// Set the active branch (`-b` creates it first)
+    Checkout(CheckoutArgs),
+    /// Show the history of a ref, newest first
+    Log(LogArgs),
+    /// Show the tables that differ between two refs
+    Diff(DiffArgs),
+    /// Merge a ref into a branch, atomically
+    Merge(MergeArgs),
+    /// List, show, import and remove tables
+    #[command(subcommand)]
+    Table(TableCommand),
+    /// Run SQL on a ref
+    Query(QueryArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// Where the server keeps its catalog, warehouse and uploads
+    #[arg(long, env = env_vars::LH_DATA_DIR, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// The address to listen on [default: 127.0.0.1:7878]
+    #[arg(long, env = env_vars::LH_BIND, value_name = "ADDR:PORT")]
+    pub bind: Option<SocketAddr>,
+    /// The catalog database: sqlite:PATH or postgres://USER:PASSWORD@HOST/DB
+    /// [default: sqlite:DATA_DIR/catalog.db]
+    #[arg(long, env = env_vars::LH_CATALOG_URL, value_name = "URL")]
+    pub catalog: Option<String>,
+    /// Where table files go: a folder or file:// URL [default: DATA_DIR/warehouse]
+    #[arg(long, env = env_vars::LH_WAREHOUSE, value_name = "URL")]
+    pub warehouse: Option<String>,
+    /// The longest a query may run, in seconds
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    pub query_timeout: u64,
+    /// The largest query result, in bytes of Arrow data
+    #[arg(long, default_value_t = 1 << 30, value_name = "BYTES")]
+    pub max_result_bytes: u64,
+    /// How many queries run at once (others wait)
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub max_concurrent_queries: usize,
+    /// DuckDB's memory limit per query or import
+    #[arg(long, default_value = "4GB", value_name = "SIZE")]
+    pub duckdb_memory: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RefCommand {
+    /// Create one from a ref (zero-copy)
+    Create {
+        name: String,
+        /// The ref to start from [default: the active branch]
+        #[arg(long, value_name = "REF")]
+        from: Option<String>,
+    },
+    /// List them
+    #[command(alias = "list")]
+    Ls,
+    /// Delete one
+    #[command(alias = "delete")]
+    Rm { name: String },
+}
+
+#[derive(Debug, Args)]
+pub struct CheckoutArgs {
+    /// The branch to make active
+    pub branch: String,
+    /// Create the branch first
+    #[arg(short = 'b')]
+    pub create: bool,
+    /// With -b: the ref to start from [default: the active branch]
+    #[arg(long, value_name = "REF", requires = "create")]
+    pub from: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// The ref [default: the active branch]
+    #[arg(value_name = "REF")]
+    pub reference: Option<String>,
+    /// How many commits
+    #[arg(long, short = 'n', default_value_t = 20)]
+    pub limit: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    #[arg(value_name = "REF_A")]
+    pub from: String,
+    #[arg(value_name = "REF_B")]
+    pub to: String,
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// What to merge: a branch, a tag or a commit
+    #[arg(value_name = "FROM")]
+    pub from: String,
+    /// The branch to merge into
+    #[arg(long, value_name = "BRANCH")]
+    pub into: String,
+    /// The merge commit's message
+    #[arg(long, short = 'm', value_name = "TEXT")]
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TableCommand {
+    /// List the tables at a ref
+    #[command(alias = "list")]
+    Ls {
+        #[arg(long = "ref", value_name = "REF")]
+        reference: Option<String>,
+        /// Only tables under this namespace
+        #[arg(long, value_name = "NAMESPACE")]
+        namespace: Option<String>,
+    },
+    /// Show a table's schema, snapshots, rows, files and size
+    Show {
+        name: String,
+        #[arg(long = "ref", value_name = "REF")]
+        reference: Option<String>,
+    },
+    /// Create a table from, append to, or replace a table with CSV, Parquet or JSON files
+    Import(ImportArgs),
+    /// Remove a table from a branch
+    #[command(alias = "delete")]
+    Rm {
+        name: String,
+        #[arg(long = "ref", value_name = "BRANCH")]
+        reference: Option<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The table, as namespace.table
+    pub name: String,
+    /// The files (.csv, .parquet, .json/.ndjson; several at once)
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// The branch to write [default: the active branch]
+    #[arg(long = "ref", value_name = "BRANCH")]
+    pub reference: Option<String>,
+    #[arg(long, value_enum, default_value_t = ImportModeArg::Create)]
+    pub mode: ImportModeArg,
+    /// The files' format [default: from their extension]
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportModeArg {
+    Create,
+    Append,
+    Replace,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    Csv,
+    Parquet,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    /// The SQL (one read-only statement)
+    #[arg(
+        value_name = "SQL",
+        required_unless_present = "file",
+        conflicts_with = "file"
+    )]
+    pub sql: Option<String>,
+    /// Read the SQL from a file
+    #[arg(long, short = 'f', value_name = "FILE.sql")]
+    pub file: Option<PathBuf>,
+    /// The ref to query [default: the active branch]
+    #[arg(long = "ref", value_name = "REF")]
+    pub reference: Option<String>,
+    /// Return at most this many rows
+    #[arg(long, value_name = "N")]
+    pub max_rows: Option<u64>,
+    /// Write the result to a Parquet file instead of printing it
+    #[arg(long, value_name = "FILE.parquet")]
+    pub out: Option<PathBuf>,
+    /// Stop the query after this many seconds (at most the server's limit)
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<u64>,
+}

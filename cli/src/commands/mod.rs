@@ -1,0 +1,6 @@
+//! The commands: each takes the resolved settings and talks to the server.
+
+pub mod query;
+pub mod refs;
+pub mod server;
+pub mod tables;

@@ -1,0 +1,298 @@
+//! Branches, tags, checkout, log, diff, merge and info.
+
+use lh_api::{
+    CommitInfo, CreateRef, DiffResponse, LogPage, MergeKind, MergeRequest, MergeResponse, RefInfo,
+    RefKind, ServerInfo,
+};
+use serde::Serialize;
+
+use crate::args::{CheckoutArgs, DiffArgs, LogArgs, MergeArgs, OutputFormat, RefCommand};
+use crate::client::Client;
+use crate::error::CliResult;
+use crate::output::{self, short};
+use crate::settings::Settings;
+
+fn path_segment(name: &str) -> String {
+    url_escape(name)
+}
+
+/// Percent-encodes a path segment (ref names may hold `/`).
+pub fn url_escape(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+pub async fn refs(
+    client: &Client,
+    settings: &Settings,
+    kind: RefKind,
+    cmd: RefCommand,
+) -> CliResult<()> {
+    match cmd {
+        RefCommand::Create { name, from } => {
+            let from = settings.reference(&from);
+            let r: RefInfo = client
+                .post(
+                    "/refs",
+                    &CreateRef {
+                        name,
+                        kind,
+                        from: Some(from.clone()),
+                    },
+                )
+                .await?;
+            if settings.output == OutputFormat::Table {
+                eprintln!(
+                    "created {} '{}' at {} (from {from})",
+                    kind.as_str(),
+                    r.name,
+                    short(&r.head)
+                );
+                return Ok(());
+            }
+            output::item(
+                settings.output,
+                &r,
+                &[
+                    ("name", r.name.clone()),
+                    ("kind", kind.as_str().into()),
+                    ("head", r.head.clone()),
+                ],
+            )
+        }
+        RefCommand::Ls => {
+            let refs: Vec<RefInfo> = client.get("/refs", &[("kind", kind.as_str())]).await?;
+            let active = &settings.branch;
+            output::listing(settings.output, &["", "name", "head"], &refs, |r| {
+                let mark = if kind == RefKind::Branch && &r.name == active {
+                    "*"
+                } else {
+                    ""
+                };
+                vec![mark.to_string(), r.name.clone(), short(&r.head).to_string()]
+            })
+        }
+        RefCommand::Rm { name } => {
+            client
+                .delete(
+                    &format!("/refs/{}", path_segment(&name)),
+                    &[("kind", kind.as_str())],
+                )
+                .await?;
+            eprintln!("deleted {} '{name}'", kind.as_str());
+            Ok(())
+        }
+    }
+}
+
+pub async fn checkout(
+    client: &Client,
+    settings: &mut Settings,
+    args: CheckoutArgs,
+) -> CliResult<()> {
+    if args.create {
+        let from = settings.reference(&args.from);
+        let r: RefInfo = client
+            .post(
+                "/refs",
+                &CreateRef {
+                    name: args.branch.clone(),
+                    kind: RefKind::Branch,
+                    from: Some(from.clone()),
+                },
+            )
+            .await?;
+        eprintln!(
+            "created branch '{}' at {} (from {from})",
+            r.name,
+            short(&r.head)
+        );
+    } else {
+        let r: RefInfo = client
+            .get(&format!("/refs/{}", path_segment(&args.branch)), &[])
+            .await?;
+        if r.kind != RefKind::Branch {
+            return Err(crate::error::CliError::invalid(
+                format!(
+                    "'{}' is a tag; only a branch can be checked out",
+                    args.branch
+                ),
+                Some("create a branch from it: lh checkout -b NAME --from TAG"),
+            ));
+        }
+    }
+    settings.set_active_branch(&args.branch)?;
+    eprintln!(
+        "active branch is now '{}' (profile '{}')",
+        args.branch, settings.profile
+    );
+    Ok(())
+}
+
+pub async fn log(client: &Client, settings: &Settings, args: LogArgs) -> CliResult<()> {
+    let at = settings.reference(&args.reference);
+    let limit = args.limit.to_string();
+    let page: LogPage = client
+        .get("/log", &[("ref", at.as_str()), ("limit", limit.as_str())])
+        .await?;
+    match settings.output {
+        OutputFormat::Table => {
+            use std::io::Write;
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            for c in &page.commits {
+                writeln!(out, "commit {}", c.id)?;
+                if c.parents.len() > 1 {
+                    let ps: Vec<&str> = c.parents.iter().map(|p| short(p)).collect();
+                    writeln!(out, "Merge:  {}", ps.join(" "))?;
+                }
+                writeln!(out, "Author: {}", c.author)?;
+                writeln!(
+                    out,
+                    "Date:   {}",
+                    c.timestamp
+                        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                )?;
+                for (k, v) in &c.properties {
+                    writeln!(out, "        {k}={v}")?;
+                }
+                writeln!(out, "\n    {}\n", c.message)?;
+            }
+            out.flush()?;
+            Ok(())
+        }
+        _ => output::listing(
+            settings.output,
+            &["id", "author", "timestamp", "message"],
+            &page.commits,
+            |c: &CommitInfo| {
+                vec![
+                    c.id.clone(),
+                    c.author.clone(),
+                    c.timestamp.to_rfc3339(),
+                    c.message.clone(),
+                ]
+            },
+        ),
+    }
+}
+
+pub async fn diff(client: &Client, settings: &Settings, args: DiffArgs) -> CliResult<()> {
+    let d: DiffResponse = client
+        .get(
+            "/diff",
+            &[("from", args.from.as_str()), ("to", args.to.as_str())],
+        )
+        .await?;
+    if settings.output == OutputFormat::Json {
+        return output::item(settings.output, &d, &[]);
+    }
+    if settings.output == OutputFormat::Table && d.tables.is_empty() {
+        eprintln!("no differences between {} and {}", d.from, d.to);
+        return Ok(());
+    }
+    let snap = |p: &Option<lh_api::TablePointer>| {
+        p.as_ref()
+            .map(|p| p.snapshot_id.map_or("-".to_string(), |s| s.to_string()))
+            .unwrap_or_default()
+    };
+    output::listing(
+        settings.output,
+        &["change", "table", "from snapshot", "to snapshot"],
+        &d.tables,
+        |t| {
+            let change = match t.change {
+                lh_api::Change::Added => "added",
+                lh_api::Change::Removed => "removed",
+                lh_api::Change::Changed => "changed",
+            };
+            vec![
+                change.to_string(),
+                t.table.clone(),
+                snap(&t.from),
+                snap(&t.to),
+            ]
+        },
+    )
+}
+
+pub async fn merge(client: &Client, settings: &Settings, args: MergeArgs) -> CliResult<()> {
+    let req = MergeRequest {
+        from: args.from.clone(),
+        into: args.into.clone(),
+        message: args.message,
+        expected_head: None,
+        no_fast_forward: false,
+        properties: Default::default(),
+    };
+    let m: MergeResponse = client.post("/merge", &req).await?;
+    if settings.output == OutputFormat::Json {
+        return output::item(settings.output, &m, &[]);
+    }
+    match m.kind {
+        MergeKind::UpToDate => eprintln!("'{}' is already up to date with '{}'", m.into, args.from),
+        MergeKind::FastForward => eprintln!(
+            "fast-forwarded '{}' to {} ({} tables)",
+            m.into,
+            short(&m.head),
+            m.tables.len()
+        ),
+        MergeKind::MergeCommit => eprintln!(
+            "merged '{}' into '{}': commit {} ({} tables)",
+            args.from,
+            m.into,
+            short(&m.head),
+            m.tables.len()
+        ),
+    }
+    for t in &m.tables {
+        let change = match t.change {
+            lh_api::Change::Added => "added",
+            lh_api::Change::Removed => "removed",
+            lh_api::Change::Changed => "changed",
+        };
+        eprintln!("  {change:<8} {}", t.table);
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct InfoOut<'a> {
+    endpoint: &'a str,
+    profile: &'a str,
+    active_branch: &'a str,
+    server: ServerInfo,
+}
+
+pub async fn info(client: &Client, settings: &Settings) -> CliResult<()> {
+    let server: ServerInfo = client.get("/info", &[]).await?;
+    let lines = [
+        (
+            "server",
+            format!("{} (lh {})", client.endpoint(), server.version),
+        ),
+        ("catalog", server.catalog.clone()),
+        ("warehouse", server.warehouse.clone()),
+        ("profile", settings.profile.clone()),
+        ("active branch", settings.branch.clone()),
+        (
+            "query timeout",
+            format!("{} s", server.query_timeout_ms / 1000),
+        ),
+        ("max result", output::bytes(server.max_result_bytes)),
+    ];
+    let out = InfoOut {
+        endpoint: client.endpoint(),
+        profile: &settings.profile,
+        active_branch: &settings.branch,
+        server,
+    };
+    output::item(settings.output, &out, &lines)
+}

@@ -1,0 +1,239 @@
+//! Tables: list, show, import, remove.
+
+use indicatif::{ProgressBar, ProgressStyle};
+use lh_api::{
+    DropResponse, FileFormat, ImportMode, ImportRequest, ImportResponse, TableDetail, TableList,
+};
+
+use super::refs::url_escape;
+use crate::args::{FormatArg, ImportArgs, ImportModeArg, OutputFormat, TableCommand};
+use crate::client::Client;
+use crate::error::{CliError, CliResult};
+use crate::output::{self, short};
+use crate::settings::Settings;
+
+pub async fn run(client: &Client, settings: &Settings, cmd: TableCommand) -> CliResult<()> {
+    match cmd {
+        TableCommand::Ls {
+            reference,
+            namespace,
+        } => {
+            let at = settings.reference(&reference);
+            let mut q = vec![("ref", at.as_str())];
+            if let Some(ns) = &namespace {
+                q.push(("namespace", ns.as_str()));
+            }
+            let list: TableList = client.get("/tables", &q).await?;
+            if settings.output == OutputFormat::Json {
+                return output::item(settings.output, &list, &[]);
+            }
+            output::listing(
+                settings.output,
+                &["table", "snapshot", "metadata"],
+                &list.tables,
+                |t| {
+                    vec![
+                        t.name.clone(),
+                        t.pointer.snapshot_id.map_or("-".into(), |s| s.to_string()),
+                        t.pointer.metadata_location.clone(),
+                    ]
+                },
+            )
+        }
+        TableCommand::Show { name, reference } => {
+            let at = settings.reference(&reference);
+            let d: TableDetail = client
+                .get(
+                    &format!("/tables/{}", url_escape(&name)),
+                    &[("ref", at.as_str())],
+                )
+                .await?;
+            show(settings, &at, &d)
+        }
+        TableCommand::Import(args) => import(client, settings, args).await,
+        TableCommand::Rm { name, reference } => {
+            let at = settings.reference(&reference);
+            let r: DropResponse = client
+                .delete(
+                    &format!("/tables/{}", url_escape(&name)),
+                    &[("ref", at.as_str())],
+                )
+                .await?
+                .json()
+                .await
+                .map_err(anyhow::Error::from)?;
+            eprintln!(
+                "removed table '{}' from '{at}': commit {}",
+                r.table,
+                short(&r.commit)
+            );
+            Ok(())
+        }
+    }
+}
+
+fn show(settings: &Settings, at: &str, d: &TableDetail) -> CliResult<()> {
+    if settings.output != OutputFormat::Table {
+        return output::item(
+            settings.output,
+            d,
+            &[
+                ("name", d.name.clone()),
+                ("rows", d.rows.to_string()),
+                ("files", d.files.to_string()),
+                ("size_bytes", d.size_bytes.to_string()),
+                (
+                    "snapshot",
+                    d.pointer
+                        .snapshot_id
+                        .map_or(String::new(), |s| s.to_string()),
+                ),
+            ],
+        );
+    }
+    use std::io::Write;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    writeln!(
+        out,
+        "table     {} at {at} (commit {})",
+        d.name,
+        short(&d.commit)
+    )?;
+    writeln!(out, "rows      {}", d.rows)?;
+    writeln!(out, "files     {}", d.files)?;
+    writeln!(out, "size      {}", output::bytes(d.size_bytes))?;
+    writeln!(
+        out,
+        "snapshot  {}",
+        d.pointer
+            .snapshot_id
+            .map_or("none".into(), |s| s.to_string())
+    )?;
+    writeln!(out, "location  {}", d.location)?;
+    writeln!(out, "format    Iceberg v{}", d.format_version)?;
+    writeln!(out, "\nschema")?;
+    let rows: Vec<Vec<String>> = d
+        .columns
+        .iter()
+        .map(|c| {
+            vec![
+                c.id.to_string(),
+                c.name.clone(),
+                c.data_type.clone(),
+                if c.required {
+                    "required".into()
+                } else {
+                    "optional".into()
+                },
+            ]
+        })
+        .collect();
+    output::aligned(&mut out, &["id", "column", "type", "nullability"], &rows)?;
+    writeln!(out, "\nsnapshots (newest first)")?;
+    let rows: Vec<Vec<String>> = d
+        .snapshots
+        .iter()
+        .map(|s| {
+            vec![
+                s.snapshot_id.to_string(),
+                s.timestamp
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                s.operation.clone(),
+                s.summary.get("added-records").cloned().unwrap_or_default(),
+                s.summary.get("total-records").cloned().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    output::aligned(
+        &mut out,
+        &["snapshot", "time", "operation", "added rows", "total rows"],
+        &rows,
+    )?;
+    out.flush()?;
+    Ok(())
+}
+
+async fn import(client: &Client, settings: &Settings, args: ImportArgs) -> CliResult<()> {
+    let at = settings.reference(&args.reference);
+    let format = match args.format {
+        Some(FormatArg::Csv) => Some(FileFormat::Csv),
+        Some(FormatArg::Parquet) => Some(FileFormat::Parquet),
+        Some(FormatArg::Json) => Some(FileFormat::Json),
+        None => None,
+    };
+    for f in &args.files {
+        if !f.is_file() {
+            return Err(CliError::invalid(
+                format!("{} is not a file", f.display()),
+                None,
+            ));
+        }
+        if format.is_none() && FileFormat::from_path(&f.display().to_string()).is_none() {
+            return Err(CliError::invalid(
+                format!("cannot tell the format of {} from its name", f.display()),
+                Some("give it with --format csv|parquet|json"),
+            ));
+        }
+    }
+    let interactive = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut uploads = Vec::new();
+    for f in &args.files {
+        uploads.push(client.upload(f, interactive).await?.id);
+    }
+    let spinner = if interactive {
+        let s = ProgressBar::new_spinner();
+        s.set_style(
+            ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        s.set_message(format!("importing into {} on {at}", args.name));
+        s.enable_steady_tick(std::time::Duration::from_millis(120));
+        s
+    } else {
+        ProgressBar::hidden()
+    };
+    let req = ImportRequest {
+        reference: at.clone(),
+        mode: match args.mode {
+            ImportModeArg::Create => ImportMode::Create,
+            ImportModeArg::Append => ImportMode::Append,
+            ImportModeArg::Replace => ImportMode::Replace,
+        },
+        uploads,
+        format,
+        file_names: args.files.iter().map(|f| f.display().to_string()).collect(),
+    };
+    let result: CliResult<ImportResponse> = client
+        .post(&format!("/tables/{}/import", url_escape(&args.name)), &req)
+        .await;
+    spinner.finish_and_clear();
+    let r = result?;
+    if settings.output != OutputFormat::Table {
+        return output::item(
+            settings.output,
+            &r,
+            &[
+                ("table", r.table.clone()),
+                ("commit", r.commit.clone()),
+                ("rows", r.rows.to_string()),
+                ("files", r.files.to_string()),
+                ("bytes", r.bytes.to_string()),
+            ],
+        );
+    }
+    let verb = match args.mode {
+        ImportModeArg::Create => "created",
+        ImportModeArg::Append => "appended to",
+        ImportModeArg::Replace => "replaced",
+    };
+    eprintln!(
+        "{verb} {} on '{at}': {} rows, {} files, {} (commit {})",
+        r.table,
+        r.rows,
+        r.files,
+        output::bytes(r.bytes),
+        short(&r.commit)
+    );
+    Ok(())
+}

@@ -1,0 +1,21 @@
+//! Every environment variable lh reads, declared once.
+
+/// The lh server's URL (overrides the profile's).
+pub const LH_ENDPOINT: &str = "LH_ENDPOINT";
+/// The profile of the config file to use.
+pub const LH_PROFILE: &str = "LH_PROFILE";
+/// Where lh keeps its config file (`config.yaml`) and, for `lh server`, its data
+/// [default: ~/.lh].
+pub const LH_HOME: &str = "LH_HOME";
+/// `lh server --data-dir`.
+pub const LH_DATA_DIR: &str = "LH_DATA_DIR";
+/// `lh server --bind`.
+pub const LH_BIND: &str = "LH_BIND";
+/// `lh server --catalog`.
+pub const LH_CATALOG_URL: &str = "LH_CATALOG_URL";
+/// `lh server --warehouse`.
+pub const LH_WAREHOUSE: &str = "LH_WAREHOUSE";
+/// The author recorded in commits [default: $USER].
+pub const LH_USER: &str = "LH_USER";
+/// Log filter for `lh server` (tracing's `EnvFilter` syntax) [default: info].
+pub const LH_LOG: &str = "LH_LOG";

@@ -1,0 +1,134 @@
+//! How a failed command ends: a message on stderr (`error: ...`, then `hint: ...`),
+//! and an exit code from one table.
+
+use lh_api::ErrorBody;
+
+/// The exit codes of `lh`, as `lh --help` documents them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Ok = 0,
+    Error = 1,
+    Usage = 2,
+    NotFound = 3,
+    Conflict = 4,
+    Invalid = 5,
+    Unreachable = 6,
+    Limit = 7,
+}
+
+#[derive(Debug)]
+pub enum CliError {
+    /// The server answered with an error.
+    Api {
+        status: u16,
+        body: ErrorBody,
+    },
+    /// The server could not be reached.
+    Unreachable {
+        endpoint: String,
+        reason: String,
+    },
+    /// Bad input found before asking the server.
+    Invalid {
+        message: String,
+        hint: Option<String>,
+    },
+    Other(anyhow::Error),
+}
+
+impl<E: Into<anyhow::Error>> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError::Other(e.into())
+    }
+}
+
+pub type CliResult<T> = Result<T, CliError>;
+
+impl CliError {
+    pub fn invalid(message: impl Into<String>, hint: Option<&str>) -> Self {
+        CliError::Invalid {
+            message: message.into(),
+            hint: hint.map(String::from),
+        }
+    }
+
+    pub fn exit(&self) -> Exit {
+        match self {
+            CliError::Api { status, .. } => match status {
+                404 => Exit::NotFound,
+                409 => Exit::Conflict,
+                400 | 422 => Exit::Invalid,
+                413 | 504 => Exit::Limit,
+                _ => Exit::Error,
+            },
+            CliError::Unreachable { .. } => Exit::Unreachable,
+            CliError::Invalid { .. } => Exit::Invalid,
+            CliError::Other(_) => Exit::Error,
+        }
+    }
+
+    /// Whether the error is a closed stdout (`lh ... | head`): not a failure.
+    pub fn is_broken_pipe(&self) -> bool {
+        let CliError::Other(e) = self else {
+            return false;
+        };
+        e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        })
+    }
+
+    /// Prints the error as a person reads it.
+    pub fn report(&self) {
+        match self {
+            CliError::Api { body, .. } => {
+                eprintln!("error: {}", body.error.message.trim_end_matches('.'));
+                for c in &body.error.conflicts {
+                    let show = |p: &Option<lh_api::TablePointer>| match p {
+                        Some(p) => format!(
+                            "snapshot {}",
+                            p.snapshot_id.map_or("none".into(), |s| s.to_string())
+                        ),
+                        None => "absent".to_string(),
+                    };
+                    match &c.incoming {
+                        Some(incoming) => eprintln!(
+                            "  {}: base {}, target {}, incoming {}",
+                            c.table,
+                            show(&c.expected),
+                            show(&c.actual),
+                            show(incoming)
+                        ),
+                        None => eprintln!(
+                            "  {}: expected {}, found {}",
+                            c.table,
+                            show(&c.expected),
+                            show(&c.actual)
+                        ),
+                    }
+                }
+                if let Some(h) = &body.error.hint {
+                    eprintln!("hint: {h}");
+                }
+            }
+            CliError::Unreachable { endpoint, reason } => {
+                eprintln!("error: cannot reach the lh server at {endpoint}: {reason}");
+                eprintln!(
+                    "hint: start one with `lh server`, or point --endpoint (or LH_ENDPOINT) at yours"
+                );
+            }
+            CliError::Invalid { message, hint } => {
+                eprintln!("error: {message}");
+                if let Some(h) = hint {
+                    eprintln!("hint: {h}");
+                }
+            }
+            CliError::Other(e) => {
+                eprintln!("error: {e}");
+                for cause in e.chain().skip(1) {
+                    eprintln!("  caused by: {cause}");
+                }
+            }
+        }
+    }
+}

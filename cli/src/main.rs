@@ -1,0 +1,75 @@
+//! The `lh` binary: parses the command line, resolves settings, runs the command, and
+//! turns the outcome into an exit code (see `lh --help`).
+
+mod args;
+mod client;
+mod commands;
+mod env_vars;
+mod error;
+mod output;
+mod settings;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use args::{Cli, Commands};
+use error::{CliResult, Exit};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version print to stdout and succeed; the rest is a usage error.
+            let code = if e.use_stderr() {
+                Exit::Usage
+            } else {
+                Exit::Ok
+            };
+            let _ = e.print();
+            return ExitCode::from(code as u8);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(Exit::Error as u8);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::from(Exit::Ok as u8),
+        Err(e) if e.is_broken_pipe() => ExitCode::from(Exit::Ok as u8),
+        Err(e) => {
+            e.report();
+            ExitCode::from(e.exit() as u8)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> CliResult<()> {
+    if let Commands::Server(args) = cli.command {
+        return commands::server::run(args).await;
+    }
+    let mut settings = settings::Settings::resolve(&cli.global)?;
+    let client = client::Client::new(&settings.endpoint, &settings.user)?;
+    match cli.command {
+        Commands::Server(_) => unreachable!("handled above"),
+        Commands::Info => commands::refs::info(&client, &settings).await,
+        Commands::Branch(cmd) => {
+            commands::refs::refs(&client, &settings, lh_api::RefKind::Branch, cmd).await
+        }
+        Commands::Tag(cmd) => {
+            commands::refs::refs(&client, &settings, lh_api::RefKind::Tag, cmd).await
+        }
+        Commands::Checkout(args) => commands::refs::checkout(&client, &mut settings, args).await,
+        Commands::Log(args) => commands::refs::log(&client, &settings, args).await,
+        Commands::Diff(args) => commands::refs::diff(&client, &settings, args).await,
+        Commands::Merge(args) => commands::refs::merge(&client, &settings, args).await,
+        Commands::Table(cmd) => commands::tables::run(&client, &settings, cmd).await,
+        Commands::Query(args) => commands::query::run(&client, &settings, args).await,
+    }
+}

@@ -1,0 +1,72 @@
+//! The OpenAPI document, generated from the handlers and types. It is committed as
+//! `control-plane/openapi.json`; a test fails when the two drift.
+
+use axum::routing::get;
+use axum::{Json, Router};
+use utoipa::OpenApi;
+
+use super::AppState;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "lh",
+        description = "The lh server: a versioned catalog of Iceberg tables, and SQL on any ref."
+    ),
+    paths(
+        super::refs::info,
+        super::refs::list_refs,
+        super::refs::create_ref,
+        super::refs::get_ref,
+        super::refs::delete_ref,
+        super::refs::assign_ref,
+        super::refs::log,
+        super::refs::get_commit,
+        super::refs::diff,
+        super::refs::merge,
+        super::tables::list_tables,
+        super::tables::show_table,
+        super::tables::drop_table,
+        super::tables::upload,
+        super::tables::import_files,
+        super::query::query,
+    )
+)]
+pub struct ApiDoc;
+
+/// The document as pretty JSON, as committed.
+pub fn document() -> String {
+    let mut doc = ApiDoc::openapi();
+    // The version is the crate's, not a moving build detail.
+    doc.info.version = env!("CARGO_PKG_VERSION").to_string();
+    doc.to_pretty_json()
+        .expect("the OpenAPI document serialises")
+        + "\n"
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new().route(
+        "/api/v1/openapi.json",
+        get(|| async {
+            Json(serde_json::from_str::<serde_json::Value>(&document()).unwrap_or_default())
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    /// Regenerate with `make openapi`.
+    #[test]
+    fn committed_openapi_document_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json");
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        if std::env::var_os("LH_UPDATE_OPENAPI").is_some() {
+            std::fs::write(path, super::document()).expect("write openapi.json");
+            return;
+        }
+        assert!(
+            committed == super::document(),
+            "control-plane/openapi.json is out of date: run `make openapi`"
+        );
+    }
+}

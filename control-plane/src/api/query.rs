@@ -1,0 +1,62 @@
+//! SQL queries; results as an Arrow IPC stream.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use lh_api::QueryRequest;
+
+use super::{ApiResult, AppState};
+use crate::error::Error;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/v1/query", post(query))
+}
+
+/// Runs one read-only SQL statement on a ref; the result is an Arrow IPC stream and the
+/// commit read is in the `x-lh-commit` header.
+#[utoipa::path(post, path = "/api/v1/query", request_body = QueryRequest,
+    responses((status = 200, content_type = "application/vnd.apache.arrow.stream", body = Vec<u8>),
+              (status = 400, body = lh_api::ErrorBody), (status = 504, body = lh_api::ErrorBody)))]
+async fn query(State(s): State<AppState>, Json(req): Json<QueryRequest>) -> ApiResult<Response> {
+    let at = req
+        .reference
+        .clone()
+        .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
+    let out = s
+        .queries
+        .run(
+            &req.sql,
+            &at,
+            req.timeout_ms.map(Duration::from_millis),
+            req.max_rows,
+        )
+        .await?;
+    let mut buf = Vec::new();
+    {
+        let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut buf, &out.schema)
+            .map_err(|e| Error::internal(format!("cannot encode the result: {e}")))?;
+        for b in &out.batches {
+            w.write(b)
+                .map_err(|e| Error::internal(format!("cannot encode the result: {e}")))?;
+        }
+        w.finish()
+            .map_err(|e| Error::internal(format!("cannot encode the result: {e}")))?;
+    }
+    let mut resp = buf.into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(lh_api::ARROW_STREAM),
+    );
+    if let Ok(v) = HeaderValue::from_str(&out.commit.to_hex()) {
+        h.insert(lh_api::COMMIT_HEADER, v);
+    }
+    if out.truncated {
+        h.insert(lh_api::TRUNCATED_HEADER, HeaderValue::from_static("true"));
+    }
+    Ok(resp)
+}

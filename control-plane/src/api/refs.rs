@@ -1,0 +1,271 @@
+//! Branches, tags, history, diffs and merges.
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use lh_api::{
+    AssignRef, Change, CommitInfo, CreateRef, DiffResponse, LogPage, MergeKind, MergeRequest,
+    MergeResponse, RefInfo, RefKind, TableDiff,
+};
+use lh_catalog::{CommitMeta, LogQuery, MergeOptions};
+
+use super::{ApiResult, AppState, author, query_pairs};
+use crate::error::{Error, pointer};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/info", get(info))
+        .route("/api/v1/refs", get(list_refs).post(create_ref))
+        .route("/api/v1/refs/{name}", get(get_ref).delete(delete_ref))
+        .route("/api/v1/refs/{name}/assign", post(assign_ref))
+        .route("/api/v1/log", get(log))
+        .route("/api/v1/commits/{id}", get(get_commit))
+        .route("/api/v1/diff", get(diff))
+        .route("/api/v1/merge", post(merge))
+}
+
+pub(crate) fn ref_info(r: lh_catalog::Reference) -> RefInfo {
+    RefInfo {
+        name: r.name,
+        kind: match r.kind {
+            lh_catalog::RefKind::Branch => RefKind::Branch,
+            lh_catalog::RefKind::Tag => RefKind::Tag,
+        },
+        head: r.head.to_hex(),
+    }
+}
+
+pub(crate) fn commit_info(c: lh_catalog::Commit) -> CommitInfo {
+    CommitInfo {
+        id: c.id.to_hex(),
+        parents: c.parents.iter().map(|p| p.to_hex()).collect(),
+        author: c.author,
+        message: c.message,
+        timestamp: c.timestamp,
+        properties: c.properties,
+    }
+}
+
+pub(crate) fn table_diff(d: lh_catalog::TableDiff) -> TableDiff {
+    let change = match d.change() {
+        lh_catalog::DiffKind::Added => Change::Added,
+        lh_catalog::DiffKind::Removed => Change::Removed,
+        lh_catalog::DiffKind::Changed => Change::Changed,
+    };
+    TableDiff {
+        table: d.table,
+        change,
+        from: d.from.as_ref().map(pointer),
+        to: d.to.as_ref().map(pointer),
+    }
+}
+
+/// The server: version, storage, catalog and limits.
+#[utoipa::path(get, path = "/api/v1/info", responses((status = 200, body = lh_api::ServerInfo)))]
+async fn info(State(s): State<AppState>) -> Json<lh_api::ServerInfo> {
+    Json(s.info.clone())
+}
+
+/// Every branch and tag (`?kind=branch|tag` to filter).
+#[utoipa::path(get, path = "/api/v1/refs", params(("kind" = Option<String>, Query)),
+    responses((status = 200, body = Vec<RefInfo>)))]
+async fn list_refs(
+    State(s): State<AppState>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<Vec<RefInfo>>> {
+    let kind = query_pairs(q.as_deref())
+        .into_iter()
+        .find(|(k, _)| k == "kind")
+        .map(|(_, v)| v);
+    let refs = s.catalog.list_refs().await?;
+    Ok(Json(
+        refs.into_iter()
+            .filter(|r| kind.as_deref().is_none_or(|k| k == r.kind.as_str()))
+            .map(ref_info)
+            .collect(),
+    ))
+}
+
+/// Creates a branch or a tag from a ref expression (zero-copy).
+#[utoipa::path(post, path = "/api/v1/refs", request_body = CreateRef,
+    responses((status = 201, body = RefInfo), (status = 409, body = lh_api::ErrorBody)))]
+async fn create_ref(
+    State(s): State<AppState>,
+    Json(req): Json<CreateRef>,
+) -> ApiResult<(StatusCode, Json<RefInfo>)> {
+    let from = req
+        .from
+        .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
+    let r = match req.kind {
+        RefKind::Branch => s.catalog.create_branch(&req.name, &from).await?,
+        RefKind::Tag => s.catalog.create_tag(&req.name, &from).await?,
+    };
+    Ok((StatusCode::CREATED, Json(ref_info(r))))
+}
+
+/// One branch or tag.
+#[utoipa::path(get, path = "/api/v1/refs/{name}", params(("name" = String, Path)),
+    responses((status = 200, body = RefInfo), (status = 404, body = lh_api::ErrorBody)))]
+async fn get_ref(State(s): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<RefInfo>> {
+    Ok(Json(ref_info(s.catalog.get_ref(&name).await?)))
+}
+
+/// Deletes a branch (`?kind=branch`, optionally `&expected=<commit>`) or a tag (`?kind=tag`).
+#[utoipa::path(delete, path = "/api/v1/refs/{name}",
+    params(("name" = String, Path), ("kind" = String, Query), ("expected" = Option<String>, Query)),
+    responses((status = 204), (status = 404, body = lh_api::ErrorBody)))]
+async fn delete_ref(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<StatusCode> {
+    let pairs = query_pairs(q.as_deref());
+    let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+    let expected = match get("expected") {
+        Some(e) => Some(s.catalog.resolve(&format!("@{e}")).await?.commit.id),
+        None => None,
+    };
+    match get("kind").as_deref() {
+        Some("tag") => s.catalog.delete_tag(&name).await?,
+        Some("branch") | None => s.catalog.delete_branch(&name, expected).await?,
+        Some(other) => {
+            return Err(Error::bad_request(
+                "invalid_argument",
+                format!("unknown ref kind '{other}'"),
+            )
+            .into());
+        }
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Points a branch at another commit, if it is still at the expected one.
+#[utoipa::path(post, path = "/api/v1/refs/{name}/assign", params(("name" = String, Path)),
+    request_body = AssignRef, responses((status = 200, body = RefInfo), (status = 409, body = lh_api::ErrorBody)))]
+async fn assign_ref(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    Json(req): Json<AssignRef>,
+) -> ApiResult<Json<RefInfo>> {
+    let expected = s
+        .catalog
+        .resolve(&format!("@{}", req.expected))
+        .await?
+        .commit
+        .id;
+    Ok(Json(ref_info(
+        s.catalog.assign_branch(&name, expected, &req.to).await?,
+    )))
+}
+
+/// A page of a ref's history, newest first (`?ref=&limit=&page_token=&property=k=v`).
+#[utoipa::path(get, path = "/api/v1/log",
+    params(("ref" = Option<String>, Query), ("limit" = Option<usize>, Query),
+           ("page_token" = Option<String>, Query), ("property" = Option<String>, Query)),
+    responses((status = 200, body = LogPage)))]
+async fn log(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<Json<LogPage>> {
+    let mut query = LogQuery::default();
+    let mut at = lh_catalog::DEFAULT_BRANCH.to_string();
+    for (k, v) in query_pairs(q.as_deref()) {
+        match k.as_str() {
+            "ref" => at = v,
+            "limit" => {
+                query.limit = v.parse().map_err(|_| {
+                    Error::bad_request("invalid_argument", format!("limit '{v}' is not a number"))
+                })?
+            }
+            "page_token" => query.page_token = Some(v),
+            "property" => {
+                let (pk, pv) = v.split_once('=').ok_or_else(|| {
+                    Error::bad_request(
+                        "invalid_argument",
+                        format!("property filter '{v}' is not KEY=VALUE"),
+                    )
+                })?;
+                query.properties.insert(pk.to_string(), pv.to_string());
+            }
+            _ => {}
+        }
+    }
+    let page = s.catalog.log(&at, &query).await?;
+    Ok(Json(LogPage {
+        commits: page.commits.into_iter().map(commit_info).collect(),
+        next_page_token: page.next_page_token,
+    }))
+}
+
+/// One commit, by full hash or unique prefix.
+#[utoipa::path(get, path = "/api/v1/commits/{id}", params(("id" = String, Path)),
+    responses((status = 200, body = CommitInfo), (status = 404, body = lh_api::ErrorBody)))]
+async fn get_commit(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<CommitInfo>> {
+    Ok(Json(commit_info(
+        s.catalog.resolve(&format!("@{id}")).await?.commit,
+    )))
+}
+
+/// The tables that differ between two refs.
+#[utoipa::path(get, path = "/api/v1/diff", params(("from" = String, Query), ("to" = String, Query)),
+    responses((status = 200, body = DiffResponse)))]
+async fn diff(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<Json<DiffResponse>> {
+    let pairs = query_pairs(q.as_deref());
+    let get = |key: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| Error::bad_request("invalid_argument", format!("'{key}' is required")))
+    };
+    let (from, to) = (get("from")?, get("to")?);
+    let a = s.catalog.resolve(&from).await?;
+    let b = s.catalog.resolve(&to).await?;
+    let tables = s.catalog.diff_commits(&a.commit, &b.commit).await?;
+    Ok(Json(DiffResponse {
+        from,
+        to,
+        from_commit: a.commit.id.to_hex(),
+        to_commit: b.commit.id.to_hex(),
+        tables: tables.into_iter().map(table_diff).collect(),
+    }))
+}
+
+/// Merges a ref into a branch, atomically; conflicts are listed and nothing changes.
+#[utoipa::path(post, path = "/api/v1/merge", request_body = MergeRequest,
+    responses((status = 200, body = MergeResponse), (status = 409, body = lh_api::ErrorBody)))]
+async fn merge(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Json(req): Json<MergeRequest>,
+) -> ApiResult<Json<MergeResponse>> {
+    let expected_head = match &req.expected_head {
+        Some(e) => Some(s.catalog.resolve(&format!("@{e}")).await?.commit.id),
+        None => None,
+    };
+    let mut meta = CommitMeta::new(author(&headers), req.message.clone().unwrap_or_default());
+    meta.properties = req.properties.clone();
+    let out = s
+        .catalog
+        .merge(
+            &req.from,
+            &req.into,
+            MergeOptions {
+                meta,
+                expected_head,
+                no_fast_forward: req.no_fast_forward,
+            },
+        )
+        .await?;
+    Ok(Json(MergeResponse {
+        into: req.into,
+        head: out.head.to_hex(),
+        kind: match out.kind {
+            lh_catalog::MergeKind::UpToDate => MergeKind::UpToDate,
+            lh_catalog::MergeKind::FastForward => MergeKind::FastForward,
+            lh_catalog::MergeKind::MergeCommit => MergeKind::MergeCommit,
+        },
+        tables: out.tables.into_iter().map(table_diff).collect(),
+    }))
+}

@@ -1,0 +1,251 @@
+//! Tables at a ref: list, show, drop; uploads and imports.
+
+use std::path::PathBuf;
+
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::StreamExt;
+use lh_api::{
+    DropResponse, FileFormat, ImportRequest, ImportResponse, TableDetail, TableList, TableSummary,
+    Upload,
+};
+use tokio::io::AsyncWriteExt;
+
+use super::{ApiResult, AppState, author, query_pairs};
+use crate::error::{Error, pointer};
+use crate::tables::import::{self, ImportJob};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/tables", get(list_tables))
+        .route("/api/v1/tables/{name}", get(show_table).delete(drop_table))
+        .route("/api/v1/tables/{name}/import", post(import_files))
+        .route("/api/v1/uploads", post(upload))
+}
+
+fn param(raw: &Option<String>, key: &str) -> Option<String> {
+    query_pairs(raw.as_deref())
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
+}
+
+fn ref_param(raw: &Option<String>) -> String {
+    param(raw, "ref").unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string())
+}
+
+/// The tables at a ref (`?ref=&namespace=`).
+#[utoipa::path(get, path = "/api/v1/tables",
+    params(("ref" = Option<String>, Query), ("namespace" = Option<String>, Query)),
+    responses((status = 200, body = TableList)))]
+async fn list_tables(
+    State(s): State<AppState>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<TableList>> {
+    let at = ref_param(&q);
+    let ns = param(&q, "namespace");
+    if let Some(ns) = &ns {
+        lh_catalog::names::validate_namespace(ns)?;
+    }
+    let resolved = s.catalog.resolve(&at).await?;
+    let tables = s.catalog.tables_in(&resolved.commit, ns.as_deref()).await?;
+    Ok(Json(TableList {
+        commit: resolved.commit.id.to_hex(),
+        tables: tables
+            .into_iter()
+            .map(|t| TableSummary {
+                name: t.name,
+                pointer: pointer(&t.pointer),
+            })
+            .collect(),
+    }))
+}
+
+/// A table's schema, snapshots, rows, files and size at a ref.
+#[utoipa::path(get, path = "/api/v1/tables/{name}", params(("name" = String, Path), ("ref" = Option<String>, Query)),
+    responses((status = 200, body = TableDetail), (status = 404, body = lh_api::ErrorBody)))]
+async fn show_table(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<TableDetail>> {
+    Ok(Json(s.tables.detail(&ref_param(&q), &name).await?))
+}
+
+/// Removes a table from a branch (one commit; its files stay for other refs).
+#[utoipa::path(delete, path = "/api/v1/tables/{name}", params(("name" = String, Path), ("ref" = Option<String>, Query)),
+    responses((status = 200, body = DropResponse), (status = 404, body = lh_api::ErrorBody)))]
+async fn drop_table(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<DropResponse>> {
+    let commit = s
+        .tables
+        .drop_table(&ref_param(&q), &name, &author(&headers))
+        .await?;
+    Ok(Json(DropResponse {
+        table: name,
+        commit: commit.id.to_hex(),
+    }))
+}
+
+/// Stages a file for an import (`?name=orders.csv`; the body is the file).
+#[utoipa::path(post, path = "/api/v1/uploads", params(("name" = String, Query)),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 201, body = Upload)))]
+async fn upload(
+    State(s): State<AppState>,
+    RawQuery(q): RawQuery,
+    body: Body,
+) -> ApiResult<(StatusCode, Json<Upload>)> {
+    let name = param(&q, "name").unwrap_or_else(|| "upload".into());
+    let file_name = sanitize(&name);
+    let id = uuid::Uuid::now_v7().simple().to_string();
+    let dir = import::upload_dir(&s.uploads, &id);
+    tokio::fs::create_dir_all(&dir).await.map_err(Error::from)?;
+    let path = dir.join(&file_name);
+    let result = async {
+        let mut f = tokio::fs::File::create(&path).await?;
+        let mut stream = body.into_data_stream();
+        let mut bytes = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(std::io::Error::other)?;
+            bytes += chunk.len() as u64;
+            f.write_all(&chunk).await?;
+        }
+        f.flush().await?;
+        Ok::<u64, std::io::Error>(bytes)
+    }
+    .await;
+    match result {
+        Ok(bytes) => Ok((StatusCode::CREATED, Json(Upload { id, bytes }))),
+        Err(e) => {
+            let _ = tokio::fs::remove_dir_all(&dir).await;
+            Err(Error::bad_request(
+                "upload_failed",
+                format!("the upload of '{name}' failed: {e}"),
+            )
+            .into())
+        }
+    }
+}
+
+/// A file name safe to store: its last component, with a plain character set.
+fn sanitize(name: &str) -> String {
+    let last = name.rsplit(['/', '\\']).next().unwrap_or(name);
+    let clean: String = last
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let clean = clean.trim_start_matches('.').to_string();
+    if clean.is_empty() {
+        "upload".into()
+    } else {
+        clean
+    }
+}
+
+/// Creates a table from, appends to or replaces a table with staged files.
+#[utoipa::path(post, path = "/api/v1/tables/{name}/import", params(("name" = String, Path)),
+    request_body = ImportRequest,
+    responses((status = 200, body = ImportResponse), (status = 400, body = lh_api::ErrorBody), (status = 409, body = lh_api::ErrorBody)))]
+async fn import_files(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Json(req): Json<ImportRequest>,
+) -> ApiResult<Json<ImportResponse>> {
+    let mut files = Vec::new();
+    for id in &req.uploads {
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(
+                Error::bad_request("invalid_argument", format!("bad upload id '{id}'")).into(),
+            );
+        }
+        let dir = import::upload_dir(&s.uploads, id);
+        let file: Option<PathBuf> = std::fs::read_dir(&dir)
+            .ok()
+            .and_then(|mut rd| rd.next())
+            .and_then(|e| e.ok())
+            .map(|e| e.path());
+        match file {
+            Some(f) => files.push(f),
+            None => {
+                return Err(Error::not_found(
+                    "upload_not_found",
+                    format!("upload '{id}' not found (uploads are kept until imported)"),
+                )
+                .into());
+            }
+        }
+    }
+    let names = if req.file_names.len() == files.len() {
+        req.file_names.clone()
+    } else {
+        files
+            .iter()
+            .map(|f| {
+                f.file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or("?")
+                    .to_string()
+            })
+            .collect()
+    };
+    let format = match req.format {
+        Some(f) => f,
+        None => {
+            let formats: Vec<Option<FileFormat>> =
+                names.iter().map(|n| FileFormat::from_path(n)).collect();
+            match formats.first().copied().flatten() {
+                Some(f) if formats.iter().all(|x| *x == Some(f)) => f,
+                _ => {
+                    return Err(Error::bad_request(
+                        "unknown_format",
+                        format!("cannot tell the format of {}: expected .csv, .parquet or .json (.ndjson, .jsonl), all alike", names.join(", ")),
+                    )
+                    .with_hint("give it with --format csv|parquet|json")
+                    .into());
+                }
+            }
+        }
+    };
+    let job = ImportJob {
+        branch: req.reference.clone(),
+        table: name,
+        mode: req.mode,
+        format,
+        files,
+        names,
+        author: author(&headers),
+    };
+    let result = import::import(&s.tables, &s.import, job).await;
+    for id in &req.uploads {
+        let _ = tokio::fs::remove_dir_all(import::upload_dir(&s.uploads, id)).await;
+    }
+    Ok(Json(result?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sanitize;
+
+    #[test]
+    fn upload_names_are_made_safe() {
+        assert_eq!(sanitize("../../etc/passwd"), "passwd");
+        assert_eq!(sanitize("orders 2026.csv"), "orders_2026.csv");
+        assert_eq!(sanitize(".hidden"), "hidden");
+        assert_eq!(sanitize(""), "upload");
+    }
+}

@@ -1,0 +1,88 @@
+//! What a user query is, according to DuckDB's own parser (`json_serialize_sql`): one
+//! read-only SELECT (DESCRIBE, SHOW and SUMMARIZE parse as SELECTs too), and the tables
+//! it names. Anything else, whatever its text, is refused here.
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// A table the query names: its dotted name parts, lowercased (`["raw", "orders"]`).
+pub type TableRef = Vec<String>;
+
+/// Checks the parse of a query and returns the tables it reads.
+pub fn analyze(serialized: &str) -> Result<Vec<TableRef>> {
+    let v: Value = serde_json::from_str(serialized)
+        .map_err(|e| Error::internal(format!("cannot read DuckDB's parse of the query: {e}")))?;
+    if v.get("error").and_then(Value::as_bool) == Some(true) {
+        let kind = v.get("error_type").and_then(Value::as_str).unwrap_or("");
+        let msg = v
+            .get("error_message")
+            .and_then(Value::as_str)
+            .unwrap_or("cannot parse the query");
+        return Err(match kind {
+            "not implemented" => Error::bad_request(
+                "read_only",
+                "only read-only queries (SELECT, DESCRIBE, SHOW, SUMMARIZE) are allowed",
+            )
+            .with_hint("change tables with `lh table import` or `lh run`"),
+            _ => Error::bad_request("sql_error", format!("SQL error: {msg}")),
+        });
+    }
+    let statements = v
+        .get("statements")
+        .and_then(Value::as_array)
+        .map(Vec::len)
+        .unwrap_or(0);
+    if statements != 1 {
+        return Err(Error::bad_request(
+            "sql_error",
+            format!("expected one SQL statement, got {statements}"),
+        ));
+    }
+    let mut out = Vec::new();
+    walk(&v, &mut out)?;
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+fn walk(v: &Value, out: &mut Vec<TableRef>) -> Result<()> {
+    match v {
+        Value::Object(m) => {
+            if m.get("type").and_then(Value::as_str) == Some("BASE_TABLE") {
+                if m.get("at_clause").is_some_and(|a| !a.is_null()) {
+                    return Err(Error::bad_request(
+                        "sql_error",
+                        "AT (...) time travel is not supported in SQL",
+                    )
+                    .with_hint("choose the commit with --ref (main@<hash>, main@<time>)"));
+                }
+                let part = |k: &str| {
+                    m.get(k)
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_ascii_lowercase()
+                };
+                let parts: Vec<String> = [
+                    part("catalog_name"),
+                    part("schema_name"),
+                    part("table_name"),
+                ]
+                .into_iter()
+                .filter(|p| !p.is_empty())
+                .collect();
+                out.push(parts);
+            }
+            for x in m.values() {
+                walk(x, out)?;
+            }
+        }
+        Value::Array(a) => {
+            for x in a {
+                walk(x, out)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}

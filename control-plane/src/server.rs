@@ -1,0 +1,182 @@
+//! Starting the server: the embedded default needs no flag (a SQLite catalog and a
+//! warehouse folder under the data directory, on 127.0.0.1), and any part can be
+//! pointed elsewhere (`--catalog postgres://...`, `--warehouse ...`).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use lh_catalog::Catalog;
+
+use crate::api::{AppState, app};
+use crate::duck::DuckLimits;
+use crate::query::{QueryEngine, QueryLimits};
+use crate::tables::Tables;
+use crate::tables::import::ImportContext;
+use crate::warehouse::Warehouse;
+
+/// The port `lh server` listens on, and the CLI talks to, by default.
+pub const DEFAULT_PORT: u16 = 7878;
+
+/// Everything `lh server` can be told.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub data_dir: PathBuf,
+    pub bind: SocketAddr,
+    /// `sqlite:PATH` or `postgres://...`; default `sqlite:<data_dir>/catalog.db`.
+    pub catalog_url: Option<String>,
+    /// A folder or `file://` URL; default `<data_dir>/warehouse`.
+    pub warehouse: Option<String>,
+    pub query_timeout: Duration,
+    pub max_result_bytes: u64,
+    pub max_concurrent_queries: usize,
+    /// DuckDB threads per query or import.
+    pub duckdb_threads: usize,
+    /// DuckDB memory limit per query or import, e.g. `4GB`.
+    pub duckdb_memory: String,
+}
+
+impl ServerConfig {
+    pub fn new(data_dir: PathBuf) -> Self {
+        ServerConfig {
+            data_dir,
+            bind: SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)),
+            catalog_url: None,
+            warehouse: None,
+            query_timeout: Duration::from_secs(300),
+            max_result_bytes: 1 << 30,
+            max_concurrent_queries: 4,
+            duckdb_threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            duckdb_memory: "4GB".into(),
+        }
+    }
+}
+
+/// Opens the catalog and the warehouse and builds the application state.
+pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
+    std::fs::create_dir_all(&config.data_dir).with_context(|| {
+        format!(
+            "cannot create the data directory {}",
+            config.data_dir.display()
+        )
+    })?;
+    let data_dir = config.data_dir.canonicalize()?;
+    let catalog_url = config
+        .catalog_url
+        .clone()
+        .unwrap_or_else(|| format!("sqlite:{}", data_dir.join("catalog.db").display()));
+    let catalog = Catalog::open(&catalog_url)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let warehouse_loc = config
+        .warehouse
+        .clone()
+        .unwrap_or_else(|| data_dir.join("warehouse").display().to_string());
+    let warehouse = Warehouse::open(&warehouse_loc).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let uploads = data_dir.join("uploads");
+    let spill = data_dir.join("tmp");
+    std::fs::create_dir_all(&uploads)?;
+    std::fs::create_dir_all(&spill)?;
+    remove_stale(&uploads, Duration::from_secs(24 * 3600));
+    let duck = DuckLimits {
+        threads: config.duckdb_threads,
+        memory_limit: config.duckdb_memory.clone(),
+    };
+    let info = lh_api::ServerInfo {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        catalog: catalog.describe(),
+        warehouse: warehouse.url().to_string(),
+        default_branch: lh_catalog::DEFAULT_BRANCH.to_string(),
+        query_timeout_ms: config.query_timeout.as_millis() as u64,
+        max_result_bytes: config.max_result_bytes,
+    };
+    let tables = Arc::new(Tables::new(catalog.clone(), warehouse));
+    let queries = Arc::new(QueryEngine::new(
+        tables.clone(),
+        QueryLimits {
+            timeout: config.query_timeout,
+            max_result_bytes: config.max_result_bytes,
+            max_concurrent: config.max_concurrent_queries,
+            duck: duck.clone(),
+        },
+        spill.join("query"),
+    ));
+    Ok(AppState {
+        catalog,
+        tables,
+        queries,
+        import: ImportContext {
+            uploads: uploads.clone(),
+            spill: spill.join("import"),
+            limits: duck,
+        },
+        uploads,
+        info,
+    })
+}
+
+/// Serves until `shutdown` resolves, then finishes the requests in flight.
+pub async fn serve(
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let state = state(&config).await?;
+    let listener = tokio::net::TcpListener::bind(config.bind)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.bind))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, catalog = %state.info.catalog, warehouse = %state.info.warehouse, "lh server listening");
+    eprintln!(
+        "lh server {} listening on http://{addr}\n  catalog:   {}\n  warehouse: {}",
+        state.info.version, state.info.catalog, state.info.warehouse
+    );
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("server failed")?;
+    tracing::info!("lh server stopped");
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
+/// Removes entries of `dir` older than `age` (uploads never imported).
+fn remove_stale(dir: &std::path::Path, age: Duration) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| SystemTime::now().duration_since(t).ok())
+            .is_some_and(|d| d > age);
+        if old {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}

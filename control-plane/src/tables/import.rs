@@ -1,0 +1,536 @@
+//! Imports: create a table from, append to, or replace a table with CSV, Parquet or
+//! newline-delimited JSON files.
+//!
+//! DuckDB reads the files (inferring the schema on create, checking it on append) and
+//! writes the table's Parquet data files itself, with the Iceberg field ids, into a
+//! folder of this write's own; lh then reads the files' footers for the Iceberg
+//! metadata, makes the snapshot and commits. On any failure the files written are
+//! removed and the branch is untouched.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use iceberg::spec::{
+    FormatVersion, NestedField, Schema, SortOrder, TableMetadata, TableMetadataBuilder,
+    UnboundPartitionSpec,
+};
+use lh_api::{FileFormat, ImportMode, ImportResponse};
+use lh_catalog::CommitMeta;
+use uuid::Uuid;
+
+use super::snapshot::{self, SnapshotOp};
+use super::types::{
+    assignable, display_type, duckdb_field_ids, duckdb_type, quote_ident, quote_literal,
+};
+use super::{Tables, require_branch, stats};
+use crate::duck::{self, DuckLimits};
+use crate::error::{Error, Kind, Result};
+use crate::warehouse::sync_files;
+
+/// One import, as the API received it.
+#[derive(Debug, Clone)]
+pub struct ImportJob {
+    pub branch: String,
+    pub table: String,
+    pub mode: ImportMode,
+    pub format: FileFormat,
+    /// The staged files, on the server.
+    pub files: Vec<PathBuf>,
+    /// The files as the user named them, for messages.
+    pub names: Vec<String>,
+    pub author: String,
+}
+
+/// Where an import may read and spill.
+#[derive(Debug, Clone)]
+pub struct ImportContext {
+    pub uploads: PathBuf,
+    pub spill: PathBuf,
+    pub limits: DuckLimits,
+}
+
+/// Rows of one Parquet data file (DuckDB rolls files at this size).
+const DATA_FILE_BYTES: &str = "512MB";
+
+pub async fn import(
+    tables: &Tables,
+    ctx: &ImportContext,
+    job: ImportJob,
+) -> Result<ImportResponse> {
+    lh_catalog::names::validate_table_name(&job.table)?;
+    if job.files.is_empty() {
+        return Err(Error::bad_request(
+            "no_files",
+            "an import needs at least one file",
+        ));
+    }
+    let resolved = tables.catalog.resolve(&job.branch).await?;
+    require_branch(&job.branch, &resolved)?;
+    let existing = tables.load(&resolved.commit, &job.table).await?;
+    match (job.mode, &existing) {
+        (ImportMode::Create, Some(_)) => {
+            return Err(Error::new(
+                Kind::Conflict,
+                "already_exists",
+                format!("table '{}' already exists on '{}'", job.table, job.branch),
+            )
+            .with_hint("use --mode append or --mode replace"));
+        }
+        (ImportMode::Append | ImportMode::Replace, None) => {
+            return Err(Error::not_found(
+                "table_not_found",
+                format!("table '{}' not found on '{}'", job.table, job.branch),
+            )
+            .with_hint("use --mode create to create it"));
+        }
+        _ => {}
+    }
+    let table_uuid = Uuid::now_v7();
+    let location = match &existing {
+        Some(t) => t.metadata.location().trim_end_matches('/').to_string(),
+        None => tables.warehouse.new_table_location(&job.table, &table_uuid),
+    };
+    let data_url = format!("{location}/data/{}", Uuid::now_v7().simple());
+    let table_dir = tables.warehouse.local_path(&location)?;
+    let data_dir = tables.warehouse.local_path(&data_url)?;
+
+    let plan = WritePlan {
+        job: job.clone(),
+        ctx: ctx.clone(),
+        base: existing.as_ref().map(|t| (*t.metadata).clone()),
+        location: location.clone(),
+        table_uuid,
+        table_dir: table_dir.clone(),
+        data_dir: data_dir.clone(),
+        data_url,
+    };
+    let written = tokio::task::spawn_blocking(move || plan.run())
+        .await
+        .map_err(|e| Error::internal(format!("import task failed: {e}")))?;
+    let cleanup = |with_metadata: Vec<String>| {
+        let _ = std::fs::remove_dir_all(&data_dir);
+        if existing.is_none() {
+            let _ = std::fs::remove_dir_all(&table_dir);
+        }
+        for url in with_metadata {
+            if let Ok(p) = tables.warehouse.local_path(&url) {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    };
+    let written = match written {
+        Ok(w) => w,
+        Err(e) => {
+            cleanup(vec![]);
+            return Err(e);
+        }
+    };
+
+    let outcome = commit_write(tables, &job, existing.as_ref().map(|t| &t.pointer), written).await;
+    match outcome {
+        Ok(response) => Ok(response),
+        Err((e, files)) => {
+            cleanup(files);
+            Err(e)
+        }
+    }
+}
+
+/// What the DuckDB part of an import produced.
+struct Written {
+    /// The metadata to add the snapshot to (new for a create, evolved for a replace).
+    base: TableMetadata,
+    files: Vec<iceberg::spec::DataFile>,
+    rows: u64,
+    bytes: u64,
+}
+
+async fn commit_write(
+    tables: &Tables,
+    job: &ImportJob,
+    expected: Option<&lh_catalog::TablePointer>,
+    w: Written,
+) -> std::result::Result<ImportResponse, (Error, Vec<String>)> {
+    let io = tables.warehouse.io();
+    let previous = expected.map(|p| p.metadata_location.clone());
+    let n_files = w.files.len() as u64;
+    if w.rows == 0 && job.mode == ImportMode::Append {
+        // Nothing to add: no snapshot, no commit.
+        let head = tables
+            .catalog
+            .resolve(&job.branch)
+            .await
+            .map_err(|e| (e.into(), vec![]))?;
+        return Ok(ImportResponse {
+            table: job.table.clone(),
+            commit: head.commit.id.to_hex(),
+            snapshot_id: expected.and_then(|p| p.snapshot_id),
+            rows: 0,
+            files: 0,
+            bytes: 0,
+        });
+    }
+    let mut written_files = Vec::new();
+    let metadata = if w.rows == 0 && job.mode == ImportMode::Create {
+        w.base
+    } else {
+        let op = match job.mode {
+            ImportMode::Replace => SnapshotOp::Overwrite,
+            _ => SnapshotOp::Append,
+        };
+        let mut props = HashMap::new();
+        props.insert("lh.import.files".to_string(), job.names.join(","));
+        // The new metadata file follows the stored one in the table's metadata log.
+        let base_location = previous.clone();
+        let files = if w.rows == 0 { vec![] } else { w.files };
+        let produced = snapshot::produce(io, w.base, base_location, op, files, props)
+            .await
+            .map_err(|e| (e, vec![]))?;
+        written_files = produced.written;
+        produced.metadata
+    };
+    let location = tables
+        .write_metadata(&metadata, previous.as_deref())
+        .map_err(|e| (e, written_files.clone()))?;
+    written_files.push(location.clone());
+    let verb = match job.mode {
+        ImportMode::Create => "create",
+        ImportMode::Append => "append to",
+        ImportMode::Replace => "replace",
+    };
+    let meta = CommitMeta::new(
+        &job.author,
+        format!("{verb} {} from {}", job.table, job.names.join(", ")),
+    )
+    .with_property(
+        "lh.operation",
+        format!("import-{}", verb.split(' ').next().unwrap_or(verb)),
+    );
+    let (commit, pointer) = tables
+        .commit_table(
+            &job.branch,
+            &job.table,
+            expected.cloned(),
+            location,
+            &metadata,
+            meta,
+        )
+        .await
+        .map_err(|e| (e, written_files))?;
+    Ok(ImportResponse {
+        table: job.table.clone(),
+        commit: commit.id.to_hex(),
+        snapshot_id: pointer.snapshot_id,
+        rows: w.rows,
+        files: if w.rows == 0 { 0 } else { n_files },
+        bytes: w.bytes,
+    })
+}
+
+/// The blocking part of an import: read, check, write Parquet, describe the files.
+struct WritePlan {
+    job: ImportJob,
+    ctx: ImportContext,
+    base: Option<TableMetadata>,
+    location: String,
+    table_uuid: Uuid,
+    table_dir: PathBuf,
+    data_dir: PathBuf,
+    data_url: String,
+}
+
+impl WritePlan {
+    fn run(self) -> Result<Written> {
+        if let Some(parent) = self.data_dir.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let conn = duck::sandboxed(
+            &[self.ctx.uploads.as_path(), self.table_dir.as_path()],
+            &self.ctx.spill,
+            &self.ctx.limits,
+        )?;
+        let src = source_sql(self.job.format, &self.job.files, None);
+        let arrow_schema = conn
+            .prepare(&format!("SELECT * FROM {src} LIMIT 0"))
+            .and_then(|mut s| Ok(s.query_arrow([])?.get_schema()))
+            .map_err(|e| self.read_error(e))?;
+        let source = super::types::iceberg_schema_from_arrow(&arrow_schema)?;
+
+        let (base, src) = match (&self.base, self.job.mode) {
+            (None, _) => {
+                let built = TableMetadataBuilder::new(
+                    source,
+                    UnboundPartitionSpec::builder().build(),
+                    SortOrder::unsorted_order(),
+                    self.location.clone(),
+                    FormatVersion::V2,
+                    HashMap::from([("write.format.default".to_string(), "parquet".to_string())]),
+                )?
+                .assign_uuid(self.table_uuid)
+                .build()?;
+                (built.metadata, src)
+            }
+            (Some(base), ImportMode::Append) => {
+                let target = base.current_schema();
+                self.check_append(&source, target)?;
+                // A CSV's inferred types are guesses: read it with the table's types.
+                let src = match self.job.format {
+                    FileFormat::Csv => source_sql(
+                        self.job.format,
+                        &self.job.files,
+                        Some((&source, target.as_ref())),
+                    ),
+                    _ => src,
+                };
+                (base.clone(), src)
+            }
+            (Some(base), _) => {
+                let evolved = evolve(base, &source)?;
+                match evolved {
+                    None => (base.clone(), src),
+                    Some(schema) => {
+                        let built = TableMetadataBuilder::new_from_metadata(base.clone(), None)
+                            .add_current_schema(schema)?
+                            .build()?;
+                        (built.metadata, src)
+                    }
+                }
+            }
+        };
+        let schema = base.current_schema().clone();
+        let select: Vec<String> = schema
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| {
+                format!(
+                    "CAST({} AS {}) AS {}",
+                    quote_ident(&f.name),
+                    duckdb_type(&f.field_type),
+                    quote_ident(&f.name)
+                )
+            })
+            .collect();
+        let copy = format!(
+            "COPY (SELECT {} FROM {src}) TO {} (FORMAT parquet, FIELD_IDS {}, FILE_SIZE_BYTES '{DATA_FILE_BYTES}', FILENAME_PATTERN 'part-{{i}}', COMPRESSION snappy)",
+            select.join(", "),
+            quote_literal(&self.data_dir.display().to_string()),
+            duckdb_field_ids(&schema),
+        );
+        let rows = conn.execute(&copy, []).map_err(|e| self.read_error(e))? as u64;
+        drop(conn);
+
+        let mut paths: Vec<PathBuf> = match std::fs::read_dir(&self.data_dir) {
+            Ok(rd) => rd
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        paths.sort();
+        let mut files = Vec::with_capacity(paths.len());
+        let mut bytes = 0;
+        for p in &paths {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            let url = format!("{}/{name}", self.data_url);
+            let df = stats::data_file(p, &url, &schema)?;
+            bytes += df.file_size_in_bytes();
+            files.push(df);
+        }
+        if !paths.is_empty() {
+            sync_files(&self.data_dir, &paths)?;
+        }
+        Ok(Written {
+            base,
+            files,
+            rows,
+            bytes,
+        })
+    }
+
+    fn read_error(&self, e: duckdb::Error) -> Error {
+        let text = e.to_string();
+        let staged = self.ctx.uploads.display().to_string();
+        // Show the user's file names, not the server's staging paths.
+        let mut msg = text.clone();
+        for (path, name) in self.job.files.iter().zip(&self.job.names) {
+            msg = msg.replace(&path.display().to_string(), name);
+        }
+        msg = msg.replace(&staged, "");
+        let first: Vec<&str> = msg
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .take(8)
+            .collect();
+        let what = match self.job.format {
+            FileFormat::Csv => "CSV",
+            FileFormat::Parquet => "Parquet",
+            FileFormat::Json => "JSON",
+        };
+        Error::bad_request(
+            "bad_input_file",
+            format!(
+                "cannot import {} as {what}: {}",
+                self.job.names.join(", "),
+                first.join("\n")
+            ),
+        )
+    }
+
+    fn check_append(&self, source: &Schema, target: &Schema) -> Result<()> {
+        let mut problems = Vec::new();
+        for f in source.as_struct().fields() {
+            match target.as_struct().field_by_name(&f.name) {
+                None => problems.push(format!("column '{}' is not in the table", f.name)),
+                Some(t)
+                    if !assignable(&f.field_type, &t.field_type)
+                        && self.job.format != FileFormat::Csv =>
+                {
+                    problems.push(format!(
+                        "column '{}' is {} in the file but {} in the table",
+                        f.name,
+                        display_type(&f.field_type),
+                        display_type(&t.field_type)
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        for t in target.as_struct().fields() {
+            if source.as_struct().field_by_name(&t.name).is_none() {
+                problems.push(format!("column '{}' is missing from the file", t.name));
+            }
+        }
+        if problems.is_empty() {
+            return Ok(());
+        }
+        Err(Error::bad_request(
+            "schema_mismatch",
+            format!(
+                "cannot append to '{}': the files do not match its schema: {}; the table is unchanged",
+                self.job.table,
+                problems.join("; ")
+            ),
+        )
+        .with_hint("`lh table show NAME` prints the schema; --mode replace replaces the table and its schema"))
+    }
+}
+
+/// The table function reading the staged files. With `typed`, a CSV is read with the
+/// target's types, by the file's column order.
+fn source_sql(format: FileFormat, files: &[PathBuf], typed: Option<(&Schema, &Schema)>) -> String {
+    let list: Vec<String> = files
+        .iter()
+        .map(|p| quote_literal(&p.display().to_string()))
+        .collect();
+    let list = format!("[{}]", list.join(", "));
+    match format {
+        FileFormat::Csv => match typed {
+            None => format!("read_csv({list}, header = true, union_by_name = true)"),
+            Some((source, target)) => {
+                let cols: Vec<String> = source
+                    .as_struct()
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        let ty = target
+                            .as_struct()
+                            .field_by_name(&f.name)
+                            .map(|t| duckdb_type(&t.field_type))
+                            .unwrap_or_else(|| duckdb_type(&f.field_type));
+                        format!("{}: {}", quote_literal(&f.name), quote_literal(&ty))
+                    })
+                    .collect();
+                format!(
+                    "read_csv({list}, header = true, columns = {{{}}})",
+                    cols.join(", ")
+                )
+            }
+        },
+        FileFormat::Parquet => format!("read_parquet({list}, union_by_name = true)"),
+        FileFormat::Json => format!("read_json({list}, format = 'auto', union_by_name = true)"),
+    }
+}
+
+/// The table schema after a replace with files of schema `source`, or `None` when it
+/// does not change. Columns keep their field id when the name and a compatible type
+/// stay; others get fresh ids.
+fn evolve(base: &TableMetadata, source: &Schema) -> Result<Option<Schema>> {
+    let current = base.current_schema();
+    let mut next_id = base.last_column_id() + 1;
+    let mut fields = Vec::new();
+    let mut same = source.as_struct().fields().len() == current.as_struct().fields().len();
+    for f in source.as_struct().fields() {
+        match current.as_struct().field_by_name(&f.name) {
+            Some(old) if assignable(&f.field_type, &old.field_type) => {
+                fields.push(old.clone());
+            }
+            _ => {
+                same = false;
+                let ty = reassign(&f.field_type, &mut next_id);
+                let id = next_id;
+                next_id += 1;
+                fields.push(std::sync::Arc::new(NestedField::optional(id, &f.name, ty)));
+            }
+        }
+    }
+    if same {
+        return Ok(None);
+    }
+    let schema = Schema::builder()
+        .with_schema_id(current.schema_id() + 1)
+        .with_fields(fields)
+        .build()?;
+    Ok(Some(schema))
+}
+
+/// A nested type with fresh ids from `next`.
+fn reassign(ty: &iceberg::spec::Type, next: &mut i32) -> iceberg::spec::Type {
+    use iceberg::spec::{ListType, MapType, StructType, Type};
+    use std::sync::Arc;
+    let mut fresh = || {
+        let id = *next;
+        *next += 1;
+        id
+    };
+    match ty {
+        Type::Primitive(_) => ty.clone(),
+        Type::List(l) => {
+            let id = fresh();
+            let el = reassign(&l.element_field.field_type, next);
+            Type::List(ListType::new(Arc::new(NestedField::list_element(
+                id, el, false,
+            ))))
+        }
+        Type::Map(m) => {
+            let (k, v) = (fresh(), fresh());
+            let kt = reassign(&m.key_field.field_type, next);
+            let vt = reassign(&m.value_field.field_type, next);
+            Type::Map(MapType::new(
+                Arc::new(NestedField::map_key_element(k, kt)),
+                Arc::new(NestedField::map_value_element(v, vt, false)),
+            ))
+        }
+        Type::Struct(s) => {
+            let ids: Vec<i32> = s.fields().iter().map(|_| fresh()).collect();
+            let fields = s
+                .fields()
+                .iter()
+                .zip(ids)
+                .map(|(f, id)| {
+                    Arc::new(NestedField::optional(
+                        id,
+                        &f.name,
+                        reassign(&f.field_type, next),
+                    ))
+                })
+                .collect();
+            Type::Struct(StructType::new(fields))
+        }
+    }
+}
+
+/// The folder an upload lives in.
+pub fn upload_dir(uploads: &Path, id: &str) -> PathBuf {
+    uploads.join(id)
+}

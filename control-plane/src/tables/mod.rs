@@ -1,0 +1,277 @@
+//! Tables: Iceberg tables in the warehouse, pointed at by the versioned catalog.
+//!
+//! A table's state at a commit is its pointer (metadata file, uuid, snapshot). Every
+//! write produces a new Iceberg snapshot and metadata file, then one catalog commit on
+//! the branch that expects the pointer the write started from: a concurrent write to
+//! the same table is a conflict, never a lost update. Files are immutable and shared by
+//! every ref that sees them; branching and merging copy none.
+
+pub mod import;
+pub mod snapshot;
+pub mod stats;
+pub mod types;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use iceberg::spec::{ManifestContentType, TableMetadata};
+use lh_catalog::{Catalog, Commit, CommitMeta, TableOp, TablePointer};
+
+use crate::error::{Error, Result, pointer};
+use crate::warehouse::Warehouse;
+
+/// A data file of a table's current snapshot.
+#[derive(Debug, Clone)]
+pub struct LiveFile {
+    pub url: String,
+    pub records: u64,
+    pub bytes: u64,
+}
+
+/// A table at a commit, with its metadata read.
+#[derive(Debug, Clone)]
+pub struct LoadedTable {
+    pub name: String,
+    pub pointer: TablePointer,
+    pub metadata: Arc<TableMetadata>,
+}
+
+pub struct Tables {
+    pub catalog: Catalog,
+    pub warehouse: Warehouse,
+    /// Metadata files never change once written: cache them by location.
+    metadata: quick_cache::sync::Cache<String, Arc<TableMetadata>>,
+    /// Nor do snapshots: cache their live files by (metadata location, snapshot).
+    files: quick_cache::sync::Cache<(String, i64), Arc<Vec<LiveFile>>>,
+}
+
+impl Tables {
+    pub fn new(catalog: Catalog, warehouse: Warehouse) -> Tables {
+        Tables {
+            catalog,
+            warehouse,
+            metadata: quick_cache::sync::Cache::new(10_000),
+            files: quick_cache::sync::Cache::new(10_000),
+        }
+    }
+
+    /// The metadata file at `location`.
+    pub async fn metadata(&self, location: &str) -> Result<Arc<TableMetadata>> {
+        if let Some(m) = self.metadata.get(location) {
+            return Ok(m);
+        }
+        let m = TableMetadata::read_from(self.warehouse.io(), location)
+            .await
+            .map_err(|e| Error::internal(format!("cannot read table metadata {location}: {e}")))?;
+        let m = Arc::new(m);
+        self.metadata.insert(location.to_string(), m.clone());
+        Ok(m)
+    }
+
+    /// The table `name` in `commit`, if it is there.
+    pub async fn load(&self, commit: &Commit, name: &str) -> Result<Option<LoadedTable>> {
+        let Some(p) = self.catalog.table_in(commit, name).await? else {
+            return Ok(None);
+        };
+        let metadata = self.metadata(&p.metadata_location).await?;
+        Ok(Some(LoadedTable {
+            name: name.to_string(),
+            pointer: p,
+            metadata,
+        }))
+    }
+
+    /// Like [`Tables::load`], with the catalog's not-found error when absent.
+    pub async fn load_required(
+        &self,
+        commit: &Commit,
+        name: &str,
+        at: &str,
+    ) -> Result<LoadedTable> {
+        lh_catalog::names::validate_table_name(name)?;
+        self.load(commit, name).await?.ok_or_else(|| {
+            Error::not_found(
+                "table_not_found",
+                format!("table '{name}' not found at '{at}'"),
+            )
+            .with_hint(format!("`lh table ls --ref {at}` lists the tables"))
+        })
+    }
+
+    /// The data files of the table's current snapshot.
+    pub async fn live_files(&self, t: &LoadedTable) -> Result<Arc<Vec<LiveFile>>> {
+        let Some(snapshot) = t.metadata.current_snapshot() else {
+            return Ok(Arc::new(Vec::new()));
+        };
+        let key = (t.pointer.metadata_location.clone(), snapshot.snapshot_id());
+        if let Some(f) = self.files.get(&key) {
+            return Ok(f);
+        }
+        let io = self.warehouse.io();
+        let mut out = Vec::new();
+        for m in snapshot::manifests_of(io, &t.metadata, snapshot.manifest_list()).await? {
+            if m.content == ManifestContentType::Deletes {
+                return Err(Error::bad_request(
+                    "unsupported_table",
+                    format!(
+                        "table '{}' has delete files (merge-on-read), which lh cannot read yet",
+                        t.name
+                    ),
+                )
+                .with_hint("rewrite the table with copy-on-write deletes"));
+            }
+            let manifest = m.load_manifest(io).await?;
+            for e in manifest.entries() {
+                if e.is_alive() {
+                    out.push(LiveFile {
+                        url: e.file_path().to_string(),
+                        records: e.record_count(),
+                        bytes: e.file_size_in_bytes(),
+                    });
+                }
+            }
+        }
+        let out = Arc::new(out);
+        self.files.insert(key, out.clone());
+        Ok(out)
+    }
+
+    /// Writes a new metadata file for `metadata` (the next version after `previous`)
+    /// and returns its location.
+    pub fn write_metadata(
+        &self,
+        metadata: &TableMetadata,
+        previous: Option<&str>,
+    ) -> Result<String> {
+        use iceberg::MetadataLocation;
+        let location = match previous {
+            Some(p) => p
+                .parse::<MetadataLocation>()
+                .map_err(|e| Error::internal(format!("bad metadata location {p}: {e}")))?
+                .with_next_version()
+                .to_string(),
+            None => MetadataLocation::new_with_metadata(metadata.location(), metadata).to_string(),
+        };
+        let json = serde_json::to_vec(metadata)
+            .map_err(|e| Error::internal(format!("cannot encode table metadata: {e}")))?;
+        self.warehouse.write_durable(&location, &json)?;
+        self.metadata
+            .insert(location.clone(), Arc::new(metadata.clone()));
+        Ok(location)
+    }
+
+    /// Points `name` on `branch` at a new metadata file, expecting it at `expected`.
+    pub async fn commit_table(
+        &self,
+        branch: &str,
+        name: &str,
+        expected: Option<TablePointer>,
+        location: String,
+        metadata: &TableMetadata,
+        meta: CommitMeta,
+    ) -> Result<(Commit, TablePointer)> {
+        let new = TablePointer {
+            metadata_location: location,
+            table_uuid: metadata.uuid().to_string(),
+            snapshot_id: metadata.current_snapshot_id(),
+        };
+        let op = TableOp::Put {
+            table: name.to_string(),
+            expected,
+            pointer: new.clone(),
+        };
+        let commit = self.catalog.commit(branch, vec![op], meta).await?;
+        Ok((commit, new))
+    }
+
+    /// Removes `name` from `branch` (its files stay: other refs may see them).
+    pub async fn drop_table(&self, branch: &str, name: &str, author: &str) -> Result<Commit> {
+        lh_catalog::names::validate_table_name(name)?;
+        let resolved = self.catalog.resolve(branch).await?;
+        require_branch(branch, &resolved)?;
+        let t = self.load_required(&resolved.commit, name, branch).await?;
+        let op = TableOp::Delete {
+            table: name.to_string(),
+            expected: t.pointer,
+        };
+        let meta = CommitMeta::new(author, format!("drop table {name}"));
+        Ok(self.catalog.commit(branch, vec![op], meta).await?)
+    }
+
+    /// What `lh table show` prints.
+    pub async fn detail(&self, at: &str, name: &str) -> Result<lh_api::TableDetail> {
+        let resolved = self.catalog.resolve(at).await?;
+        let t = self.load_required(&resolved.commit, name, at).await?;
+        let m = &t.metadata;
+        let columns = m
+            .current_schema()
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| lh_api::Column {
+                id: f.id,
+                name: f.name.clone(),
+                data_type: types::display_type(&f.field_type),
+                required: f.required,
+            })
+            .collect();
+        let total = |key: &str| -> u64 {
+            m.current_snapshot()
+                .and_then(|s| s.summary().additional_properties.get(key))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        let mut snapshots: Vec<lh_api::SnapshotInfo> = m
+            .snapshots()
+            .map(|s| lh_api::SnapshotInfo {
+                snapshot_id: s.snapshot_id(),
+                parent_id: s.parent_snapshot_id(),
+                timestamp: s.timestamp().unwrap_or_default(),
+                operation: s.summary().operation.as_str().to_string(),
+                summary: s
+                    .summary()
+                    .additional_properties
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect::<BTreeMap<_, _>>(),
+            })
+            .collect();
+        snapshots.sort_by(|a, b| {
+            b.timestamp
+                .cmp(&a.timestamp)
+                .then(b.snapshot_id.cmp(&a.snapshot_id))
+        });
+        Ok(lh_api::TableDetail {
+            name: name.to_string(),
+            commit: resolved.commit.id.to_hex(),
+            pointer: pointer(&t.pointer),
+            location: m.location().to_string(),
+            format_version: match m.format_version() {
+                iceberg::spec::FormatVersion::V1 => 1,
+                iceberg::spec::FormatVersion::V2 => 2,
+                iceberg::spec::FormatVersion::V3 => 3,
+            },
+            columns,
+            rows: total("total-records"),
+            files: total("total-data-files"),
+            size_bytes: total("total-files-size"),
+            snapshots,
+        })
+    }
+}
+
+/// Writes go to a branch head; anything else is a clear error.
+pub fn require_branch(at: &str, resolved: &lh_catalog::Resolved) -> Result<()> {
+    if resolved.is_branch_head {
+        return Ok(());
+    }
+    let what = match &resolved.reference {
+        Some(r) if r.kind == lh_catalog::RefKind::Tag && !at.contains('@') => "a tag",
+        _ => "a fixed commit",
+    };
+    Err(Error::bad_request(
+        "not_a_branch",
+        format!("'{at}' is {what}; writes go to a branch"),
+    )
+    .with_hint("create a branch from it: lh branch create NAME --from REF"))
+}

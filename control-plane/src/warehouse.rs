@@ -1,0 +1,123 @@
+//! The warehouse: where table files live. Today a local folder (`file://`); object
+//! stores come later behind the same interface. Every table gets its own folder,
+//! `<warehouse>/<namespace path>/<table>-<uuid>`, so that two branches creating a table
+//! of the same name never share a file, and every write gets its own data folder.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use iceberg::io::FileIO;
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone)]
+pub struct Warehouse {
+    /// `file:///absolute/path`, no trailing slash.
+    url: String,
+    root: PathBuf,
+    io: FileIO,
+}
+
+impl Warehouse {
+    /// A warehouse in a local folder, given as a path or a `file://` URL; created if missing.
+    pub fn open(location: &str) -> Result<Warehouse> {
+        let path = match location.strip_prefix("file://") {
+            Some(p) => PathBuf::from(p),
+            None if location.contains("://") => {
+                return Err(Error::bad_request(
+                    "unsupported_warehouse",
+                    format!(
+                        "unsupported warehouse '{location}': use a local folder (file:///path)"
+                    ),
+                ));
+            }
+            None => PathBuf::from(location),
+        };
+        std::fs::create_dir_all(&path).map_err(|e| {
+            Error::internal(format!(
+                "cannot create the warehouse folder {}: {e}",
+                path.display()
+            ))
+        })?;
+        let root = path.canonicalize()?;
+        let url = format!("file://{}", root.display());
+        Ok(Warehouse {
+            url,
+            root,
+            io: FileIO::new_with_fs(),
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn io(&self) -> &FileIO {
+        &self.io
+    }
+
+    /// The folder of a new table.
+    pub fn new_table_location(&self, table: &str, uuid: &Uuid) -> String {
+        let mut parts: Vec<&str> = table.split('.').collect();
+        let name = parts.pop().unwrap_or(table);
+        format!(
+            "{}/{}/{}-{}",
+            self.url,
+            parts.join("/"),
+            name,
+            uuid.simple()
+        )
+    }
+
+    /// The local path of a location inside the warehouse; refuses anything outside it.
+    pub fn local_path(&self, location: &str) -> Result<PathBuf> {
+        let p = location
+            .strip_prefix("file://")
+            .map(PathBuf::from)
+            .ok_or_else(|| Error::internal(format!("'{location}' is not a local file URL")))?;
+        if !p.starts_with(&self.root)
+            || p.components().any(|c| c == std::path::Component::ParentDir)
+        {
+            return Err(Error::internal(format!(
+                "'{location}' is outside the warehouse {}",
+                self.url
+            )));
+        }
+        Ok(p)
+    }
+
+    /// Writes a new file durably (data, then its folder, reach the disk before the
+    /// catalog can point at it).
+    pub fn write_durable(&self, location: &str, bytes: &[u8]) -> Result<()> {
+        let path = self.local_path(location)?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut f = File::create(&path)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        if let Some(dir) = path.parent() {
+            sync_dir(dir)?;
+        }
+        Ok(())
+    }
+}
+
+/// Flushes files and the folder that holds them to disk.
+pub fn sync_files(dir: &Path, files: &[PathBuf]) -> Result<()> {
+    for f in files {
+        File::open(f)?.sync_all()?;
+    }
+    sync_dir(dir)
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)?.sync_all()?;
+    Ok(())
+}

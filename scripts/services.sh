@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Installs (from Debian's packages) and starts the services lh's tests need, then
+# prints the environment that points the tests at them, as `export` lines:
+#
+#     eval "$(scripts/services.sh postgres)"
+#
+# Idempotent: a service already running is left alone. Needs root (or sudo) only to
+# install packages and start system services.
+set -euo pipefail
+
+log() { echo "services: $*" >&2; }
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+        log "need root to run: $*"; exit 1; fi
+}
+
+apt_install() {
+    local missing=()
+    for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    log "installing ${missing[*]} from Debian's packages"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+}
+
+postgres() {
+    apt_install postgresql
+    local ver
+    ver=$(ls /usr/lib/postgresql | sort -n | tail -1)
+    if ! pg_lsclusters -h | awk '{print $1" "$2}' | grep -q "^$ver main$"; then
+        as_root pg_createcluster "$ver" main >&2
+    fi
+    if ! pg_lsclusters -h | awk -v v="$ver" '$1==v && $2=="main" {print $4}' | grep -q online; then
+        log "starting PostgreSQL $ver"
+        as_root pg_ctlcluster "$ver" main start >&2
+    fi
+    local port
+    port=$(pg_lsclusters -h | awk -v v="$ver" '$1==v && $2=="main" {print $3}')
+    for _ in $(seq 1 60); do
+        pg_isready -q -h 127.0.0.1 -p "$port" && break
+        sleep 0.5
+    done
+    pg_isready -q -h 127.0.0.1 -p "$port" || { log "PostgreSQL did not come up"; exit 1; }
+    # A password for TCP logins on loopback (the default pg_hba asks for one).
+    as_root su postgres -c "psql -q -p $port -c \"ALTER USER postgres PASSWORD 'postgres'\"" >&2
+    echo "export LH_TEST_POSTGRES_URL=postgres://postgres:postgres@127.0.0.1:$port/postgres"
+}
+
+for svc in "$@"; do
+    case "$svc" in
+        postgres) postgres ;;
+        *) log "unknown service $svc"; exit 2 ;;
+    esac
+done

@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 # Services the tests need, started (and installed) on demand; prints `export` lines.
-SERVICES = eval "$$(scripts/services.sh postgres)"
+SERVICES = eval "$$(scripts/services.sh postgres python)"
 
 .PHONY: build test check fmt bench bench-catalog openapi
 
@@ -13,7 +13,7 @@ build:
 ## The whole suite: unit, property, concurrency, crash and end-to-end tests, on SQLite
 ## and PostgreSQL.
 test:
-	$(SERVICES) && $(CARGO) test --workspace --no-fail-fast
+	$(SERVICES) && $(CARGO) build -p lh-cli && INSTA_UPDATE=no $(CARGO) test --workspace --no-fail-fast
 
 ## Formatting and lints, as CI wants them.
 check:

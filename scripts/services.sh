@@ -47,9 +47,31 @@ postgres() {
     echo "export LH_TEST_POSTGRES_URL=postgres://postgres:postgres@127.0.0.1:$port/postgres"
 }
 
+# A virtualenv with the Python packages of scripts/python-requirements.txt (pyiceberg,
+# DuckDB, tpchgen-cli), reinstalled only when that file changes.
+python() {
+    local cache="${LH_CACHE_DIR:-$HOME/.cache/lh}"
+    local venv="$cache/venv"
+    local req
+    req="$(cd "$(dirname "$0")" && pwd)/python-requirements.txt"
+    local stamp="$venv/.requirements"
+    if [ ! -x "$venv/bin/python" ]; then
+        command -v python3 >/dev/null || apt_install python3 python3-venv
+        python3 -m venv "$venv" >&2 || { apt_install python3-venv; python3 -m venv "$venv" >&2; }
+    fi
+    if ! cmp -s "$req" "$stamp"; then
+        log "installing Python packages into $venv"
+        "$venv/bin/pip" install -q --disable-pip-version-check -r "$req" >&2
+        cp "$req" "$stamp"
+    fi
+    echo "export LH_TEST_PYTHON=$venv/bin/python"
+    echo "export PATH=$venv/bin:\$PATH"
+}
+
 for svc in "$@"; do
     case "$svc" in
         postgres) postgres ;;
+        python) python ;;
         *) log "unknown service $svc"; exit 2 ;;
     esac
 done

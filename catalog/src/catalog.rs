@@ -570,11 +570,15 @@ impl Catalog {
 
     /// Drains the queue of `branch`, one batch at a time.
     async fn lead(&self, branch: String, queue: Arc<std::sync::Mutex<Queue>>) {
-        /// Hands leadership back even if the batch panics; queued callers then get errors.
+        /// Hands leadership back if the batch panics; the queued callers then get errors.
+        /// (Only on a panic: on a normal return leadership was handed back under the
+        /// lock, and a new leader may already be draining requests queued since.)
         struct Guard(Arc<std::sync::Mutex<Queue>>);
         impl Drop for Guard {
             fn drop(&mut self) {
-                if let Ok(mut q) = self.0.lock() {
+                if std::thread::panicking()
+                    && let Ok(mut q) = self.0.lock()
+                {
                     q.leader = false;
                     q.pending.clear();
                 }

@@ -129,7 +129,10 @@ pub fn batches(
             writeln!(out, "{table}")?;
         }
         OutputFormat::Json => {
-            let mut w = arrow::json::ArrayWriter::new(&mut out);
+            // Nulls are written out, so that every object has every column.
+            let mut w = arrow::json::WriterBuilder::new()
+                .with_explicit_nulls(true)
+                .build::<_, arrow::json::writer::JsonArray>(&mut out);
             let refs: Vec<&RecordBatch> = batches.iter().collect();
             w.write_batches(&refs)?;
             w.finish()?;
@@ -183,6 +186,15 @@ pub fn bytes(n: u64) -> String {
         format!("{n} B")
     } else {
         format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// `1 table`, `2 tables`.
+pub fn count(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
     }
 }
 

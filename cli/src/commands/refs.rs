@@ -70,12 +70,14 @@ pub async fn refs(
         RefCommand::Ls => {
             let refs: Vec<RefInfo> = client.get("/refs", &[("kind", kind.as_str())]).await?;
             let active = &settings.branch;
+            if kind == RefKind::Tag {
+                return output::listing(settings.output, &["name", "head"], &refs, |r| {
+                    vec![r.name.clone(), short(&r.head).to_string()]
+                });
+            }
+            // The active branch is marked, as git marks the checked-out one.
             output::listing(settings.output, &["", "name", "head"], &refs, |r| {
-                let mark = if kind == RefKind::Branch && &r.name == active {
-                    "*"
-                } else {
-                    ""
-                };
+                let mark = if &r.name == active { "*" } else { "" };
                 vec![mark.to_string(), r.name.clone(), short(&r.head).to_string()]
             })
         }
@@ -239,17 +241,17 @@ pub async fn merge(client: &Client, settings: &Settings, args: MergeArgs) -> Cli
     match m.kind {
         MergeKind::UpToDate => eprintln!("'{}' is already up to date with '{}'", m.into, args.from),
         MergeKind::FastForward => eprintln!(
-            "fast-forwarded '{}' to {} ({} tables)",
+            "fast-forwarded '{}' to {} ({})",
             m.into,
             short(&m.head),
-            m.tables.len()
+            output::count(m.tables.len(), "table")
         ),
         MergeKind::MergeCommit => eprintln!(
-            "merged '{}' into '{}': commit {} ({} tables)",
+            "merged '{}' into '{}': commit {} ({})",
             args.from,
             m.into,
             short(&m.head),
-            m.tables.len()
+            output::count(m.tables.len(), "table")
         ),
     }
     for t in &m.tables {

@@ -228,10 +228,10 @@ async fn import(client: &Client, settings: &Settings, args: ImportArgs) -> CliRe
         ImportModeArg::Replace => "replaced",
     };
     eprintln!(
-        "{verb} {} on '{at}': {} rows, {} files, {} (commit {})",
+        "{verb} {} on '{at}': {}, {}, {} (commit {})",
         r.table,
-        r.rows,
-        r.files,
+        output::count(r.rows as usize, "row"),
+        output::count(r.files as usize, "file"),
         output::bytes(r.bytes),
         short(&r.commit)
     );

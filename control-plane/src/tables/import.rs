@@ -418,6 +418,10 @@ impl WritePlan {
 
 /// The table function reading the staged files. With `typed`, a CSV is read with the
 /// target's types, by the file's column order.
+///
+/// CSV is read as RFC 4180 with a header row: the delimiter (`,`, or a tab for `.tsv`),
+/// quote and escape are fixed and rows are never skipped, so that a malformed file is
+/// an error rather than a different guess at its dialect.
 fn source_sql(format: FileFormat, files: &[PathBuf], typed: Option<(&Schema, &Schema)>) -> String {
     let list: Vec<String> = files
         .iter()
@@ -425,28 +429,38 @@ fn source_sql(format: FileFormat, files: &[PathBuf], typed: Option<(&Schema, &Sc
         .collect();
     let list = format!("[{}]", list.join(", "));
     match format {
-        FileFormat::Csv => match typed {
-            None => format!("read_csv({list}, header = true, union_by_name = true)"),
-            Some((source, target)) => {
-                let cols: Vec<String> = source
-                    .as_struct()
-                    .fields()
-                    .iter()
-                    .map(|f| {
-                        let ty = target
-                            .as_struct()
-                            .field_by_name(&f.name)
-                            .map(|t| duckdb_type(&t.field_type))
-                            .unwrap_or_else(|| duckdb_type(&f.field_type));
-                        format!("{}: {}", quote_literal(&f.name), quote_literal(&ty))
-                    })
-                    .collect();
-                format!(
-                    "read_csv({list}, header = true, columns = {{{}}})",
-                    cols.join(", ")
-                )
+        FileFormat::Csv => {
+            let tsv = files.iter().all(|p| {
+                let name = p.display().to_string().to_ascii_lowercase();
+                name.ends_with(".tsv") || name.ends_with(".tsv.gz") || name.ends_with(".tsv.zst")
+            });
+            let delim = if tsv { "'\\t'" } else { "','" };
+            let dialect = format!(
+                "header = true, delim = {delim}, quote = '\"', escape = '\"', skip = 0, strict_mode = true"
+            );
+            match typed {
+                None => format!("read_csv({list}, {dialect}, union_by_name = true)"),
+                Some((source, target)) => {
+                    let cols: Vec<String> = source
+                        .as_struct()
+                        .fields()
+                        .iter()
+                        .map(|f| {
+                            let ty = target
+                                .as_struct()
+                                .field_by_name(&f.name)
+                                .map(|t| duckdb_type(&t.field_type))
+                                .unwrap_or_else(|| duckdb_type(&f.field_type));
+                            format!("{}: {}", quote_literal(&f.name), quote_literal(&ty))
+                        })
+                        .collect();
+                    format!(
+                        "read_csv({list}, {dialect}, columns = {{{}}})",
+                        cols.join(", ")
+                    )
+                }
             }
-        },
+        }
         FileFormat::Parquet => format!("read_parquet({list}, union_by_name = true)"),
         FileFormat::Json => format!("read_json({list}, format = 'auto', union_by_name = true)"),
     }

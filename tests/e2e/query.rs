@@ -1,0 +1,224 @@
+//! `lh query`: output formats, refs, limits, and the sandbox.
+
+use lh_e2e::Server;
+
+use crate::snap;
+
+fn orders(server: &Server) -> lh_e2e::Lh {
+    let lh = server.lh();
+    let csv = lh.file(
+        "orders.csv",
+        "id,customer,amount\n1,alice,10.5\n2,bob,20\n3,carol,\n",
+    );
+    lh.run(&["table", "import", "raw.orders", csv.to_str().unwrap()])
+        .ok();
+    lh
+}
+
+#[test]
+fn output_formats() {
+    let server = Server::start();
+    let lh = orders(&server);
+    let sql = "select id, customer, amount from raw.orders order by id";
+    snap!("query_table", server, lh.run(&["query", sql]));
+    snap!("query_csv", server, lh.run(&["query", sql, "-o", "csv"]));
+    snap!("query_json", server, lh.run(&["query", sql, "-o", "json"]));
+    snap!(
+        "query_max_rows",
+        server,
+        lh.run(&["query", sql, "--max-rows", "2"])
+    );
+    snap!(
+        "query_empty",
+        server,
+        lh.run(&["query", "select * from raw.orders where false"])
+    );
+    let f = lh.file("q.sql", "select sum(amount) AS total from raw.orders");
+    assert_eq!(
+        lh.run(&["query", "--file", f.to_str().unwrap(), "-o", "csv"])
+            .ok(),
+        "total\n30.5\n"
+    );
+    let out = server.dir.path().join("r.parquet");
+    let run = lh.run(&["query", sql, "--out", out.to_str().unwrap()]);
+    assert!(run.stderr.starts_with("wrote 3 rows to"), "{}", run.stderr);
+    assert!(std::fs::metadata(&out).unwrap().len() > 0);
+    // Table functions and CTEs work; DESCRIBE works on lh tables.
+    assert_eq!(
+        lh.rows(
+            "with t AS (select * from raw.orders) select count(*) AS n from t, range(2)",
+            "main"
+        )[0]["n"],
+        6
+    );
+    let cols = lh.rows("describe raw.orders", "main");
+    assert_eq!(
+        cols.iter()
+            .map(|c| c["column_name"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["id", "customer", "amount"]
+    );
+}
+
+#[test]
+fn queries_read_any_ref() {
+    let server = Server::start();
+    let lh = orders(&server);
+    let first = lh.head("main");
+    lh.run(&["branch", "create", "dev"]).ok();
+    let more = lh.file("more.csv", "id,customer,amount\n4,dave,1\n");
+    lh.run(&[
+        "table",
+        "import",
+        "raw.orders",
+        more.to_str().unwrap(),
+        "--mode",
+        "append",
+        "--ref",
+        "dev",
+    ])
+    .ok();
+    let count = |at: &str| {
+        lh.rows("select count(*) AS n from raw.orders", at)[0]["n"]
+            .as_i64()
+            .unwrap()
+    };
+    assert_eq!(count("main"), 3);
+    assert_eq!(count("dev"), 4);
+    assert_eq!(count(&format!("@{}", &first[..10])), 3);
+    assert_eq!(count(&format!("dev@{first}")), 3);
+    lh.run(&["tag", "create", "before", "--from", &format!("@{first}")])
+        .ok();
+    assert_eq!(count("before"), 3);
+    // Time travel by time: dev as of a time after its last change has 4 rows; before
+    // the catalog existed, dev did not exist.
+    assert_eq!(count("dev@2999-01-01T00:00:00Z"), 4);
+    lh.run(&["query", "select 1", "--ref", "dev@2001-01-01T00:00:00Z"])
+        .fails(3);
+}
+
+#[test]
+fn bad_sql_and_unknown_tables() {
+    let server = Server::start();
+    let lh = orders(&server);
+    snap!("query_syntax_error", server, lh.run(&["query", "selec 1"]));
+    snap!(
+        "query_unknown_table",
+        server,
+        lh.run(&["query", "select * from raw.nope"])
+    );
+    snap!(
+        "query_unknown_column",
+        server,
+        lh.run(&["query", "select nope from raw.orders"])
+    );
+    snap!(
+        "query_two_statements",
+        server,
+        lh.run(&["query", "select 1; select 2"])
+    );
+    lh.run(&["query", "select 1", "--ref", "nope"]).fails(3);
+    lh.run(&["query", "select 1", "--ref", "bad..ref"]).fails(5);
+    lh.run(&["query", "  "]).fails(5);
+    // A runtime error is an error, not a short result.
+    lh.run(&["query", "select cast(customer AS integer) from raw.orders"])
+        .fails(5);
+}
+
+#[test]
+fn the_sandbox_refuses_escapes() {
+    let server = Server::start();
+    let lh = orders(&server);
+    let warehouse = server.data_dir().join("warehouse");
+    let escapes = [
+        "select * from read_csv('/etc/passwd')".to_string(),
+        "select * from read_text('/etc/hostname')".to_string(),
+        "select * from glob('/etc/*')".to_string(),
+        format!(
+            "select * from read_csv('{}/../catalog.db')",
+            warehouse.display()
+        ),
+        format!("copy (select 1) to '{}/x.csv'", warehouse.display()),
+        "copy raw.orders to '/tmp/stolen.csv'".to_string(),
+        format!("attach '{}/x.db' as x", warehouse.display()),
+        "install httpfs".to_string(),
+        "load httpfs".to_string(),
+        "set enable_external_access = true".to_string(),
+        "reset allowed_directories".to_string(),
+        "pragma version".to_string(),
+        "create table t as select 1".to_string(),
+        "insert into raw.orders values (9, 'x', 1)".to_string(),
+        "select * from read_parquet('http://127.0.0.1:9/x.parquet')".to_string(),
+        "call pragma_database_list()".to_string(),
+    ];
+    for sql in &escapes {
+        let run = lh.run(&["query", sql]);
+        assert_eq!(
+            run.code, 5,
+            "{sql} must be refused:\n{}\n{}",
+            run.stdout, run.stderr
+        );
+        assert!(run.stdout.is_empty(), "{sql}: no data on stdout");
+    }
+    snap!(
+        "sandbox_read_only",
+        server,
+        lh.run(&["query", "copy raw.orders to '/tmp/stolen.csv'"])
+    );
+    snap!(
+        "sandbox_file",
+        server,
+        lh.run(&["query", "select * from read_csv('/etc/passwd')"])
+    );
+    assert!(!warehouse.join("x.csv").exists() && !std::path::Path::new("/tmp/stolen.csv").exists());
+    // And the table is intact.
+    assert_eq!(
+        lh.rows("select count(*) AS n from raw.orders", "main")[0]["n"],
+        3
+    );
+}
+
+#[test]
+fn timeouts_and_result_limits() {
+    let server = Server::start_with(&["--max-result-bytes", "100000", "--query-timeout", "2"]);
+    let lh = orders(&server);
+    let run = lh.run(&[
+        "query",
+        "select count(*) from range(1000000000) a, range(1000) b",
+    ]);
+    let err = run.fails(7);
+    assert!(err.contains("timeout"), "{err}");
+    let run = lh.run(&["query", "select range AS n from range(1000000)"]);
+    let err = run.fails(7);
+    assert!(err.contains("larger than the limit"), "{err}");
+    assert!(err.contains("hint:"), "{err}");
+    // The server is still healthy.
+    assert_eq!(
+        lh.rows("select count(*) AS n from raw.orders", "main")[0]["n"],
+        3
+    );
+}
+
+#[test]
+fn a_query_stops_when_its_client_goes_away() {
+    // One query at a time: if the abandoned query kept running, the next would wait.
+    let server = Server::start_with(&["--max-concurrent-queries", "1"]);
+    let lh = orders(&server);
+    let mut long = lh
+        .command(&["query", "select count(*) from range(1000000000) a, range(100000) b"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    long.kill().unwrap();
+    long.wait().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let lh2 = lh.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(lh2.run(&["query", "select count(*) AS n from raw.orders", "-o", "json"]));
+    });
+    // The abandoned query would run for hours; the next one must not wait for it.
+    let run = rx.recv_timeout(std::time::Duration::from_secs(120)).expect("the next query was blocked by the abandoned one");
+    assert!(run.ok().contains("\"n\":3"), "{}", run.stdout);
+}

@@ -1,0 +1,213 @@
+//! Branches, tags, checkout, log, diff and merge through the CLI.
+
+use lh_e2e::Server;
+
+use crate::snap;
+
+#[test]
+fn branches_and_tags() {
+    let server = Server::start();
+    let lh = server.lh();
+    snap!(
+        "branch_create",
+        server,
+        lh.run(&["branch", "create", "alice.fix-billing"])
+    );
+    lh.run(&["tag", "create", "v1", "--from", "main"]).ok();
+    snap!("branch_ls", server, lh.run(&["branch", "ls"]));
+    snap!("tag_ls", server, lh.run(&["tag", "ls"]));
+    let json: serde_json::Value =
+        serde_json::from_str(lh.run(&["branch", "ls", "-o", "json"]).ok()).unwrap();
+    let names: Vec<&str> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["alice.fix-billing", "main"]);
+    let csv = lh.run(&["tag", "ls", "-o", "csv"]);
+    assert!(csv.ok().starts_with("name,head\nv1,"), "{}", csv.stdout);
+
+    // Bad input: clear errors, non-zero exits, nothing changed.
+    snap!(
+        "branch_create_bad_name",
+        server,
+        lh.run(&["branch", "create", "a..b"])
+    );
+    snap!(
+        "branch_create_exists",
+        server,
+        lh.run(&["branch", "create", "alice.fix-billing"])
+    );
+    snap!(
+        "branch_create_unknown_from",
+        server,
+        lh.run(&["branch", "create", "x", "--from", "nope"])
+    );
+    snap!("branch_rm_main", server, lh.run(&["branch", "rm", "main"]));
+    snap!("tag_rm_unknown", server, lh.run(&["tag", "rm", "nope"]));
+    lh.run(&["branch", "create", "-bad"]).fails(2);
+    lh.run(&["branch", "create", "bad name"]).fails(5);
+    lh.run(&["branch", "create", "x", "--from", "main@zzz"])
+        .fails(5);
+    lh.run(&["branch", "create", "x", "--from", "@0123456789"])
+        .fails(3);
+    let json2: serde_json::Value =
+        serde_json::from_str(lh.run(&["branch", "ls", "-o", "json"]).ok()).unwrap();
+    assert_eq!(json, json2, "nothing changed");
+
+    lh.run(&["branch", "rm", "alice.fix-billing"]).ok();
+    lh.run(&["tag", "rm", "v1"]).ok();
+    assert!(!lh.run(&["branch", "ls"]).ok().contains("alice"));
+}
+
+#[test]
+fn checkout_sets_the_active_branch() {
+    let server = Server::start();
+    let lh = server.lh();
+    snap!("checkout_b", server, lh.run(&["checkout", "-b", "dev"]));
+    assert!(lh.run(&["branch", "ls"]).ok().contains("*  dev"));
+    // --ref defaults to the active branch: a table imported now lands on dev only.
+    let csv = lh.file("t.csv", "a,b\n1,x\n2,y\n");
+    lh.run(&["table", "import", "raw.t", csv.to_str().unwrap()])
+        .ok();
+    assert_eq!(lh.rows("select count(*) AS n from raw.t", "dev")[0]["n"], 2);
+    lh.run(&["query", "select * from raw.t", "--ref", "main"])
+        .fails(3);
+    lh.run(&["checkout", "main"]).ok();
+    lh.run(&["query", "select * from raw.t"]).fails(3);
+    let info: serde_json::Value =
+        serde_json::from_str(lh.run(&["info", "-o", "json"]).ok()).unwrap();
+    assert_eq!(info["active_branch"], "main");
+    snap!("checkout_unknown", server, lh.run(&["checkout", "nope"]));
+    lh.run(&["tag", "create", "v1"]).ok();
+    snap!("checkout_tag", server, lh.run(&["checkout", "v1"]));
+    // The config file holds the profile.
+    let config = std::fs::read_to_string(lh.home.join("config.yaml")).unwrap();
+    assert!(config.contains("branch: main"), "{config}");
+}
+
+#[test]
+fn log_diff_and_merge() {
+    let server = Server::start();
+    let lh = server.lh();
+    let a = lh.file("a.csv", "id,v\n1,10\n2,20\n");
+    let b = lh.file("b.csv", "id,v\n3,30\n");
+    lh.run(&["table", "import", "raw.a", a.to_str().unwrap()])
+        .ok();
+    lh.run(&["table", "import", "raw.b", a.to_str().unwrap()])
+        .ok();
+    lh.run(&["branch", "create", "dev"]).ok();
+    lh.run(&[
+        "table",
+        "import",
+        "raw.a",
+        b.to_str().unwrap(),
+        "--ref",
+        "dev",
+        "--mode",
+        "append",
+    ])
+    .ok();
+    lh.run(&[
+        "table",
+        "import",
+        "raw.c",
+        b.to_str().unwrap(),
+        "--ref",
+        "dev",
+    ])
+    .ok();
+    snap!("diff", server, lh.run(&["diff", "main", "dev"]));
+    snap!("diff_none", server, lh.run(&["diff", "main", "main"]));
+    let d: serde_json::Value =
+        serde_json::from_str(lh.run(&["diff", "main", "dev", "-o", "json"]).ok()).unwrap();
+    assert_eq!(d["tables"].as_array().unwrap().len(), 2);
+    snap!("log", server, lh.run(&["log", "dev", "-n", "2"]));
+    let old_main = lh.head("main");
+    // main moves on another table: a real merge commit.
+    lh.run(&[
+        "table",
+        "import",
+        "raw.b",
+        b.to_str().unwrap(),
+        "--mode",
+        "append",
+    ])
+    .ok();
+    snap!(
+        "merge",
+        server,
+        lh.run(&["merge", "dev", "--into", "main", "-m", "publish dev"])
+    );
+    assert_eq!(
+        lh.rows("select count(*) AS n from raw.a", "main")[0]["n"],
+        3
+    );
+    assert_eq!(
+        lh.rows("select count(*) AS n from raw.b", "main")[0]["n"],
+        3
+    );
+    // Time travel: main before the merge, by its commit.
+    assert_eq!(
+        lh.rows(
+            "select count(*) AS n from raw.a",
+            &format!("main@{}", &old_main[..12])
+        )[0]["n"],
+        2
+    );
+    let log: serde_json::Value =
+        serde_json::from_str(lh.run(&["log", "-n", "1", "-o", "json"]).ok()).unwrap();
+    assert_eq!(log[0]["message"], "publish dev");
+    assert_eq!(log[0]["author"], "tester");
+    snap!(
+        "merge_up_to_date",
+        server,
+        lh.run(&["merge", "dev", "--into", "main"])
+    );
+}
+
+#[test]
+fn merge_conflicts_are_listed_and_change_nothing() {
+    let server = Server::start();
+    let lh = server.lh();
+    let a = lh.file("a.csv", "id\n1\n");
+    lh.run(&["table", "import", "raw.x", a.to_str().unwrap()])
+        .ok();
+    lh.run(&["table", "import", "raw.y", a.to_str().unwrap()])
+        .ok();
+    lh.run(&["branch", "create", "dev"]).ok();
+    for t in ["raw.x", "raw.y"] {
+        lh.run(&[
+            "table",
+            "import",
+            t,
+            a.to_str().unwrap(),
+            "--mode",
+            "append",
+            "--ref",
+            "dev",
+        ])
+        .ok();
+        lh.run(&[
+            "table",
+            "import",
+            t,
+            a.to_str().unwrap(),
+            "--mode",
+            "append",
+        ])
+        .ok();
+    }
+    let before = lh.head("main");
+    let run = lh.run(&["merge", "dev", "--into", "main"]);
+    let err = run.fails(4);
+    assert!(err.contains("raw.x") && err.contains("raw.y"), "{err}");
+    snap!("merge_conflict", server, run);
+    assert_eq!(lh.head("main"), before, "main unchanged");
+    // Merging into a tag, or from nothing.
+    lh.run(&["tag", "create", "t"]).ok();
+    lh.run(&["merge", "dev", "--into", "t"]).fails(5);
+    lh.run(&["merge", "nope", "--into", "main"]).fails(3);
+    lh.run(&["merge", "dev", "--into", "gone"]).fails(3);
+}

@@ -1,0 +1,286 @@
+//! The end-to-end harness: a real `lh server` in a temporary data directory on a free
+//! loopback port, and the real `lh` CLI run against it with its own home directory.
+//!
+//! The binary is the `lh` built next to this test binary (`make test` builds it first);
+//! a missing binary fails the test, it never skips.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The `lh` binary under test.
+pub fn lh_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("LH_BIN") {
+            return PathBuf::from(p);
+        }
+        // target/<profile>/deps/e2e-<hash> -> target/<profile>/lh
+        let exe = std::env::current_exe().expect("current exe");
+        let bin = exe
+            .parent()
+            .and_then(Path::parent)
+            .map(|d| d.join("lh"))
+            .expect("target dir");
+        assert!(
+            bin.exists(),
+            "{} does not exist: build it first (`cargo build -p lh-cli`, as `make test` does)",
+            bin.display()
+        );
+        bin
+    })
+    .clone()
+}
+
+/// A running `lh server`, stopped (SIGTERM, then SIGKILL) when dropped.
+pub struct Server {
+    pub dir: tempfile::TempDir,
+    pub url: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Server {
+    /// Starts a server on the embedded default (SQLite, local warehouse) in a fresh
+    /// temporary directory, with extra flags.
+    pub fn start_with(args: &[&str]) -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data = dir.path().join("data");
+        let log = dir.path().join("server.log");
+        let log_file = std::fs::File::create(&log).expect("log file");
+        let mut child = Command::new(lh_bin())
+            .args(["server", "--bind", "127.0.0.1:0", "--data-dir"])
+            .arg(&data)
+            .args(args)
+            .env("LH_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start lh server");
+        // The server prints its address; the rest of its output goes to the log file.
+        let stderr = child.stderr.take().expect("piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut log_file = log_file;
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                use std::io::Write;
+                let _ = writeln!(log_file, "{line}");
+                if !sent && let Some(rest) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(rest.trim().to_string());
+                    sent = true;
+                }
+            }
+        });
+        let url = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(u) => u,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "lh server did not start:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+        };
+        Server {
+            dir,
+            url,
+            child,
+            log,
+        }
+    }
+
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// A CLI bound to this server, with its own home directory.
+    pub fn lh(&self) -> Lh {
+        let home = self.dir.path().join("home");
+        Lh {
+            endpoint: self.url.clone(),
+            home,
+            cwd: self.dir.path().to_path_buf(),
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Stops the server with SIGTERM (a graceful shutdown) and waits for it.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        self.terminate()
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                return self.child.wait().expect("wait");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.terminate();
+        }
+    }
+}
+
+/// The CLI, pointed at a server.
+#[derive(Debug, Clone)]
+pub struct Lh {
+    pub endpoint: String,
+    pub home: PathBuf,
+    pub cwd: PathBuf,
+}
+
+/// What one `lh` command did.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// Asserts success and returns stdout.
+    #[track_caller]
+    pub fn ok(&self) -> &str {
+        assert_eq!(
+            self.code, 0,
+            "expected success\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        &self.stdout
+    }
+
+    /// Asserts the exit code and returns stderr.
+    #[track_caller]
+    pub fn fails(&self, code: i32) -> &str {
+        assert_eq!(
+            self.code, code,
+            "expected exit {code}\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        &self.stderr
+    }
+
+    /// stdout and stderr together, as a snapshot shows them.
+    pub fn both(&self) -> String {
+        format!(
+            "exit: {}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Lh {
+    pub fn run(&self, args: &[&str]) -> Run {
+        let out = self.command(args).output().expect("run lh");
+        run_of(out)
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(lh_bin());
+        c.args(args)
+            .current_dir(&self.cwd)
+            .env("LH_ENDPOINT", &self.endpoint)
+            .env("LH_HOME", &self.home)
+            .env("LH_USER", "tester")
+            .env_remove("LH_PROFILE")
+            .env("NO_COLOR", "1");
+        c
+    }
+
+    /// Writes a file in the CLI's working directory and returns its path.
+    pub fn file(&self, name: &str, contents: &str) -> PathBuf {
+        let p = self.cwd.join(name);
+        std::fs::write(&p, contents).expect("write file");
+        p
+    }
+
+    /// The commit a ref points at, from `lh branch ls` / `lh tag ls` JSON.
+    pub fn head(&self, name: &str) -> String {
+        for kind in ["branch", "tag"] {
+            let out = self.run(&[kind, "ls", "-o", "json"]);
+            let v: serde_json::Value = serde_json::from_str(out.ok()).expect("json");
+            if let Some(r) = v
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| r["name"] == name)
+            {
+                return r["head"].as_str().expect("head").to_string();
+            }
+        }
+        panic!("no ref {name}");
+    }
+
+    /// The rows of a query as JSON objects.
+    pub fn rows(&self, sql: &str, at: &str) -> Vec<serde_json::Value> {
+        let out = self.run(&["query", sql, "--ref", at, "-o", "json"]);
+        serde_json::from_str(out.ok().trim()).expect("json rows")
+    }
+}
+
+fn run_of(out: Output) -> Run {
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Replaces what changes from run to run (hashes, ids, times, paths) with stable
+/// placeholders, for snapshots.
+pub fn redact(text: &str, temp: &Path) -> String {
+    use regex::Regex;
+    static RULES: OnceLock<Vec<(Regex, &'static str)>> = OnceLock::new();
+    let rules = RULES.get_or_init(|| {
+        vec![
+            (Regex::new(r"\b[0-9a-f]{64}\b").unwrap(), "[HASH]"),
+            (
+                Regex::new(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+                    .unwrap(),
+                "[UUID]",
+            ),
+            (Regex::new(r"\b[0-9a-f]{32}\b").unwrap(), "[ID]"),
+            (Regex::new(r"\b[0-9a-f]{12}\b").unwrap(), "[SHORT]"),
+            (
+                Regex::new(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
+                    .unwrap(),
+                "[TIME]",
+            ),
+            (Regex::new(r"\b\d{15,19}\b").unwrap(), "[SNAPSHOT]"),
+            (Regex::new(r"127\.0\.0\.1:\d+").unwrap(), "127.0.0.1:[PORT]"),
+        ]
+    });
+    let mut s = text.replace(&temp.display().to_string(), "[TMP]");
+    if let Ok(canon) = temp.canonicalize() {
+        s = s.replace(&canon.display().to_string(), "[TMP]");
+    }
+    for (re, with) in rules {
+        s = re.replace_all(&s, *with).into_owned();
+    }
+    s
+}

@@ -5,10 +5,16 @@ CARGO ?= cargo
 # Services the tests need, started (and installed) on demand; prints `export` lines.
 SERVICES = eval "$$(scripts/services.sh postgres python)"
 
-.PHONY: build test check fmt bench bench-catalog openapi
+.PHONY: build test check fmt bench bench-catalog openapi demo
 
 build:
 	$(CARGO) build --workspace
+
+## The demo: a server on the embedded default, TPC-H data, branch, change, query,
+## diff, merge and time travel.
+demo:
+	eval "$$(scripts/services.sh python)" && $(CARGO) build -p lh-cli && \
+	PATH="$$($(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug:$$PATH" scripts/demo.sh
 
 ## The whole suite: unit, property, concurrency, crash and end-to-end tests, on SQLite
 ## and PostgreSQL.

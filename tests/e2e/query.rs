@@ -205,7 +205,10 @@ fn a_query_stops_when_its_client_goes_away() {
     let server = Server::start_with(&["--max-concurrent-queries", "1"]);
     let lh = orders(&server);
     let mut long = lh
-        .command(&["query", "select count(*) from range(1000000000) a, range(100000) b"])
+        .command(&[
+            "query",
+            "select count(*) from range(1000000000) a, range(100000) b",
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -216,9 +219,16 @@ fn a_query_stops_when_its_client_goes_away() {
     let (tx, rx) = std::sync::mpsc::channel();
     let lh2 = lh.clone();
     std::thread::spawn(move || {
-        let _ = tx.send(lh2.run(&["query", "select count(*) AS n from raw.orders", "-o", "json"]));
+        let _ = tx.send(lh2.run(&[
+            "query",
+            "select count(*) AS n from raw.orders",
+            "-o",
+            "json",
+        ]));
     });
     // The abandoned query would run for hours; the next one must not wait for it.
-    let run = rx.recv_timeout(std::time::Duration::from_secs(120)).expect("the next query was blocked by the abandoned one");
+    let run = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the next query was blocked by the abandoned one");
     assert!(run.ok().contains("\"n\":3"), "{}", run.stdout);
 }

@@ -29,13 +29,13 @@ pub async fn run(client: &Client, settings: &Settings, cmd: TableCommand) -> Cli
             }
             output::listing(
                 settings.output,
-                &["table", "snapshot", "metadata"],
+                &["table", "snapshot", "table uuid"],
                 &list.tables,
                 |t| {
                     vec![
                         t.name.clone(),
                         t.pointer.snapshot_id.map_or("-".into(), |s| s.to_string()),
-                        t.pointer.metadata_location.clone(),
+                        t.pointer.table_uuid.clone(),
                     ]
                 },
             )

@@ -282,5 +282,9 @@ pub fn redact(text: &str, temp: &Path) -> String {
     for (re, with) in rules {
         s = re.replace_all(&s, *with).into_owned();
     }
-    s
+    // Columns padded to a redacted value's width differ from run to run: keep the
+    // column breaks, not their widths.
+    static PADDING: OnceLock<Regex> = OnceLock::new();
+    let padding = PADDING.get_or_init(|| Regex::new(r"([^ \n]) {2,}").unwrap());
+    padding.replace_all(&s, "$1  ").into_owned()
 }

@@ -128,26 +128,38 @@ pub fn batches(
             };
             writeln!(out, "{table}")?;
         }
+        // Each batch is rendered into a buffer and written with `write_all`, so that a
+        // closed stdout surfaces as an I/O error (a broken pipe), not a format error.
         OutputFormat::Json => {
-            // Nulls are written out, so that every object has every column.
-            let mut w = arrow::json::WriterBuilder::new()
-                .with_explicit_nulls(true)
-                .build::<_, arrow::json::writer::JsonArray>(&mut out);
-            let refs: Vec<&RecordBatch> = batches.iter().collect();
-            w.write_batches(&refs)?;
-            w.finish()?;
-            drop(w);
-            writeln!(out)?;
+            let mut buf = Vec::new();
+            {
+                // Nulls are written out, so that every object has every column.
+                let mut w = arrow::json::WriterBuilder::new()
+                    .with_explicit_nulls(true)
+                    .build::<_, arrow::json::writer::JsonArray>(&mut buf);
+                let refs: Vec<&RecordBatch> = batches.iter().collect();
+                w.write_batches(&refs)?;
+                w.finish()?;
+            }
+            buf.push(b'\n');
+            out.write_all(&buf)?;
         }
         OutputFormat::Csv => {
-            let mut w = arrow::csv::WriterBuilder::new()
-                .with_header(true)
-                .build(&mut out);
-            if batches.is_empty() {
-                w.write(&RecordBatch::new_empty(schema.clone()))?;
-            }
-            for b in batches {
-                w.write(b)?;
+            let empty = [RecordBatch::new_empty(schema.clone())];
+            let all = if batches.is_empty() {
+                &empty[..]
+            } else {
+                batches
+            };
+            for (i, b) in all.iter().enumerate() {
+                let mut buf = Vec::new();
+                {
+                    let mut w = arrow::csv::WriterBuilder::new()
+                        .with_header(i == 0)
+                        .build(&mut buf);
+                    w.write(b)?;
+                }
+                out.write_all(&buf)?;
             }
         }
     }

@@ -94,16 +94,19 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         max_result_bytes: config.max_result_bytes,
     };
     let tables = Arc::new(Tables::new(catalog.clone(), warehouse));
-    let queries = Arc::new(QueryEngine::new(
-        tables.clone(),
-        QueryLimits {
-            timeout: config.query_timeout,
-            max_result_bytes: config.max_result_bytes,
-            max_concurrent: config.max_concurrent_queries,
-            duck: duck.clone(),
-        },
-        spill.join("query"),
-    ));
+    let queries = Arc::new(
+        QueryEngine::new(
+            tables.clone(),
+            QueryLimits {
+                timeout: config.query_timeout,
+                max_result_bytes: config.max_result_bytes,
+                max_concurrent: config.max_concurrent_queries,
+                duck: duck.clone(),
+            },
+            spill.join("query"),
+        )
+        .map_err(|e| anyhow::anyhow!("cannot start the query engine: {e}"))?,
+    );
     Ok(AppState {
         catalog,
         tables,

@@ -1,11 +1,14 @@
 //! SQL queries on any ref, in embedded DuckDB.
 //!
-//! Each query gets a fresh sandboxed in-memory database. DuckDB's parser says whether
-//! the query is one read-only statement and which tables it names; each such table is
-//! resolved at the query's commit to its snapshot's data files and exposed as a view
-//! over `read_parquet`, reading columns by Iceberg field id (so renamed and added
-//! columns read right). Then the configuration is locked and the query runs, bounded
-//! in time and in result size, and interrupted when its caller goes away.
+//! One DuckDB database serves every query: sandboxed and locked at start-up, so that its
+//! thread pool, memory limit and file cache are shared and warm. Each query gets its own
+//! connection and its own in-memory catalog (`ATTACH ':memory:' AS q_<id>; USE q_<id>`),
+//! detached afterwards. DuckDB's parser says whether the query is one read-only
+//! statement and which tables it names; each such table is resolved at the query's
+//! commit to its snapshot's data files and exposed in that catalog as a view over
+//! `read_parquet`, reading columns by Iceberg field id (so renamed and added columns
+//! read right). The query runs bounded in time and in result size, and is interrupted
+//! when its caller goes away.
 
 mod sql;
 
@@ -37,7 +40,35 @@ pub struct QueryEngine {
     tables: Arc<Tables>,
     limits: QueryLimits,
     permits: Semaphore,
-    spill: PathBuf,
+    /// The shared, locked database; each query connects to it anew.
+    database: Arc<std::sync::Mutex<Connection>>,
+}
+
+/// A query's connection and catalog, detached when dropped.
+struct Session {
+    conn: Connection,
+    catalog: String,
+}
+
+impl Session {
+    fn open(database: &std::sync::Mutex<Connection>) -> Result<Session> {
+        let conn = database
+            .lock()
+            .map_err(|_| Error::internal("the query database is poisoned"))?
+            .try_clone()?;
+        let catalog = format!("q_{}", uuid::Uuid::new_v4().simple());
+        conn.execute_batch(&format!("ATTACH ':memory:' AS {catalog}; USE {catalog};"))?;
+        Ok(Session { conn, catalog })
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.conn.execute_batch(&format!(
+            "USE memory; DETACH DATABASE IF EXISTS {};",
+            self.catalog
+        ));
+    }
 }
 
 /// A query's answer.
@@ -62,13 +93,15 @@ impl Drop for InterruptOnDrop {
 }
 
 impl QueryEngine {
-    pub fn new(tables: Arc<Tables>, limits: QueryLimits, spill: PathBuf) -> QueryEngine {
-        QueryEngine {
+    pub fn new(tables: Arc<Tables>, limits: QueryLimits, spill: PathBuf) -> Result<QueryEngine> {
+        let conn = duck::sandboxed(&[tables.warehouse.root()], &spill, &limits.duck)?;
+        duck::lock(&conn)?;
+        Ok(QueryEngine {
             tables,
             permits: Semaphore::new(limits.max_concurrent.max(1)),
             limits,
-            spill,
-        }
+            database: Arc::new(std::sync::Mutex::new(conn)),
+        })
     }
 
     pub fn limits(&self) -> &QueryLimits {
@@ -93,17 +126,16 @@ impl QueryEngine {
         })?;
         let resolved = self.tables.catalog.resolve(at).await?;
 
-        let warehouse = self.tables.warehouse.root().to_path_buf();
-        let spill = self.spill.clone();
-        let limits = self.limits.duck.clone();
+        let database = self.database.clone();
         let text = sql.to_string();
-        let (conn, refs) = blocking(move || {
-            let conn = duck::sandboxed(&[warehouse.as_path()], &spill, &limits)?;
-            let serialized: String = conn
+        let (session, refs) = blocking(move || {
+            let session = Session::open(&database)?;
+            let serialized: String = session
+                .conn
                 .prepare("SELECT json_serialize_sql(?::VARCHAR)")?
                 .query_row([&text], |r| r.get(0))?;
             let refs = sql::analyze(&serialized)?;
-            Ok((conn, refs))
+            Ok((session, refs))
         })
         .await?;
 
@@ -113,6 +145,18 @@ impl QueryEngine {
                 // A CTE, or a table without a namespace: DuckDB will say if it is unknown.
                 continue;
             }
+            if parts.len() > 2 {
+                let dotted = parts.join(".");
+                let (ns, table) = dotted.rsplit_once('.').unwrap_or(("", ""));
+                return Err(Error::bad_request(
+                    "sql_error",
+                    format!("'{dotted}' names a catalog; lh tables are namespace.table"),
+                )
+                .with_hint(format!(
+                    "for a nested namespace, quote it: \"{ns}\".{table}"
+                )));
+            }
+            // A nested namespace is written quoted: "a.b".t is the table a.b.t.
             let name = parts.join(".");
             if lh_catalog::names::validate_table_name(&name).is_err() {
                 continue;
@@ -124,25 +168,15 @@ impl QueryEngine {
                 )
                 .with_hint(format!("`lh table ls --ref {at}` lists the tables")));
             };
-            if parts.len() > 3 {
-                return Err(Error::bad_request(
-                    "sql_error",
-                    format!("table '{name}': SQL reaches namespaces at most two levels deep"),
-                ));
-            }
-            let files = self.tables.live_files(&table).await?;
-            let paths = files
-                .iter()
-                .map(|f| self.tables.warehouse.local_path(&f.url))
-                .collect::<Result<Vec<_>>>()?;
-            views.push(view_sql(&parts, &table, &paths));
+            let groups = self.tables.file_groups(&table).await?;
+            views.push(view_sql(&parts, &table, &groups));
         }
 
-        let handle = conn.interrupt_handle();
+        let handle = session.conn.interrupt_handle();
         let mut guard = InterruptOnDrop(Some(handle.clone()));
         let max_bytes = self.limits.max_result_bytes;
         let text = sql.to_string();
-        let task = blocking(move || execute(conn, &views, &text, max_bytes, max_rows));
+        let task = blocking(move || execute(session, &views, &text, max_bytes, max_rows));
         let out = match tokio::time::timeout(timeout, task).await {
             Ok(r) => r,
             Err(_) => {
@@ -174,75 +208,62 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(|e| Error::internal(format!("query task failed: {e}")))?
 }
 
+/// The data files of a table, grouped by their physical columns (Parquet field id to
+/// column name): files written under one schema share a group.
+pub(crate) type FileGroups = Vec<(Arc<Vec<(i32, String)>>, Vec<PathBuf>)>;
+
 /// The statements that expose a table as a view at its snapshot.
-fn view_sql(parts: &[String], table: &LoadedTable, files: &[PathBuf]) -> String {
+///
+/// Columns are matched by Iceberg field id, as the spec says: for each group of files
+/// with the same physical columns, the view selects each current column from the
+/// physical column with its field id (under whatever name it was written), casts it to
+/// the current type (a no-op DuckDB removes when nothing changed, so projections and
+/// filters still reach the Parquet reader), or yields NULL when the files predate the
+/// column. Groups are combined with UNION ALL.
+fn view_sql(parts: &[String], table: &LoadedTable, groups: &FileGroups) -> String {
     let schema = table.metadata.current_schema();
     let mut sql = String::new();
-    let (catalog, ns, name) = match parts {
-        [ns, name] => (None, ns, name),
-        [cat, ns, name] => (Some(cat), ns, name),
-        _ => unreachable!("checked by the caller"),
+    let [ns, name] = parts else {
+        unreachable!("checked by the caller")
     };
-    let qualified = match catalog {
-        Some(cat) => {
-            sql.push_str(&format!(
-                "ATTACH IF NOT EXISTS ':memory:' AS {};\n",
-                quote_ident(cat)
-            ));
-            sql.push_str(&format!(
-                "CREATE SCHEMA IF NOT EXISTS {}.{};\n",
-                quote_ident(cat),
-                quote_ident(ns)
-            ));
-            format!(
-                "{}.{}.{}",
-                quote_ident(cat),
-                quote_ident(ns),
-                quote_ident(name)
-            )
-        }
-        None => {
-            sql.push_str(&format!(
-                "CREATE SCHEMA IF NOT EXISTS {};\n",
-                quote_ident(ns)
-            ));
-            format!("{}.{}", quote_ident(ns), quote_ident(name))
-        }
-    };
+    sql.push_str(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {};\n",
+        quote_ident(ns)
+    ));
+    let qualified = format!("{}.{}", quote_ident(ns), quote_ident(name));
     let fields = schema.as_struct().fields();
-    let body = if files.is_empty() {
+    let select = |physical: Option<&[(i32, String)]>| -> String {
         let cols: Vec<String> = fields
             .iter()
             .map(|f| {
-                format!(
-                    "CAST(NULL AS {}) AS {}",
-                    duckdb_type(&f.field_type),
-                    quote_ident(&f.name)
-                )
+                let ty = duckdb_type(&f.field_type);
+                let source = physical
+                    .and_then(|cols| cols.iter().find(|(id, _)| *id == f.id))
+                    .map(|(_, n)| quote_ident(n))
+                    .unwrap_or_else(|| "NULL".to_string());
+                format!("CAST({source} AS {ty}) AS {}", quote_ident(&f.name))
             })
             .collect();
-        format!("SELECT {} WHERE false", cols.join(", "))
+        cols.join(", ")
+    };
+    let body = if groups.is_empty() {
+        format!("SELECT {} WHERE false", select(None))
     } else {
-        let list: Vec<String> = files
+        let parts: Vec<String> = groups
             .iter()
-            .map(|p| quote_literal(&p.display().to_string()))
-            .collect();
-        let map: Vec<String> = fields
-            .iter()
-            .map(|f| {
+            .map(|(cols, files)| {
+                let list: Vec<String> = files
+                    .iter()
+                    .map(|p| quote_literal(&p.display().to_string()))
+                    .collect();
                 format!(
-                    "{}: {{name: {}, type: {}, default_value: NULL}}",
-                    f.id,
-                    quote_literal(&f.name),
-                    quote_literal(&duckdb_type(&f.field_type))
+                    "SELECT {} FROM read_parquet([{}])",
+                    select(Some(cols)),
+                    list.join(", ")
                 )
             })
             .collect();
-        format!(
-            "SELECT * FROM read_parquet([{}], schema = map {{{}}})",
-            list.join(", "),
-            map.join(", ")
-        )
+        parts.join(" UNION ALL ")
     };
     sql.push_str(&format!("CREATE VIEW {qualified} AS {body};\n"));
     sql
@@ -250,17 +271,17 @@ fn view_sql(parts: &[String], table: &LoadedTable, files: &[PathBuf]) -> String 
 
 /// Creates the views, locks the sandbox, runs the query and collects its result.
 fn execute(
-    conn: Connection,
+    session: Session,
     views: &[String],
     sql: &str,
     max_bytes: u64,
     max_rows: Option<u64>,
 ) -> Result<(SchemaRef, Vec<RecordBatch>, bool)> {
+    let conn = &session.conn;
     for v in views {
         conn.execute_batch(v)
             .map_err(|e| Error::internal(format!("cannot expose a table to DuckDB: {e}")))?;
     }
-    duck::lock(&conn)?;
     let mut stmt = conn.prepare(sql).map_err(sql_error)?;
     // Stream the result chunk by chunk, so that an oversized result stops early and
     // an error part-way (a failed cast, an interrupt) is an error, not a short result.

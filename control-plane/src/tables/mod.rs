@@ -43,6 +43,8 @@ pub struct Tables {
     metadata: quick_cache::sync::Cache<String, Arc<TableMetadata>>,
     /// Nor do snapshots: cache their live files by (metadata location, snapshot).
     files: quick_cache::sync::Cache<(String, i64), Arc<Vec<LiveFile>>>,
+    /// Nor data files: cache their top-level columns (field id, name) by path.
+    columns: quick_cache::sync::Cache<std::path::PathBuf, Arc<Vec<(i32, String)>>>,
 }
 
 impl Tables {
@@ -52,6 +54,7 @@ impl Tables {
             warehouse,
             metadata: quick_cache::sync::Cache::new(10_000),
             files: quick_cache::sync::Cache::new(10_000),
+            columns: quick_cache::sync::Cache::new(200_000),
         }
     }
 
@@ -134,6 +137,46 @@ impl Tables {
         let out = Arc::new(out);
         self.files.insert(key, out.clone());
         Ok(out)
+    }
+
+    /// The live data files of a table, grouped by their physical columns, as local paths
+    /// (see `query::view_sql`). Footers are read once per file.
+    pub async fn file_groups(&self, t: &LoadedTable) -> Result<crate::query::FileGroups> {
+        let files = self.live_files(t).await?;
+        let mut paths = Vec::with_capacity(files.len());
+        let mut unknown = Vec::new();
+        for f in files.iter() {
+            let p = self.warehouse.local_path(&f.url)?;
+            if self.columns.get(&p).is_none() {
+                unknown.push(p.clone());
+            }
+            paths.push(p);
+        }
+        if !unknown.is_empty() {
+            let read = tokio::task::spawn_blocking(move || {
+                unknown
+                    .into_iter()
+                    .map(|p| stats::top_level_columns(&p).map(|c| (p, c)))
+                    .collect::<Result<Vec<_>>>()
+            })
+            .await
+            .map_err(|e| Error::internal(format!("footer task failed: {e}")))??;
+            for (p, c) in read {
+                self.columns.insert(p, Arc::new(c));
+            }
+        }
+        let mut groups: crate::query::FileGroups = Vec::new();
+        for p in paths {
+            let cols = self
+                .columns
+                .get(&p)
+                .ok_or_else(|| Error::internal("footer cache lost an entry"))?;
+            match groups.iter_mut().find(|(c, _)| *c == cols) {
+                Some((_, files)) => files.push(p),
+                None => groups.push((cols, vec![p])),
+            }
+        }
+        Ok(groups)
     }
 
     /// Writes a new metadata file for `metadata` (the next version after `previous`)

@@ -100,6 +100,35 @@ pub fn data_file(path: &Path, url: &str, schema: &Schema) -> Result<DataFile> {
         .map_err(|e| Error::internal(format!("cannot describe data file {url}: {e}")))
 }
 
+/// The top-level columns of a Parquet file: (field id, name). A column without a field
+/// id gets id 0, which matches no Iceberg field.
+pub fn top_level_columns(path: &Path) -> Result<Vec<(i32, String)>> {
+    let file = File::open(path)
+        .map_err(|e| Error::internal(format!("cannot open data file {}: {e}", path.display())))?;
+    let reader = SerializedFileReader::new(file).map_err(|e| {
+        Error::internal(format!(
+            "cannot read the Parquet footer of {}: {e}",
+            path.display()
+        ))
+    })?;
+    let root = reader
+        .metadata()
+        .file_metadata()
+        .schema_descr()
+        .root_schema_ptr();
+    Ok(root
+        .get_fields()
+        .iter()
+        .map(|f| {
+            let info = f.get_basic_info();
+            (
+                if info.has_id() { info.id() } else { 0 },
+                info.name().to_string(),
+            )
+        })
+        .collect())
+}
+
 fn merge(
     map: &mut HashMap<i32, Datum>,
     id: i32,

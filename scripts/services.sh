@@ -68,10 +68,16 @@ python() {
     echo "export PATH=$venv/bin:\$PATH"
 }
 
+# bubblewrap, the sandbox of the process runtime.
+bubblewrap() {
+    apt_install bubblewrap
+}
+
 for svc in "$@"; do
     case "$svc" in
         postgres) postgres ;;
         python) python ;;
+        bubblewrap) bubblewrap ;;
         *) log "unknown service $svc"; exit 2 ;;
     esac
 done

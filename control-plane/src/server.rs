@@ -15,7 +15,7 @@ use crate::api::{AppState, app};
 use crate::duck::DuckLimits;
 use crate::query::{QueryEngine, QueryLimits};
 use crate::tables::Tables;
-use crate::tables::import::ImportContext;
+use crate::tables::write::ImportContext;
 use crate::warehouse::Warehouse;
 
 /// The port `lh server` listens on, and the CLI talks to, by default.

@@ -21,7 +21,7 @@ pub use error::{ApiError, ApiResult};
 
 use crate::query::QueryEngine;
 use crate::tables::Tables;
-use crate::tables::import::ImportContext;
+use crate::tables::write::ImportContext;
 
 /// What every handler can reach.
 #[derive(Clone)]

@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::{ApiResult, AppState, author, query_pairs};
 use crate::error::{Error, pointer};
-use crate::tables::import::{self, ImportJob};
+use crate::tables::write::{self as import, ImportJob};
 
 pub fn router() -> Router<AppState> {
     Router::new()

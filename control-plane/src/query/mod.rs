@@ -347,7 +347,7 @@ mod tests {
     use lh_catalog::{Catalog, CommitMeta};
 
     use super::*;
-    use crate::tables::import::{ImportContext, ImportJob, import};
+    use crate::tables::write::{ImportContext, ImportJob, import};
     use crate::warehouse::Warehouse;
 
     async fn setup(dir: &std::path::Path) -> (Arc<Tables>, QueryEngine, ImportContext) {

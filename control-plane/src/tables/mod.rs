@@ -6,10 +6,10 @@
 //! the same table is a conflict, never a lost update. Files are immutable and shared by
 //! every ref that sees them; branching and merging copy none.
 
-pub mod import;
 pub mod snapshot;
 pub mod stats;
 pub mod types;
+pub mod write;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

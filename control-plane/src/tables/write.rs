@@ -1,13 +1,15 @@
-//! Imports: create a table from, append to, or replace a table with CSV, Parquet or
-//! newline-delimited JSON files.
+//! Writing a table on a branch: create it from, append to, or replace it with rows from
+//! a source: files (an import: CSV, Parquet or newline-delimited JSON) or a query over
+//! tables (a SQL model), with bound parameters.
 //!
-//! DuckDB reads the files (inferring the schema on create, checking it on append) and
-//! writes the table's Parquet data files itself, with the Iceberg field ids, into a
-//! folder of this write's own; lh then reads the files' footers for the Iceberg
-//! metadata, makes the snapshot and commits. On any failure the files written are
+//! DuckDB reads the source (the schema is inferred on create, checked on append,
+//! evolved on replace) and writes the table's Parquet data files itself, with the
+//! Iceberg field ids, into a folder of this write's own; lh then reads the files'
+//! footers for the Iceberg metadata, makes the snapshot and commits, expecting the
+//! table's pointer the write started from. On any failure the files written are
 //! removed and the branch is untouched.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use iceberg::spec::{
@@ -27,6 +29,50 @@ use crate::duck::{self, DuckLimits};
 use crate::error::{Error, Kind, Result};
 use crate::warehouse::sync_files;
 
+/// Where the rows come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// Files on the server (staged uploads, or a function's output).
+    Files {
+        format: FileFormat,
+        files: Vec<PathBuf>,
+        /// The files as the user knows them, for messages.
+        names: Vec<String>,
+    },
+    /// A SELECT over tables exposed by `setup` (view statements), with parameters
+    /// bound by name (`$run_date`), never pasted into the text.
+    Query {
+        setup: Vec<String>,
+        sql: String,
+        params: BTreeMap<String, serde_json::Value>,
+        /// What the query is, for messages (`model analytics.orders`).
+        label: String,
+    },
+}
+
+impl Source {
+    fn describe(&self) -> String {
+        match self {
+            Source::Files { names, .. } => names.join(", "),
+            Source::Query { label, .. } => label.clone(),
+        }
+    }
+}
+
+/// One write.
+#[derive(Debug, Clone)]
+pub struct WriteJob {
+    pub branch: String,
+    pub table: String,
+    pub mode: ImportMode,
+    pub source: Source,
+    pub author: String,
+    /// The commit message; a default describes the write.
+    pub message: Option<String>,
+    /// Extra commit properties (a run's id...).
+    pub properties: BTreeMap<String, String>,
+}
+
 /// One import, as the API received it.
 #[derive(Debug, Clone)]
 pub struct ImportJob {
@@ -41,7 +87,7 @@ pub struct ImportJob {
     pub author: String,
 }
 
-/// Where an import may read and spill.
+/// Where writes may read and spill.
 #[derive(Debug, Clone)]
 pub struct ImportContext {
     pub uploads: PathBuf,
@@ -52,18 +98,41 @@ pub struct ImportContext {
 /// Rows of one Parquet data file (DuckDB rolls files at this size).
 const DATA_FILE_BYTES: &str = "512MB";
 
+/// An import: files into a table.
 pub async fn import(
     tables: &Tables,
     ctx: &ImportContext,
     job: ImportJob,
 ) -> Result<ImportResponse> {
-    lh_catalog::names::validate_table_name(&job.table)?;
     if job.files.is_empty() {
         return Err(Error::bad_request(
             "no_files",
             "an import needs at least one file",
         ));
     }
+    let write = WriteJob {
+        branch: job.branch,
+        table: job.table,
+        mode: job.mode,
+        source: Source::Files {
+            format: job.format,
+            files: job.files,
+            names: job.names,
+        },
+        author: job.author,
+        message: None,
+        properties: BTreeMap::new(),
+    };
+    write_table(tables, ctx, write).await
+}
+
+/// Writes rows into a table on a branch, as one snapshot and one commit.
+pub async fn write_table(
+    tables: &Tables,
+    ctx: &ImportContext,
+    job: WriteJob,
+) -> Result<ImportResponse> {
+    lh_catalog::names::validate_table_name(&job.table)?;
     let resolved = tables.catalog.resolve(&job.branch).await?;
     require_branch(&job.branch, &resolved)?;
     let existing = tables.load(&resolved.commit, &job.table).await?;
@@ -103,6 +172,7 @@ pub async fn import(
         table_dir: table_dir.clone(),
         data_dir: data_dir.clone(),
         data_url,
+        warehouse_root: tables.warehouse.root().to_path_buf(),
     };
     let written = tokio::task::spawn_blocking(move || plan.run())
         .await
@@ -147,7 +217,7 @@ struct Written {
 
 async fn commit_write(
     tables: &Tables,
-    job: &ImportJob,
+    job: &WriteJob,
     expected: Option<&lh_catalog::TablePointer>,
     w: Written,
 ) -> std::result::Result<ImportResponse, (Error, Vec<String>)> {
@@ -179,7 +249,11 @@ async fn commit_write(
             _ => SnapshotOp::Append,
         };
         let mut props = HashMap::new();
-        props.insert("lh.import.files".to_string(), job.names.join(","));
+        let key = match &job.source {
+            Source::Files { .. } => "lh.import.files",
+            Source::Query { .. } => "lh.source",
+        };
+        props.insert(key.to_string(), job.source.describe());
         // The new metadata file follows the stored one in the table's metadata log.
         let base_location = previous.clone();
         let files = if w.rows == 0 { vec![] } else { w.files };
@@ -198,14 +272,15 @@ async fn commit_write(
         ImportMode::Append => "append to",
         ImportMode::Replace => "replace",
     };
-    let meta = CommitMeta::new(
-        &job.author,
-        format!("{verb} {} from {}", job.table, job.names.join(", ")),
-    )
-    .with_property(
+    let message = job
+        .message
+        .clone()
+        .unwrap_or_else(|| format!("{verb} {} from {}", job.table, job.source.describe()));
+    let mut meta = CommitMeta::new(&job.author, message).with_property(
         "lh.operation",
         format!("import-{}", verb.split(' ').next().unwrap_or(verb)),
     );
+    meta.properties.extend(job.properties.clone());
     let (commit, pointer) = tables
         .commit_table(
             &job.branch,
@@ -229,7 +304,7 @@ async fn commit_write(
 
 /// The blocking part of an import: read, check, write Parquet, describe the files.
 struct WritePlan {
-    job: ImportJob,
+    job: WriteJob,
     ctx: ImportContext,
     base: Option<TableMetadata>,
     location: String,
@@ -237,6 +312,8 @@ struct WritePlan {
     table_dir: PathBuf,
     data_dir: PathBuf,
     data_url: String,
+    /// Queries read tables anywhere in the warehouse.
+    warehouse_root: PathBuf,
 }
 
 impl WritePlan {
@@ -245,11 +322,33 @@ impl WritePlan {
             std::fs::create_dir_all(parent)?;
         }
         let conn = duck::sandboxed(
-            &[self.ctx.uploads.as_path(), self.table_dir.as_path()],
+            &[
+                self.ctx.uploads.as_path(),
+                self.table_dir.as_path(),
+                self.warehouse_root.as_path(),
+            ],
             &self.ctx.spill,
             &self.ctx.limits,
         )?;
-        let src = source_sql(self.job.format, &self.job.files, None);
+        let src = match &self.job.source {
+            Source::Files { format, files, .. } => source_sql(*format, files, None),
+            Source::Query {
+                setup, sql, params, ..
+            } => {
+                for stmt in setup {
+                    conn.execute_batch(stmt).map_err(|e| {
+                        Error::internal(format!("cannot expose a table to DuckDB: {e}"))
+                    })?;
+                }
+                // The query's rows, with its parameters bound, become a temporary table.
+                let mut stmt = conn
+                    .prepare(&format!("CREATE TEMP TABLE lh_source AS {sql}"))
+                    .map_err(|e| self.read_error(e))?;
+                bind_params(&mut stmt, params)?;
+                stmt.raw_execute().map_err(|e| self.read_error(e))?;
+                "lh_source".to_string()
+            }
+        };
         let arrow_schema = conn
             .prepare(&format!("SELECT * FROM {src} LIMIT 0"))
             .and_then(|mut s| Ok(s.query_arrow([])?.get_schema()))
@@ -274,12 +373,12 @@ impl WritePlan {
                 let target = base.current_schema();
                 self.check_append(&source, target)?;
                 // A CSV's inferred types are guesses: read it with the table's types.
-                let src = match self.job.format {
-                    FileFormat::Csv => source_sql(
-                        self.job.format,
-                        &self.job.files,
-                        Some((&source, target.as_ref())),
-                    ),
+                let src = match &self.job.source {
+                    Source::Files {
+                        format: FileFormat::Csv,
+                        files,
+                        ..
+                    } => source_sql(FileFormat::Csv, files, Some((&source, target.as_ref()))),
                     _ => src,
                 };
                 (base.clone(), src)
@@ -350,30 +449,67 @@ impl WritePlan {
 
     fn read_error(&self, e: duckdb::Error) -> Error {
         let text = e.to_string();
-        let staged = self.ctx.uploads.display().to_string();
+        let (files, names, format) = match &self.job.source {
+            Source::Files {
+                files,
+                names,
+                format,
+            } => (files.as_slice(), names.as_slice(), Some(*format)),
+            Source::Query { .. } => (&[][..], &[][..], None),
+        };
         // Show the user's file names, not the server's staging paths.
         let mut msg = text.clone();
-        for (path, name) in self.job.files.iter().zip(&self.job.names) {
+        for (path, name) in files.iter().zip(names) {
             msg = msg.replace(&path.display().to_string(), name);
         }
-        msg = msg.replace(&staged, "");
+        msg = msg.replace(&self.ctx.uploads.display().to_string(), "");
+        // DuckDB's own advice (its options, its search space) does not apply to lh users.
         let first: Vec<&str> = msg
             .lines()
             .filter(|l| !l.trim().is_empty())
+            .take_while(|l| {
+                !l.starts_with("The search space used was") && !l.starts_with("Possible fixes")
+            })
             .take(8)
             .collect();
-        let what = match self.job.format {
+        let Some(format) = format else {
+            return Error::bad_request(
+                "sql_error",
+                format!(
+                    "{} failed: {}",
+                    self.job.source.describe(),
+                    first.join("\n")
+                ),
+            );
+        };
+        let what = match format {
             FileFormat::Csv => "CSV",
             FileFormat::Parquet => "Parquet",
             FileFormat::Json => "JSON",
         };
-        Error::bad_request(
+        let err = Error::bad_request(
             "bad_input_file",
             format!(
                 "cannot import {} as {what}: {}",
-                self.job.names.join(", "),
+                names.join(", "),
                 first.join("\n")
             ),
+        );
+        match format {
+            FileFormat::Csv => err.with_hint(
+                "lh reads CSV with a header row, ',' between fields (a tab in .tsv) and '\"' quotes; check that every row has the same number of fields",
+            ),
+            _ => err,
+        }
+    }
+
+    fn is_csv(&self) -> bool {
+        matches!(
+            self.job.source,
+            Source::Files {
+                format: FileFormat::Csv,
+                ..
+            }
         )
     }
 
@@ -382,17 +518,13 @@ impl WritePlan {
         for f in source.as_struct().fields() {
             match target.as_struct().field_by_name(&f.name) {
                 None => problems.push(format!("column '{}' is not in the table", f.name)),
-                Some(t)
-                    if !assignable(&f.field_type, &t.field_type)
-                        && self.job.format != FileFormat::Csv =>
-                {
-                    problems.push(format!(
+                Some(t) if !assignable(&f.field_type, &t.field_type) && !self.is_csv() => problems
+                    .push(format!(
                         "column '{}' is {} in the file but {} in the table",
                         f.name,
                         display_type(&f.field_type),
                         display_type(&t.field_type)
-                    ))
-                }
+                    )),
                 Some(_) => {}
             }
         }
@@ -542,6 +674,38 @@ fn reassign(ty: &iceberg::spec::Type, next: &mut i32) -> iceberg::spec::Type {
             Type::Struct(StructType::new(fields))
         }
     }
+}
+
+/// Binds `$name` parameters by name; every parameter of the statement must have a value.
+fn bind_params(
+    stmt: &mut duckdb::Statement<'_>,
+    params: &BTreeMap<String, serde_json::Value>,
+) -> Result<()> {
+    for idx in 1..=stmt.parameter_count() {
+        let name = stmt.parameter_name(idx)?;
+        let value = params.get(name.trim_start_matches('$')).ok_or_else(|| {
+            Error::bad_request(
+                "unknown_parameter",
+                format!("the query uses ${name}, which has no value"),
+            )
+        })?;
+        match value {
+            serde_json::Value::String(v) => stmt.raw_bind_parameter(idx, v)?,
+            serde_json::Value::Bool(v) => stmt.raw_bind_parameter(idx, v)?,
+            serde_json::Value::Number(n) if n.is_i64() => {
+                stmt.raw_bind_parameter(idx, n.as_i64())?
+            }
+            serde_json::Value::Number(n) => stmt.raw_bind_parameter(idx, n.as_f64())?,
+            serde_json::Value::Null => stmt.raw_bind_parameter(idx, Option::<i64>::None)?,
+            other => {
+                return Err(Error::bad_request(
+                    "bad_parameter",
+                    format!("parameter {name} has an unsupported value {other}"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The folder an upload lives in.

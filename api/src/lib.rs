@@ -334,3 +334,218 @@ pub struct QueryRequest {
     #[serde(default)]
     pub max_rows: Option<u64>,
 }
+
+/// Start a pipeline run (`lh run`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RunRequest {
+    /// An upload of the project folder as a tar archive.
+    pub upload: String,
+    /// The branch to publish to.
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// `--param` values, as given (parsed by the declared types).
+    #[serde(default)]
+    pub params: BTreeMap<String, String>,
+    /// Run every node, even when an earlier run made the same output.
+    #[serde(default)]
+    pub no_cache: bool,
+    /// Failed warning expectations also stop the run from publishing.
+    #[serde(default)]
+    pub strict: bool,
+}
+
+/// Replay a run (`lh rerun`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct RerunRequest {
+    /// Reuse the outputs of the nodes that succeeded.
+    #[serde(default)]
+    pub from_failed: bool,
+    /// New code (an upload of the project folder); the run's own code when absent.
+    #[serde(default)]
+    pub upload: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn is_final(self) -> bool {
+        self != RunStatus::Running
+    }
+}
+
+/// A node's state. Expectations end `passed`, `failed` or `warned`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeStatus {
+    Waiting,
+    Running,
+    Cached,
+    Done,
+    Passed,
+    Warned,
+    Failed,
+    Skipped,
+}
+
+impl NodeStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeStatus::Waiting => "waiting",
+            NodeStatus::Running => "running",
+            NodeStatus::Cached => "cached",
+            NodeStatus::Done => "done",
+            NodeStatus::Passed => "passed",
+            NodeStatus::Warned => "warned",
+            NodeStatus::Failed => "failed",
+            NodeStatus::Skipped => "skipped",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<NodeStatus> {
+        Some(match s {
+            "waiting" => NodeStatus::Waiting,
+            "running" => NodeStatus::Running,
+            "cached" => NodeStatus::Cached,
+            "done" => NodeStatus::Done,
+            "passed" => NodeStatus::Passed,
+            "warned" => NodeStatus::Warned,
+            "failed" => NodeStatus::Failed,
+            "skipped" => NodeStatus::Skipped,
+            _ => return None,
+        })
+    }
+
+    pub fn is_final(self) -> bool {
+        !matches!(self, NodeStatus::Waiting | NodeStatus::Running)
+    }
+}
+
+/// One node of a run.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RunNode {
+    pub name: String,
+    /// `model` or `expectation`.
+    pub kind: String,
+    /// `python` or `sql`.
+    pub language: String,
+    pub status: NodeStatus,
+    #[serde(default)]
+    pub started_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub finished_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub rows: Option<u64>,
+    /// The node's output came from an earlier run (memoization or `--from-failed`).
+    #[serde(default)]
+    pub cached: bool,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub traceback: Option<String>,
+    /// What a failed expectation said.
+    #[serde(default)]
+    pub detail: Option<String>,
+    /// The tables it reads.
+    #[serde(default)]
+    pub inputs: Vec<String>,
+    /// For a model: the snapshot it made (or reused).
+    #[serde(default)]
+    pub output: Option<TablePointer>,
+    /// The node's file and line.
+    pub location: String,
+}
+
+/// A run.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RunInfo {
+    pub id: String,
+    pub project: String,
+    pub author: String,
+    /// The branch it publishes to.
+    pub target: String,
+    /// The temporary branch it writes on (kept after a failure).
+    pub run_branch: String,
+    /// The content hash of the code snapshot.
+    pub code_hash: String,
+    /// The commit of the target the run read.
+    pub input_commit: String,
+    pub params: BTreeMap<String, serde_json::Value>,
+    pub status: RunStatus,
+    #[serde(default)]
+    pub error: Option<String>,
+    /// The merge commit that published it.
+    #[serde(default)]
+    pub merge_commit: Option<String>,
+    pub no_cache: bool,
+    pub strict: bool,
+    #[serde(default)]
+    pub rerun_of: Option<String>,
+    pub created_at: DateTime<Utc>,
+    #[serde(default)]
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Python environment key to its lock (`uv pip freeze`).
+    #[serde(default)]
+    pub environments: BTreeMap<String, String>,
+    pub nodes: Vec<RunNode>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RunList {
+    pub runs: Vec<RunInfo>,
+}
+
+/// A planned node, as `lh run --dry-run` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PlannedNode {
+    pub name: String,
+    pub kind: String,
+    pub language: String,
+    pub location: String,
+    pub inputs: Vec<PlannedInput>,
+    #[serde(default)]
+    pub output: Option<String>,
+    /// Python nodes: the interpreter version and the packages.
+    #[serde(default)]
+    pub python: Option<String>,
+    #[serde(default)]
+    pub packages: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PlannedInput {
+    pub table: String,
+    #[serde(default)]
+    pub columns: Option<Vec<String>>,
+    #[serde(default)]
+    pub filter: Option<String>,
+    /// The node that makes it, or none when it is read from the branch.
+    #[serde(default)]
+    pub producer: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PlanResponse {
+    pub project: String,
+    pub namespace: String,
+    #[serde(rename = "ref")]
+    pub reference: String,
+    pub params: BTreeMap<String, serde_json::Value>,
+    /// In execution order.
+    pub nodes: Vec<PlannedNode>,
+}

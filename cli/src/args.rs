@@ -20,7 +20,7 @@ pub struct Cli {
 }
 
 pub const EXIT_CODES: &str = "Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict, \
-5 invalid input, 6 server unreachable, 7 query timeout or result too large";
+5 invalid input, 6 server unreachable, 7 query timeout or result too large, 8 run failed";
 
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
@@ -70,6 +70,77 @@ pub enum Commands {
     Table(TableCommand),
     /// Run SQL on a ref
     Query(QueryArgs),
+    /// Run a pipeline on a branch: outputs publish only when every node and expectation passes
+    Run(RunArgs),
+    /// List, show, follow and cancel pipeline runs
+    #[command(subcommand)]
+    Runs(RunsCommand),
+    /// Replay a run: the same code, environments, parameters and input data
+    Rerun(RerunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The project folder (with lh_project.yml)
+    #[arg(default_value = ".", value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The branch to publish to [default: the active branch]
+    #[arg(long = "ref", value_name = "BRANCH")]
+    pub reference: Option<String>,
+    /// A parameter value, KEY=VALUE (repeatable)
+    #[arg(long = "param", short = 'p', value_name = "KEY=VALUE")]
+    pub params: Vec<String>,
+    /// Start the run and print its id, without waiting
+    #[arg(long)]
+    pub detach: bool,
+    /// Run every node, even when an earlier run made the same output
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Failed warning expectations also stop the run from publishing
+    #[arg(long)]
+    pub strict: bool,
+    /// Plan the run and print the DAG, without running anything
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// The newest runs
+    #[command(alias = "list")]
+    Ls {
+        #[arg(long, short = 'n', default_value_t = 20)]
+        limit: usize,
+    },
+    /// A run's nodes: status, timings, rows, errors
+    Show { run: String },
+    /// The output of a run's functions
+    Logs {
+        run: String,
+        /// Only this node
+        #[arg(long, value_name = "NAME")]
+        node: Option<String>,
+        /// Keep printing until the run ends
+        #[arg(long, short = 'f')]
+        follow: bool,
+    },
+    /// Stop a running run (nothing is published)
+    Cancel { run: String },
+}
+
+#[derive(Debug, Args)]
+pub struct RerunArgs {
+    /// The run to replay
+    pub run: String,
+    /// Reuse the outputs of the nodes that succeeded
+    #[arg(long)]
+    pub from_failed: bool,
+    /// Replay with the code in this folder instead of the run's own
+    #[arg(long, value_name = "DIR")]
+    pub code: Option<PathBuf>,
+    /// Start the replay and print its id, without waiting
+    #[arg(long)]
+    pub detach: bool,
 }
 
 #[derive(Debug, Args)]

@@ -94,6 +94,13 @@ impl Client {
         Ok(resp.json().await?)
     }
 
+    pub async fn text(&self, path: &str, query: &[(&str, &str)]) -> CliResult<String> {
+        let resp = self
+            .send(self.request(Method::GET, path).query(query))
+            .await?;
+        Ok(resp.text().await?)
+    }
+
     pub async fn post<B: Serialize, T: DeserializeOwned>(
         &self,
         path: &str,

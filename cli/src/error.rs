@@ -14,6 +14,7 @@ pub enum Exit {
     Invalid = 5,
     Unreachable = 6,
     Limit = 7,
+    RunFailed = 8,
 }
 
 #[derive(Debug)]
@@ -33,6 +34,8 @@ pub enum CliError {
         message: String,
         hint: Option<String>,
     },
+    /// A pipeline run ended without publishing (already reported).
+    RunFailed,
     Other(anyhow::Error),
 }
 
@@ -63,6 +66,7 @@ impl CliError {
             },
             CliError::Unreachable { .. } => Exit::Unreachable,
             CliError::Invalid { .. } => Exit::Invalid,
+            CliError::RunFailed => Exit::RunFailed,
             CliError::Other(_) => Exit::Error,
         }
     }
@@ -123,6 +127,7 @@ impl CliError {
                     eprintln!("hint: {h}");
                 }
             }
+            CliError::RunFailed => {}
             CliError::Other(e) => {
                 eprintln!("error: {e}");
                 for cause in e.chain().skip(1) {

@@ -71,5 +71,8 @@ async fn run(cli: Cli) -> CliResult<()> {
         Commands::Merge(args) => commands::refs::merge(&client, &settings, args).await,
         Commands::Table(cmd) => commands::tables::run(&client, &settings, cmd).await,
         Commands::Query(args) => commands::query::run(&client, &settings, args).await,
+        Commands::Run(args) => commands::runs::run(&client, &settings, args).await,
+        Commands::Runs(cmd) => commands::runs::runs(&client, &settings, cmd).await,
+        Commands::Rerun(args) => commands::runs::rerun(&client, &settings, args).await,
     }
 }

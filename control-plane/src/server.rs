@@ -14,9 +14,14 @@ use lh_catalog::Catalog;
 use crate::api::{AppState, app};
 use crate::duck::DuckLimits;
 use crate::query::{QueryEngine, QueryLimits};
+use crate::runs::code::CodeStore;
+use crate::runs::store::RunStore;
+use crate::runs::{RunConfig, RunService};
 use crate::tables::Tables;
 use crate::tables::write::ImportContext;
 use crate::warehouse::Warehouse;
+use lh_runner::process::{ProcessConfig, ProcessRuntime};
+use lh_runner::{EnvCache, Runtime, Unavailable};
 
 /// The port `lh server` listens on, and the CLI talks to, by default.
 pub const DEFAULT_PORT: u16 = 7878;
@@ -37,6 +42,16 @@ pub struct ServerConfig {
     pub duckdb_threads: usize,
     /// DuckDB memory limit per query or import, e.g. `4GB`.
     pub duckdb_memory: String,
+    /// Pipeline nodes running at once.
+    pub run_parallelism: usize,
+    /// How long a failed run's branch is kept.
+    pub run_branch_ttl: Duration,
+    /// Sandbox Python functions with bubblewrap.
+    pub sandbox: bool,
+    /// The Python that parses projects (it imports nothing of the user's).
+    pub planner_python: PathBuf,
+    /// Stop a warm worker idle for this long.
+    pub worker_idle: Duration,
 }
 
 impl ServerConfig {
@@ -51,6 +66,11 @@ impl ServerConfig {
             max_concurrent_queries: 4,
             duckdb_threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             duckdb_memory: "4GB".into(),
+            run_parallelism: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            run_branch_ttl: Duration::from_secs(7 * 24 * 3600),
+            sandbox: true,
+            planner_python: PathBuf::from("python3"),
+            worker_idle: Duration::from_secs(600),
         }
     }
 }
@@ -107,18 +127,86 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         )
         .map_err(|e| anyhow::anyhow!("cannot start the query engine: {e}"))?,
     );
+    let import = ImportContext {
+        uploads: uploads.clone(),
+        outputs: data_dir.join("work").join("invocations"),
+        spill: spill.join("import"),
+        limits: duck,
+    };
+    let runs = runs_service(
+        config,
+        &data_dir,
+        &catalog_url,
+        &catalog,
+        &tables,
+        &queries,
+        &import,
+    )
+    .await?;
     Ok(AppState {
         catalog,
         tables,
         queries,
-        import: ImportContext {
-            uploads: uploads.clone(),
-            spill: spill.join("import"),
-            limits: duck,
-        },
+        import,
         uploads,
+        runs,
         info,
     })
+}
+
+async fn runs_service(
+    config: &ServerConfig,
+    data_dir: &std::path::Path,
+    catalog_url: &str,
+    catalog: &Catalog,
+    tables: &Arc<Tables>,
+    queries: &Arc<QueryEngine>,
+    import: &ImportContext,
+) -> anyhow::Result<Arc<RunService>> {
+    let harness = data_dir.join("harness");
+    lh_runner::write_harness(&harness)?;
+    let code = CodeStore::new(data_dir.join("code")).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let work = data_dir.join("work");
+    // Leftovers of a previous server (its workers are gone).
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(work.join("invocations"))?;
+    let runtime: Arc<dyn Runtime> = match ProcessRuntime::new(ProcessConfig {
+        work_root: work.join("workers"),
+        code_root: code.root().to_path_buf(),
+        sandbox: config.sandbox,
+        idle_timeout: config.worker_idle,
+        max_idle: 4,
+    }) {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::warn!("Python functions cannot run: {e}");
+            Arc::new(Unavailable(e.to_string()))
+        }
+    };
+    let store = RunStore::open(catalog_url)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let envs = EnvCache::new(data_dir.join("envs"), None);
+    let svc = RunService::new(
+        catalog.clone(),
+        tables.clone(),
+        queries.clone(),
+        import.clone(),
+        store,
+        code,
+        envs,
+        runtime,
+        RunConfig {
+            parallelism: config.run_parallelism.max(1),
+            branch_ttl: config.run_branch_ttl,
+            planner_python: config.planner_python.clone(),
+            work_root: work.join("invocations"),
+        },
+        harness,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(svc)
 }
 
 /// Serves until `shutdown` resolves, then finishes the requests in flight.
@@ -136,10 +224,12 @@ pub async fn serve(
         "lh server {} listening on http://{addr}\n  catalog:   {}\n  warehouse: {}",
         state.info.version, state.info.catalog, state.info.warehouse
     );
+    let runtime = state.runs.runtime().clone();
     axum::serve(listener, app(state))
         .with_graceful_shutdown(shutdown)
         .await
         .context("server failed")?;
+    runtime.shutdown().await;
     tracing::info!("lh server stopped");
     Ok(())
 }

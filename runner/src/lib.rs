@@ -85,3 +85,43 @@ pub trait Runtime: Send + Sync {
     /// Stops every worker.
     async fn shutdown(&self);
 }
+
+/// A runtime that cannot run anything, and says why (a server started without its
+/// sandbox, say): runs fail with the reason instead of the server refusing to start.
+pub struct Unavailable(pub String);
+
+#[async_trait::async_trait]
+impl Runtime for Unavailable {
+    fn name(&self) -> &'static str {
+        "unavailable"
+    }
+
+    async fn invoke(
+        &self,
+        _env: &Env,
+        _limits: &Limits,
+        _code_root: &Path,
+        _work: &Path,
+        _inv: Invocation,
+    ) -> Result<InvokeResult, RunnerError> {
+        Err(RunnerError::Sandbox(self.0.clone()))
+    }
+
+    fn describe(&self) -> String {
+        format!("unavailable: {}", self.0)
+    }
+
+    async fn shutdown(&self) {}
+}
+
+/// Writes the `lh` Python package (the harness) into `dir`, for the planner.
+pub fn write_harness(dir: &Path) -> std::io::Result<()> {
+    for (path, text) in protocol::HARNESS {
+        let p = dir.join(path);
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        std::fs::write(p, text)?;
+    }
+    Ok(())
+}

@@ -49,16 +49,17 @@ impl PostgresStore {
                 )
                 .with_source(e)
             })?;
-        sqlx::migrate!("./migrations/postgres")
-            .run(&pool)
-            .await
-            .map_err(|e| {
-                Error::new(
-                    ErrorKind::Storage,
-                    format!("cannot migrate the catalog {described}: {e}"),
-                )
-                .with_source(e)
-            })?;
+        // The server keeps its own tables (runs) in the same database, with their own
+        // migrations: each migrator ignores the other's.
+        let mut migrator = sqlx::migrate!("./migrations/postgres");
+        migrator.set_ignore_missing(true);
+        migrator.run(&pool).await.map_err(|e| {
+            Error::new(
+                ErrorKind::Storage,
+                format!("cannot migrate the catalog {described}: {e}"),
+            )
+            .with_source(e)
+        })?;
         Ok(PostgresStore { pool, described })
     }
 

@@ -64,16 +64,17 @@ impl SqliteStore {
                 )
                 .with_source(e)
             })?;
-        sqlx::migrate!("./migrations/sqlite")
-            .run(&pool)
-            .await
-            .map_err(|e| {
-                Error::new(
-                    ErrorKind::Storage,
-                    format!("cannot migrate the catalog '{path}': {e}"),
-                )
-                .with_source(e)
-            })?;
+        // The server keeps its own tables (runs) in the same database, with their own
+        // migrations: each migrator ignores the other's.
+        let mut migrator = sqlx::migrate!("./migrations/sqlite");
+        migrator.set_ignore_missing(true);
+        migrator.run(&pool).await.map_err(|e| {
+            Error::new(
+                ErrorKind::Storage,
+                format!("cannot migrate the catalog '{path}': {e}"),
+            )
+            .with_source(e)
+        })?;
         Ok(SqliteStore {
             pool,
             write_lock: Mutex::new(()),

@@ -2,5 +2,6 @@
 
 pub mod query;
 pub mod refs;
+pub mod runs;
 pub mod server;
 pub mod tables;

@@ -6,6 +6,7 @@ mod error;
 pub mod openapi;
 mod query;
 mod refs;
+mod runs;
 mod tables;
 
 use std::path::PathBuf;
@@ -31,6 +32,7 @@ pub struct AppState {
     pub queries: Arc<QueryEngine>,
     pub import: ImportContext,
     pub uploads: PathBuf,
+    pub runs: Arc<crate::runs::RunService>,
     pub info: lh_api::ServerInfo,
 }
 
@@ -54,6 +56,7 @@ pub fn app(state: AppState) -> Router {
         .merge(refs::router())
         .merge(tables::router())
         .merge(query::router())
+        .merge(runs::router())
         .merge(openapi::router())
         .with_state(state)
         .layer(

@@ -30,6 +30,13 @@ use super::AppState;
         super::tables::upload,
         super::tables::import_files,
         super::query::query,
+        super::runs::plan_run,
+        super::runs::start_run,
+        super::runs::list_runs,
+        super::runs::get_run,
+        super::runs::run_logs,
+        super::runs::cancel_run,
+        super::runs::rerun,
     )
 )]
 pub struct ApiDoc;

@@ -10,7 +10,7 @@
 //! read right). The query runs bounded in time and in result size, and is interrupted
 //! when its caller goes away.
 
-mod sql;
+pub mod sql;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -108,6 +108,101 @@ impl QueryEngine {
         &self.limits
     }
 
+    /// Writes the rows of `table` in `commit` (only `columns`, only the rows matching
+    /// `filter`) to an Arrow IPC file at `path`: a pipeline function's input, with its
+    /// projection and filter pushed down to the Parquet scan. Returns the row count.
+    pub async fn export_arrow(
+        &self,
+        commit: &lh_catalog::Commit,
+        table: &str,
+        columns: Option<&[String]>,
+        filter: Option<&str>,
+        path: &std::path::Path,
+    ) -> Result<u64> {
+        let loaded = self.tables.load(commit, table).await?.ok_or_else(|| {
+            Error::not_found(
+                "table_not_found",
+                format!("input table '{table}' not found"),
+            )
+        })?;
+        let parts: Vec<String> = match table.rsplit_once('.') {
+            Some((ns, t)) => vec![ns.to_string(), t.to_string()],
+            None => return Err(Error::internal(format!("bad table name {table}"))),
+        };
+        let cols = match columns {
+            Some(c) if !c.is_empty() => c
+                .iter()
+                .map(|c| quote_ident(c))
+                .collect::<Vec<_>>()
+                .join(", "),
+            _ => "*".to_string(),
+        };
+        let mut sql = format!(
+            "SELECT {cols} FROM {}.{}",
+            quote_ident(&parts[0]),
+            quote_ident(&parts[1])
+        );
+        if let Some(f) = filter {
+            sql.push_str(&format!(" WHERE ({f})"));
+        }
+        // The filter is the user's SQL: it must keep the query one SELECT of this table.
+        let analysis = self.analyze(&sql).await?;
+        if analysis.tables.iter().any(|t| t != &parts) {
+            return Err(Error::bad_request(
+                "bad_filter",
+                format!("the filter of input '{table}' may use only that table's columns"),
+            ));
+        }
+        let groups = self.tables.file_groups(&loaded).await?;
+        let view = view_sql(&parts, &loaded, &groups);
+        let database = self.database.clone();
+        let out = path.to_path_buf();
+        let label = table.to_string();
+        blocking(move || {
+            let session = Session::open(&database)?;
+            session.conn.execute_batch(&view)?;
+            let mut stmt = session
+                .conn
+                .prepare(&sql)
+                .map_err(|e| input_error(&label, e))?;
+            let schema = stmt
+                .stream_arrow([])
+                .map_err(|e| input_error(&label, e))?
+                .get_schema();
+            let file = std::fs::File::create(&out)?;
+            let mut w =
+                arrow::ipc::writer::FileWriter::try_new(std::io::BufWriter::new(file), &schema)
+                    .map_err(|e| Error::internal(format!("cannot write {}: {e}", out.display())))?;
+            let mut rows = 0u64;
+            while let Some(chunk) = stmt.step().map_err(|e| input_error(&label, e))? {
+                let batch = RecordBatch::from(&chunk);
+                rows += batch.num_rows() as u64;
+                w.write(&batch)
+                    .map_err(|e| Error::internal(format!("cannot write {}: {e}", out.display())))?;
+            }
+            w.finish()
+                .map_err(|e| Error::internal(format!("cannot write {}: {e}", out.display())))?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// DuckDB's reading of a query: the tables, parameters and CTEs it names. Runs no
+    /// query.
+    pub async fn analyze(&self, sql: &str) -> Result<sql::Analysis> {
+        let database = self.database.clone();
+        let text = sql.to_string();
+        blocking(move || {
+            let session = Session::open(&database)?;
+            let serialized: String = session
+                .conn
+                .prepare("SELECT json_serialize_sql(?::VARCHAR)")?
+                .query_row([&text], |r| r.get(0))?;
+            sql::analyze(&serialized)
+        })
+        .await
+    }
+
     /// Runs `sql` on the commit `at` resolves to.
     pub async fn run(
         &self,
@@ -134,7 +229,7 @@ impl QueryEngine {
                 .conn
                 .prepare("SELECT json_serialize_sql(?::VARCHAR)")?
                 .query_row([&text], |r| r.get(0))?;
-            let refs = sql::analyze(&serialized)?;
+            let refs = sql::analyze(&serialized)?.tables;
             Ok((session, refs))
         })
         .await?;
@@ -211,6 +306,11 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 /// The data files of a table, grouped by their physical columns (Parquet field id to
 /// column name): files written under one schema share a group.
 pub(crate) type FileGroups = Vec<(Arc<Vec<(i32, String)>>, Vec<PathBuf>)>;
+
+/// The statements that expose a table as a view at its snapshot (see [`view_sql`]).
+pub(crate) fn table_view_sql(parts: &[String], table: &LoadedTable, groups: &FileGroups) -> String {
+    view_sql(parts, table, groups)
+}
 
 /// The statements that expose a table as a view at its snapshot.
 ///
@@ -318,6 +418,10 @@ fn execute(
     Ok((schema, batches, truncated))
 }
 
+fn input_error(table: &str, e: duckdb::Error) -> Error {
+    Error::bad_request("bad_input", format!("cannot read input '{table}': {e}"))
+}
+
 fn sql_error(e: duckdb::Error) -> Error {
     let text = e.to_string();
     if text.contains("INTERRUPT") || text.contains("Interrupted") {
@@ -368,6 +472,7 @@ mod tests {
         let engine = QueryEngine::new(tables.clone(), limits.clone(), dir.join("spill")).unwrap();
         let ctx = ImportContext {
             uploads: dir.join("up"),
+            outputs: dir.join("out"),
             spill: dir.join("spill2"),
             limits: limits.duck,
         };

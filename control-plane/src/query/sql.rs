@@ -9,8 +9,19 @@ use crate::error::{Error, Result};
 /// A table the query names: its dotted name parts, lowercased (`["raw", "orders"]`).
 pub type TableRef = Vec<String>;
 
-/// Checks the parse of a query and returns the tables it reads.
-pub fn analyze(serialized: &str) -> Result<Vec<TableRef>> {
+/// What a query reads and needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Analysis {
+    /// The tables it names (CTE names included: a one-part name may be either).
+    pub tables: Vec<TableRef>,
+    /// The `$name` parameters it uses.
+    pub params: Vec<String>,
+    /// The names of its common table expressions.
+    pub ctes: Vec<String>,
+}
+
+/// Checks the parse of a query and returns what it reads.
+pub fn analyze(serialized: &str) -> Result<Analysis> {
     let v: Value = serde_json::from_str(serialized)
         .map_err(|e| Error::internal(format!("cannot read DuckDB's parse of the query: {e}")))?;
     if v.get("error").and_then(Value::as_bool) == Some(true) {
@@ -39,16 +50,36 @@ pub fn analyze(serialized: &str) -> Result<Vec<TableRef>> {
             format!("expected one SQL statement, got {statements}"),
         ));
     }
-    let mut out = Vec::new();
+    let mut out = Analysis::default();
     walk(&v, &mut out)?;
-    out.sort();
-    out.dedup();
+    for list in [&mut out.params, &mut out.ctes] {
+        list.sort();
+        list.dedup();
+    }
+    out.tables.sort();
+    out.tables.dedup();
     Ok(out)
 }
 
-fn walk(v: &Value, out: &mut Vec<TableRef>) -> Result<()> {
+fn walk(v: &Value, out: &mut Analysis) -> Result<()> {
     match v {
         Value::Object(m) => {
+            if m.get("type").and_then(Value::as_str) == Some("VALUE_PARAMETER")
+                && let Some(id) = m.get("identifier").and_then(Value::as_str)
+            {
+                out.params.push(id.to_string());
+            }
+            if let Some(ctes) = m
+                .get("cte_map")
+                .and_then(|c| c.get("map"))
+                .and_then(Value::as_array)
+            {
+                for c in ctes {
+                    if let Some(k) = c.get("key").and_then(Value::as_str) {
+                        out.ctes.push(k.to_ascii_lowercase());
+                    }
+                }
+            }
             if m.get("type").and_then(Value::as_str) == Some("BASE_TABLE") {
                 if m.get("at_clause").is_some_and(|a| !a.is_null()) {
                     return Err(Error::bad_request(
@@ -71,7 +102,7 @@ fn walk(v: &Value, out: &mut Vec<TableRef>) -> Result<()> {
                 .into_iter()
                 .filter(|p| !p.is_empty())
                 .collect();
-                out.push(parts);
+                out.tables.push(parts);
             }
             for x in m.values() {
                 walk(x, out)?;

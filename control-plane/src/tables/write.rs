@@ -91,6 +91,8 @@ pub struct ImportJob {
 #[derive(Debug, Clone)]
 pub struct ImportContext {
     pub uploads: PathBuf,
+    /// Where pipeline functions leave their outputs.
+    pub outputs: PathBuf,
     pub spill: PathBuf,
     pub limits: DuckLimits,
 }
@@ -324,6 +326,7 @@ impl WritePlan {
         let conn = duck::sandboxed(
             &[
                 self.ctx.uploads.as_path(),
+                self.ctx.outputs.as_path(),
                 self.table_dir.as_path(),
                 self.warehouse_root.as_path(),
             ],

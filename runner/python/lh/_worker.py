@@ -5,7 +5,10 @@
 Requests arrive as JSON lines on stdin; answers go, one JSON line each, to the file
 descriptor the harness was given (LH_WORKER_FD, default: the original stdout). User
 code's own output (print, logging) goes to stderr, which the runner collects as the
-node's log. Inputs and outputs cross as Arrow IPC files in the invocation's folder.
+node's log. Inputs arrive as Arrow IPC files in the invocation's folder (memory-mapped:
+no copy); a model's result is written as Parquet when the output path ends with
+`.parquet` (lh's server reads it with DuckDB, which has no Arrow IPC reader), else as
+Arrow IPC.
 
 A request:  {"id", "kind": "model"|"expectation", "file", "function", "root",
              "inputs": {arg: path}, "params": {arg: value}, "output": path}
@@ -60,10 +63,15 @@ def to_arrow(value):
 
 
 def write_table(table, path):
-    import pyarrow.ipc as ipc
+    """Writes a model's result: Parquet for `.parquet` (what lh imports), else Arrow IPC."""
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f, ipc.new_file(f, table.schema) as w:
-        w.write_table(table)
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+        pq.write_table(table, tmp, compression="snappy")
+    else:
+        import pyarrow.ipc as ipc
+        with open(tmp, "wb") as f, ipc.new_file(f, table.schema) as w:
+            w.write_table(table)
     os.replace(tmp, path)
 
 

@@ -1,0 +1,492 @@
+//! `lh run`, `lh runs ...`, `lh rerun`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use lh_api::{
+    NodeStatus, PlanResponse, RerunRequest, RunInfo, RunList, RunNode, RunRequest, RunStatus,
+};
+
+use crate::args::{OutputFormat, RerunArgs, RunArgs, RunsCommand};
+use crate::client::Client;
+use crate::error::{CliError, CliResult};
+use crate::output::{self, short};
+use crate::settings::Settings;
+
+/// Folders never uploaded with a project.
+const SKIP: [&str; 6] = [
+    "__pycache__",
+    "venv",
+    ".venv",
+    "target",
+    "node_modules",
+    ".git",
+];
+const MAX_BYTES: u64 = 64 << 20;
+
+/// Packs the project folder into a tar archive (code and small files; no data).
+fn pack(dir: &Path) -> CliResult<tempfile::NamedTempFile> {
+    if !dir.join("lh_project.yml").is_file() {
+        return Err(CliError::invalid(
+            format!(
+                "{} is not an lh project: it has no lh_project.yml",
+                dir.display()
+            ),
+            Some("a project folder holds lh_project.yml, Python files and SQL files"),
+        ));
+    }
+    let tmp = tempfile::Builder::new().suffix(".tar").tempfile()?;
+    let mut builder = tar::Builder::new(tmp.reopen()?);
+    builder.follow_symlinks(false);
+    let mut total = 0u64;
+    fn walk(
+        root: &Path,
+        dir: &Path,
+        b: &mut tar::Builder<std::fs::File>,
+        total: &mut u64,
+    ) -> CliResult<()> {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || SKIP.contains(&name.as_str()) {
+                continue;
+            }
+            let p = e.path();
+            let ty = e.file_type()?;
+            if ty.is_dir() {
+                walk(root, &p, b, total)?;
+            } else if ty.is_file() {
+                *total += e.metadata()?.len();
+                if *total > MAX_BYTES {
+                    return Err(CliError::invalid(
+                        format!("the project folder is larger than {} MB", MAX_BYTES >> 20),
+                        Some("lh uploads code, not data: keep data in tables"),
+                    ));
+                }
+                let rel = p.strip_prefix(root).map_err(anyhow::Error::from)?;
+                b.append_path_with_name(&p, rel)?;
+            }
+        }
+        Ok(())
+    }
+    walk(dir, dir, &mut builder, &mut total)?;
+    builder.finish()?;
+    Ok(tmp)
+}
+
+fn parse_params(raw: &[String]) -> CliResult<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for p in raw {
+        let (k, v) = p.split_once('=').ok_or_else(|| {
+            CliError::invalid(
+                format!("--param '{p}' is not KEY=VALUE"),
+                Some("for example --param run_date=2026-01-01"),
+            )
+        })?;
+        out.insert(k.trim().to_string(), v.to_string());
+    }
+    Ok(out)
+}
+
+async fn upload_project(client: &Client, dir: &Path) -> CliResult<String> {
+    let tar = pack(dir)?;
+    let path = tar.path().with_file_name("project.tar");
+    std::fs::copy(tar.path(), &path)?;
+    let up = client.upload(&path, false).await;
+    let _ = std::fs::remove_file(&path);
+    Ok(up?.id)
+}
+
+pub async fn run(client: &Client, settings: &Settings, args: RunArgs) -> CliResult<()> {
+    let req = RunRequest {
+        upload: upload_project(client, &args.dir).await?,
+        reference: settings.reference(&args.reference),
+        params: parse_params(&args.params)?,
+        no_cache: args.no_cache,
+        strict: args.strict,
+    };
+    if args.dry_run {
+        let plan: PlanResponse = client.post("/runs/plan", &req).await?;
+        return print_plan(settings, &plan);
+    }
+    let started: RunInfo = client.post("/runs", &req).await?;
+    follow(client, settings, started, args.detach).await
+}
+
+pub async fn rerun(client: &Client, settings: &Settings, args: RerunArgs) -> CliResult<()> {
+    let upload = match &args.code {
+        Some(dir) => Some(upload_project(client, dir).await?),
+        None => None,
+    };
+    let req = RerunRequest {
+        from_failed: args.from_failed,
+        upload,
+    };
+    let started: RunInfo = client
+        .post(&format!("/runs/{}/rerun", args.run), &req)
+        .await?;
+    follow(client, settings, started, args.detach).await
+}
+
+fn print_plan(settings: &Settings, plan: &PlanResponse) -> CliResult<()> {
+    if settings.output == OutputFormat::Json {
+        return output::item(settings.output, plan, &[]);
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    writeln!(
+        out,
+        "project {} on '{}', outputs in '{}'",
+        plan.project, plan.reference, plan.namespace
+    )?;
+    if !plan.params.is_empty() {
+        let ps: Vec<String> = plan
+            .params
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        writeln!(out, "parameters: {}", ps.join(", "))?;
+    }
+    writeln!(out)?;
+    for (i, n) in plan.nodes.iter().enumerate() {
+        let env = match &n.python {
+            Some(py) if n.packages.is_empty() => format!(", python {py}"),
+            Some(py) => {
+                let pk: Vec<String> = n
+                    .packages
+                    .iter()
+                    .map(|(k, v)| format!("{k}=={v}"))
+                    .collect();
+                format!(", python {py} with {}", pk.join(" "))
+            }
+            None => String::new(),
+        };
+        writeln!(
+            out,
+            "{:>2}. {} {} ({}{env}) at {}",
+            i + 1,
+            n.kind,
+            n.name,
+            n.language,
+            n.location
+        )?;
+        for inp in &n.inputs {
+            let from = inp
+                .producer
+                .as_deref()
+                .map(|p| format!(" <- {p}"))
+                .unwrap_or_else(|| " (from the branch)".into());
+            let cols = inp
+                .columns
+                .as_ref()
+                .map(|c| format!(" columns [{}]", c.join(", ")))
+                .unwrap_or_default();
+            let filter = inp
+                .filter
+                .as_ref()
+                .map(|f| format!(" where {f}"))
+                .unwrap_or_default();
+            writeln!(out, "      in   {}{cols}{filter}{from}", inp.table)?;
+        }
+        if let Some(o) = &n.output {
+            writeln!(out, "      out  {o}")?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn icon(s: NodeStatus) -> &'static str {
+    match s {
+        NodeStatus::Waiting => " ",
+        NodeStatus::Running => ">",
+        NodeStatus::Cached | NodeStatus::Done | NodeStatus::Passed => "+",
+        NodeStatus::Warned => "!",
+        NodeStatus::Failed => "x",
+        NodeStatus::Skipped => "-",
+    }
+}
+
+fn node_line(n: &RunNode, width: usize) -> String {
+    let elapsed = match (n.started_at, n.finished_at) {
+        (Some(s), Some(f)) => format!("{:.1}s", (f - s).num_milliseconds() as f64 / 1000.0),
+        (Some(s), None) => format!(
+            "{:.1}s",
+            (chrono::Utc::now() - s).num_milliseconds().max(0) as f64 / 1000.0
+        ),
+        _ => String::new(),
+    };
+    let rows = n
+        .rows
+        .map(|r| output::count(r as usize, "row"))
+        .unwrap_or_default();
+    format!(
+        "{} {:<width$}  {:<8} {:>7}  {rows}",
+        icon(n.status),
+        n.name,
+        n.status.as_str(),
+        elapsed
+    )
+}
+
+/// Shows a run's progress until it ends (or returns at once with `detach`).
+async fn follow(
+    client: &Client,
+    settings: &Settings,
+    started: RunInfo,
+    detach: bool,
+) -> CliResult<()> {
+    eprintln!(
+        "run {} of {} on '{}' ({} nodes; working on branch '{}')",
+        short(&started.id),
+        started.project,
+        started.target,
+        started.nodes.len(),
+        started.run_branch
+    );
+    if detach {
+        if settings.output == OutputFormat::Json {
+            return output::item(settings.output, &started, &[]);
+        }
+        println!("{}", started.id);
+        return Ok(());
+    }
+    let width = started
+        .nodes
+        .iter()
+        .map(|n| n.name.len())
+        .max()
+        .unwrap_or(10);
+    let interactive = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let multi = MultiProgress::new();
+    let style = ProgressStyle::with_template("{spinner} {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner());
+    let bars: Vec<ProgressBar> = started
+        .nodes
+        .iter()
+        .map(|n| {
+            let b = if interactive {
+                multi.add(ProgressBar::new_spinner())
+            } else {
+                ProgressBar::hidden()
+            };
+            b.set_style(style.clone());
+            b.set_message(node_line(n, width));
+            b
+        })
+        .collect();
+    let mut reported = vec![false; started.nodes.len()];
+    let run = loop {
+        let run: RunInfo = client.get(&format!("/runs/{}", started.id), &[]).await?;
+        for (i, n) in run.nodes.iter().enumerate() {
+            if let Some(b) = bars.get(i) {
+                b.set_message(node_line(n, width));
+                if n.status == NodeStatus::Running {
+                    b.tick();
+                }
+            }
+            if !interactive && n.status.is_final() && !reported.get(i).copied().unwrap_or(true) {
+                eprintln!("{}", node_line(n, width));
+                reported[i] = true;
+            }
+        }
+        if run.status.is_final() {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for b in &bars {
+        b.finish();
+    }
+    report(settings, &run)
+}
+
+fn report(settings: &Settings, run: &RunInfo) -> CliResult<()> {
+    if settings.output == OutputFormat::Json {
+        output::item(settings.output, run, &[])?;
+    }
+    match run.status {
+        RunStatus::Succeeded => {
+            let cached = run.nodes.iter().filter(|n| n.cached).count();
+            eprintln!(
+                "run {} succeeded: published to '{}' in commit {}{}",
+                short(&run.id),
+                run.target,
+                short(run.merge_commit.as_deref().unwrap_or("")),
+                if cached > 0 {
+                    format!(" ({cached} of {} nodes cached)", run.nodes.len())
+                } else {
+                    String::new()
+                }
+            );
+            Ok(())
+        }
+        _ => {
+            for n in run
+                .nodes
+                .iter()
+                .filter(|n| matches!(n.status, NodeStatus::Failed | NodeStatus::Warned))
+            {
+                eprintln!(
+                    "\n{} {} at {}: {}",
+                    n.kind,
+                    n.name,
+                    n.location,
+                    n.error.as_deref().unwrap_or("failed")
+                );
+                if let Some(d) = &n.detail {
+                    eprintln!("  {d}");
+                }
+                if let Some(tb) = &n.traceback {
+                    for line in tb.lines() {
+                        eprintln!("  {line}");
+                    }
+                }
+            }
+            eprintln!(
+                "\nerror: run {} {}: {}",
+                short(&run.id),
+                run.status.as_str(),
+                run.error.as_deref().unwrap_or("")
+            );
+            eprintln!(
+                "hint: '{}' is untouched; inspect the run's branch with `lh query ... --ref {}`, fix, and replay with `lh rerun {} --code DIR`",
+                run.target,
+                run.run_branch,
+                short(&run.id)
+            );
+            Err(CliError::RunFailed)
+        }
+    }
+}
+
+pub async fn runs(client: &Client, settings: &Settings, cmd: RunsCommand) -> CliResult<()> {
+    match cmd {
+        RunsCommand::Ls { limit } => {
+            let list: RunList = client
+                .get("/runs", &[("limit", &limit.to_string())])
+                .await?;
+            output::listing(
+                settings.output,
+                &[
+                    "run", "project", "target", "status", "nodes", "started", "author",
+                ],
+                &list.runs,
+                |r| {
+                    let done = r.nodes.iter().filter(|n| n.status.is_final()).count();
+                    vec![
+                        short(&r.id).to_string(),
+                        r.project.clone(),
+                        r.target.clone(),
+                        r.status.as_str().to_string(),
+                        format!("{done}/{}", r.nodes.len()),
+                        r.created_at
+                            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                        r.author.clone(),
+                    ]
+                },
+            )
+        }
+        RunsCommand::Show { run } => {
+            let r: RunInfo = client.get(&format!("/runs/{run}"), &[]).await?;
+            if settings.output != OutputFormat::Table {
+                return output::item(
+                    settings.output,
+                    &r,
+                    &[("id", r.id.clone()), ("status", r.status.as_str().into())],
+                );
+            }
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            writeln!(out, "run       {}", r.id)?;
+            writeln!(
+                out,
+                "project   {} (code {})",
+                r.project,
+                short(&r.code_hash)
+            )?;
+            writeln!(
+                out,
+                "target    {} (input commit {})",
+                r.target,
+                short(&r.input_commit)
+            )?;
+            writeln!(out, "branch    {}", r.run_branch)?;
+            writeln!(
+                out,
+                "status    {}{}",
+                r.status.as_str(),
+                r.error
+                    .as_ref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            )?;
+            if let Some(m) = &r.merge_commit {
+                writeln!(out, "published commit {}", short(m))?;
+            }
+            if let Some(o) = &r.rerun_of {
+                writeln!(out, "replay of {}", short(o))?;
+            }
+            if !r.params.is_empty() {
+                let ps: Vec<String> = r.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                writeln!(out, "params    {}", ps.join(", "))?;
+            }
+            writeln!(out, "author    {}", r.author)?;
+            writeln!(out)?;
+            let width = r.nodes.iter().map(|n| n.name.len()).max().unwrap_or(10);
+            for n in &r.nodes {
+                let inputs = if n.inputs.is_empty() {
+                    String::new()
+                } else {
+                    format!("  <- {}", n.inputs.join(", "))
+                };
+                writeln!(out, "{}{inputs}", node_line(n, width))?;
+                if let Some(e) = &n.error {
+                    writeln!(out, "    {e}")?;
+                }
+            }
+            out.flush()?;
+            Ok(())
+        }
+        RunsCommand::Logs { run, node, follow } => {
+            let mut shown = String::new();
+            loop {
+                let mut q: Vec<(&str, &str)> = Vec::new();
+                if let Some(n) = &node {
+                    q.push(("node", n));
+                }
+                let text = client.text(&format!("/runs/{run}/logs"), &q).await?;
+                if let Some(new) = text.strip_prefix(shown.as_str()) {
+                    print!("{new}");
+                } else {
+                    print!("{text}");
+                }
+                std::io::stdout().flush()?;
+                shown = text;
+                if !follow {
+                    return Ok(());
+                }
+                let r: RunInfo = client.get(&format!("/runs/{run}"), &[]).await?;
+                if r.status.is_final() {
+                    let last = client.text(&format!("/runs/{run}/logs"), &q).await?;
+                    if let Some(new) = last.strip_prefix(shown.as_str()) {
+                        print!("{new}");
+                    }
+                    return Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        RunsCommand::Cancel { run } => {
+            let r: RunInfo = client
+                .post(&format!("/runs/{run}/cancel"), &serde_json::json!({}))
+                .await?;
+            eprintln!("run {} {}", short(&r.id), r.status.as_str());
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! Pipeline runs: plan, start, follow, cancel, replay.
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use lh_api::{PlanResponse, RerunRequest, RunInfo, RunList, RunRequest};
+
+use super::{ApiResult, AppState, author, query_pairs};
+use crate::error::Error;
+use crate::runs::RunStart;
+use crate::tables::write::upload_dir;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/runs", get(list_runs).post(start_run))
+        .route("/api/v1/runs/plan", post(plan_run))
+        .route("/api/v1/runs/{id}", get(get_run))
+        .route("/api/v1/runs/{id}/logs", get(run_logs))
+        .route("/api/v1/runs/{id}/cancel", post(cancel_run))
+        .route("/api/v1/runs/{id}/rerun", post(rerun))
+}
+
+/// Turns an uploaded project archive into a code snapshot (and drops the upload).
+async fn code_of(s: &AppState, upload: &str) -> Result<String, Error> {
+    if upload.is_empty() || !upload.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(Error::bad_request(
+            "invalid_argument",
+            format!("bad upload id '{upload}'"),
+        ));
+    }
+    let dir = upload_dir(&s.uploads, upload);
+    let file = std::fs::read_dir(&dir)
+        .ok()
+        .and_then(|mut rd| rd.next())
+        .and_then(|e| e.ok())
+        .map(|e| e.path())
+        .ok_or_else(|| {
+            Error::not_found("upload_not_found", format!("upload '{upload}' not found"))
+        })?;
+    let hash = s.runs.store_code(file).await;
+    let _ = tokio::fs::remove_dir_all(&dir).await;
+    hash
+}
+
+/// Plans a project without running it (`lh run --dry-run`).
+#[utoipa::path(post, path = "/api/v1/runs/plan", request_body = RunRequest,
+    responses((status = 200, body = PlanResponse), (status = 400, body = lh_api::ErrorBody)))]
+async fn plan_run(
+    State(s): State<AppState>,
+    Json(req): Json<RunRequest>,
+) -> ApiResult<Json<PlanResponse>> {
+    let code = code_of(&s, &req.upload).await?;
+    Ok(Json(s.runs.plan(&code, &req.reference, &req.params).await?))
+}
+
+/// Starts a run of a project on a branch; it goes on in the background.
+#[utoipa::path(post, path = "/api/v1/runs", request_body = RunRequest,
+    responses((status = 201, body = RunInfo), (status = 400, body = lh_api::ErrorBody)))]
+async fn start_run(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Json(req): Json<RunRequest>,
+) -> ApiResult<(StatusCode, Json<RunInfo>)> {
+    let code = code_of(&s, &req.upload).await?;
+    let start = RunStart {
+        code_hash: code,
+        target: req.reference,
+        params: req.params,
+        author: author(&headers),
+        no_cache: req.no_cache,
+        strict: req.strict,
+        rerun_of: None,
+        input_commit: None,
+        reuse: Default::default(),
+        param_values: None,
+    };
+    Ok((StatusCode::CREATED, Json(s.runs.start(start).await?)))
+}
+
+/// The newest runs (`?limit=`).
+#[utoipa::path(get, path = "/api/v1/runs", params(("limit" = Option<i64>, Query)), responses((status = 200, body = RunList)))]
+async fn list_runs(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<Json<RunList>> {
+    let limit = query_pairs(q.as_deref())
+        .into_iter()
+        .find(|(k, _)| k == "limit")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(20);
+    Ok(Json(RunList {
+        runs: s.runs.list(limit).await?,
+    }))
+}
+
+/// One run, with its nodes.
+#[utoipa::path(get, path = "/api/v1/runs/{id}", params(("id" = String, Path)),
+    responses((status = 200, body = RunInfo), (status = 404, body = lh_api::ErrorBody)))]
+async fn get_run(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<RunInfo>> {
+    Ok(Json(s.runs.get(&id).await?))
+}
+
+/// The logs of a run's nodes (`?node=` for one), as text.
+#[utoipa::path(get, path = "/api/v1/runs/{id}/logs", params(("id" = String, Path), ("node" = Option<String>, Query)),
+    responses((status = 200, content_type = "text/plain", body = String)))]
+async fn run_logs(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<String> {
+    let node = query_pairs(q.as_deref())
+        .into_iter()
+        .find(|(k, _)| k == "node")
+        .map(|(_, v)| v);
+    let logs = s.runs.logs(&id, node.as_deref()).await?;
+    let mut out = String::new();
+    for (name, log) in logs {
+        if log.is_empty() {
+            continue;
+        }
+        if node.is_none() {
+            out.push_str(&format!("=== {name}\n"));
+        }
+        out.push_str(&log);
+        if !log.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
+/// Stops a running run; nothing it did is published.
+#[utoipa::path(post, path = "/api/v1/runs/{id}/cancel", params(("id" = String, Path)),
+    responses((status = 200, body = RunInfo), (status = 409, body = lh_api::ErrorBody)))]
+async fn cancel_run(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<RunInfo>> {
+    Ok(Json(s.runs.cancel(&id).await?))
+}
+
+/// Replays a run: same code (or new code), environments, parameters and input commit.
+#[utoipa::path(post, path = "/api/v1/runs/{id}/rerun", params(("id" = String, Path)), request_body = RerunRequest,
+    responses((status = 201, body = RunInfo), (status = 404, body = lh_api::ErrorBody)))]
+async fn rerun(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Json(req): Json<RerunRequest>,
+) -> ApiResult<(StatusCode, Json<RunInfo>)> {
+    let code = match &req.upload {
+        Some(u) => Some(code_of(&s, u).await?),
+        None => None,
+    };
+    let run = s
+        .runs
+        .rerun(&id, req.from_failed, code, &author(&headers))
+        .await?;
+    Ok((StatusCode::CREATED, Json(run)))
+}

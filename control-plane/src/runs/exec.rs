@@ -1,0 +1,679 @@
+//! Executing a planned run on its temporary branch, then publishing it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use chrono::Utc;
+use lh_api::{ImportMode, NodeStatus, RunInfo, RunStatus, TablePointer};
+use lh_catalog::{Commit, CommitMeta, MergeOptions, TableOp};
+use lh_runner::{Invocation, InvocationKind, Outcome};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::project::{Lang, Materialize, NodeKind, Plan, PlanNode, Severity};
+use super::store::NodeRecord;
+use super::{RunService, RunStart, kind_name, lang_name};
+use crate::error::{Error, Result, pointer};
+use crate::tables::write::{Source, WriteJob, write_table};
+
+/// What every node task of a run shares.
+struct Shared {
+    svc: Arc<RunService>,
+    id: String,
+    run_branch: String,
+    plan: Plan,
+    code_root: PathBuf,
+    author: String,
+    no_cache: bool,
+    reuse: BTreeMap<String, TablePointer>,
+    /// Environment key to lock, of every environment the run used.
+    envs: Mutex<BTreeMap<String, String>>,
+}
+
+pub(crate) struct Run {
+    shared: Arc<Shared>,
+    info: RunInfo,
+    strict: bool,
+    cancel: CancellationToken,
+}
+
+impl Run {
+    pub fn new(
+        svc: Arc<RunService>,
+        info: RunInfo,
+        plan: Plan,
+        start: RunStart,
+        cancel: CancellationToken,
+    ) -> Run {
+        let code_root = svc.code.root().join(&info.code_hash);
+        let shared = Arc::new(Shared {
+            svc,
+            id: info.id.clone(),
+            run_branch: info.run_branch.clone(),
+            plan,
+            code_root,
+            author: info.author.clone(),
+            no_cache: start.no_cache,
+            reuse: start.reuse,
+            envs: Mutex::new(BTreeMap::new()),
+        });
+        Run {
+            shared,
+            strict: start.strict,
+            info,
+            cancel,
+        }
+    }
+
+    fn record(&self, i: usize) -> NodeRecord {
+        let n = &self.shared.plan.nodes[i];
+        NodeRecord {
+            name: n.name.clone(),
+            position: 0,
+            kind: kind_name(&n.kind).into(),
+            language: lang_name(&n.lang).into(),
+            location: n.location(),
+            inputs: n.inputs.iter().map(|i| i.table.clone()).collect(),
+            status: NodeStatus::Waiting,
+            started_at: None,
+            finished_at: None,
+            rows: None,
+            cached: false,
+            fingerprint: None,
+            output: None,
+            error: None,
+            traceback: None,
+            detail: None,
+            log: String::new(),
+        }
+    }
+
+    pub async fn execute(self) {
+        let svc = self.shared.svc.clone();
+        let id = self.shared.id.clone();
+        let span = tracing::info_span!("run", run = %id, project = %self.info.project);
+        let _enter = span.enter();
+        let plan = &self.shared.plan;
+        let n = plan.nodes.len();
+        let mut status = vec![NodeStatus::Waiting; n];
+        let mut tasks: JoinSet<(usize, NodeRecord)> = JoinSet::new();
+        let parallelism = svc.config.parallelism.max(1);
+        let mut cancelled = false;
+        loop {
+            // Start what is ready; skip what can no longer run.
+            let mut progressed = true;
+            while progressed {
+                progressed = false;
+                for &i in &plan.order {
+                    if status[i] != NodeStatus::Waiting {
+                        continue;
+                    }
+                    let producers: Vec<usize> = plan.nodes[i]
+                        .inputs
+                        .iter()
+                        .filter_map(|x| x.producer)
+                        .collect();
+                    if producers
+                        .iter()
+                        .any(|&p| matches!(status[p], NodeStatus::Failed | NodeStatus::Skipped))
+                    {
+                        status[i] = NodeStatus::Skipped;
+                        let mut rec = self.record(i);
+                        rec.status = NodeStatus::Skipped;
+                        rec.error = Some("an input failed".into());
+                        let _ = svc.store.update_node(&id, &rec).await;
+                        progressed = true;
+                        continue;
+                    }
+                    let ready = producers
+                        .iter()
+                        .all(|&p| matches!(status[p], NodeStatus::Done | NodeStatus::Cached));
+                    if ready && tasks.len() < parallelism && !cancelled {
+                        status[i] = NodeStatus::Running;
+                        let shared = self.shared.clone();
+                        let rec = self.record(i);
+                        tasks.spawn(async move {
+                            let rec = run_node(&shared, i, rec).await;
+                            (i, rec)
+                        });
+                        progressed = true;
+                    }
+                }
+            }
+            if tasks.is_empty() {
+                break;
+            }
+            tokio::select! {
+                _ = self.cancel.cancelled(), if !cancelled => {
+                    cancelled = true;
+                    tasks.abort_all();
+                }
+                done = tasks.join_next() => match done {
+                    Some(Ok((i, rec))) => status[i] = rec.status,
+                    Some(Err(_)) => {} // aborted by a cancel; recorded below
+                    None => {}
+                }
+            }
+        }
+        if cancelled {
+            for (i, s) in status.iter_mut().enumerate() {
+                if matches!(s, NodeStatus::Waiting | NodeStatus::Running) {
+                    *s = NodeStatus::Skipped;
+                    let mut rec = self.record(i);
+                    rec.status = NodeStatus::Skipped;
+                    rec.error = Some("the run was cancelled".into());
+                    let _ = svc.store.update_node(&id, &rec).await;
+                }
+            }
+        }
+
+        // Publish, or keep the branch for inspection.
+        let envs = self
+            .shared
+            .envs
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default();
+        let mut problems = Vec::new();
+        for (i, s) in status.iter().enumerate() {
+            let node = &plan.nodes[i];
+            match (&node.kind, s) {
+                (NodeKind::Model { .. }, NodeStatus::Failed | NodeStatus::Skipped) => {
+                    problems.push(format!("{} {}", node.name, s.as_str()))
+                }
+                (NodeKind::Expectation { .. }, NodeStatus::Failed | NodeStatus::Skipped) => {
+                    problems.push(format!("expectation {} {}", node.name, s.as_str()))
+                }
+                (NodeKind::Expectation { .. }, NodeStatus::Warned) if self.strict => {
+                    problems.push(format!(
+                        "expectation {} failed (a warning, blocking with --strict)",
+                        node.name
+                    ))
+                }
+                _ => {}
+            }
+        }
+        let (final_status, error, merge) = if cancelled {
+            (
+                RunStatus::Cancelled,
+                Some("the run was cancelled; nothing was published".to_string()),
+                None,
+            )
+        } else if !problems.is_empty() {
+            (
+                RunStatus::Failed,
+                Some(format!("{}; nothing was published", problems.join(", "))),
+                None,
+            )
+        } else {
+            let meta = CommitMeta::new(
+                &self.shared.author,
+                format!("lh run {} ({})", self.info.project, id),
+            )
+            .with_property("lh.run", &id)
+            .with_property("lh.project", &self.info.project)
+            .with_property("lh.code", &self.info.code_hash);
+            let options = MergeOptions {
+                meta,
+                expected_head: None,
+                no_fast_forward: true,
+            };
+            match svc
+                .catalog
+                .merge(&self.shared.run_branch, &self.info.target, options)
+                .await
+            {
+                Ok(out) => {
+                    if let Err(e) = svc
+                        .catalog
+                        .delete_branch(&self.shared.run_branch, None)
+                        .await
+                    {
+                        tracing::warn!("cannot delete the run branch after publishing: {e}");
+                    }
+                    (RunStatus::Succeeded, None, Some(out.head.to_hex()))
+                }
+                Err(e) => (
+                    RunStatus::Failed,
+                    Some(format!(
+                        "cannot publish into '{}': {}",
+                        self.info.target,
+                        e.message()
+                    )),
+                    None,
+                ),
+            }
+        };
+        if let Err(e) = svc
+            .store
+            .finish_run(&id, final_status, error.as_deref(), merge.as_deref(), &envs)
+            .await
+        {
+            tracing::error!("cannot record the end of run {id}: {e}");
+        }
+        tracing::info!(status = final_status.as_str(), "run finished");
+    }
+}
+
+/// Runs one node to its end state (never panics on user errors: they are the record).
+async fn run_node(shared: &Shared, i: usize, mut rec: NodeRecord) -> NodeRecord {
+    let svc = &shared.svc;
+    rec.status = NodeStatus::Running;
+    rec.started_at = Some(Utc::now());
+    let _ = svc.store.update_node(&shared.id, &rec).await;
+    let node = &shared.plan.nodes[i];
+    let span = tracing::info_span!("node", run = %shared.id, node = %node.name);
+    let _enter = span.enter();
+    if let Err(e) = node_body(shared, node, &mut rec).await {
+        rec.status = NodeStatus::Failed;
+        rec.error = Some(e.message.clone());
+    }
+    rec.finished_at = Some(Utc::now());
+    if let Err(e) = svc.store.update_node(&shared.id, &rec).await {
+        tracing::error!("cannot record node {}: {e}", node.name);
+    }
+    rec
+}
+
+async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Result<()> {
+    let svc = &shared.svc;
+    let head = svc.catalog.resolve(&shared.run_branch).await?.commit;
+    // The inputs as they are on the run's branch now (upstream outputs included).
+    let mut inputs = Vec::new();
+    for inp in &node.inputs {
+        let p = svc
+            .catalog
+            .table_in(&head, &inp.table)
+            .await?
+            .ok_or_else(|| {
+                Error::not_found(
+                    "table_not_found",
+                    format!("input '{}' is not on the run's branch", inp.table),
+                )
+            })?;
+        inputs.push(p);
+    }
+    let params: BTreeMap<String, serde_json::Value> = node
+        .params
+        .iter()
+        .filter_map(|(arg, p)| shared.plan.params.get(p).map(|v| (arg.clone(), v.clone())))
+        .collect();
+
+    if let NodeKind::Expectation { severity } = node.kind {
+        let Lang::Python { .. } = &node.lang else {
+            return Err(Error::internal("only Python expectations exist"));
+        };
+        let outcome = invoke(
+            shared,
+            node,
+            &head,
+            InvocationKind::Expectation,
+            &params,
+            rec,
+        )
+        .await?;
+        match outcome {
+            Outcome::Expectation { passed: true, .. } => rec.status = NodeStatus::Passed,
+            Outcome::Expectation {
+                passed: false,
+                detail,
+            } => {
+                rec.status = match severity {
+                    Severity::Error => NodeStatus::Failed,
+                    Severity::Warn => NodeStatus::Warned,
+                };
+                rec.error = Some("the expectation is not met".into());
+                rec.detail = (!detail.is_empty()).then_some(detail);
+            }
+            Outcome::Failed { error, traceback } => {
+                rec.status = NodeStatus::Failed;
+                rec.error = Some(error);
+                rec.traceback = (!traceback.is_empty()).then_some(traceback);
+            }
+            Outcome::Model { .. } => {
+                return Err(Error::internal("an expectation answered like a model"));
+            }
+        }
+        return Ok(());
+    }
+
+    let NodeKind::Model { materialize } = node.kind else {
+        unreachable!()
+    };
+    let table = node.name.clone();
+    let current = svc.catalog.table_in(&head, &table).await?;
+    let env_key = match &node.lang {
+        Lang::Python { env, .. } => Some(
+            env.key()
+                .map_err(|e| Error::bad_request("bad_environment", e.to_string()))?,
+        ),
+        Lang::Sql { .. } => None,
+    };
+    let fingerprint = fingerprint(
+        shared,
+        node,
+        &inputs,
+        &params,
+        env_key.as_deref(),
+        current.as_ref(),
+    )?;
+    rec.fingerprint = Some(fingerprint.clone());
+
+    // Reuse: the replayed run's output (--from-failed), or a memoized one.
+    let reused = match shared.reuse.get(&node.name) {
+        Some(p) => Some(p.clone()),
+        None if !shared.no_cache => svc
+            .store
+            .memo_get(&fingerprint)
+            .await?
+            .filter(|(t, _)| *t == table)
+            .map(|(_, p)| p),
+        None => None,
+    };
+    if let Some(p) = reused {
+        let p = catalog_pointer(&p);
+        if current.as_ref() != Some(&p) {
+            let op = TableOp::Put {
+                table: table.clone(),
+                expected: current.clone(),
+                pointer: p.clone(),
+            };
+            let meta = CommitMeta::new(&shared.author, format!("reuse {table} (memoized)"))
+                .with_property("lh.run", &shared.id)
+                .with_property("lh.node", &node.name)
+                .with_property("lh.cached", "true");
+            svc.catalog
+                .commit(&shared.run_branch, vec![op], meta)
+                .await?;
+        }
+        rec.status = NodeStatus::Cached;
+        rec.cached = true;
+        rec.output = Some(pointer(&p));
+        rec.rows = svc
+            .tables
+            .metadata(&p.metadata_location)
+            .await
+            .ok()
+            .and_then(|m| {
+                m.current_snapshot().and_then(|s| {
+                    s.summary()
+                        .additional_properties
+                        .get("total-records")
+                        .and_then(|v| v.parse().ok())
+                })
+            });
+        return Ok(());
+    }
+
+    let mode = match (materialize, &current) {
+        (_, None) => ImportMode::Create,
+        (Materialize::Replace, Some(_)) => ImportMode::Replace,
+        (Materialize::Append, Some(_)) => ImportMode::Append,
+    };
+    let props = BTreeMap::from([
+        ("lh.run".to_string(), shared.id.clone()),
+        ("lh.node".to_string(), node.name.clone()),
+    ]);
+    let (source, work) = match &node.lang {
+        Lang::Sql { sql } => {
+            let mut setup = Vec::new();
+            for inp in &node.inputs {
+                let loaded = svc
+                    .tables
+                    .load(&head, &inp.table)
+                    .await?
+                    .ok_or_else(|| Error::internal("input vanished"))?;
+                let groups = svc.tables.file_groups(&loaded).await?;
+                let parts: Vec<String> = inp
+                    .table
+                    .rsplitn(2, '.')
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .map(String::from)
+                    .collect();
+                setup.push(crate::query::table_view_sql(&parts, &loaded, &groups));
+                if inp.bare {
+                    setup.push(format!(
+                        "CREATE OR REPLACE VIEW main.\"{}\" AS SELECT * FROM \"{}\".\"{}\";",
+                        parts[1].replace('"', "\"\""),
+                        parts[0].replace('"', "\"\""),
+                        parts[1].replace('"', "\"\"")
+                    ));
+                }
+            }
+            let source = Source::Query {
+                setup,
+                sql: sql.clone(),
+                params: params.clone(),
+                label: format!("model {}", node.name),
+            };
+            (source, None)
+        }
+        Lang::Python { .. } => {
+            let work = svc.config.work_root.join(format!(
+                "{}-{}",
+                shared.id,
+                uuid::Uuid::new_v4().simple()
+            ));
+            let outcome = invoke_in(
+                shared,
+                node,
+                &head,
+                InvocationKind::Model,
+                &params,
+                rec,
+                &work,
+            )
+            .await;
+            let outcome = match outcome {
+                Ok(o) => o,
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&work);
+                    return Err(e);
+                }
+            };
+            match outcome {
+                Outcome::Model { .. } => {}
+                Outcome::Failed { error, traceback } => {
+                    let _ = std::fs::remove_dir_all(&work);
+                    rec.status = NodeStatus::Failed;
+                    rec.error = Some(error);
+                    rec.traceback = (!traceback.is_empty()).then_some(traceback);
+                    return Ok(());
+                }
+                Outcome::Expectation { .. } => {
+                    return Err(Error::internal("a model answered like an expectation"));
+                }
+            }
+            let source = Source::Files {
+                format: lh_api::FileFormat::Parquet,
+                files: vec![work.join("out.parquet")],
+                names: vec![format!("the output of {}", node.name)],
+            };
+            (source, Some(work))
+        }
+    };
+    let job = WriteJob {
+        branch: shared.run_branch.clone(),
+        table: table.clone(),
+        mode,
+        source,
+        author: shared.author.clone(),
+        message: Some(format!(
+            "{} {table} (run {})",
+            lang_name(&node.lang),
+            &shared.id[..12]
+        )),
+        properties: props,
+    };
+    let written = write_table(&svc.tables, &svc.import, job).await;
+    if let Some(w) = work {
+        let _ = std::fs::remove_dir_all(w);
+    }
+    let written = written?;
+    let p = svc
+        .catalog
+        .get_table(&format!("@{}", written.commit), &table)
+        .await?;
+    svc.store
+        .memo_put(&fingerprint, &table, &pointer(&p), &shared.id)
+        .await?;
+    rec.status = NodeStatus::Done;
+    rec.rows = Some(written.rows);
+    rec.output = Some(pointer(&p));
+    Ok(())
+}
+
+async fn invoke(
+    shared: &Shared,
+    node: &PlanNode,
+    head: &Commit,
+    kind: InvocationKind,
+    params: &BTreeMap<String, serde_json::Value>,
+    rec: &mut NodeRecord,
+) -> Result<Outcome> {
+    let work = shared.svc.config.work_root.join(format!(
+        "{}-{}",
+        shared.id,
+        uuid::Uuid::new_v4().simple()
+    ));
+    let out = invoke_in(shared, node, head, kind, params, rec, &work).await;
+    let _ = std::fs::remove_dir_all(&work);
+    out
+}
+
+/// Builds (or finds) the node's environment, writes its inputs, and calls the function
+/// in the runtime. The invocation's folder is `work`.
+async fn invoke_in(
+    shared: &Shared,
+    node: &PlanNode,
+    head: &Commit,
+    kind: InvocationKind,
+    params: &BTreeMap<String, serde_json::Value>,
+    rec: &mut NodeRecord,
+    work: &std::path::Path,
+) -> Result<Outcome> {
+    let svc = &shared.svc;
+    let Lang::Python { function, env, .. } = &node.lang else {
+        return Err(Error::internal("not a Python node"));
+    };
+    let started = std::time::Instant::now();
+    let (env, built) = svc.envs.get(env).await.map_err(|e| {
+        Error::bad_request(
+            "environment_failed",
+            format!("cannot build the Python environment: {e}"),
+        )
+    })?;
+    if built {
+        rec.log.push_str(&format!(
+            "[lh] built Python environment {} in {:.1} s\n",
+            env.key,
+            started.elapsed().as_secs_f64()
+        ));
+    }
+    if let Ok(mut e) = shared.envs.lock() {
+        e.insert(env.key.clone(), env.lock.clone());
+    }
+    std::fs::create_dir_all(work)?;
+    let mut files = BTreeMap::new();
+    for inp in &node.inputs {
+        let Some(arg) = &inp.arg else { continue };
+        let path = work.join(format!("in-{arg}.arrow"));
+        svc.queries
+            .export_arrow(
+                head,
+                &inp.table,
+                inp.columns.as_deref(),
+                inp.filter.as_deref(),
+                &path,
+            )
+            .await?;
+        files.insert(arg.clone(), path);
+    }
+    let inv = Invocation {
+        id: uuid::Uuid::new_v4().simple().to_string(),
+        kind,
+        file: shared.code_root.join(&node.file),
+        function: function.clone(),
+        root: shared.code_root.clone(),
+        inputs: files,
+        params: params.clone(),
+        output: work.join("out.parquet"),
+    };
+    let result = svc
+        .runtime
+        .invoke(&env, &node.lang.limits(), &shared.code_root, work, inv)
+        .await
+        .map_err(|e| {
+            Error::bad_request("runtime_failed", format!("cannot run the function: {e}"))
+        })?;
+    rec.log.push_str(&result.log);
+    Ok(result.outcome)
+}
+
+fn catalog_pointer(p: &TablePointer) -> lh_catalog::TablePointer {
+    lh_catalog::TablePointer {
+        metadata_location: p.metadata_location.clone(),
+        table_uuid: p.table_uuid.clone(),
+        snapshot_id: p.snapshot_id,
+    }
+}
+
+/// A node's fingerprint: its code (and the project modules it imports), environment,
+/// parameters, and the snapshots of its inputs with their columns and filter; for an
+/// appending model, also the snapshot it appends to.
+fn fingerprint(
+    shared: &Shared,
+    node: &PlanNode,
+    inputs: &[lh_catalog::TablePointer],
+    params: &BTreeMap<String, serde_json::Value>,
+    env_key: Option<&str>,
+    current: Option<&lh_catalog::TablePointer>,
+) -> Result<String> {
+    let mut code = Vec::new();
+    for f in &node.code_files {
+        let bytes = std::fs::read(shared.code_root.join(f))?;
+        code.push((f.clone(), blake3::hash(&bytes).to_hex().to_string()));
+    }
+    let inputs: Vec<serde_json::Value> = node
+        .inputs
+        .iter()
+        .zip(inputs)
+        .map(|(i, p)| {
+            serde_json::json!({
+                "table": i.table, "metadata": p.metadata_location, "snapshot": p.snapshot_id,
+                "columns": i.columns, "filter": i.filter, "arg": i.arg,
+            })
+        })
+        .collect();
+    let (lang, detail) = match &node.lang {
+        Lang::Python {
+            function,
+            memory_bytes,
+            ..
+        } => (
+            "python",
+            serde_json::json!({"function": function, "memory": memory_bytes}),
+        ),
+        Lang::Sql { sql } => ("sql", serde_json::json!({"sql": sql})),
+    };
+    let materialize = match node.kind {
+        NodeKind::Model { materialize } => format!("{materialize:?}"),
+        NodeKind::Expectation { .. } => String::new(),
+    };
+    let previous = match node.kind {
+        NodeKind::Model {
+            materialize: Materialize::Append,
+        } => current.map(|p| p.metadata_location.clone()),
+        _ => None,
+    };
+    let doc = serde_json::json!({
+        "v": 1, "node": node.name, "lang": lang, "detail": detail, "code": code, "env": env_key,
+        "params": params, "inputs": inputs, "materialize": materialize, "previous": previous,
+    });
+    Ok(blake3::hash(doc.to_string().as_bytes())
+        .to_hex()
+        .to_string())
+}

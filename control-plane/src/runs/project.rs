@@ -1,0 +1,947 @@
+//! Projects and their plans: `lh_project.yml`, Python files with decorated models and
+//! expectations, and `NAME.sql` models, read into a DAG without running user code. The
+//! Python files are parsed (by `lh._plan`, Python's own `ast`), the SQL by DuckDB's
+//! parser. Every mistake is reported with its file and line, before anything runs.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+use lh_catalog::Commit;
+use lh_runner::{EnvSpec, Limits};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::query::QueryEngine;
+use crate::tables::Tables;
+
+pub const PROJECT_FILE: &str = "lh_project.yml";
+
+/// `lh_project.yml`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectFile {
+    pub name: String,
+    /// Where outputs go unless a model says otherwise.
+    pub namespace: String,
+    #[serde(default = "default_python")]
+    pub python: String,
+    /// Packages of every Python function (name to version).
+    #[serde(default)]
+    pub packages: BTreeMap<String, String>,
+    #[serde(default)]
+    pub parameters: BTreeMap<String, ParamDecl>,
+    /// Default limits of Python functions.
+    #[serde(default)]
+    pub resources: Option<ResourcesDecl>,
+}
+
+fn default_python() -> String {
+    "3.11".into()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParamDecl {
+    #[serde(rename = "type")]
+    pub ty: ParamType,
+    #[serde(default)]
+    pub default: Option<serde_json::Value>,
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ParamType {
+    Str,
+    Int,
+    Float,
+    Bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourcesDecl {
+    pub memory: Option<String>,
+    pub cpus: Option<f64>,
+    pub timeout: Option<String>,
+}
+
+/// A planned pipeline.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Plan {
+    pub project: ProjectFile,
+    /// Parameter values of this run.
+    pub params: BTreeMap<String, serde_json::Value>,
+    pub nodes: Vec<PlanNode>,
+    /// Node indexes in an order where every node comes after its inputs.
+    pub order: Vec<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Materialize {
+    Replace,
+    Append,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    Warn,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum NodeKind {
+    Model { materialize: Materialize },
+    Expectation { severity: Severity },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "language", rename_all = "lowercase")]
+pub enum Lang {
+    Python {
+        function: String,
+        env: EnvSpec,
+        memory_bytes: Option<u64>,
+        cpus_milli: Option<u32>,
+        timeout_secs: u64,
+    },
+    Sql {
+        sql: String,
+    },
+}
+
+impl Lang {
+    pub fn limits(&self) -> Limits {
+        match self {
+            Lang::Python {
+                memory_bytes,
+                cpus_milli,
+                timeout_secs,
+                ..
+            } => Limits {
+                memory_bytes: *memory_bytes,
+                cpus_milli: *cpus_milli,
+                timeout: Duration::from_secs(*timeout_secs),
+            },
+            Lang::Sql { .. } => Limits::default(),
+        }
+    }
+}
+
+/// A model or an expectation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlanNode {
+    /// A model's output table (`analytics.orders`); an expectation's function name.
+    pub name: String,
+    #[serde(flatten)]
+    pub kind: NodeKind,
+    #[serde(flatten)]
+    pub lang: Lang,
+    /// The file (relative to the project) and line.
+    pub file: String,
+    pub line: u32,
+    pub inputs: Vec<PlanInput>,
+    /// Argument (Python) or `$name` (SQL) to the parameter it takes.
+    pub params: BTreeMap<String, String>,
+    /// The project files whose content is this node's code.
+    pub code_files: Vec<String>,
+}
+
+impl PlanNode {
+    pub fn output(&self) -> Option<&str> {
+        match self.kind {
+            NodeKind::Model { .. } => Some(&self.name),
+            NodeKind::Expectation { .. } => None,
+        }
+    }
+
+    pub fn location(&self) -> String {
+        format!("{}:{}", self.file, self.line)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlanInput {
+    /// The Python argument it is passed as (`None` for SQL).
+    pub arg: Option<String>,
+    pub table: String,
+    pub columns: Option<Vec<String>>,
+    pub filter: Option<String>,
+    /// The node that makes it, when the project does.
+    pub producer: Option<usize>,
+    /// Referenced without a namespace in SQL: exposed under its bare name too.
+    pub bare: bool,
+    /// Where it is declared.
+    pub line: u32,
+}
+
+/// What planning needs.
+pub struct Planner<'a> {
+    pub tables: &'a Tables,
+    pub queries: &'a QueryEngine,
+    /// A Python that runs `lh._plan` (parsing only).
+    pub python: &'a Path,
+    /// The folder holding the `lh` package.
+    pub harness: &'a Path,
+}
+
+fn loc(file: &str, line: u32, message: impl std::fmt::Display) -> String {
+    if line > 0 {
+        format!("{file}:{line}: {message}")
+    } else {
+        format!("{file}: {message}")
+    }
+}
+
+fn invalid(problems: Vec<String>) -> Error {
+    let n = problems.len();
+    let mut msg = format!(
+        "the project is not valid ({n} problem{})",
+        if n == 1 { "" } else { "s" }
+    );
+    for p in &problems {
+        msg.push_str("\n  ");
+        msg.push_str(p);
+    }
+    Error::bad_request("invalid_project", msg)
+}
+
+/// Reads `lh_project.yml` of the project at `root`.
+pub fn read_project_file(root: &Path) -> Result<ProjectFile> {
+    let path = root.join(PROJECT_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|_| {
+        Error::bad_request(
+            "invalid_project",
+            format!("not an lh project: there is no {PROJECT_FILE}"),
+        )
+        .with_hint("a project folder holds lh_project.yml, Python files and SQL files")
+    })?;
+    let p: ProjectFile = serde_yaml_ng::from_str(&text).map_err(|e| {
+        let line = e.location().map_or(0, |l| l.line() as u32);
+        invalid(vec![loc(
+            PROJECT_FILE,
+            line,
+            e.to_string().split(" at line").next().unwrap_or_default(),
+        )])
+    })?;
+    let mut problems = Vec::new();
+    if !is_identifier(&p.name) {
+        problems.push(loc(
+            PROJECT_FILE,
+            0,
+            format!("name '{}' must be a lowercase identifier", p.name),
+        ));
+    }
+    if let Err(e) = lh_catalog::names::validate_namespace(&p.namespace) {
+        problems.push(loc(PROJECT_FILE, 0, e));
+    }
+    for (name, decl) in &p.parameters {
+        if !is_identifier(name) {
+            problems.push(loc(
+                PROJECT_FILE,
+                0,
+                format!("parameter name '{name}' must be a lowercase identifier"),
+            ));
+        }
+        if let Some(d) = &decl.default
+            && let Err(e) = check_value(name, decl.ty, d)
+        {
+            problems.push(loc(PROJECT_FILE, 0, e));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(invalid(problems));
+    }
+    Ok(p)
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+fn check_value(
+    name: &str,
+    ty: ParamType,
+    v: &serde_json::Value,
+) -> std::result::Result<(), String> {
+    let ok = match ty {
+        ParamType::Str => v.is_string(),
+        ParamType::Int => v.is_i64(),
+        ParamType::Float => v.is_number(),
+        ParamType::Bool => v.is_boolean(),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("parameter '{name}': {v} is not a {ty:?}").to_lowercase())
+    }
+}
+
+/// Parameter values: declared defaults, overridden by `--param k=v` strings.
+pub fn resolve_params(
+    project: &ProjectFile,
+    given: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, serde_json::Value>> {
+    let mut out = BTreeMap::new();
+    let mut problems = Vec::new();
+    for name in given.keys() {
+        if !project.parameters.contains_key(name) {
+            let known: Vec<&String> = project.parameters.keys().collect();
+            problems.push(format!(
+                "unknown parameter '{name}' (the project declares: {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known
+                        .iter()
+                        .map(|k| k.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            ));
+        }
+    }
+    for (name, decl) in &project.parameters {
+        let value = match given.get(name) {
+            Some(raw) => match decl.ty {
+                ParamType::Str => Some(serde_json::Value::String(raw.clone())),
+                ParamType::Int => raw.trim().parse::<i64>().ok().map(serde_json::Value::from),
+                ParamType::Float => raw.trim().parse::<f64>().ok().map(serde_json::Value::from),
+                ParamType::Bool => match raw.trim() {
+                    "true" | "1" | "yes" => Some(true.into()),
+                    "false" | "0" | "no" => Some(false.into()),
+                    _ => None,
+                },
+            }
+            .or_else(|| {
+                problems.push(
+                    format!("parameter '{name}': '{raw}' is not a {:?}", decl.ty).to_lowercase(),
+                );
+                None
+            }),
+            None => decl.default.clone(),
+        };
+        match value {
+            Some(v) => {
+                out.insert(name.clone(), v);
+            }
+            None if given.contains_key(name) => {}
+            None => problems.push(format!(
+                "parameter '{name}' has no default: give it with --param {name}=VALUE"
+            )),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(Error::bad_request("invalid_parameter", problems.join("; ")));
+    }
+    Ok(out)
+}
+
+/// The project's Python and SQL files, relative to `root`, sorted.
+pub fn project_files(root: &Path) -> Result<(Vec<String>, Vec<String>)> {
+    let mut py = Vec::new();
+    let mut sql = Vec::new();
+    fn walk(
+        root: &Path,
+        dir: &Path,
+        py: &mut Vec<String>,
+        sql: &mut Vec<String>,
+    ) -> std::io::Result<()> {
+        for e in std::fs::read_dir(dir)? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.')
+                || matches!(
+                    name.as_str(),
+                    "__pycache__" | "venv" | "node_modules" | "target"
+                )
+            {
+                continue;
+            }
+            let p = e.path();
+            if e.file_type()?.is_dir() {
+                walk(root, &p, py, sql)?;
+            } else if let Ok(rel) = p.strip_prefix(root) {
+                let rel = rel.display().to_string();
+                if name.ends_with(".py") {
+                    py.push(rel);
+                } else if name.ends_with(".sql") {
+                    sql.push(rel);
+                }
+            }
+        }
+        Ok(())
+    }
+    walk(root, root, &mut py, &mut sql)?;
+    py.sort();
+    sql.sort();
+    Ok((py, sql))
+}
+
+#[derive(Debug, Deserialize)]
+struct PyPlan {
+    functions: Vec<PyFunction>,
+    errors: Vec<PyError>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PyError {
+    file: String,
+    line: u32,
+    message: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct PyFunction {
+    file: String,
+    line: u32,
+    function: String,
+    kind: String,
+    decorators: BTreeMap<String, BTreeMap<String, serde_json::Value>>,
+    inputs: Vec<PyInput>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PyInput {
+    arg: String,
+    kind: String,
+    name: String,
+    #[serde(default)]
+    columns: Option<Vec<String>>,
+    #[serde(default)]
+    filter: Option<String>,
+    line: u32,
+}
+
+impl Planner<'_> {
+    /// Plans the project at `root` against the tables of `commit` (where inputs the
+    /// project does not make must exist).
+    pub async fn plan(
+        &self,
+        root: &Path,
+        commit: &Commit,
+        at: &str,
+        given: &BTreeMap<String, String>,
+    ) -> Result<Plan> {
+        let project = read_project_file(root)?;
+        let params = resolve_params(&project, given)?;
+        let (py_files, sql_files) = project_files(root)?;
+        let mut problems = Vec::new();
+        let mut nodes: Vec<PlanNode> = Vec::new();
+
+        // Python: parsed by lh._plan, never imported.
+        if !py_files.is_empty() {
+            let out = tokio::process::Command::new(self.python)
+                .args(["-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[1:]; import lh._plan as p; p.main(sys.argv[1:])"])
+                .arg(self.harness)
+                .args(&py_files)
+                .current_dir(root)
+                .output()
+                .await
+                .map_err(|e| Error::internal(format!("cannot run the Python planner: {e}")))?;
+            if !out.status.success() {
+                return Err(Error::internal(format!(
+                    "the Python planner failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                )));
+            }
+            let plan: PyPlan = serde_json::from_slice(&out.stdout).map_err(|e| {
+                Error::internal(format!("cannot read the Python planner's answer: {e}"))
+            })?;
+            for e in plan.errors {
+                problems.push(loc(&e.file, e.line, e.message));
+            }
+            for f in plan.functions {
+                match self.python_node(&project, &py_files, root, f) {
+                    Ok(n) => nodes.push(n),
+                    Err(p) => problems.extend(p),
+                }
+            }
+        }
+
+        // SQL: one SELECT per file, its output named after the file.
+        for file in &sql_files {
+            match self.sql_node(&project, root, file).await {
+                Ok(n) => nodes.push(n),
+                Err(p) => problems.extend(p),
+            }
+        }
+
+        // One writer per table, one name per expectation.
+        let mut owners: HashMap<String, Vec<String>> = HashMap::new();
+        for n in &nodes {
+            let key = match n.kind {
+                NodeKind::Model { .. } => format!("table {}", n.name),
+                NodeKind::Expectation { .. } => format!("expectation {}", n.name),
+            };
+            owners.entry(key).or_default().push(n.location());
+        }
+        let mut dupes: Vec<(&String, &Vec<String>)> =
+            owners.iter().filter(|(_, l)| l.len() > 1).collect();
+        dupes.sort();
+        for (what, locations) in dupes {
+            problems.push(format!(
+                "{what} is defined more than once: {}",
+                locations.join(", ")
+            ));
+        }
+        if nodes.is_empty() && problems.is_empty() {
+            problems.push("the project has no model and no expectation".into());
+        }
+
+        // Parameters are declared; inputs exist or are made by the project.
+        let producers: HashMap<String, usize> = nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.output().map(|o| (o.to_string(), i)))
+            .collect();
+        #[allow(clippy::needless_range_loop)] // the inputs' producers are set in place
+        for i in 0..nodes.len() {
+            for p in nodes[i].params.values() {
+                if !project.parameters.contains_key(p) {
+                    problems.push(loc(&nodes[i].file, nodes[i].line, format!("unknown parameter '{p}' (declare it under parameters: in {PROJECT_FILE})")));
+                }
+            }
+            for j in 0..nodes[i].inputs.len() {
+                let table = nodes[i].inputs[j].table.clone();
+                let line = nodes[i].inputs[j].line.max(nodes[i].line);
+                if let Err(e) = lh_catalog::names::validate_table_name(&table) {
+                    problems.push(loc(&nodes[i].file, line, e));
+                    continue;
+                }
+                match producers.get(&table) {
+                    Some(&p) if p == i => problems.push(loc(
+                        &nodes[i].file,
+                        nodes[i].line,
+                        format!("{} reads its own output", nodes[i].name),
+                    )),
+                    Some(&p) => nodes[i].inputs[j].producer = Some(p),
+                    None => {
+                        if self
+                            .tables
+                            .catalog
+                            .table_in(commit, &table)
+                            .await?
+                            .is_none()
+                        {
+                            problems.push(loc(
+                                &nodes[i].file,
+                                line,
+                                format!("input '{table}' is neither a table on '{at}' nor made by the project"),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        if !problems.is_empty() {
+            return Err(invalid(problems));
+        }
+        let order = topological(&nodes)?;
+        Ok(Plan {
+            project,
+            params,
+            nodes,
+            order,
+        })
+    }
+
+    fn python_node(
+        &self,
+        project: &ProjectFile,
+        py_files: &[String],
+        root: &Path,
+        f: PyFunction,
+    ) -> std::result::Result<PlanNode, Vec<String>> {
+        let mut problems = Vec::new();
+        let str_arg = |deco: &str, key: &str| -> Option<String> {
+            f.decorators
+                .get(deco)
+                .and_then(|d| d.get(key))
+                .and_then(|v| v.as_str().map(String::from))
+        };
+        let kind = if f.kind == "model" {
+            let materialize = match str_arg("model", "materialize").as_deref() {
+                None | Some("replace") => Materialize::Replace,
+                Some("append") => Materialize::Append,
+                Some(other) => {
+                    problems.push(loc(
+                        &f.file,
+                        f.line,
+                        format!("@lh.model(materialize='{other}'): use 'replace' or 'append'"),
+                    ));
+                    Materialize::Replace
+                }
+            };
+            NodeKind::Model { materialize }
+        } else {
+            let severity = match str_arg("expectation", "severity").as_deref() {
+                None | Some("error") => Severity::Error,
+                Some("warn") => Severity::Warn,
+                Some(other) => {
+                    problems.push(loc(
+                        &f.file,
+                        f.line,
+                        format!("@lh.expectation(severity='{other}'): use 'error' or 'warn'"),
+                    ));
+                    Severity::Error
+                }
+            };
+            NodeKind::Expectation { severity }
+        };
+        let name = match kind {
+            NodeKind::Model { .. } => {
+                let ns = str_arg("model", "namespace").unwrap_or_else(|| project.namespace.clone());
+                let table = str_arg("model", "name").unwrap_or_else(|| f.function.clone());
+                let full = format!("{ns}.{table}");
+                if let Err(e) = lh_catalog::names::validate_table_name(&full) {
+                    problems.push(loc(&f.file, f.line, e));
+                }
+                full
+            }
+            NodeKind::Expectation { .. } => f.function.clone(),
+        };
+        // The environment: the project's Python and packages, and the function's own.
+        let python = f
+            .decorators
+            .get("python")
+            .and_then(|d| d.get("version"))
+            .and_then(|v| {
+                v.as_str()
+                    .map(String::from)
+                    .or_else(|| v.as_f64().map(|x| x.to_string()))
+            })
+            .unwrap_or_else(|| project.python.clone());
+        let mut packages = project.packages.clone();
+        if let Some(extra) = f.decorators.get("python").and_then(|d| d.get("packages")) {
+            match extra.as_object() {
+                Some(map) => {
+                    for (k, v) in map {
+                        match v.as_str() {
+                            Some(v) => {
+                                packages.insert(k.clone(), v.to_string());
+                            }
+                            None => problems.push(loc(&f.file, f.line, format!("@lh.python(packages=...): the version of '{k}' must be a string"))),
+                        }
+                    }
+                }
+                None => problems.push(loc(
+                    &f.file,
+                    f.line,
+                    "@lh.python(packages=...) must be a dict of name to version",
+                )),
+            }
+        }
+        let env = EnvSpec { python, packages };
+        if let Err(e) = env.requirements() {
+            problems.push(loc(&f.file, f.line, e));
+        }
+        // Limits: the project's defaults, then the function's.
+        let res = project.resources.clone().unwrap_or_default();
+        let deco = f.decorators.get("resources");
+        let get = |k: &str| deco.and_then(|d| d.get(k)).cloned();
+        let memory = get("memory")
+            .and_then(|v| v.as_str().map(String::from))
+            .or(res.memory);
+        let timeout = get("timeout")
+            .and_then(|v| v.as_str().map(String::from))
+            .or(res.timeout);
+        let cpus = get("cpus").and_then(|v| v.as_f64()).or(res.cpus);
+        let memory_bytes = match memory.as_deref().map(parse_bytes) {
+            Some(Ok(b)) => Some(b),
+            Some(Err(e)) => {
+                problems.push(loc(&f.file, f.line, e));
+                None
+            }
+            None => Some(4 << 30),
+        };
+        let timeout_secs = match timeout.as_deref().map(parse_duration) {
+            Some(Ok(d)) => d.as_secs().max(1),
+            Some(Err(e)) => {
+                problems.push(loc(&f.file, f.line, e));
+                600
+            }
+            None => 600,
+        };
+        let cpus_milli = cpus.map(|c| (c * 1000.0).round() as u32);
+        let mut inputs = Vec::new();
+        let mut params = BTreeMap::new();
+        for i in f.inputs {
+            match i.kind.as_str() {
+                "model" => {
+                    let table = if i.name.contains('.') {
+                        i.name.clone()
+                    } else {
+                        format!("{}.{}", project.namespace, i.name)
+                    };
+                    inputs.push(PlanInput {
+                        arg: Some(i.arg),
+                        table,
+                        columns: i.columns,
+                        filter: i.filter,
+                        producer: None,
+                        bare: false,
+                        line: i.line,
+                    });
+                }
+                _ => {
+                    params.insert(i.arg, i.name);
+                }
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        Ok(PlanNode {
+            name,
+            kind,
+            lang: Lang::Python {
+                function: f.function,
+                env,
+                memory_bytes,
+                cpus_milli,
+                timeout_secs,
+            },
+            code_files: code_files(root, &f.file, py_files),
+            file: f.file,
+            line: f.line,
+            inputs,
+            params,
+        })
+    }
+
+    async fn sql_node(
+        &self,
+        project: &ProjectFile,
+        root: &Path,
+        file: &str,
+    ) -> std::result::Result<PlanNode, Vec<String>> {
+        let text = std::fs::read_to_string(root.join(file))
+            .map_err(|e| vec![loc(file, 0, format!("cannot read: {e}"))])?;
+        let stem = Path::new(file)
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default()
+            .to_string();
+        let name = format!("{}.{stem}", project.namespace);
+        if !is_identifier(&stem) {
+            return Err(vec![loc(
+                file,
+                0,
+                format!(
+                    "a SQL model's file name is its table: '{stem}' must be a lowercase identifier"
+                ),
+            )]);
+        }
+        let analysis = self.queries.analyze(&text).await.map_err(|e| {
+            let msg = match e.code {
+                "read_only" => "a SQL model is one SELECT".to_string(),
+                _ => e.message.trim_start_matches("SQL error: ").to_string(),
+            };
+            vec![loc(file, 1, msg)]
+        })?;
+        let mut inputs = Vec::new();
+        for parts in &analysis.tables {
+            let (table, bare) = match parts.as_slice() {
+                [one] if analysis.ctes.contains(one) => continue,
+                [one] => (format!("{}.{one}", project.namespace), true),
+                _ => (parts.join("."), false),
+            };
+            if parts.len() > 2 {
+                return Err(vec![loc(
+                    file,
+                    1,
+                    format!(
+                        "'{}' names a catalog; lh tables are namespace.table",
+                        parts.join(".")
+                    ),
+                )]);
+            }
+            inputs.push(PlanInput {
+                arg: None,
+                table,
+                columns: None,
+                filter: None,
+                producer: None,
+                bare,
+                line: 1,
+            });
+        }
+        let params = analysis
+            .params
+            .iter()
+            .map(|p| (p.clone(), p.clone()))
+            .collect();
+        Ok(PlanNode {
+            name,
+            kind: NodeKind::Model {
+                materialize: Materialize::Replace,
+            },
+            lang: Lang::Sql { sql: text },
+            file: file.to_string(),
+            line: 1,
+            inputs,
+            params,
+            code_files: vec![file.to_string()],
+        })
+    }
+}
+
+/// The node's own file and the project modules it imports (by a plain scan of its
+/// `import` lines, enough to invalidate memoized outputs when a helper changes).
+fn code_files(root: &Path, file: &str, py_files: &[String]) -> Vec<String> {
+    let mut out = BTreeSet::from([file.to_string()]);
+    let mut todo = vec![file.to_string()];
+    while let Some(f) = todo.pop() {
+        let Ok(text) = std::fs::read_to_string(root.join(&f)) else {
+            continue;
+        };
+        for line in text.lines() {
+            let line = line.trim();
+            let module = line
+                .strip_prefix("import ")
+                .or_else(|| {
+                    line.strip_prefix("from ")
+                        .and_then(|l| l.split(" import").next())
+                })
+                .map(|m| m.split([',', ' ']).next().unwrap_or("").trim().to_string());
+            let Some(module) = module else { continue };
+            let path = module.replace('.', "/");
+            for candidate in [format!("{path}.py"), format!("{path}/__init__.py")] {
+                if py_files.contains(&candidate) && out.insert(candidate.clone()) {
+                    todo.push(candidate);
+                }
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// An order where every node comes after the nodes it reads from; a cycle is an error
+/// that names it.
+fn topological(nodes: &[PlanNode]) -> Result<Vec<usize>> {
+    let n = nodes.len();
+    let deps: Vec<Vec<usize>> = nodes
+        .iter()
+        .map(|node| {
+            let mut d: Vec<usize> = node.inputs.iter().filter_map(|i| i.producer).collect();
+            d.sort();
+            d.dedup();
+            d
+        })
+        .collect();
+    let mut indegree: Vec<usize> = deps.iter().map(Vec::len).collect();
+    let mut ready: BTreeSet<(String, usize)> = (0..n)
+        .filter(|&i| indegree[i] == 0)
+        .map(|i| (nodes[i].location(), i))
+        .collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(first) = ready.iter().next().cloned() {
+        ready.remove(&first);
+        let i = first.1;
+        order.push(i);
+        for (j, d) in deps.iter().enumerate() {
+            if d.contains(&i) {
+                indegree[j] -= 1;
+                if indegree[j] == 0 {
+                    ready.insert((nodes[j].location(), j));
+                }
+            }
+        }
+    }
+    if order.len() == n {
+        return Ok(order);
+    }
+    // Walk back along inputs from a node that never became ready until a node repeats.
+    let stuck: BTreeSet<usize> = (0..n).filter(|i| !order.contains(i)).collect();
+    let mut path = vec![*stuck.iter().next().expect("a stuck node")];
+    loop {
+        let last = *path.last().expect("non-empty");
+        let next = deps[last]
+            .iter()
+            .copied()
+            .find(|d| stuck.contains(d))
+            .expect("a stuck node has a stuck input");
+        if let Some(pos) = path.iter().position(|&p| p == next) {
+            let mut cycle: Vec<usize> = path[pos..].to_vec();
+            cycle.reverse();
+            cycle.push(cycle[0]);
+            let names: Vec<String> = cycle.iter().map(|&i| nodes[i].name.clone()).collect();
+            let places: Vec<String> = cycle[..cycle.len() - 1]
+                .iter()
+                .map(|&i| format!("{} ({})", nodes[i].name, nodes[i].location()))
+                .collect();
+            return Err(invalid(vec![format!(
+                "cycle: {} [{}]",
+                names.join(" -> "),
+                places.join(", ")
+            )]));
+        }
+        path.push(next);
+    }
+}
+
+/// `512m`, `2g`, `1.5GB`, `1073741824`.
+pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let t = t.trim_end_matches('b');
+    let (num, mult) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m') => (&t[..t.len() - 1], 1 << 20),
+        Some('g') => (&t[..t.len() - 1], 1 << 30),
+        Some('t') => (&t[..t.len() - 1], 1 << 40),
+        _ => (t, 1),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("memory '{s}' is not a size such as 512m or 2g"))?;
+    if v <= 0.0 {
+        return Err(format!("memory '{s}' must be positive"));
+    }
+    Ok((v * mult as f64) as u64)
+}
+
+/// `90s`, `10m`, `1h`, `45` (seconds).
+pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, mult) = match t.chars().last() {
+        Some('s') => (&t[..t.len() - 1], 1.0),
+        Some('m') => (&t[..t.len() - 1], 60.0),
+        Some('h') => (&t[..t.len() - 1], 3600.0),
+        _ => (t.as_str(), 1.0),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("timeout '{s}' is not a duration such as 90s, 10m or 1h"))?;
+    if v <= 0.0 {
+        return Err(format!("timeout '{s}' must be positive"));
+    }
+    Ok(Duration::from_secs_f64(v * mult))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations() {
+        assert_eq!(parse_bytes("2g"), Ok(2 << 30));
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1.5GB"), Ok(3 << 29));
+        assert!(parse_bytes("lots").is_err());
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert!(parse_duration("-1").is_err());
+    }
+}

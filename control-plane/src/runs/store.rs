@@ -1,0 +1,413 @@
+//! Run records: runs, their nodes (status, timings, rows, errors, logs), and the
+//! memoization table, in the server's database (the same SQLite file or PostgreSQL
+//! database as the catalog, through one SQL dialect that both accept).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use lh_api::{NodeStatus, RunInfo, RunNode, RunStatus, TablePointer};
+use sqlx::{AnyPool, Row};
+
+use crate::error::{Error, Kind, Result};
+
+pub struct RunStore {
+    pool: AnyPool,
+}
+
+fn db(e: sqlx::Error) -> Error {
+    Error::new(
+        Kind::Unavailable,
+        "storage",
+        format!("run storage failed: {e}"),
+    )
+}
+
+fn micros(t: DateTime<Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+fn time(v: Option<i64>) -> Option<DateTime<Utc>> {
+    v.and_then(DateTime::from_timestamp_micros)
+}
+
+/// A node as the executor records it.
+#[derive(Debug, Clone)]
+pub struct NodeRecord {
+    pub name: String,
+    pub position: i64,
+    pub kind: String,
+    pub language: String,
+    pub location: String,
+    pub inputs: Vec<String>,
+    pub status: NodeStatus,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub rows: Option<u64>,
+    pub cached: bool,
+    pub fingerprint: Option<String>,
+    pub output: Option<TablePointer>,
+    pub error: Option<String>,
+    pub traceback: Option<String>,
+    pub detail: Option<String>,
+    pub log: String,
+}
+
+impl RunStore {
+    /// Connects to the catalog's database URL (`sqlite:PATH` or `postgres://...`) and
+    /// brings the run tables up to date.
+    pub async fn open(url: &str) -> Result<RunStore> {
+        sqlx::any::install_default_drivers();
+        let url = if url.starts_with("sqlite:") && !url.starts_with("sqlite://") {
+            format!("sqlite://{}", url.trim_start_matches("sqlite:"))
+        } else {
+            url.to_string()
+        };
+        let pool = sqlx::any::AnyPoolOptions::new()
+            .max_connections(4)
+            .connect(&url)
+            .await
+            .map_err(|e| Error::internal(format!("cannot open the run store: {e}")))?;
+        let mut migrator = sqlx::migrate!("./migrations");
+        migrator.set_ignore_missing(true);
+        migrator
+            .run(&pool)
+            .await
+            .map_err(|e| Error::internal(format!("cannot migrate the run store: {e}")))?;
+        Ok(RunStore { pool })
+    }
+
+    pub async fn insert_run(&self, run: &RunInfo, plan_json: &str) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO lh_runs (id, project, author, target, run_branch, code_hash, input_commit, params, plan, no_cache, strict, status, error, merge_commit, environments, rerun_of, created_at, finished_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+        )
+        .bind(&run.id)
+        .bind(&run.project)
+        .bind(&run.author)
+        .bind(&run.target)
+        .bind(&run.run_branch)
+        .bind(&run.code_hash)
+        .bind(&run.input_commit)
+        .bind(serde_json::to_string(&run.params).unwrap_or_default())
+        .bind(plan_json)
+        .bind(run.no_cache as i64)
+        .bind(run.strict as i64)
+        .bind(run.status.as_str())
+        .bind(run.error.clone())
+        .bind(run.merge_commit.clone())
+        .bind(serde_json::to_string(&run.environments).unwrap_or_default())
+        .bind(run.rerun_of.clone())
+        .bind(micros(run.created_at))
+        .bind(run.finished_at.map(micros))
+        .execute(&self.pool)
+        .await
+        .map_err(db)?;
+        for (i, n) in run.nodes.iter().enumerate() {
+            let rec = NodeRecord {
+                name: n.name.clone(),
+                position: i as i64,
+                kind: n.kind.clone(),
+                language: n.language.clone(),
+                location: n.location.clone(),
+                inputs: n.inputs.clone(),
+                status: n.status,
+                started_at: None,
+                finished_at: None,
+                rows: None,
+                cached: false,
+                fingerprint: None,
+                output: None,
+                error: None,
+                traceback: None,
+                detail: None,
+                log: String::new(),
+            };
+            self.insert_node(&run.id, &rec).await?;
+        }
+        Ok(())
+    }
+
+    async fn insert_node(&self, run: &str, n: &NodeRecord) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO lh_run_nodes (run_id, node, position, kind, language, location, inputs, status, started_at, finished_at, rows_written, cached, fingerprint, output, error, traceback, detail, log)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+        )
+        .bind(run)
+        .bind(&n.name)
+        .bind(n.position)
+        .bind(&n.kind)
+        .bind(&n.language)
+        .bind(&n.location)
+        .bind(serde_json::to_string(&n.inputs).unwrap_or_default())
+        .bind(n.status.as_str())
+        .bind(n.started_at.map(micros))
+        .bind(n.finished_at.map(micros))
+        .bind(n.rows.map(|r| r as i64))
+        .bind(n.cached as i64)
+        .bind(n.fingerprint.clone())
+        .bind(n.output.as_ref().map(|p| serde_json::to_string(p).unwrap_or_default()))
+        .bind(n.error.clone())
+        .bind(n.traceback.clone())
+        .bind(n.detail.clone())
+        .bind(&n.log)
+        .execute(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(())
+    }
+
+    /// Records a node's new state.
+    pub async fn update_node(&self, run: &str, n: &NodeRecord) -> Result<()> {
+        sqlx::query(
+            "UPDATE lh_run_nodes SET status = $1, started_at = $2, finished_at = $3, rows_written = $4, cached = $5, fingerprint = $6, output = $7, error = $8, traceback = $9, detail = $10, log = $11
+             WHERE run_id = $12 AND node = $13",
+        )
+        .bind(n.status.as_str())
+        .bind(n.started_at.map(micros))
+        .bind(n.finished_at.map(micros))
+        .bind(n.rows.map(|r| r as i64))
+        .bind(n.cached as i64)
+        .bind(n.fingerprint.clone())
+        .bind(n.output.as_ref().map(|p| serde_json::to_string(p).unwrap_or_default()))
+        .bind(n.error.clone())
+        .bind(n.traceback.clone())
+        .bind(n.detail.clone())
+        .bind(&n.log)
+        .bind(run)
+        .bind(&n.name)
+        .execute(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(())
+    }
+
+    /// Records how a run ended.
+    pub async fn finish_run(
+        &self,
+        id: &str,
+        status: RunStatus,
+        error: Option<&str>,
+        merge_commit: Option<&str>,
+        environments: &BTreeMap<String, String>,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE lh_runs SET status = $1, error = $2, merge_commit = $3, environments = $4, finished_at = $5 WHERE id = $6",
+        )
+        .bind(status.as_str())
+        .bind(error.map(String::from))
+        .bind(merge_commit.map(String::from))
+        .bind(serde_json::to_string(environments).unwrap_or_default())
+        .bind(micros(Utc::now()))
+        .bind(id)
+        .execute(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(())
+    }
+
+    /// The full id of the run `prefix` names (a unique prefix of 8 characters or more).
+    pub async fn resolve_id(&self, prefix: &str) -> Result<String> {
+        if prefix.len() < 8 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(Error::bad_request(
+                "invalid_argument",
+                format!("'{prefix}' is not a run id (8 to 32 hex characters)"),
+            ));
+        }
+        let rows =
+            sqlx::query("SELECT id FROM lh_runs WHERE id >= $1 AND id < $2 ORDER BY id LIMIT 2")
+                .bind(prefix.to_ascii_lowercase())
+                .bind(format!("{}g", prefix.to_ascii_lowercase()))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db)?;
+        match rows.as_slice() {
+            [] => Err(
+                Error::not_found("run_not_found", format!("no run with id '{prefix}'"))
+                    .with_hint("`lh runs ls` lists the runs"),
+            ),
+            [one] => Ok(one.get::<String, _>(0)),
+            _ => Err(Error::bad_request(
+                "ambiguous_run",
+                format!("'{prefix}' matches more than one run; give more characters"),
+            )),
+        }
+    }
+
+    /// A run, with its nodes in plan order; also its stored plan (JSON).
+    pub async fn get(&self, id: &str) -> Result<(RunInfo, String)> {
+        let row = sqlx::query(
+            "SELECT id, project, author, target, run_branch, code_hash, input_commit, params, plan, no_cache, strict, status, error, merge_commit, environments, rerun_of, created_at, finished_at FROM lh_runs WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| Error::not_found("run_not_found", format!("no run with id '{id}'")))?;
+        let status = match row.get::<String, _>(11).as_str() {
+            "running" => RunStatus::Running,
+            "succeeded" => RunStatus::Succeeded,
+            "cancelled" => RunStatus::Cancelled,
+            _ => RunStatus::Failed,
+        };
+        let plan: String = row.get(8);
+        let nodes = self.nodes(id).await?;
+        let info = RunInfo {
+            id: row.get(0),
+            project: row.get(1),
+            author: row.get(2),
+            target: row.get(3),
+            run_branch: row.get(4),
+            code_hash: row.get(5),
+            input_commit: row.get(6),
+            params: serde_json::from_str(&row.get::<String, _>(7)).unwrap_or_default(),
+            no_cache: row.get::<i64, _>(9) != 0,
+            strict: row.get::<i64, _>(10) != 0,
+            status,
+            error: row.get(12),
+            merge_commit: row.get(13),
+            environments: serde_json::from_str(&row.get::<String, _>(14)).unwrap_or_default(),
+            rerun_of: row.get(15),
+            created_at: time(Some(row.get(16))).unwrap_or_default(),
+            finished_at: time(row.get(17)),
+            nodes,
+        };
+        Ok((info, plan))
+    }
+
+    async fn nodes(&self, id: &str) -> Result<Vec<RunNode>> {
+        let rows = sqlx::query(
+            "SELECT node, kind, language, location, inputs, status, started_at, finished_at, rows_written, cached, output, error, traceback, detail FROM lh_run_nodes WHERE run_id = $1 ORDER BY position",
+        )
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(rows
+            .iter()
+            .map(|r| RunNode {
+                name: r.get(0),
+                kind: r.get(1),
+                language: r.get(2),
+                location: r.get(3),
+                inputs: serde_json::from_str(&r.get::<String, _>(4)).unwrap_or_default(),
+                status: NodeStatus::parse(&r.get::<String, _>(5)).unwrap_or(NodeStatus::Failed),
+                started_at: time(r.get(6)),
+                finished_at: time(r.get(7)),
+                rows: r.get::<Option<i64>, _>(8).map(|v| v as u64),
+                cached: r.get::<i64, _>(9) != 0,
+                output: r
+                    .get::<Option<String>, _>(10)
+                    .and_then(|o| serde_json::from_str(&o).ok()),
+                error: r.get(11),
+                traceback: r.get(12),
+                detail: r.get(13),
+            })
+            .collect())
+    }
+
+    /// The log of one node, or of every node in plan order.
+    pub async fn logs(&self, id: &str, node: Option<&str>) -> Result<Vec<(String, String)>> {
+        let rows =
+            sqlx::query("SELECT node, log FROM lh_run_nodes WHERE run_id = $1 ORDER BY position")
+                .bind(id)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db)?;
+        let all: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        match node {
+            None => Ok(all),
+            Some(n) => {
+                let one: Vec<(String, String)> =
+                    all.into_iter().filter(|(name, _)| name == n).collect();
+                if one.is_empty() {
+                    return Err(Error::not_found(
+                        "node_not_found",
+                        format!("the run has no node '{n}'"),
+                    ));
+                }
+                Ok(one)
+            }
+        }
+    }
+
+    /// The newest runs, newest first.
+    pub async fn list(&self, limit: i64) -> Result<Vec<RunInfo>> {
+        let rows = sqlx::query("SELECT id FROM lh_runs ORDER BY created_at DESC, id DESC LIMIT $1")
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db)?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(self.get(&r.get::<String, _>(0)).await?.0);
+        }
+        Ok(out)
+    }
+
+    /// Runs left `running` by a server that stopped: they failed.
+    pub async fn fail_interrupted(&self) -> Result<u64> {
+        let r = sqlx::query("UPDATE lh_runs SET status = 'failed', error = 'the server stopped during the run', finished_at = $1 WHERE status = 'running'")
+            .bind(micros(Utc::now()))
+            .execute(&self.pool)
+            .await
+            .map_err(db)?;
+        sqlx::query(
+            "UPDATE lh_run_nodes SET status = 'skipped' WHERE status IN ('waiting', 'running')",
+        )
+        .execute(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(r.rows_affected())
+    }
+
+    /// Finished runs older than `before` whose branches may still exist.
+    pub async fn expired(&self, before: DateTime<Utc>) -> Result<Vec<(String, String)>> {
+        let rows = sqlx::query(
+            "SELECT id, run_branch FROM lh_runs WHERE status <> 'running' AND finished_at < $1",
+        )
+        .bind(micros(before))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    pub async fn memo_get(&self, fingerprint: &str) -> Result<Option<(String, TablePointer)>> {
+        let row = sqlx::query("SELECT table_name, pointer FROM lh_memo WHERE fingerprint = $1")
+            .bind(fingerprint)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db)?;
+        Ok(row.and_then(|r| {
+            let p: String = r.get(1);
+            serde_json::from_str(&p).ok().map(|p| (r.get(0), p))
+        }))
+    }
+
+    pub async fn memo_put(
+        &self,
+        fingerprint: &str,
+        table: &str,
+        pointer: &TablePointer,
+        run: &str,
+    ) -> Result<()> {
+        // Another run may have stored the same fingerprint: either output is right.
+        let exists = self.memo_get(fingerprint).await?.is_some();
+        if exists {
+            return Ok(());
+        }
+        let r = sqlx::query("INSERT INTO lh_memo (fingerprint, table_name, pointer, run_id, created_at) VALUES ($1, $2, $3, $4, $5)")
+            .bind(fingerprint)
+            .bind(table)
+            .bind(serde_json::to_string(pointer).unwrap_or_default())
+            .bind(run)
+            .bind(micros(Utc::now()))
+            .execute(&self.pool)
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(_) if self.memo_get(fingerprint).await?.is_some() => Ok(()),
+            Err(e) => Err(db(e)),
+        }
+    }
+}

@@ -175,24 +175,33 @@ impl Run {
             .lock()
             .map(|e| e.clone())
             .unwrap_or_default();
-        let mut problems = Vec::new();
-        for (i, s) in status.iter().enumerate() {
+        let mut failed = Vec::new();
+        let mut skipped = 0;
+        for &i in &plan.order {
             let node = &plan.nodes[i];
-            match (&node.kind, s) {
-                (NodeKind::Model { .. }, NodeStatus::Failed | NodeStatus::Skipped) => {
-                    problems.push(format!("{} {}", node.name, s.as_str()))
+            match (&node.kind, status[i]) {
+                (_, NodeStatus::Skipped) => skipped += 1,
+                (NodeKind::Model { .. }, NodeStatus::Failed) => {
+                    failed.push(format!("{} failed", node.name))
                 }
-                (NodeKind::Expectation { .. }, NodeStatus::Failed | NodeStatus::Skipped) => {
-                    problems.push(format!("expectation {} {}", node.name, s.as_str()))
+                (NodeKind::Expectation { .. }, NodeStatus::Failed) => {
+                    failed.push(format!("expectation {} failed", node.name))
                 }
                 (NodeKind::Expectation { .. }, NodeStatus::Warned) if self.strict => {
-                    problems.push(format!(
-                        "expectation {} failed (a warning, blocking with --strict)",
+                    failed.push(format!(
+                        "expectation {} failed (a warning, which --strict makes blocking)",
                         node.name
                     ))
                 }
                 _ => {}
             }
+        }
+        let mut problems = failed;
+        if skipped > 0 && !problems.is_empty() {
+            problems.push(format!(
+                "{skipped} node{} skipped",
+                if skipped == 1 { "" } else { "s" }
+            ));
         }
         let (final_status, error, merge) = if cancelled {
             (

@@ -119,7 +119,11 @@ def main():
             out = invoke(req)
             answer = {"id": req["id"], "ok": True, **out}
         except (Exception, SystemExit) as e:  # the function's failure is the answer
-            tb = traceback.format_exc()
+            # The traceback starts at the user's code, not in this harness.
+            frames = e.__traceback__
+            while frames is not None and frames.tb_frame.f_code.co_filename == __file__:
+                frames = frames.tb_next
+            tb = "".join(traceback.format_exception(type(e), e, frames))
             answer = {"id": req["id"], "ok": False, "error": f"{type(e).__name__}: {e}", "traceback": tb}
         sys.stderr.flush()
         answers.write(json.dumps(answer) + "\n")

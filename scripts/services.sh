@@ -68,6 +68,17 @@ python() {
     echo "export PATH=$venv/bin:\$PATH"
 }
 
+# dbt with dbt-duckdb, the peer of the pipeline benchmark, in a virtualenv of its own.
+dbt() {
+    local venv="${LH_CACHE_DIR:-$HOME/.cache/lh}/dbt-venv"
+    if [ ! -x "$venv/bin/dbt" ]; then
+        log "installing dbt-duckdb into $venv"
+        python3 -m venv "$venv" >&2
+        "$venv/bin/pip" install -q --disable-pip-version-check dbt-duckdb==1.11.1 'dbt-core<1.12' >&2
+    fi
+    echo "export LH_DBT=$venv/bin/dbt"
+}
+
 # bubblewrap, the sandbox of the process runtime.
 bubblewrap() {
     apt_install bubblewrap
@@ -78,6 +89,7 @@ for svc in "$@"; do
         postgres) postgres ;;
         python) python ;;
         bubblewrap) bubblewrap ;;
+        dbt) dbt ;;
         *) log "unknown service $svc"; exit 2 ;;
     esac
 done

@@ -170,6 +170,15 @@ pub struct ServerArgs {
     /// DuckDB's memory limit per query or import
     #[arg(long, default_value = "4GB", value_name = "SIZE")]
     pub duckdb_memory: String,
+    /// Where Python environments are built and kept [default: DATA_DIR/envs]
+    #[arg(long, env = env_vars::LH_ENV_CACHE, value_name = "DIR")]
+    pub env_cache: Option<PathBuf>,
+    /// Pipeline nodes running at once [default: the number of cores]
+    #[arg(long, value_name = "N")]
+    pub run_parallelism: Option<usize>,
+    /// Run Python functions without the bubblewrap sandbox (only where it cannot run)
+    #[arg(long)]
+    pub no_sandbox: bool,
 }
 
 #[derive(Debug, Subcommand)]

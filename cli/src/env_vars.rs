@@ -19,3 +19,5 @@ pub const LH_WAREHOUSE: &str = "LH_WAREHOUSE";
 pub const LH_USER: &str = "LH_USER";
 /// Log filter for `lh server` (tracing's `EnvFilter` syntax) [default: info].
 pub const LH_LOG: &str = "LH_LOG";
+/// `lh server --env-cache`: where Python environments are built and kept.
+pub const LH_ENV_CACHE: &str = "LH_ENV_CACHE";

@@ -52,6 +52,8 @@ pub struct ServerConfig {
     pub planner_python: PathBuf,
     /// Stop a warm worker idle for this long.
     pub worker_idle: Duration,
+    /// Where Python environments are built; default `<data_dir>/envs`.
+    pub env_cache: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -71,6 +73,7 @@ impl ServerConfig {
             sandbox: true,
             planner_python: PathBuf::from("python3"),
             worker_idle: Duration::from_secs(600),
+            env_cache: None,
         }
     }
 }
@@ -186,7 +189,13 @@ async fn runs_service(
     let store = RunStore::open(catalog_url)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let envs = EnvCache::new(data_dir.join("envs"), None);
+    let envs = EnvCache::new(
+        config
+            .env_cache
+            .clone()
+            .unwrap_or_else(|| data_dir.join("envs")),
+        None,
+    );
     let svc = RunService::new(
         catalog.clone(),
         tables.clone(),

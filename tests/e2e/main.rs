@@ -5,6 +5,7 @@ mod basics;
 mod interop;
 mod query;
 mod refs;
+mod runs;
 mod tables;
 
 /// Snapshot of a command's output with run-to-run details replaced.

@@ -27,8 +27,9 @@ const SKIP: [&str; 6] = [
 ];
 const MAX_BYTES: u64 = 64 << 20;
 
-/// Packs the project folder into a tar archive (code and small files; no data).
-fn pack(dir: &Path) -> CliResult<tempfile::NamedTempFile> {
+/// Packs the project folder into `project.tar` in a temporary folder (code and small
+/// files; no data).
+fn pack(dir: &Path) -> CliResult<tempfile::TempDir> {
     if !dir.join("lh_project.yml").is_file() {
         return Err(CliError::invalid(
             format!(
@@ -38,8 +39,8 @@ fn pack(dir: &Path) -> CliResult<tempfile::NamedTempFile> {
             Some("a project folder holds lh_project.yml, Python files and SQL files"),
         ));
     }
-    let tmp = tempfile::Builder::new().suffix(".tar").tempfile()?;
-    let mut builder = tar::Builder::new(tmp.reopen()?);
+    let tmp = tempfile::tempdir()?;
+    let mut builder = tar::Builder::new(std::fs::File::create(tmp.path().join("project.tar"))?);
     builder.follow_symlinks(false);
     let mut total = 0u64;
     fn walk(
@@ -93,12 +94,11 @@ fn parse_params(raw: &[String]) -> CliResult<BTreeMap<String, String>> {
 }
 
 async fn upload_project(client: &Client, dir: &Path) -> CliResult<String> {
-    let tar = pack(dir)?;
-    let path = tar.path().with_file_name("project.tar");
-    std::fs::copy(tar.path(), &path)?;
-    let up = client.upload(&path, false).await;
-    let _ = std::fs::remove_file(&path);
-    Ok(up?.id)
+    let tmp = pack(dir)?;
+    Ok(client
+        .upload(&tmp.path().join("project.tar"), false)
+        .await?
+        .id)
 }
 
 pub async fn run(client: &Client, settings: &Settings, args: RunArgs) -> CliResult<()> {

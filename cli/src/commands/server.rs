@@ -27,6 +27,11 @@ pub async fn run(args: ServerArgs) -> CliResult<()> {
     config.max_result_bytes = args.max_result_bytes;
     config.max_concurrent_queries = args.max_concurrent_queries.max(1);
     config.duckdb_memory = args.duckdb_memory;
+    config.env_cache = args.env_cache;
+    if let Some(n) = args.run_parallelism {
+        config.run_parallelism = n.max(1);
+    }
+    config.sandbox = !args.no_sandbox;
     lh_control_plane::serve(config, lh_control_plane::shutdown_signal()).await?;
     Ok(())
 }

@@ -297,7 +297,14 @@ async fn follow(
         if run.status.is_final() {
             break run;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Short runs end fast: poll often at first, then settle down.
+        let waited = chrono::Utc::now() - started.created_at;
+        let pause = if waited.num_milliseconds() < 2000 {
+            20
+        } else {
+            200
+        };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
     };
     for b in &bars {
         b.finish();

@@ -179,6 +179,9 @@ pub struct ServerArgs {
     /// Run Python functions without the bubblewrap sandbox (only where it cannot run)
     #[arg(long)]
     pub no_sandbox: bool,
+    /// How long the branch of a failed run is kept, in seconds
+    #[arg(long, default_value_t = 7 * 24 * 3600, value_name = "SECONDS")]
+    pub run_branch_ttl: u64,
 }
 
 #[derive(Debug, Subcommand)]

@@ -586,3 +586,54 @@ fn the_examples_run_from_the_readme() {
         "the fixed replay held back 100 payments: {text}"
     );
 }
+
+#[test]
+fn cancelling_a_run_publishes_nothing_and_old_branches_expire() {
+    let server = Server::start_with(&["--env-cache", &env_cache(), "--run-branch-ttl", "2"]);
+    let lh = server.lh();
+    orders(&lh);
+    let dir = project(
+        &lh,
+        "slow",
+        &[
+            ("lh_project.yml", PROJECT),
+            (
+                "m.py",
+                "import lh, time\n\n@lh.model()\ndef slow(o=lh.Model(\"raw.orders\")):\n    time.sleep(300)\n    return o\n",
+            ),
+        ],
+    );
+    let before = lh.head("main");
+    let run = lh.run(&["run", dir.to_str().unwrap(), "--detach"]);
+    let id = run.ok().trim().to_string();
+    assert_eq!(id.len(), 32, "{}", run.stdout);
+    // Wait until the node runs, then cancel.
+    for _ in 0..200 {
+        let r: serde_json::Value =
+            serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
+        if r["nodes"][0]["status"] == "running" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let cancel = lh.run(&["runs", "cancel", &id[..12]]);
+    assert!(cancel.stderr.contains("cancelled"), "{}", cancel.stderr);
+    let r: serde_json::Value =
+        serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
+    assert_eq!(r["status"], "cancelled");
+    assert_eq!(r["nodes"][0]["status"], "skipped");
+    assert_eq!(lh.head("main"), before);
+    // The kept branch goes when its time is up.
+    let branch = r["run_branch"].as_str().unwrap().to_string();
+    let mut gone = false;
+    for _ in 0..100 {
+        if !lh.run(&["branch", "ls"]).ok().contains(&branch) {
+            gone = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(gone, "branch {branch} was not expired");
+    // The run's record stays.
+    lh.run(&["runs", "show", &id[..12]]).ok();
+}

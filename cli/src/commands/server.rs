@@ -32,6 +32,7 @@ pub async fn run(args: ServerArgs) -> CliResult<()> {
         config.run_parallelism = n.max(1);
     }
     config.sandbox = !args.no_sandbox;
+    config.run_branch_ttl = Duration::from_secs(args.run_branch_ttl);
     lh_control_plane::serve(config, lh_control_plane::shutdown_signal()).await?;
     Ok(())
 }

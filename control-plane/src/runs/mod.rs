@@ -113,6 +113,8 @@ impl RunService {
             running: Mutex::new(HashMap::new()),
         });
         // Expire the branches of old failed runs, now and then.
+        let every =
+            (svc.config.branch_ttl / 2).clamp(Duration::from_millis(500), Duration::from_secs(600));
         let weak = Arc::downgrade(&svc);
         tokio::spawn(async move {
             loop {
@@ -122,7 +124,7 @@ impl RunService {
                         tracing::warn!("cannot expire run branches: {e}");
                     }
                 }
-                tokio::time::sleep(Duration::from_secs(600)).await;
+                tokio::time::sleep(every).await;
             }
         });
         Ok(svc)

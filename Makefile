@@ -3,9 +3,9 @@
 
 CARGO ?= cargo
 # Services the tests need, started (and installed) on demand; prints `export` lines.
-SERVICES = eval "$$(scripts/services.sh postgres python bubblewrap)"
+SERVICES = eval "$$(scripts/services.sh postgres python bubblewrap docker)"
 
-.PHONY: build test check fmt bench bench-catalog bench-tpch bench-pipeline openapi demo
+.PHONY: build test check fmt bench bench-catalog bench-tpch bench-pipeline openapi demo images
 
 build:
 	$(CARGO) build --workspace
@@ -42,6 +42,10 @@ bench-tpch:
 
 bench-catalog:
 	$(SERVICES) && $(CARGO) run -q -p lh-bench --bin catalog-bench -- $(CATALOG_BENCH_ARGS)
+
+## The runtime image of pipeline functions, built without a registry (cached).
+images:
+	scripts/services.sh docker
 
 ## Regenerate control-plane/openapi.json from the code (a test fails when it drifts).
 openapi:

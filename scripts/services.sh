@@ -79,6 +79,22 @@ dbt() {
     echo "export LH_DBT=$venv/bin/dbt"
 }
 
+# A Docker engine (Debian's docker.io), started in the background if none answers, and
+# lh's runtime image, built without a registry (images/build.sh; skipped when current).
+docker_engine() {
+    apt_install docker.io debootstrap
+    if ! docker info >/dev/null 2>&1; then
+        log "starting dockerd"
+        as_root sh -c 'nohup dockerd >/var/log/lh-dockerd.log 2>&1 &'
+        for _ in $(seq 1 60); do
+            docker info >/dev/null 2>&1 && break
+            sleep 0.5
+        done
+        docker info >/dev/null 2>&1 || { log "dockerd did not start (see /var/log/lh-dockerd.log)"; exit 1; }
+    fi
+    "$(cd "$(dirname "$0")/.." && pwd)/images/build.sh"
+}
+
 # bubblewrap, the sandbox of the process runtime.
 bubblewrap() {
     apt_install bubblewrap
@@ -90,6 +106,7 @@ for svc in "$@"; do
         python) python ;;
         bubblewrap) bubblewrap ;;
         dbt) dbt ;;
+        docker) docker_engine ;;
         *) log "unknown service $svc"; exit 2 ;;
     esac
 done

@@ -67,6 +67,9 @@ pub struct ServerInfo {
     /// Query limits of this server.
     pub query_timeout_ms: u64,
     pub max_result_bytes: u64,
+    /// Where Python functions run, with the pool's state.
+    #[serde(default)]
+    pub runtime: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -179,9 +179,26 @@ pub struct ServerArgs {
     /// Run Python functions without the bubblewrap sandbox (only where it cannot run)
     #[arg(long)]
     pub no_sandbox: bool,
+    /// Where Python functions run: docker (warm containers), process (sandboxed local
+    /// processes), or auto (docker when an engine and the runtime image are there)
+    #[arg(long, value_enum, default_value_t = RuntimeArg::Auto)]
+    pub runtime: RuntimeArg,
+    /// At most this many warm workers (containers) at once
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub max_workers: usize,
+    /// Stop a worker idle for this long, in seconds
+    #[arg(long, default_value_t = 600, value_name = "SECONDS")]
+    pub worker_idle: u64,
     /// How long the branch of a failed run is kept, in seconds
     #[arg(long, default_value_t = 7 * 24 * 3600, value_name = "SECONDS")]
     pub run_branch_ttl: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RuntimeArg {
+    Auto,
+    Docker,
+    Process,
 }
 
 #[derive(Debug, Subcommand)]

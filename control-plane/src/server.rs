@@ -20,6 +20,7 @@ use crate::runs::{RunConfig, RunService};
 use crate::tables::Tables;
 use crate::tables::write::ImportContext;
 use crate::warehouse::Warehouse;
+use lh_runner::docker::{DockerConfig, DockerRuntime};
 use lh_runner::process::{ProcessConfig, ProcessRuntime};
 use lh_runner::{EnvCache, Runtime, Unavailable};
 
@@ -54,6 +55,19 @@ pub struct ServerConfig {
     pub worker_idle: Duration,
     /// Where Python environments are built; default `<data_dir>/envs`.
     pub env_cache: Option<PathBuf>,
+    /// Where Python functions run.
+    pub runtime: RuntimeChoice,
+    /// At most this many warm workers (containers) at once.
+    pub max_workers: usize,
+}
+
+/// Which runtime runs Python functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeChoice {
+    /// Docker when an engine is reachable and has the runtime image, else process.
+    Auto,
+    Docker,
+    Process,
 }
 
 impl ServerConfig {
@@ -74,6 +88,8 @@ impl ServerConfig {
             planner_python: PathBuf::from("python3"),
             worker_idle: Duration::from_secs(600),
             env_cache: None,
+            runtime: RuntimeChoice::Auto,
+            max_workers: 8,
         }
     }
 }
@@ -115,6 +131,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         default_branch: lh_catalog::DEFAULT_BRANCH.to_string(),
         query_timeout_ms: config.query_timeout.as_millis() as u64,
         max_result_bytes: config.max_result_bytes,
+        runtime: String::new(),
     };
     let tables = Arc::new(Tables::new(catalog.clone(), warehouse));
     let queries = Arc::new(
@@ -173,19 +190,64 @@ async fn runs_service(
     // Leftovers of a previous server (its workers are gone).
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(work.join("invocations"))?;
-    let runtime: Arc<dyn Runtime> = match ProcessRuntime::new(ProcessConfig {
-        work_root: work.join("workers"),
-        code_root: code.root().to_path_buf(),
-        sandbox: config.sandbox,
-        idle_timeout: config.worker_idle,
-        max_idle: 4,
-    }) {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::warn!("Python functions cannot run: {e}");
-            Arc::new(Unavailable(e.to_string()))
+    let code_root = code.root().to_path_buf();
+    let process = || -> Arc<dyn Runtime> {
+        match ProcessRuntime::new(ProcessConfig {
+            work_root: work.join("workers"),
+            code_root: code_root.clone(),
+            sandbox: config.sandbox,
+            idle_timeout: config.worker_idle,
+            max_idle: 4,
+        }) {
+            Ok(rt) => rt,
+            Err(e) => {
+                tracing::warn!("Python functions cannot run: {e}");
+                Arc::new(Unavailable(e.to_string()))
+            }
         }
     };
+    let docker = async {
+        let (client, version) = lh_runner::docker::connect().await?;
+        let owner =
+            blake3::hash(data_dir.display().to_string().as_bytes()).to_hex()[..16].to_string();
+        let rt = DockerRuntime::new(
+            client,
+            version,
+            DockerConfig {
+                image_prefix: "lh-runtime:".into(),
+                work_root: work.join("containers"),
+                code_root: code_root.clone(),
+                idle_timeout: config.worker_idle,
+                max_containers: config.max_workers.max(1),
+                owner,
+                pids_limit: 256,
+                default_memory: 4 << 30,
+            },
+        )
+        .await?;
+        Ok::<_, lh_runner::RunnerError>(rt)
+    };
+    let runtime: Arc<dyn Runtime> = match config.runtime {
+        RuntimeChoice::Process => process(),
+        RuntimeChoice::Docker => docker
+            .await
+            .map_err(|e| anyhow::anyhow!("--runtime docker: {e}"))?,
+        RuntimeChoice::Auto => match docker.await {
+            Ok(rt) if rt.has_image("3.11").await => rt,
+            Ok(rt) => {
+                tracing::info!(
+                    "Docker is reachable but the runtime image is missing (make images): using the process runtime"
+                );
+                rt.shutdown().await;
+                process()
+            }
+            Err(e) => {
+                tracing::info!("using the process runtime: {e}");
+                process()
+            }
+        },
+    };
+    tracing::info!(runtime = %runtime.describe(), "Python functions run here");
     let store = RunStore::open(catalog_url)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;

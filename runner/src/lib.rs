@@ -8,6 +8,7 @@
 //!
 //! This crate knows nothing of HTTP, the catalog or DuckDB.
 
+pub mod docker;
 pub mod env;
 pub mod process;
 pub mod protocol;

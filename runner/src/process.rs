@@ -303,10 +303,23 @@ impl Runtime for ProcessRuntime {
         let line =
             serde_json::to_string(&inv).map_err(|e| RunnerError::Worker(e.to_string()))? + "\n";
 
+        let wanted = inv.id.clone();
         let exchange = async {
             worker.stdin.write_all(line.as_bytes()).await?;
             worker.stdin.flush().await?;
-            worker.answers.next_line().await
+            // Skip stray lines (say, from a process the function forked) until our answer.
+            loop {
+                match worker.answers.next_line().await? {
+                    Some(l)
+                        if serde_json::from_str::<Answer>(&l)
+                            .is_ok_and(|a| a.id.as_deref() == Some(wanted.as_str())) =>
+                    {
+                        return Ok::<_, std::io::Error>(Some(l));
+                    }
+                    Some(_) => continue,
+                    None => return Ok(None),
+                }
+            }
         };
         let answer = tokio::time::timeout(limits.timeout, exchange).await;
         // Give the log reader a moment to drain what the function printed last.

@@ -15,9 +15,35 @@ fn env_cache() -> String {
     dir.display().to_string()
 }
 
-fn server() -> Server {
-    Server::start_with(&["--env-cache", &env_cache()])
+fn server(runtime: &str) -> Server {
+    Server::start_with(&["--env-cache", &env_cache(), "--runtime", runtime])
 }
+
+/// Every pipeline test runs on both runtimes: `process` and `docker`.
+macro_rules! both_runtimes {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn process() {
+                super::$name("process")
+            }
+            #[test]
+            fn docker() {
+                super::$name("docker")
+            }
+        }
+    )*};
+}
+
+both_runtimes!(
+    a_run_publishes_every_output_and_reruns_from_cache,
+    failing_functions_publish_nothing,
+    invalid_projects_fail_before_anything_runs,
+    replay_reproduces_and_from_failed_reruns_only_what_failed,
+    a_concurrent_reader_sees_all_outputs_or_none,
+    the_examples_run_from_the_readme,
+    cancelling_a_run_publishes_nothing_and_old_branches_expire,
+);
 
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -67,9 +93,8 @@ fn node<'a>(run: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
         .unwrap_or_else(|| panic!("no node {name}"))
 }
 
-#[test]
-fn a_run_publishes_every_output_and_reruns_from_cache() {
-    let server = server();
+fn a_run_publishes_every_output_and_reruns_from_cache(runtime: &str) {
+    let server = server(runtime);
     let lh = server.lh();
     orders(&lh);
     let dir = project(
@@ -162,9 +187,8 @@ def ids_present(data=lh.Model("clean", columns=["id"])):
     );
 }
 
-#[test]
-fn failing_functions_publish_nothing() {
-    let server = server();
+fn failing_functions_publish_nothing(runtime: &str) {
+    let server = server(runtime);
     let lh = server.lh();
     orders(&lh);
     let ok_model = "\n@lh.model()\ndef good(o=lh.Model(\"raw.orders\")):\n    return o\n";
@@ -187,12 +211,18 @@ fn failing_functions_publish_nothing() {
         (
             "eats_memory",
             "@lh.model()\n@lh.resources(memory=\"700m\")\ndef bad(o=lh.Model(\"raw.orders\")):\n    return bytearray(2_000_000_000)\n",
-            "MemoryError",
+            // A process gets a MemoryError at its address-space limit; a container is
+            // killed at its memory limit.
+            if runtime == "docker" {
+                "out of memory"
+            } else {
+                "MemoryError"
+            },
         ),
         (
             "exits",
             "@lh.model()\ndef bad(o=lh.Model(\"raw.orders\")):\n    import os\n    os._exit(7)\n",
-            "the worker died: exited with status 7",
+            "died: exited with status 7",
         ),
     ];
     for (name, body, want) in cases {
@@ -236,9 +266,8 @@ fn failing_functions_publish_nothing() {
     assert!(err.contains("hint: 'main' is untouched"), "{err}");
 }
 
-#[test]
-fn invalid_projects_fail_before_anything_runs() {
-    let server = server();
+fn invalid_projects_fail_before_anything_runs(runtime: &str) {
+    let server = server(runtime);
     let lh = server.lh();
     orders(&lh);
     let cases: Vec<(&str, Vec<(&str, &str)>)> = vec![
@@ -358,9 +387,8 @@ fn invalid_projects_fail_before_anything_runs() {
     assert!(!lh.run(&["table", "ls"]).ok().contains("analytics."));
 }
 
-#[test]
-fn replay_reproduces_and_from_failed_reruns_only_what_failed() {
-    let server = server();
+fn replay_reproduces_and_from_failed_reruns_only_what_failed(runtime: &str) {
+    let server = server(runtime);
     let lh = server.lh();
     orders(&lh);
     let good = r#"
@@ -470,9 +498,8 @@ def final(s=lh.Model("stage")):
     lh.run(&["runs", "cancel", &id[..12]]).fails(4);
 }
 
-#[test]
-fn a_concurrent_reader_sees_all_outputs_or_none() {
-    let server = server();
+fn a_concurrent_reader_sees_all_outputs_or_none(runtime: &str) {
+    let server = server(runtime);
     let lh = server.lh();
     orders(&lh);
     let dir = project(
@@ -520,9 +547,8 @@ fn a_concurrent_reader_sees_all_outputs_or_none() {
     );
 }
 
-#[test]
-fn the_examples_run_from_the_readme() {
-    let server = server();
+fn the_examples_run_from_the_readme(runtime: &str) {
+    let server = server(runtime);
     let lh = server.lh();
     let data = lh.cwd.join("jaffle");
     let out = std::process::Command::new("python3")
@@ -569,7 +595,7 @@ fn the_examples_run_from_the_readme() {
     );
 
     // The story starts from an empty catalog: a server of its own.
-    let server = self::server();
+    let server = self::server(runtime);
     let lh = server.lh();
     let story = std::process::Command::new(examples().join("wap/story.sh"))
         .env("LH", lh_e2e::lh_bin())
@@ -587,9 +613,15 @@ fn the_examples_run_from_the_readme() {
     );
 }
 
-#[test]
-fn cancelling_a_run_publishes_nothing_and_old_branches_expire() {
-    let server = Server::start_with(&["--env-cache", &env_cache(), "--run-branch-ttl", "2"]);
+fn cancelling_a_run_publishes_nothing_and_old_branches_expire(runtime: &str) {
+    let server = Server::start_with(&[
+        "--env-cache",
+        &env_cache(),
+        "--run-branch-ttl",
+        "2",
+        "--runtime",
+        runtime,
+    ]);
     let lh = server.lh();
     orders(&lh);
     let dir = project(

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use lh_control_plane::ServerConfig;
+use lh_control_plane::{RuntimeChoice, ServerConfig};
 
-use crate::args::ServerArgs;
+use crate::args::{RuntimeArg, ServerArgs};
 use crate::env_vars;
 use crate::error::CliResult;
 use crate::settings::lh_home;
@@ -33,6 +33,13 @@ pub async fn run(args: ServerArgs) -> CliResult<()> {
     }
     config.sandbox = !args.no_sandbox;
     config.run_branch_ttl = Duration::from_secs(args.run_branch_ttl);
+    config.max_workers = args.max_workers.max(1);
+    config.worker_idle = Duration::from_secs(args.worker_idle.max(1));
+    config.runtime = match args.runtime {
+        RuntimeArg::Auto => RuntimeChoice::Auto,
+        RuntimeArg::Docker => RuntimeChoice::Docker,
+        RuntimeArg::Process => RuntimeChoice::Process,
+    };
     lh_control_plane::serve(config, lh_control_plane::shutdown_signal()).await?;
     Ok(())
 }

@@ -64,7 +64,9 @@ pub(crate) fn table_diff(d: lh_catalog::TableDiff) -> TableDiff {
 /// The server: version, storage, catalog and limits.
 #[utoipa::path(get, path = "/api/v1/info", responses((status = 200, body = lh_api::ServerInfo)))]
 async fn info(State(s): State<AppState>) -> Json<lh_api::ServerInfo> {
-    Json(s.info.clone())
+    let mut info = s.info.clone();
+    info.runtime = s.runs.runtime().describe();
+    Json(info)
 }
 
 /// Every branch and tag (`?kind=branch|tag` to filter).

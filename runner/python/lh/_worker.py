@@ -101,6 +101,7 @@ def invoke(req):
 
 
 def main():
+    worker_pid = os.getpid()
     fd = int(os.environ.get("LH_WORKER_FD", "0") or 0)
     if fd > 0:
         answers = os.fdopen(fd, "w", buffering=1)
@@ -118,12 +119,16 @@ def main():
         try:
             out = invoke(req)
             answer = {"id": req["id"], "ok": True, **out}
+            if os.getpid() != worker_pid:
+                os._exit(0)  # a process the function forked: only the worker answers
         except (Exception, SystemExit) as e:  # the function's failure is the answer
             # The traceback starts at the user's code, not in this harness.
             frames = e.__traceback__
             while frames is not None and frames.tb_frame.f_code.co_filename == __file__:
                 frames = frames.tb_next
             tb = "".join(traceback.format_exception(type(e), e, frames))
+            if os.getpid() != worker_pid:
+                os._exit(1)
             answer = {"id": req["id"], "ok": False, "error": f"{type(e).__name__}: {e}", "traceback": tb}
         sys.stderr.flush()
         answers.write(json.dumps(answer) + "\n")

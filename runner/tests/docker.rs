@@ -1,0 +1,320 @@
+//! The Docker runtime on a real engine: results, warm reuse, and each guard proven by a
+//! function that would escape without it. Needs dockerd and the runtime image
+//! (`make test` starts one and builds the other).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema};
+use lh_runner::docker::{DockerConfig, DockerRuntime, connect};
+use lh_runner::{Env, EnvCache, EnvSpec, Invocation, InvocationKind, Limits, Outcome, Runtime};
+
+const MODELS: &str = r#"
+import os, socket, time
+
+def identity(t):
+    return t
+
+def raises(t):
+    raise RuntimeError("boom")
+
+def network(t):
+    socket.create_connection(("10.1.2.3", 80), timeout=3)
+
+def loopback(t):
+    socket.create_connection(("127.0.0.1", int(os.environ.get("LH_PORT", "1"))), timeout=2)
+
+def reads_host(t):
+    return open(HOST_FILE).read()
+
+def lists_root(t):
+    raise RuntimeError(sorted(os.listdir("/lh")))
+
+def writes_rootfs(t):
+    open("/etc/pwned", "w").write("x")
+
+def writes_code(t):
+    open(os.path.join(os.path.dirname(__file__), "pwned"), "w").write("x")
+
+def hog(t):
+    chunks = []
+    while True:
+        chunks.append(bytearray(50_000_000))
+
+def fork_bomb(t):
+    while True:
+        os.fork()
+
+def sleeps(t):
+    time.sleep(120)
+
+def whoami(t):
+    raise RuntimeError(f"uid={os.getuid()}")
+"#;
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    rt: Arc<DockerRuntime>,
+    env: Env,
+    code: PathBuf,
+    owner: String,
+}
+
+async fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let envs = std::env::var_os("LH_TEST_ENV_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("lh-test-envs"));
+    let (env, _) = EnvCache::new(envs, None)
+        .get(&EnvSpec {
+            python: "3.11".into(),
+            packages: BTreeMap::new(),
+        })
+        .await
+        .expect("build the environment (is uv on PATH?)");
+    let code = dir.path().join("code");
+    std::fs::create_dir_all(code.join("snap")).unwrap();
+    // A file only the host has: the function must not see it.
+    let secret = dir.path().join("host-secret.txt");
+    std::fs::write(&secret, "secret").unwrap();
+    let models = format!("HOST_FILE = {:?}\n{MODELS}", secret.display().to_string());
+    std::fs::write(code.join("snap/models.py"), models).unwrap();
+    let (docker, version) = connect()
+        .await
+        .expect("a Docker engine (make test starts dockerd)");
+    let owner = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let rt = DockerRuntime::new(
+        docker,
+        version,
+        DockerConfig {
+            image_prefix: "lh-runtime:".into(),
+            work_root: dir.path().join("work"),
+            code_root: code.clone(),
+            idle_timeout: Duration::from_secs(60),
+            max_containers: 4,
+            owner: owner.clone(),
+            pids_limit: 64,
+            default_memory: 512 << 20,
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        rt.has_image("3.11").await,
+        "the image lh-runtime:3.11 is missing: make images"
+    );
+    Fixture {
+        dir,
+        rt,
+        env,
+        code,
+        owner,
+    }
+}
+
+fn input(dir: &Path) -> PathBuf {
+    let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(Int64Array::from(vec![1, 2, 3]))],
+    )
+    .unwrap();
+    let p = dir.join("in.arrow");
+    let mut w =
+        arrow::ipc::writer::FileWriter::try_new(std::fs::File::create(&p).unwrap(), &schema)
+            .unwrap();
+    w.write(&batch).unwrap();
+    w.finish().unwrap();
+    p
+}
+
+async fn call(f: &Fixture, function: &str, limits: &Limits) -> lh_runner::InvokeResult {
+    let id = format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let work = f.dir.path().join(format!("inv-{id}"));
+    std::fs::create_dir_all(&work).unwrap();
+    let inp = input(&work);
+    let inv = Invocation {
+        id,
+        kind: InvocationKind::Model,
+        file: f.code.join("snap/models.py"),
+        function: function.into(),
+        root: f.code.join("snap"),
+        inputs: BTreeMap::from([("t".to_string(), inp)]),
+        params: BTreeMap::new(),
+        output: work.join("out.parquet"),
+    };
+    f.rt.invoke(&f.env, limits, &f.code, &work, inv)
+        .await
+        .unwrap()
+}
+
+fn error(r: &lh_runner::InvokeResult) -> String {
+    match &r.outcome {
+        Outcome::Failed { error, .. } => error.clone(),
+        other => panic!("expected a failure, got {other:?}\n{}", r.log),
+    }
+}
+
+async fn owned_containers(owner: &str) -> usize {
+    let out = tokio::process::Command::new("docker")
+        .args(["ps", "-aq", "--filter", &format!("label=lh.owner={owner}")])
+        .output()
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_containers_run_one_call_after_another() {
+    let f = fixture().await;
+    let limits = Limits {
+        memory_bytes: Some(512 << 20),
+        ..Limits::default()
+    };
+    let r = call(&f, "identity", &limits).await;
+    assert_eq!(r.outcome, Outcome::Model { rows: 3 }, "{}", r.log);
+    assert!(r.cold);
+    let r = call(&f, "identity", &limits).await;
+    assert!(!r.cold, "the second call reuses the warm container");
+    let r = call(&f, "raises", &limits).await;
+    assert_eq!(error(&r), "RuntimeError: boom");
+    assert!(
+        error(&call(&f, "whoami", &limits).await).contains("uid=1000"),
+        "not root"
+    );
+
+    // A warm container killed between calls costs a retry, not a failure.
+    let out = tokio::process::Command::new("docker")
+        .args([
+            "ps",
+            "-q",
+            "--filter",
+            &format!("label=lh.owner={}", f.owner),
+        ])
+        .output()
+        .await
+        .unwrap();
+    for id in String::from_utf8_lossy(&out.stdout).lines() {
+        tokio::process::Command::new("docker")
+            .args(["kill", id])
+            .output()
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = call(&f, "identity", &limits).await;
+    assert_eq!(r.outcome, Outcome::Model { rows: 3 }, "{}", r.log);
+
+    // Nothing is left once the runtime stops.
+    assert!(owned_containers(&f.owner).await > 0);
+    f.rt.shutdown().await;
+    assert_eq!(owned_containers(&f.owner).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_container_hides_the_host_and_the_network() {
+    let f = fixture().await;
+    let limits = Limits {
+        memory_bytes: Some(512 << 20),
+        ..Limits::default()
+    };
+    let e = error(&call(&f, "network", &limits).await);
+    assert!(e.contains("Network is unreachable"), "{e}");
+    let e = error(&call(&f, "reads_host", &limits).await);
+    assert!(e.contains("No such file or directory"), "{e}");
+    let e = error(&call(&f, "lists_root", &limits).await);
+    assert_eq!(e, "RuntimeError: ['code', 'env', 'work']");
+    let e = error(&call(&f, "writes_rootfs", &limits).await);
+    assert!(
+        e.contains("Read-only file system") || e.contains("Permission denied"),
+        "{e}"
+    );
+    let e = error(&call(&f, "writes_code", &limits).await);
+    assert!(e.contains("Read-only file system"), "{e}");
+    f.rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_stop_memory_hogs_fork_bombs_and_hangs() {
+    let f = fixture().await;
+    let small = Limits {
+        memory_bytes: Some(300 << 20),
+        ..Limits::default()
+    };
+    let e = error(&call(&f, "hog", &small).await);
+    assert!(
+        e.contains("out of memory") || e.contains("MemoryError"),
+        "{e}"
+    );
+    let r = call(&f, "fork_bomb", &small).await;
+    let e = error(&r);
+    assert!(
+        e.contains("Resource temporarily unavailable")
+            || e.contains("BlockingIOError")
+            || e.contains("died"),
+        "{e}"
+    );
+    let short = Limits {
+        timeout: Duration::from_secs(2),
+        memory_bytes: Some(300 << 20),
+        ..Limits::default()
+    };
+    let e = error(&call(&f, "sleeps", &short).await);
+    assert!(e.contains("timed out after 2 s"), "{e}");
+    // The pool still works after all that.
+    assert_eq!(
+        call(&f, "identity", &small).await.outcome,
+        Outcome::Model { rows: 3 }
+    );
+    f.rt.shutdown().await;
+    assert_eq!(owned_containers(&f.owner).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_removes_its_orphans() {
+    let f = fixture().await;
+    let limits = Limits {
+        memory_bytes: Some(256 << 20),
+        ..Limits::default()
+    };
+    call(&f, "identity", &limits).await;
+    assert_eq!(owned_containers(&f.owner).await, 1);
+    // A "crash": the runtime is dropped without shutting down, the container stays.
+    let owner = f.owner.clone();
+    let work = f.dir.path().join("work2");
+    let code = f.code.clone();
+    drop(f.rt);
+    assert_eq!(owned_containers(&owner).await, 1);
+    let (docker, version) = connect().await.unwrap();
+    let again = DockerRuntime::new(
+        docker,
+        version,
+        DockerConfig {
+            image_prefix: "lh-runtime:".into(),
+            work_root: work,
+            code_root: code,
+            idle_timeout: Duration::from_secs(60),
+            max_containers: 4,
+            owner: owner.clone(),
+            pids_limit: 64,
+            default_memory: 256 << 20,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        owned_containers(&owner).await,
+        0,
+        "the new runtime removed the orphan"
+    );
+    again.shutdown().await;
+}

@@ -1,0 +1,351 @@
+//! The runtime benchmark of BENCHMARKS.md:
+//!
+//! - one invocation of a function that returns its input (100 rows), p50 and p99: on a
+//!   warm container, on a cold one (a new container each time), and `docker run` of the
+//!   same function as the baseline, in one run;
+//! - a 20-node pipeline on the docker runtime against the process runtime: wall time of
+//!   `lh run --no-cache` with warm workers, and the ratio.
+//!
+//!     runtime-bench [--warm 100] [--cold 10]
+//!
+//! Needs dockerd and the runtime image (`make images`), uv on PATH, and the `lh` binary
+//! next to this one.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use lh_bench::{Samples, ms};
+use lh_runner::docker::{DockerConfig, DockerRuntime, connect};
+use lh_runner::{EnvCache, EnvSpec, Invocation, InvocationKind, Limits, Outcome, Runtime};
+
+const CODE: &str = "def identity(t):\n    return t\n";
+
+fn input(dir: &Path) -> Result<PathBuf> {
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+    let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)]));
+    let batch = arrow::record_batch::RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(Int64Array::from((0..100).collect::<Vec<i64>>()))],
+    )?;
+    let p = dir.join("in.arrow");
+    let mut w = arrow::ipc::writer::FileWriter::try_new(std::fs::File::create(&p)?, &schema)?;
+    w.write(&batch)?;
+    w.finish()?;
+    Ok(p)
+}
+
+fn invocation(dir: &Path, code: &Path, n: usize) -> Result<(PathBuf, Invocation)> {
+    let work = dir.join(format!("inv-{n}"));
+    std::fs::create_dir_all(&work)?;
+    let inp = input(&work)?;
+    Ok((
+        work.clone(),
+        Invocation {
+            id: format!("bench{n}"),
+            kind: InvocationKind::Model,
+            file: code.join("m.py"),
+            function: "identity".into(),
+            root: code.to_path_buf(),
+            inputs: BTreeMap::from([("t".to_string(), inp)]),
+            params: BTreeMap::new(),
+            output: work.join("out.parquet"),
+        },
+    ))
+}
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let (warm_n, cold_n) = (arg("--warm", 100), arg("--cold", 10));
+    let dir = tempfile::tempdir()?;
+    let cache = std::env::var_os("LH_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/tmp".into())).join(".cache/lh")
+        });
+    let (env, _) = EnvCache::new(cache.join("bench-envs"), None)
+        .get(&EnvSpec {
+            python: "3.11".into(),
+            packages: BTreeMap::new(),
+        })
+        .await?;
+    let code = dir.path().join("code");
+    std::fs::create_dir_all(code.join("snap"))?;
+    std::fs::write(code.join("snap/m.py"), CODE)?;
+    let snap = code.join("snap");
+    let (docker, version) = connect().await?;
+    let rt = DockerRuntime::new(
+        docker,
+        version.clone(),
+        DockerConfig {
+            image_prefix: "lh-runtime:".into(),
+            work_root: dir.path().join("containers"),
+            code_root: code.clone(),
+            idle_timeout: Duration::from_secs(600),
+            max_containers: 4,
+            owner: format!("bench-{}", std::process::id()),
+            pids_limit: 256,
+            default_memory: 1 << 30,
+        },
+    )
+    .await?;
+    println!(
+        "runtime-bench: Docker engine {version}, {}",
+        chrono::Utc::now().format("%Y-%m-%d")
+    );
+
+    // Warm: one container, one call after another.
+    let limits = Limits {
+        memory_bytes: Some(1 << 30),
+        ..Limits::default()
+    };
+    let mut warm = Samples::new();
+    for n in 0..=warm_n {
+        let (work, inv) = invocation(dir.path(), &snap, n)?;
+        let start = Instant::now();
+        let r = rt.invoke(&env, &limits, &code, &work, inv).await?;
+        let t = start.elapsed();
+        anyhow::ensure!(
+            matches!(r.outcome, Outcome::Model { rows: 100 }),
+            "{:?}",
+            r.outcome
+        );
+        if n > 0 {
+            warm.push(t);
+        }
+        std::fs::remove_dir_all(&work)?;
+    }
+    // Cold: a new container each time (distinct limits make distinct pools).
+    let mut cold = Samples::new();
+    for n in 0..cold_n {
+        let (work, inv) = invocation(dir.path(), &snap, 10_000 + n)?;
+        let limits = Limits {
+            memory_bytes: Some((1 << 30) + (n as u64 + 1) * (1 << 20)),
+            ..Limits::default()
+        };
+        let start = Instant::now();
+        let r = rt.invoke(&env, &limits, &code, &work, inv).await?;
+        cold.push(start.elapsed());
+        anyhow::ensure!(r.cold && matches!(r.outcome, Outcome::Model { .. }));
+        std::fs::remove_dir_all(&work)?;
+    }
+    rt.shutdown().await;
+    // Baseline: `docker run` of the same function, one request on stdin.
+    let site = std::fs::read_dir(env.dir.join("lib"))?
+        .next()
+        .context("lib")??
+        .path()
+        .join("site-packages");
+    let mut run = Samples::new();
+    for n in 0..cold_n {
+        let (work, inv) = invocation(dir.path(), &snap, 20_000 + n)?;
+        std::fs::set_permissions(&work, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
+        let mut req = inv.clone();
+        req.file = PathBuf::from("/lh/code/snap/m.py");
+        req.root = PathBuf::from("/lh/code/snap");
+        req.output = PathBuf::from("/lh/work/out.parquet");
+        req.inputs = BTreeMap::from([("t".to_string(), PathBuf::from("/lh/work/in.arrow"))]);
+        let line = serde_json::to_string(&req)? + "\n";
+        let start = Instant::now();
+        let mut child = Command::new("docker")
+            .args([
+                "run",
+                "--rm",
+                "-i",
+                "--network",
+                "none",
+                "--read-only",
+                "--user",
+                "1000:1000",
+                "--memory",
+                "1g",
+            ])
+            .args(["-e", "PYTHONPATH=/lh/env", "--tmpfs", "/tmp"])
+            .args(["-v", &format!("{}:/lh/env:ro", site.display())])
+            .args(["-v", &format!("{}:/lh/code:ro", code.display())])
+            .args(["-v", &format!("{}:/lh/work", work.display())])
+            .arg("lh-runtime:3.11")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .context("stdin")?
+            .write_all(line.as_bytes())?;
+        let out = child.wait_with_output()?;
+        run.push(start.elapsed());
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !text.contains("\"rows\": 100") {
+            bail!("docker run failed: {text}");
+        }
+    }
+    println!("\n### One invocation of a function returning its input (100 rows)\n");
+    println!("| | p50 ms | p99 ms | runs |\n|---|---:|---:|---:|");
+    println!(
+        "| warm container | {} | {} | {} |",
+        ms(warm.percentile(50.0)),
+        ms(warm.percentile(99.0)),
+        warm.len()
+    );
+    println!(
+        "| cold container (create, start, Python, pyarrow) | {} | {} | {} |",
+        ms(cold.percentile(50.0)),
+        ms(cold.percentile(99.0)),
+        cold.len()
+    );
+    println!(
+        "| `docker run` of the same function (baseline) | {} | {} | {} |",
+        ms(run.percentile(50.0)),
+        ms(run.percentile(99.0)),
+        run.len()
+    );
+
+    // A 20-node pipeline on both runtimes.
+    let lh = std::env::current_exe()?.parent().context("dir")?.join("lh");
+    let proj = dir.path().join("twenty");
+    std::fs::create_dir_all(&proj)?;
+    std::fs::write(
+        proj.join("lh_project.yml"),
+        "name: twenty\nnamespace: bench\npython: \"3.11\"\n",
+    )?;
+    let mut src = String::from("import lh\n");
+    for i in 0..20 {
+        // Four layers of five: each node reads one node of the layer above.
+        let input = if i < 5 {
+            "raw.numbers".to_string()
+        } else {
+            format!("n{}", i - 5)
+        };
+        src.push_str(&format!(
+            "\n@lh.model()\ndef n{i}(t=lh.Model(\"{input}\")):\n    return t\n"
+        ));
+    }
+    std::fs::write(proj.join("m.py"), src)?;
+    let csv = dir.path().join("numbers.csv");
+    std::fs::write(
+        &csv,
+        (0..1000).fold(String::from("x\n"), |mut s, i| {
+            s.push_str(&format!("{i}\n"));
+            s
+        }),
+    )?;
+    let mut walls = BTreeMap::new();
+    for runtime in ["docker", "process"] {
+        let server = start(&lh, dir.path(), runtime, &cache.join("bench-envs"))?;
+        lh_cmd(
+            &lh,
+            &server,
+            &[
+                "table",
+                "import",
+                "raw.numbers",
+                csv.to_str().context("path")?,
+            ],
+        )?;
+        let mut s = Samples::new();
+        for i in 0..4 {
+            let t = lh_cmd(
+                &lh,
+                &server,
+                &["run", proj.to_str().context("path")?, "--no-cache"],
+            )?;
+            if i > 0 {
+                s.push(t); // the first run starts the workers
+            }
+        }
+        walls.insert(runtime, s.percentile(50.0));
+    }
+    println!(
+        "\n### A 20-node pipeline (4 layers of 5 Python nodes), `lh run --no-cache` with warm workers, median of 3\n"
+    );
+    println!("| runtime | seconds |\n|---|---:|");
+    println!("| docker | {:.2} |", walls["docker"].as_secs_f64());
+    println!("| process | {:.2} |", walls["process"].as_secs_f64());
+    println!(
+        "| **ratio docker / process** | **{:.2}x** |",
+        walls["docker"].as_secs_f64() / walls["process"].as_secs_f64()
+    );
+    Ok(())
+}
+
+struct Server {
+    child: std::process::Child,
+    url: String,
+    home: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(lh: &Path, dir: &Path, runtime: &str, envs: &Path) -> Result<Server> {
+    use std::io::BufRead;
+    let data = dir.join(format!("data-{runtime}"));
+    let mut child = Command::new(lh)
+        .args([
+            "server",
+            "--bind",
+            "127.0.0.1:0",
+            "--runtime",
+            runtime,
+            "--data-dir",
+        ])
+        .arg(&data)
+        .arg("--env-cache")
+        .arg(envs)
+        .env("LH_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut lines = std::io::BufReader::new(child.stderr.take().context("stderr")?).lines();
+    let url = loop {
+        let line = lines.next().context("server exited")??;
+        if let Some(u) = line.split("listening on ").nth(1) {
+            break u.trim().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Ok(Server {
+        child,
+        url,
+        home: dir.join(format!("home-{runtime}")),
+    })
+}
+
+fn lh_cmd(lh: &Path, s: &Server, args: &[&str]) -> Result<Duration> {
+    let start = Instant::now();
+    let out = Command::new(lh)
+        .args(args)
+        .env("LH_ENDPOINT", &s.url)
+        .env("LH_HOME", &s.home)
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "lh {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(start.elapsed())
+}

@@ -34,6 +34,17 @@ pub fn lh_bin() -> PathBuf {
     .clone()
 }
 
+/// The Python that `make test` prepares (LH_TEST_PYTHON): pyiceberg 0.12, DuckDB 1.5.5
+/// with its iceberg extension, pyarrow. Unset fails the test, it never skips.
+pub fn python() -> String {
+    std::env::var("LH_TEST_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "LH_TEST_PYTHON is not set: it names a Python with pyiceberg 0.12 and DuckDB's iceberg \
+             extension; `make test` prepares one (scripts/services.sh python)"
+        )
+    })
+}
+
 /// A running `lh server`, stopped (SIGTERM, then SIGKILL) when dropped.
 pub struct Server {
     pub dir: tempfile::TempDir,

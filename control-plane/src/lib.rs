@@ -7,6 +7,7 @@ pub mod api;
 pub mod duck;
 pub mod error;
 pub mod query;
+pub mod rest;
 pub mod runs;
 pub mod server;
 pub mod tables;

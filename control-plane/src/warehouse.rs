@@ -75,6 +75,15 @@ impl Warehouse {
         )
     }
 
+    /// Makes a new table's `metadata/` and `data/` folders, for clients that write files
+    /// there before their first commit and do not make folders (DuckDB).
+    pub fn prepare_table_location(&self, location: &str) -> Result<()> {
+        let root = self.local_path(location)?;
+        std::fs::create_dir_all(root.join("metadata"))?;
+        std::fs::create_dir_all(root.join("data"))?;
+        Ok(())
+    }
+
     /// The local path of a location inside the warehouse; refuses anything outside it.
     pub fn local_path(&self, location: &str) -> Result<PathBuf> {
         let p = location

@@ -1,14 +1,7 @@
 //! The files lh writes are a valid Iceberg table: pyiceberg 0.12 loads the metadata
 //! file lh wrote and reads the same rows as `lh query`.
 
-use lh_e2e::Server;
-
-/// The Python with pyiceberg that `make test` prepares (LH_TEST_PYTHON).
-fn python() -> String {
-    std::env::var("LH_TEST_PYTHON").unwrap_or_else(|_| {
-        panic!("LH_TEST_PYTHON is not set: it names a Python with pyiceberg 0.12; `make test` prepares one")
-    })
-}
+use lh_e2e::{Server, python};
 
 const READ: &str = r#"
 import json, sys

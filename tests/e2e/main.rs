@@ -5,6 +5,7 @@ mod basics;
 mod interop;
 mod query;
 mod refs;
+mod rest;
 mod runs;
 mod tables;
 

@@ -57,6 +57,7 @@ pub fn app(state: AppState) -> Router {
         .merge(tables::router())
         .merge(query::router())
         .merge(runs::router())
+        .merge(crate::rest::router())
         .merge(openapi::router())
         .with_state(state)
         .layer(

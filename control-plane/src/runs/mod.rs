@@ -51,7 +51,7 @@ pub struct RunService {
     pub(crate) tables: Arc<Tables>,
     pub(crate) queries: Arc<QueryEngine>,
     pub(crate) import: ImportContext,
-    pub(crate) store: RunStore,
+    pub store: RunStore,
     pub(crate) code: CodeStore,
     pub(crate) envs: EnvCache,
     pub(crate) runtime: Arc<dyn Runtime>,

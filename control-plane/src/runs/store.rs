@@ -76,6 +76,65 @@ impl RunStore {
         Ok(RunStore { pool })
     }
 
+    /// Namespaces created through the Iceberg REST catalog, with their properties.
+    pub async fn namespaces(&self) -> Result<BTreeMap<String, BTreeMap<String, String>>> {
+        let rows = sqlx::query("SELECT name, properties FROM lh_namespaces ORDER BY name")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db)?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get::<String, _>(0),
+                    serde_json::from_str(&r.get::<String, _>(1)).unwrap_or_default(),
+                )
+            })
+            .collect())
+    }
+
+    /// Creates (`Ok(true)`) or finds (`Ok(false)`) a namespace record.
+    pub async fn create_namespace(
+        &self,
+        name: &str,
+        properties: &BTreeMap<String, String>,
+    ) -> Result<bool> {
+        let r = sqlx::query("INSERT INTO lh_namespaces (name, properties, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING")
+            .bind(name)
+            .bind(serde_json::to_string(properties).unwrap_or_default())
+            .bind(micros(Utc::now()))
+            .execute(&self.pool)
+            .await
+            .map_err(db)?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    pub async fn set_namespace_properties(
+        &self,
+        name: &str,
+        properties: &BTreeMap<String, String>,
+    ) -> Result<()> {
+        let r = sqlx::query("UPDATE lh_namespaces SET properties = $1 WHERE name = $2")
+            .bind(serde_json::to_string(properties).unwrap_or_default())
+            .bind(name)
+            .execute(&self.pool)
+            .await
+            .map_err(db)?;
+        if r.rows_affected() == 0 {
+            self.create_namespace(name, properties).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn drop_namespace(&self, name: &str) -> Result<bool> {
+        let r = sqlx::query("DELETE FROM lh_namespaces WHERE name = $1")
+            .bind(name)
+            .execute(&self.pool)
+            .await
+            .map_err(db)?;
+        Ok(r.rows_affected() == 1)
+    }
+
     pub async fn insert_run(&self, run: &RunInfo, plan_json: &str) -> Result<()> {
         sqlx::query(
             "INSERT INTO lh_runs (id, project, author, target, run_branch, code_hash, input_commit, params, plan, no_cache, strict, status, error, merge_commit, environments, rerun_of, created_at, finished_at)

@@ -188,11 +188,14 @@ impl Tables {
     ) -> Result<String> {
         use iceberg::MetadataLocation;
         let location = match previous {
-            Some(p) => p
-                .parse::<MetadataLocation>()
-                .map_err(|e| Error::internal(format!("bad metadata location {p}: {e}")))?
-                .with_next_version()
-                .to_string(),
+            // A registered table's files may be named in another way: start over at 0
+            // (the name's uuid keeps it unique).
+            Some(p) => match p.parse::<MetadataLocation>() {
+                Ok(l) => l.with_next_version().to_string(),
+                Err(_) => {
+                    MetadataLocation::new_with_metadata(metadata.location(), metadata).to_string()
+                }
+            },
             None => MetadataLocation::new_with_metadata(metadata.location(), metadata).to_string(),
         };
         let json = serde_json::to_vec(metadata)

@@ -1,0 +1,775 @@
+//! The Iceberg REST catalog with real clients: pyiceberg 0.12, DuckDB 1.5.5 with its
+//! iceberg extension, and the iceberg crate's REST client; plus the protocol's error cases
+//! over raw HTTP. The Python side is `rest_clients.py`, one scenario per call.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use lh_e2e::{Lh, Server, python};
+use serde_json::{Value, json};
+
+/// The REST root of a server, as clients are configured with it.
+fn rest_uri(server: &Server) -> String {
+    format!("{}/iceberg", server.url)
+}
+
+/// Runs one scenario of `rest_clients.py` and returns what it printed.
+#[track_caller]
+fn client(server: &Server, scenario: &str, warehouse: &str, args: &[&str]) -> Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/rest_clients.py");
+    let out = std::process::Command::new(python())
+        .arg(script)
+        .arg(scenario)
+        .arg(rest_uri(server))
+        .arg(warehouse)
+        .args(args)
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "{scenario} failed:\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log()
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{scenario} printed no JSON ({e}):\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn tables_at(lh: &Lh, at: &str) -> Vec<String> {
+    let v: Value =
+        serde_json::from_str(lh.run(&["table", "ls", "--ref", at, "-o", "json"]).ok()).unwrap();
+    v["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn log_messages(lh: &Lh, at: &str) -> Vec<String> {
+    let v: Value =
+        serde_json::from_str(lh.run(&["log", at, "--limit", "50", "-o", "json"]).ok()).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["message"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Rows read with the iceberg crate's REST client: namespaces, the tables of `ns`, and
+/// the `id` column of `ns.table`, sorted.
+fn rust_client_read(
+    server: &Server,
+    warehouse: &str,
+    ns: &str,
+    table: &str,
+) -> (Vec<String>, Vec<String>, Vec<i64>) {
+    use arrow::array::{Array, Int64Array};
+    use futures::TryStreamExt;
+    use iceberg::io::LocalFsStorageFactory;
+    use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableIdent};
+    use iceberg_catalog_rest::RestCatalogBuilder;
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let props = HashMap::from([
+            ("uri".to_string(), rest_uri(server)),
+            ("warehouse".to_string(), warehouse.to_string()),
+        ]);
+        let catalog = RestCatalogBuilder::default()
+            .with_storage_factory(Arc::new(LocalFsStorageFactory))
+            .load("lh", props)
+            .await
+            .expect("REST catalog");
+        let namespaces = catalog
+            .list_namespaces(None)
+            .await
+            .expect("list namespaces")
+            .iter()
+            .map(|n| n.join("."))
+            .collect();
+        let ns_ident = NamespaceIdent::from_strs(ns.split('.')).unwrap();
+        let tables = catalog
+            .list_tables(&ns_ident)
+            .await
+            .expect("list tables")
+            .iter()
+            .map(|t| t.name().to_string())
+            .collect();
+        let t = catalog
+            .load_table(&TableIdent::new(ns_ident, table.to_string()))
+            .await
+            .expect("load table");
+        let batches: Vec<_> = t
+            .scan()
+            .select(["id"])
+            .build()
+            .expect("scan")
+            .to_arrow()
+            .await
+            .expect("arrow stream")
+            .try_collect()
+            .await
+            .expect("read batches");
+        let mut ids: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| {
+                let col = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                (0..col.len()).map(|i| col.value(i)).collect::<Vec<_>>()
+            })
+            .collect();
+        ids.sort();
+        (namespaces, tables, ids)
+    })
+}
+
+#[test]
+fn pyiceberg_writes_a_branch_that_a_merge_publishes() {
+    let server = Server::start();
+    let lh = server.lh();
+    lh.run(&["branch", "create", "dev"]).ok();
+    let before_dev = lh.head("main");
+
+    let py = client(&server, "pyiceberg_basics", "dev", &[]);
+    assert_eq!(py["namespaces"], json!([["shop"]]));
+    assert_eq!(py["namespace_properties"], json!({"owner": "analytics"}));
+    assert_eq!(py["tables"], json!([["shop", "orders"]]));
+    assert_eq!(py["before_overwrite"], 3);
+    assert_eq!(
+        py["filtered"],
+        json!([{"id": 1, "amount": 11.0}, {"id": 2, "amount": 20.5}, {"id": 4, "amount": 42.0}])
+    );
+    assert_eq!(py["columns"], json!(["id", "total", "status", "note"]));
+    assert_eq!(py["field_ids"], json!([1, 2, 3, 4]));
+    let rows = py["rows"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), 5);
+    assert_eq!(
+        rows[4],
+        json!({"id": 5, "total": 1.5, "status": "placed", "note": "late"})
+    );
+    assert!(
+        py["metadata_location"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("file://{}", server.data_dir().display())),
+        "{py}"
+    );
+
+    // lh query reads what pyiceberg wrote, renamed column included.
+    let ours = lh.rows(
+        "select id, total, status, note from shop.orders order by id",
+        "dev",
+    );
+    assert_eq!(ours, rows);
+    // Each write was one lh commit on dev, saying what it did; main did not move.
+    let messages = log_messages(&lh, "dev");
+    for m in [
+        "create shop.orders",
+        "append shop.orders",
+        "schema change shop.orders",
+    ] {
+        assert!(messages.iter().any(|x| x == m), "no '{m}' in {messages:?}");
+    }
+    assert_eq!(lh.head("main"), before_dev);
+    assert!(!tables_at(&lh, "main").contains(&"shop.orders".to_string()));
+    assert_eq!(
+        client(&server, "read", "main", &["shop.orders"])["exists"],
+        false
+    );
+
+    // Merged, main reads the same rows, through every client.
+    lh.run(&["merge", "dev", "--into", "main"]).ok();
+    let on_main = client(&server, "read", "main", &["shop.orders"]);
+    assert_eq!(on_main["rows"], Value::Array(rows.clone()));
+    let (namespaces, tables, ids) = rust_client_read(&server, "main", "shop", "orders");
+    assert!(namespaces.contains(&"shop".to_string()), "{namespaces:?}");
+    assert_eq!(tables, vec!["orders".to_string()]);
+    assert_eq!(ids, vec![1, 2, 3, 4, 5]);
+
+    // A tag and a fixed commit read, and refuse writes with the spec's 403.
+    lh.run(&["tag", "create", "v1"]).ok();
+    assert_eq!(
+        client(&server, "read", "v1", &["shop.orders"])["rows"],
+        Value::Array(rows.clone())
+    );
+    let head = lh.head("main");
+    for at in ["v1".to_string(), format!("main@{head}")] {
+        let e = client(&server, "write_error", &at, &["shop.orders"]);
+        assert_eq!(e["error"], "ForbiddenError", "{e}");
+        assert!(e["message"].as_str().unwrap().contains("read-only"), "{e}");
+        assert_eq!(e["create_namespace"], "ForbiddenError", "{e}");
+    }
+    assert_eq!(lh.head("main"), head);
+    // Time travel: main before the merge has no such table.
+    assert_eq!(
+        client(
+            &server,
+            "read",
+            &format!("main@{before_dev}"),
+            &["shop.orders"]
+        )["exists"],
+        false
+    );
+
+    // Rename on a branch of its own.
+    lh.run(&["branch", "create", "ren"]).ok();
+    let r = client(&server, "rename", "ren", &["shop.orders", "shop.orders_v2"]);
+    assert_eq!(r, json!({"source": false, "destination": true}));
+    assert_eq!(
+        lh.rows(
+            "select id, total, status, note from shop.orders_v2 order by id",
+            "ren"
+        ),
+        rows
+    );
+    assert!(tables_at(&lh, "main").contains(&"shop.orders".to_string()));
+
+    // Drop on dev leaves main alone; a purge on main leaves the tag's files readable.
+    let d = client(&server, "drop", "dev", &["shop.orders", "keep"]);
+    assert_eq!(d["exists_after"], false);
+    assert!(!tables_at(&lh, "dev").contains(&"shop.orders".to_string()));
+    assert_eq!(
+        client(&server, "read", "main", &["shop.orders"])["exists"],
+        true
+    );
+    let d = client(&server, "drop", "main", &["shop.orders", "purge"]);
+    assert_eq!(d["exists_after"], false);
+    assert_eq!(
+        log_messages(&lh, "main")[0],
+        "drop shop.orders (purge requested: files kept for other refs)"
+    );
+    assert_eq!(
+        client(&server, "read", "v1", &["shop.orders"])["rows"],
+        Value::Array(rows)
+    );
+}
+
+#[test]
+fn two_pyiceberg_writers_conflict_and_the_loser_retries() {
+    let server = Server::start();
+    let lh = server.lh();
+    let csv = lh.file("counts.csv", "id,v\n1,1\n2,2\n");
+    lh.run(&["table", "import", "shop.counts", csv.to_str().unwrap()])
+        .ok();
+    let w = client(&server, "writers", "main", &["shop.counts"]);
+    // The second writer's stale commit is the spec's 409, which pyiceberg raises.
+    let conflict = w["conflict"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no conflict: {w}"));
+    assert!(conflict.contains("CommitFailedException"), "{conflict}");
+    assert_eq!(w["errors"], json!([]));
+    // 2 imported, one row per writer, 4 threads x 5 appends x 2 rows: none lost.
+    assert_eq!(w["rows"], 44, "{w}");
+    assert_eq!(w["distinct_ids"], 44, "{w}");
+    let n = lh.rows(
+        "select count(*) AS n, count(distinct id) AS d from shop.counts",
+        "main",
+    );
+    assert_eq!(n, vec![json!({"n": 44, "d": 44})]);
+}
+
+#[test]
+fn duckdb_attaches_a_branch_reads_lh_tables_and_writes() {
+    let server = Server::start();
+    let lh = server.lh();
+    let csv = lh.file(
+        "people.csv",
+        "id,name,city,age,born\n1,ann,paris,30,1996-01-02\n2,bo,oslo,41,1985-03-04\n3,cy,paris,25,2001-05-06\n",
+    );
+    lh.run(&["table", "import", "raw.people", csv.to_str().unwrap()])
+        .ok();
+    lh.run(&["branch", "create", "feat"]).ok();
+
+    let d = client(&server, "duckdb", "feat", &["raw.people"]);
+    assert_eq!(d["tables"], json!(["raw.people"]));
+    assert_eq!(
+        d["source_columns"],
+        json!(["id", "name", "city", "age", "born"])
+    );
+    let ours: Vec<Value> = lh
+        .rows("select id, name, city, age, strftime(born, '%Y-%m-%d') AS born from raw.people order by id", "feat")
+        .into_iter()
+        .map(|r| json!([r["id"], r["name"], r["city"], r["age"], r["born"]]))
+        .collect();
+    assert_eq!(d["source_rows"], Value::Array(ours));
+    assert_eq!(
+        d["by_city"],
+        json!([["nowhere", 0, 0], ["oslo", 1, 41], ["paris", 2, 55]])
+    );
+    assert_eq!(d["numbers"], json!([1010, 999000]));
+
+    // What DuckDB wrote is on feat only, and lh reads it.
+    assert_eq!(
+        lh.rows(
+            "select city, people, ages from shop.by_city order by city",
+            "feat"
+        ),
+        vec![
+            json!({"city": "nowhere", "people": 0, "ages": 0}),
+            json!({"city": "oslo", "people": 1, "ages": 41}),
+            json!({"city": "paris", "people": 2, "ages": 55}),
+        ]
+    );
+    assert_eq!(
+        lh.rows(
+            "select count(*) AS n, sum(twice) AS s from shop.numbers",
+            "feat"
+        ),
+        vec![json!({"n": 1010, "s": 999000})]
+    );
+    assert_eq!(tables_at(&lh, "main"), vec!["raw.people".to_string()]);
+    // CREATE TABLE AS and INSERT are one lh commit each.
+    let messages = log_messages(&lh, "feat");
+    assert_eq!(
+        messages[..4],
+        [
+            "append shop.numbers",
+            "create shop.numbers (append)",
+            "append shop.by_city",
+            "create shop.by_city (append)"
+        ]
+    );
+
+    // pyiceberg reads what DuckDB wrote; DuckDB refuses to write to a tag.
+    let py = client(&server, "read", "feat", &["shop.by_city", "city"]);
+    assert_eq!(py["rows"].as_array().unwrap().len(), 3);
+    lh.run(&["tag", "create", "v1", "--from", "feat"]).ok();
+    let e = client(
+        &server,
+        "duckdb_write_error",
+        "v1",
+        &["INSERT INTO lake.shop.by_city VALUES ('x', 1, 1)"],
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ForbiddenException"),
+        "{e}"
+    );
+    assert_eq!(
+        lh.rows("select count(*) AS n from shop.by_city", "v1"),
+        vec![json!({"n": 3})]
+    );
+}
+
+// ------------------------------------------------------------------ raw protocol
+
+struct Http {
+    agent: ureq::Agent,
+    base: String,
+}
+
+impl Http {
+    fn new(server: &Server) -> Http {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Http {
+            agent,
+            base: rest_uri(server),
+        }
+    }
+
+    fn send(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let url = format!("{}{path}", self.base);
+        let res = match (method, body) {
+            ("GET", _) => self.agent.get(&url).call(),
+            ("HEAD", _) => self.agent.head(&url).call(),
+            ("DELETE", _) => self.agent.delete(&url).call(),
+            ("POST", Some(b)) => self.agent.post(&url).send_json(b),
+            ("POST", None) => self.agent.post(&url).send_empty(),
+            _ => unreachable!(),
+        }
+        .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+        let status = res.status().as_u16();
+        let text = res.into_body().read_to_string().unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// Asserts an error in the spec's model: status, type, and the code in the body.
+    #[track_caller]
+    fn error(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        status: u16,
+        kind: &str,
+    ) -> String {
+        let (s, v) = self.send(method, path, body);
+        assert_eq!(s, status, "{method} {path}: {v}");
+        if method != "HEAD" {
+            assert_eq!(v["error"]["type"], kind, "{method} {path}: {v}");
+            assert_eq!(v["error"]["code"], status, "{v}");
+        }
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+#[test]
+fn rest_protocol_bad_input_changes_nothing() {
+    let server = Server::start();
+    let lh = server.lh();
+    let csv = lh.file("a.csv", "id,v\n1,10\n2,20\n");
+    lh.run(&["table", "import", "shop.a", csv.to_str().unwrap()])
+        .ok();
+    lh.run(&["table", "import", "shop.b", csv.to_str().unwrap()])
+        .ok();
+    lh.run(&["tag", "create", "v1"]).ok();
+    let http = Http::new(&server);
+
+    // The config names the ref as the prefix, URL-encoded, and the endpoints.
+    let (s, c) = http.send("GET", "/v1/config?warehouse=main", None);
+    assert_eq!(s, 200);
+    assert_eq!(c["defaults"]["prefix"], "main");
+    assert!(
+        c["endpoints"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("POST /v1/{prefix}/transactions/commit"))
+    );
+    let head = lh.head("main");
+    let (_, c) = http.send("GET", &format!("/v1/config?warehouse=main@{head}"), None);
+    assert_eq!(c["defaults"]["prefix"], format!("main%40{head}"));
+
+    let head = lh.head("main");
+    let (_, a) = http.send("GET", "/v1/main/namespaces/shop/tables/a", None);
+    let uuid = a["metadata"]["table-uuid"].as_str().unwrap().to_string();
+    let unchanged = |why: &str| assert_eq!(lh.head("main"), head, "main moved after {why}");
+
+    // Unknown refs, namespaces and tables.
+    http.error(
+        "GET",
+        "/v1/config?warehouse=nope",
+        None,
+        404,
+        "NoSuchReferenceException",
+    );
+    http.error(
+        "GET",
+        "/v1/nope/namespaces",
+        None,
+        404,
+        "NoSuchReferenceException",
+    );
+    http.error(
+        "GET",
+        "/v1/main/namespaces/nons/tables",
+        None,
+        404,
+        "NoSuchNamespaceException",
+    );
+    http.error(
+        "GET",
+        "/v1/main/namespaces/nons",
+        None,
+        404,
+        "NoSuchNamespaceException",
+    );
+    http.error("HEAD", "/v1/main/namespaces/nons", None, 404, "");
+    http.error(
+        "GET",
+        "/v1/main/namespaces/shop/tables/zz",
+        None,
+        404,
+        "NoSuchTableException",
+    );
+    http.error("HEAD", "/v1/main/namespaces/shop/tables/zz", None, 404, "");
+    let schema = json!({"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "x", "required": false, "type": "long"}]});
+    http.error(
+        "POST",
+        "/v1/main/namespaces/nons/tables",
+        Some(json!({"name": "t", "schema": schema})),
+        404,
+        "NoSuchNamespaceException",
+    );
+    http.error(
+        "POST",
+        "/v1/main/namespaces/shop/tables",
+        Some(json!({"name": "a", "schema": schema})),
+        409,
+        "AlreadyExistsException",
+    );
+    http.error(
+        "POST",
+        "/v1/main/namespaces/shop/tables",
+        Some(json!({"name": "bad name!", "schema": schema})),
+        400,
+        "BadRequestException",
+    );
+    unchanged("unknown names");
+
+    // Writes to a tag or a fixed commit.
+    http.error(
+        "POST",
+        "/v1/v1/namespaces",
+        Some(json!({"namespace": ["x"]})),
+        403,
+        "ForbiddenException",
+    );
+    http.error(
+        "POST",
+        "/v1/v1/namespaces/shop/tables",
+        Some(json!({"name": "t", "schema": schema})),
+        403,
+        "ForbiddenException",
+    );
+    http.error(
+        "DELETE",
+        "/v1/v1/namespaces/shop/tables/a",
+        None,
+        403,
+        "ForbiddenException",
+    );
+    http.error(
+        "POST",
+        &format!("/v1/main%40{head}/namespaces/shop/tables/a"),
+        Some(json!({"updates": []})),
+        403,
+        "ForbiddenException",
+    );
+    unchanged("writes to read-only refs");
+
+    // Malformed requests: bad JSON, an unknown requirement, an update without its fields.
+    let path = "/v1/main/namespaces/shop/tables/a";
+    let (s, v) = http.send("POST", path, None);
+    assert_eq!(
+        (s, &v["error"]["type"]),
+        (400, &json!("BadRequestException")),
+        "{v}"
+    );
+    http.error(
+        "POST",
+        path,
+        Some(json!({"requirements": [{"type": "assert-bogus"}], "updates": []})),
+        400,
+        "BadRequestException",
+    );
+    http.error(
+        "POST",
+        path,
+        Some(json!({"updates": [{"action": "add-snapshot"}]})),
+        400,
+        "BadRequestException",
+    );
+    http.error(
+        "POST",
+        path,
+        Some(json!({"updates": [{"action": "set-current-schema", "schema-id": 99}]})),
+        400,
+        "BadRequestException",
+    );
+    let outside = json!({"action": "add-snapshot", "snapshot": {
+        "snapshot-id": 5, "timestamp-ms": 1, "sequence-number": 9, "schema-id": 0,
+        "manifest-list": "file:///etc/passwd", "summary": {"operation": "append"}}});
+    let m = http.error(
+        "POST",
+        path,
+        Some(json!({"updates": [outside]})),
+        400,
+        "BadRequestException",
+    );
+    assert!(m.contains("outside the warehouse"), "{m}");
+    unchanged("malformed requests");
+
+    // A requirement that fails is the spec's 409.
+    let m = http.error(
+        "POST",
+        path,
+        Some(json!({"requirements": [{"type": "assert-table-uuid", "uuid": "00000000-0000-0000-0000-000000000000"}],
+                    "updates": [{"action": "set-properties", "updates": {"k": "v"}}]})),
+        409,
+        "CommitFailedException",
+    );
+    assert!(m.contains("requirement failed"), "{m}");
+    http.error(
+        "POST",
+        path,
+        Some(json!({"requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 1}], "updates": []})),
+        409,
+        "CommitFailedException",
+    );
+    unchanged("failed requirements");
+
+    // A multi-table transaction: one failing table fails all of it, nothing changes ...
+    let set = |table: &str, req: Value| {
+        json!({"identifier": {"namespace": ["shop"], "name": table},
+               "requirements": [req],
+               "updates": [{"action": "set-properties", "updates": {"owner": "tx"}}]})
+    };
+    let good = json!({"type": "assert-table-uuid", "uuid": uuid});
+    let bad = json!({"type": "assert-table-uuid", "uuid": "00000000-0000-0000-0000-000000000000"});
+    http.error(
+        "POST",
+        "/v1/main/transactions/commit",
+        Some(json!({"table-changes": [set("a", good.clone()), set("b", bad)]})),
+        409,
+        "CommitFailedException",
+    );
+    unchanged("a failed transaction");
+    let (_, a) = http.send("GET", path, None);
+    assert!(a["metadata"]["properties"].get("owner").is_none(), "{a}");
+    // ... and a good one is one lh commit for both tables.
+    let (_, b) = http.send("GET", "/v1/main/namespaces/shop/tables/b", None);
+    let b_uuid = json!({"type": "assert-table-uuid", "uuid": b["metadata"]["table-uuid"]});
+    let (s, v) = http.send(
+        "POST",
+        "/v1/main/transactions/commit",
+        Some(json!({"table-changes": [set("a", good), set("b", b_uuid)]})),
+    );
+    assert_eq!(s, 204, "{v}");
+    let after = log_messages(&lh, "main");
+    assert_eq!(after[0], "properties shop.a; properties shop.b");
+    assert_eq!(
+        after.len(),
+        log_messages(&lh, &format!("@{head}")).len() + 1
+    );
+    for t in ["a", "b"] {
+        let (_, m) = http.send("GET", &format!("/v1/main/namespaces/shop/tables/{t}"), None);
+        assert_eq!(m["metadata"]["properties"]["owner"], "tx", "{m}");
+    }
+
+    // A staged create stores nothing until it is committed.
+    let head = lh.head("main");
+    let (s, v) = http.send(
+        "POST",
+        "/v1/main/namespaces/shop/tables",
+        Some(json!({"name": "staged", "schema": schema, "stage-create": true})),
+    );
+    assert_eq!(s, 200, "{v}");
+    assert!(v.get("metadata-location").is_none(), "{v}");
+    http.error(
+        "HEAD",
+        "/v1/main/namespaces/shop/tables/staged",
+        None,
+        404,
+        "",
+    );
+    assert_eq!(lh.head("main"), head);
+
+    // Register a metadata file: a second name for shop.a's files; outside the warehouse
+    // is refused.
+    let location = a["metadata-location"].as_str().unwrap();
+    let (s, v) = http.send(
+        "POST",
+        "/v1/main/namespaces/shop/register",
+        Some(json!({"name": "a_again", "metadata-location": location})),
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        lh.rows("select sum(v) AS s from shop.a_again", "main"),
+        vec![json!({"s": 30})]
+    );
+    http.error(
+        "POST",
+        "/v1/main/namespaces/shop/register",
+        Some(json!({"name": "passwd", "metadata-location": "file:///etc/passwd"})),
+        400,
+        "BadRequestException",
+    );
+
+    // Namespaces: properties, and only an empty one drops.
+    let (s, v) = http.send(
+        "POST",
+        "/v1/main/namespaces",
+        Some(json!({"namespace": ["empty"], "properties": {"a": "1"}})),
+    );
+    assert_eq!(s, 200, "{v}");
+    http.error(
+        "POST",
+        "/v1/main/namespaces",
+        Some(json!({"namespace": ["empty"]})),
+        409,
+        "AlreadyExistsException",
+    );
+    let (s, v) = http.send(
+        "POST",
+        "/v1/main/namespaces/empty/properties",
+        Some(json!({"removals": ["a", "zz"], "updates": {"b": "2"}})),
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        v,
+        json!({"updated": ["b"], "removed": ["a"], "missing": ["zz"]})
+    );
+    let (_, v) = http.send("GET", "/v1/main/namespaces/empty", None);
+    assert_eq!(v, json!({"namespace": ["empty"], "properties": {"b": "2"}}));
+    http.error(
+        "DELETE",
+        "/v1/main/namespaces/shop",
+        None,
+        409,
+        "NamespaceNotEmptyException",
+    );
+    let (s, _) = http.send("DELETE", "/v1/main/namespaces/empty", None);
+    assert_eq!(s, 204);
+    http.error(
+        "GET",
+        "/v1/main/namespaces/empty",
+        None,
+        404,
+        "NoSuchNamespaceException",
+    );
+}
+
+/// The REST catalog on a PostgreSQL catalog: namespaces live in the same database.
+#[test]
+fn pyiceberg_on_a_postgres_catalog() {
+    let admin = std::env::var("LH_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!("LH_TEST_POSTGRES_URL is not set: `make test` starts PostgreSQL and sets it")
+    });
+    let name = format!("lh_e2e_rest_{}", std::process::id());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&admin)
+            .await
+            .unwrap_or_else(|e| panic!("cannot reach PostgreSQL at {admin}: {e}"));
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    });
+    let url = match admin.rfind('/') {
+        Some(i) if !admin[..i].ends_with('/') => format!("{}/{name}", &admin[..i]),
+        _ => format!("{admin}/{name}"),
+    };
+    let server = Server::start_with(&["--catalog", &url]);
+    let lh = server.lh();
+    lh.run(&["branch", "create", "dev"]).ok();
+    let py = client(&server, "pyiceberg_basics", "dev", &[]);
+    assert_eq!(py["rows"].as_array().unwrap().len(), 5);
+    lh.run(&["merge", "dev", "--into", "main"]).ok();
+    assert_eq!(
+        client(&server, "read", "main", &["shop.orders"])["rows"],
+        py["rows"]
+    );
+    drop(server);
+    rt.block_on(async {
+        use sqlx::Connection;
+        if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .execute(&mut conn)
+                .await;
+        }
+    });
+}

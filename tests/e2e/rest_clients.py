@@ -1,0 +1,249 @@
+"""Real Iceberg REST clients against an lh server, driven by tests/e2e/rest.rs.
+
+    python rest_clients.py SCENARIO URI WAREHOUSE [ARGS...]
+
+URI is the server's REST root (http://127.0.0.1:PORT/iceberg), WAREHOUSE an lh ref. Each
+scenario does what a user of that client would do and prints one JSON document of what
+it saw; the Rust test asserts on it. A client error is not caught unless the scenario is
+about that error: it fails the process with its traceback.
+"""
+
+import datetime
+import decimal
+import glob
+import importlib
+import json
+import os
+import sys
+import threading
+
+import pyarrow as pa
+
+
+def plain(v):
+    if isinstance(v, (datetime.date, datetime.datetime)):
+        return v.isoformat()
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    return v
+
+
+def rows_of(table, key="id"):
+    return [{k: plain(v) for k, v in r.items()} for r in table.sort_by(key).to_pylist()]
+
+
+def catalog(uri, warehouse):
+    from pyiceberg.catalog.rest import RestCatalog
+
+    return RestCatalog("lh", uri=uri, warehouse=warehouse)
+
+
+def pyiceberg_basics(uri, warehouse):
+    """Namespaces, create, append, overwrite, a filtered scan, schema evolution."""
+    from pyiceberg.expressions import GreaterThan
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DoubleType, LongType, NestedField, StringType
+
+    cat = catalog(uri, warehouse)
+    cat.create_namespace("shop", {"owner": "analytics"})
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "amount", DoubleType(), required=False),
+        NestedField(3, "status", StringType(), required=False),
+    )
+    t = cat.create_table("shop.orders", schema=schema)
+    arrow_schema = t.schema().as_arrow()
+    t.append(pa.Table.from_pylist(
+        [{"id": 1, "amount": 10.0, "status": "placed"}, {"id": 2, "amount": 20.5, "status": "returned"}],
+        schema=arrow_schema))
+    t.append(pa.Table.from_pylist([{"id": 3, "amount": 5.0, "status": "placed"}], schema=arrow_schema))
+    before_overwrite = t.scan().to_arrow().num_rows
+    t.overwrite(pa.Table.from_pylist(
+        [{"id": 1, "amount": 11.0, "status": "placed"}, {"id": 2, "amount": 20.5, "status": "shipped"},
+         {"id": 3, "amount": 5.0, "status": "placed"}, {"id": 4, "amount": 42.0, "status": "placed"}],
+        schema=arrow_schema))
+    filtered = cat.load_table("shop.orders").scan(row_filter=GreaterThan("amount", 10.0),
+                                                   selected_fields=("id", "amount")).to_arrow()
+    with t.update_schema() as u:
+        u.add_column("note", StringType())
+    with t.update_schema() as u:
+        u.rename_column("amount", "total")
+    t.append(pa.Table.from_pylist([{"id": 5, "total": 1.5, "status": "placed", "note": "late"}],
+                                  schema=t.schema().as_arrow()))
+    t = cat.load_table("shop.orders")
+    print(json.dumps({
+        "namespaces": [list(n) for n in cat.list_namespaces()],
+        "namespace_properties": cat.load_namespace_properties("shop"),
+        "tables": [list(i) for i in cat.list_tables("shop")],
+        "before_overwrite": before_overwrite,
+        "filtered": rows_of(filtered),
+        "columns": [f.name for f in t.schema().fields],
+        "field_ids": [f.field_id for f in t.schema().fields],
+        "snapshots": len(t.metadata.snapshots),
+        "rows": rows_of(t.scan().to_arrow()),
+        "metadata_location": t.metadata_location,
+    }))
+
+
+def read(uri, warehouse, name, key="id"):
+    """The rows of a table at the warehouse's ref, or that it does not exist."""
+    cat = catalog(uri, warehouse)
+    if not cat.table_exists(name):
+        print(json.dumps({"exists": False}))
+        return
+    t = cat.load_table(name)
+    print(json.dumps({"exists": True, "rows": rows_of(t.scan().to_arrow(), key),
+                      "columns": [f.name for f in t.schema().fields]}))
+
+
+def write_error(uri, warehouse, name):
+    """An append at a ref that may be read-only: the error the client raised, if any."""
+    cat = catalog(uri, warehouse)
+    t = cat.load_table(name)
+    out = {"error": None}
+    try:
+        t.append(t.scan(limit=1).to_arrow())
+    except Exception as e:  # the scenario is about which error
+        out = {"error": type(e).__name__, "message": str(e)}
+    try:
+        cat.create_namespace("elsewhere")
+        out["create_namespace"] = None
+    except Exception as e:
+        out["create_namespace"] = type(e).__name__
+    print(json.dumps(out))
+
+
+def drop(uri, warehouse, name, purge):
+    cat = catalog(uri, warehouse)
+    if purge == "purge":
+        cat.purge_table(name)
+    else:
+        cat.drop_table(name)
+    print(json.dumps({"exists_after": cat.table_exists(name)}))
+
+
+def rename(uri, warehouse, source, destination):
+    cat = catalog(uri, warehouse)
+    cat.rename_table(source, destination)
+    print(json.dumps({"source": cat.table_exists(source), "destination": cat.table_exists(destination)}))
+
+
+def writers(uri, warehouse, name):
+    """Two writers on one table: the second gets the spec's conflict, retries and wins;
+    then several threads append at once, retrying on conflicts: no row is lost."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    # pyiceberg retries a failed commit by itself; turn that off to see each conflict.
+    with catalog(uri, warehouse).load_table(name).transaction() as tx:
+        tx.set_properties({"commit.retry.num-retries": "0"})
+    first = catalog(uri, warehouse).load_table(name)
+    second = catalog(uri, warehouse).load_table(name)
+    schema = first.schema().as_arrow()
+
+    def batch(start, n):
+        return pa.Table.from_pylist([{"id": start + i, "v": start + i} for i in range(n)], schema=schema)
+
+    first.append(batch(1000, 1))
+    conflict = None
+    try:
+        second.append(batch(2000, 1))
+    except CommitFailedException as e:
+        conflict = str(e)
+    second.refresh()
+    second.append(batch(2000, 1))
+
+    threads, per_thread = 4, 5
+    retries = [0] * threads
+    errors = []
+
+    def work(k):
+        try:
+            t = catalog(uri, warehouse).load_table(name)
+            for j in range(per_thread):
+                while True:
+                    try:
+                        t.append(batch(10_000 * (k + 1) + 2 * j, 2))
+                        break
+                    except CommitFailedException:
+                        retries[k] += 1
+                        t.refresh()
+        except Exception as e:
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    final = catalog(uri, warehouse).load_table(name).scan().to_arrow()
+    ids = sorted(final.column("id").to_pylist())
+    print(json.dumps({"conflict": conflict, "errors": errors, "retries": sum(retries),
+                      "rows": final.num_rows, "distinct_ids": len(set(ids)), "ids": ids}))
+
+
+def duckdb_connection():
+    """DuckDB with the iceberg extension and what it needs, loaded from their wheels."""
+    import duckdb
+
+    con = duckdb.connect(config={"autoinstall_known_extensions": False,
+                                 "autoload_known_extensions": False})
+    for ext in ["httpfs", "avro", "iceberg"]:
+        mod = importlib.import_module(f"duckdb_extension_{ext}")
+        found = glob.glob(os.path.join(os.path.dirname(mod.__file__), "extensions", "*",
+                                       f"{ext}.duckdb_extension"))
+        if not found:
+            raise SystemExit(f"the {ext} extension is not in its wheel")
+        con.execute(f"LOAD '{found[0]}'")
+    return con
+
+
+def duckdb_scenario(uri, warehouse, source):
+    """ATTACH a branch, read a table lh imported, CREATE TABLE AS, INSERT."""
+    con = duckdb_connection()
+    con.execute(f"ATTACH '{warehouse}' AS lake (TYPE iceberg, ENDPOINT '{uri}', AUTHORIZATION_TYPE 'none')")
+    tables = sorted(f"{r[1]}.{r[2]}" for r in con.sql("SHOW ALL TABLES").fetchall() if r[0] == "lake")
+    con.execute("CREATE SCHEMA IF NOT EXISTS lake.shop")
+    source_rows = con.sql(f"SELECT * FROM lake.{source} ORDER BY id").fetchall()
+    source_columns = [d[0] for d in con.sql(f"SELECT * FROM lake.{source}").description]
+    con.execute(f"""CREATE TABLE lake.shop.by_city AS
+                    SELECT city, count(*) AS people, sum(age)::BIGINT AS ages FROM lake.{source} GROUP BY city""")
+    con.execute("INSERT INTO lake.shop.by_city VALUES ('nowhere', 0, 0)")
+    con.execute("""CREATE TABLE lake.shop.numbers AS SELECT range AS id, range * 2 AS twice FROM range(1000)""")
+    con.execute("INSERT INTO lake.shop.numbers SELECT range + 1000, 0 FROM range(10)")
+    by_city = con.sql("SELECT city, people, ages FROM lake.shop.by_city ORDER BY city").fetchall()
+    numbers = con.sql("SELECT count(*), sum(twice) FROM lake.shop.numbers").fetchone()
+    print(json.dumps({"tables": tables, "source_columns": source_columns,
+                      "source_rows": [[plain(v) for v in r] for r in source_rows],
+                      "by_city": [[plain(v) for v in r] for r in by_city], "numbers": list(numbers)}))
+
+
+def duckdb_read(uri, warehouse, sql):
+    con = duckdb_connection()
+    con.execute(f"ATTACH '{warehouse}' AS lake (TYPE iceberg, ENDPOINT '{uri}', AUTHORIZATION_TYPE 'none')")
+    print(json.dumps({"rows": [[plain(v) for v in r] for r in con.sql(sql).fetchall()]}))
+
+
+def duckdb_write_error(uri, warehouse, sql):
+    con = duckdb_connection()
+    con.execute(f"ATTACH '{warehouse}' AS lake (TYPE iceberg, ENDPOINT '{uri}', AUTHORIZATION_TYPE 'none')")
+    try:
+        con.execute(sql)
+        print(json.dumps({"error": None}))
+    except Exception as e:
+        print(json.dumps({"error": type(e).__name__, "message": str(e)}))
+
+
+SCENARIOS = {
+    "pyiceberg_basics": pyiceberg_basics,
+    "read": read,
+    "write_error": write_error,
+    "drop": drop,
+    "rename": rename,
+    "writers": writers,
+    "duckdb": duckdb_scenario,
+    "duckdb_read": duckdb_read,
+    "duckdb_write_error": duckdb_write_error,
+}
+
+if __name__ == "__main__":
+    SCENARIOS[sys.argv[1]](*sys.argv[2:])

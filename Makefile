@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Services the tests need, started (and installed) on demand; prints `export` lines.
 SERVICES = eval "$$(scripts/services.sh postgres python bubblewrap docker)"
 
-.PHONY: build test check fmt bench bench-catalog bench-tpch bench-pipeline bench-runtime openapi demo images
+.PHONY: build test check fmt bench bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest openapi demo images
 
 build:
 	$(CARGO) build --workspace
@@ -30,7 +30,11 @@ fmt:
 	$(CARGO) fmt --all
 
 ## Every benchmark of BENCHMARKS.md (long: the catalog runs alone take about an hour).
-bench: bench-catalog bench-tpch bench-pipeline bench-runtime
+bench: bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest
+
+bench-rest:
+	$(SERVICES) && $(CARGO) build -q -p lh-cli -p lh-bench && \
+	$(CARGO) run -q -p lh-bench --bin rest-bench -- $(REST_BENCH_ARGS)
 
 bench-runtime:
 	$(SERVICES) && $(CARGO) build -q -p lh-cli -p lh-bench && \

@@ -47,3 +47,110 @@ impl Samples {
 pub fn ms(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1000.0)
 }
+
+/// The `lh` binary next to the benchmark's own (`cargo build -p lh-cli` first), or
+/// `LH_BIN`.
+pub fn lh_bin() -> anyhow::Result<std::path::PathBuf> {
+    use anyhow::Context;
+    if let Some(p) = std::env::var_os("LH_BIN") {
+        return Ok(p.into());
+    }
+    let bin = std::env::current_exe()?
+        .parent()
+        .context("exe dir")?
+        .join("lh");
+    anyhow::ensure!(
+        bin.exists(),
+        "{} not found: build it first (cargo build -p lh-cli)",
+        bin.display()
+    );
+    Ok(bin)
+}
+
+/// lh's cache folder (`LH_CACHE_DIR`, default `~/.cache/lh`): generated data, environments.
+pub fn cache_dir() -> std::path::PathBuf {
+    std::env::var_os("LH_CACHE_DIR")
+        .map(Into::into)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()))
+                .join(".cache/lh")
+        })
+}
+
+/// An `lh server` on a free loopback port, killed when dropped.
+pub struct Server {
+    child: std::process::Child,
+    pub url: String,
+    /// The server's data folder (catalog and warehouse).
+    pub data: std::path::PathBuf,
+    /// The CLI's home folder for this server.
+    pub home: std::path::PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// Starts `lh server` with its data under `dir` (a fresh temporary folder when `None`)
+    /// and extra flags, and waits until it listens.
+    pub fn start(
+        lh: &std::path::Path,
+        dir: Option<&std::path::Path>,
+        extra: &[&str],
+    ) -> anyhow::Result<Server> {
+        use anyhow::Context;
+        use std::io::BufRead;
+        let tmp = match dir {
+            Some(_) => None,
+            None => Some(tempfile::tempdir()?),
+        };
+        let dir = dir.map_or_else(
+            || tmp.as_ref().expect("temp dir").path().to_path_buf(),
+            Into::into,
+        );
+        let data = dir.join("data");
+        let mut child = std::process::Command::new(lh)
+            .args(["server", "--bind", "127.0.0.1:0", "--data-dir"])
+            .arg(&data)
+            .args(extra)
+            .env("LH_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        let stderr = child.stderr.take().context("stderr")?;
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .context("lh server exited before listening")??;
+            if let Some(u) = line.split("listening on ").nth(1) {
+                break u.trim().to_string();
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Ok(Server {
+            child,
+            url,
+            data,
+            home: dir.join("home"),
+            _tmp: tmp,
+        })
+    }
+
+    /// The `lh` CLI pointed at this server.
+    pub fn lh(&self, lh: &std::path::Path, args: &[&str]) -> std::process::Command {
+        let mut c = std::process::Command::new(lh);
+        c.args(args)
+            .env("LH_ENDPOINT", &self.url)
+            .env("LH_HOME", &self.home)
+            .stdin(std::process::Stdio::null());
+        c
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}

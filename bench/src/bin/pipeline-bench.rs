@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use lh_bench::{Samples, ms};
+use lh_bench::{Samples, Server, cache_dir, lh_bin, ms};
 
 struct Args {
     rounds: usize,
@@ -47,61 +47,17 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-fn lh_bin() -> Result<PathBuf> {
-    let bin = std::env::current_exe()?.parent().context("dir")?.join("lh");
-    anyhow::ensure!(
-        bin.exists(),
-        "{} not found: cargo build -p lh-cli",
-        bin.display()
-    );
-    Ok(bin)
-}
-
-struct Server {
-    child: std::process::Child,
-    url: String,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
 fn start(lh: &Path, env_cache: &Path) -> Result<Server> {
-    use std::io::BufRead;
-    let dir = tempfile::tempdir()?;
-    let mut child = Command::new(lh)
-        .args(["server", "--bind", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path().join("data"))
-        .arg("--env-cache")
-        .arg(env_cache)
-        .env("LH_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let mut lines = std::io::BufReader::new(child.stderr.take().context("stderr")?).lines();
-    let url = loop {
-        let line = lines.next().context("server exited")??;
-        if let Some(u) = line.split("listening on ").nth(1) {
-            break u.trim().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Ok(Server { child, url, dir })
+    Server::start(
+        lh,
+        None,
+        &["--env-cache", env_cache.to_str().context("path")?],
+    )
 }
 
 fn lh_run(lh: &Path, s: &Server, args: &[&str]) -> Result<(Duration, String)> {
     let start = Instant::now();
-    let out = Command::new(lh)
-        .args(args)
-        .env("LH_ENDPOINT", &s.url)
-        .env("LH_HOME", s.dir.path().join("home"))
-        .output()?;
+    let out = s.lh(lh, args).output()?;
     let took = start.elapsed();
     if !out.status.success() {
         bail!(
@@ -217,12 +173,7 @@ fn main() -> Result<()> {
         std::env::var("LH_DBT")
             .context("LH_DBT must name a dbt with dbt-duckdb (make bench installs one)")?,
     );
-    let cache = std::env::var_os("LH_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/tmp".into())).join(".cache/lh")
-        });
-    let env_cache = cache.join("bench-envs");
+    let env_cache = cache_dir().join("bench-envs");
     println!(
         "pipeline-bench: {} rounds at scale 1, 1 at scale {}, {}",
         args.rounds,

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use lh_bench::{Samples, ms};
+use lh_bench::{Samples, Server, cache_dir, lh_bin, ms};
 use lh_runner::docker::{DockerConfig, DockerRuntime, connect};
 use lh_runner::{EnvCache, EnvSpec, Invocation, InvocationKind, Limits, Outcome, Runtime};
 
@@ -71,11 +71,7 @@ fn arg(name: &str, default: usize) -> usize {
 async fn main() -> Result<()> {
     let (warm_n, cold_n) = (arg("--warm", 100), arg("--cold", 10));
     let dir = tempfile::tempdir()?;
-    let cache = std::env::var_os("LH_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/tmp".into())).join(".cache/lh")
-        });
+    let cache = cache_dir();
     let (env, _) = EnvCache::new(cache.join("bench-envs"), None)
         .get(&EnvSpec {
             python: "3.11".into(),
@@ -217,7 +213,7 @@ async fn main() -> Result<()> {
     );
 
     // A 20-node pipeline on both runtimes.
-    let lh = std::env::current_exe()?.parent().context("dir")?.join("lh");
+    let lh = lh_bin()?;
     let proj = dir.path().join("twenty");
     std::fs::create_dir_all(&proj)?;
     std::fs::write(
@@ -284,62 +280,23 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-struct Server {
-    child: std::process::Child,
-    url: String,
-    home: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
 fn start(lh: &Path, dir: &Path, runtime: &str, envs: &Path) -> Result<Server> {
-    use std::io::BufRead;
-    let data = dir.join(format!("data-{runtime}"));
-    let mut child = Command::new(lh)
-        .args([
-            "server",
-            "--bind",
-            "127.0.0.1:0",
+    let dir = dir.join(runtime);
+    Server::start(
+        lh,
+        Some(&dir),
+        &[
             "--runtime",
             runtime,
-            "--data-dir",
-        ])
-        .arg(&data)
-        .arg("--env-cache")
-        .arg(envs)
-        .env("LH_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let mut lines = std::io::BufReader::new(child.stderr.take().context("stderr")?).lines();
-    let url = loop {
-        let line = lines.next().context("server exited")??;
-        if let Some(u) = line.split("listening on ").nth(1) {
-            break u.trim().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Ok(Server {
-        child,
-        url,
-        home: dir.join(format!("home-{runtime}")),
-    })
+            "--env-cache",
+            envs.to_str().context("path")?,
+        ],
+    )
 }
 
 fn lh_cmd(lh: &Path, s: &Server, args: &[&str]) -> Result<Duration> {
     let start = Instant::now();
-    let out = Command::new(lh)
-        .args(args)
-        .env("LH_ENDPOINT", &s.url)
-        .env("LH_HOME", &s.home)
-        .output()?;
+    let out = s.lh(lh, args).output()?;
     if !out.status.success() {
         bail!(
             "lh {} failed: {}",

@@ -11,13 +11,12 @@
 //! Needs `tpchgen-cli` on PATH (`make bench` puts the project's virtualenv there) and the
 //! `lh` binary next to this one.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use lh_bench::{Samples, ms};
+use lh_bench::{Samples, Server, cache_dir, lh_bin, ms};
 
 const TABLES: [&str; 8] = [
     "region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem",
@@ -48,26 +47,9 @@ fn parse_args() -> Result<Args> {
     Ok(a)
 }
 
-fn lh_bin() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("LH_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe()?;
-    let bin = exe.parent().context("exe dir")?.join("lh");
-    if !bin.exists() {
-        bail!(
-            "{} not found: build it first (cargo build -p lh-cli)",
-            bin.display()
-        );
-    }
-    Ok(bin)
-}
-
 /// TPC-H Parquet files at `scale`, generated once into the cache.
 fn tpch_data(scale: &str) -> Result<PathBuf> {
-    let cache = std::env::var_os("LH_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| dirs_home().join(".cache/lh"));
+    let cache = cache_dir();
     let dir = cache.join(format!("tpch-sf{scale}"));
     if dir.join("lineitem.parquet").exists() {
         return Ok(dir);
@@ -87,62 +69,8 @@ fn tpch_data(scale: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn dirs_home() -> PathBuf {
-    std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp"))
-}
-
-struct Server {
-    child: Child,
-    url: String,
-    _dir: tempfile::TempDir,
-    data: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_server(lh: &Path) -> Result<Server> {
-    let dir = tempfile::tempdir()?;
-    let data = dir.path().join("data");
-    let mut child = Command::new(lh)
-        .args(["server", "--bind", "127.0.0.1:0", "--data-dir"])
-        .arg(&data)
-        .env("LH_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stderr = child.stderr.take().context("stderr")?;
-    let mut lines = BufReader::new(stderr).lines();
-    let url = loop {
-        let line = lines.next().context("server exited")??;
-        if let Some(u) = line.split("listening on ").nth(1) {
-            break u.trim().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Ok(Server {
-        child,
-        url,
-        _dir: dir,
-        data,
-    })
-}
-
 fn lh_cmd(lh: &Path, server: &Server, args: &[&str]) -> Command {
-    let mut c = Command::new(lh);
-    c.args(args)
-        .env("LH_ENDPOINT", &server.url)
-        .env("LH_HOME", server.data.parent().expect("dir").join("home"))
-        .stdin(Stdio::null());
-    c
+    server.lh(lh, args)
 }
 
 /// Runs `lh` and returns its wall time and stdout.
@@ -176,7 +104,7 @@ fn main() -> Result<()> {
     let args = parse_args()?;
     let lh = lh_bin()?;
     let data = tpch_data(&args.scale)?;
-    let server = start_server(&lh)?;
+    let server = Server::start(&lh, None, &[])?;
     let scratch = tempfile::tempdir()?;
     println!(
         "tpch-bench: TPC-H scale {}, {} rounds, {}",

@@ -641,6 +641,16 @@ fn rest_protocol_bad_input_changes_nothing() {
         assert_eq!(m["metadata"]["properties"]["owner"], "tx", "{m}");
     }
 
+    // A loaded table of a local warehouse: `file://` locations, and an empty config (any
+    // entry makes DuckDB's iceberg extension expect vended S3 credentials).
+    assert_eq!(a["config"], json!({}), "{a}");
+    assert!(
+        a["metadata-location"]
+            .as_str()
+            .is_some_and(|l| l.starts_with("file:///")),
+        "{a}"
+    );
+
     // A staged create stores nothing until it is committed.
     let head = lh.head("main");
     let (s, v) = http.send(

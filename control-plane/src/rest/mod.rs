@@ -588,6 +588,10 @@ fn loaded(location: Option<String>, metadata: TableMetadata) -> Json<LoadTableRe
     Json(LoadTableResult {
         metadata_location: location,
         metadata,
+        // A local warehouse needs no credential and no setting: locations are absolute
+        // `file://` URLs that every client's file IO opens. The config stays empty on
+        // purpose: DuckDB's iceberg extension (1.5.5) takes any entry as vended S3
+        // credentials and then fails for want of a region (measured; tested).
         config: BTreeMap::new(),
     })
 }

@@ -669,3 +669,102 @@ fn cancelling_a_run_publishes_nothing_and_old_branches_expire(runtime: &str) {
     // The run's record stays.
     lh.run(&["runs", "show", &id[..12]]).ok();
 }
+
+/// The folders of `analytics.slow` in the warehouse (a new table's folder holds its
+/// data folder while the model runs).
+fn slow_table_dirs(server: &Server) -> Vec<String> {
+    let ns = server.data_dir().join("warehouse").join("analytics");
+    std::fs::read_dir(ns)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("slow-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// SQL models run in the server's DuckDB, not in a runtime: one test, on the process
+/// runtime. A query that would run for hours (a 10^12-row cross product) is stopped at
+/// the project's timeout, and when its run is cancelled, and leaves no file behind.
+#[test]
+fn a_runaway_sql_model_stops_at_its_timeout_and_on_cancel() {
+    let server = Server::start_with(&["--env-cache", &env_cache(), "--runtime", "process"]);
+    let lh = server.lh();
+    orders(&lh);
+    let slow = "SELECT count(*) AS n FROM range(1000000) a, range(1000000) b WHERE a.range + b.range = 7\n";
+    let files = |project: &'static str| {
+        [
+            ("lh_project.yml", project),
+            ("slow.sql", slow),
+            ("good.sql", "SELECT * FROM raw.orders\n"),
+            ("after.sql", "SELECT n FROM slow\n"),
+        ]
+    };
+    let timed = format!("{PROJECT}resources: {{timeout: 2s}}\n");
+    let timed: &'static str = Box::leak(timed.into_boxed_str());
+    let dir = project(&lh, "timed", &files(timed));
+    let before = lh.head("main");
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 8, "{run}");
+    let bad = node(&run, "analytics.slow");
+    assert_eq!(bad["status"], "failed", "{run}");
+    assert!(
+        bad["error"]
+            .as_str()
+            .unwrap()
+            .contains("model analytics.slow timed out after 2 s and was stopped"),
+        "{bad}"
+    );
+    assert_eq!(node(&run, "analytics.after")["status"], "skipped");
+    assert_eq!(node(&run, "analytics.good")["status"], "done");
+    assert_eq!(lh.head("main"), before);
+    assert_eq!(slow_table_dirs(&server), Vec::<String>::new());
+
+    // A bad timeout is a planning error.
+    let dir = project(
+        &lh,
+        "bad_timeout",
+        &files("name: shop\nnamespace: analytics\nresources: {timeout: soon}\n"),
+    );
+    let err = lh
+        .run(&["run", dir.to_str().unwrap(), "--dry-run"])
+        .fails(5)
+        .to_string();
+    assert!(
+        err.contains("lh_project.yml") && err.contains("'soon'"),
+        "{err}"
+    );
+
+    // Cancelled while the query runs (the default timeout is 10 minutes): DuckDB is
+    // interrupted and the write's folders are removed.
+    let dir = project(&lh, "untimed", &files(PROJECT));
+    let id = lh
+        .run(&["run", dir.to_str().unwrap(), "--detach"])
+        .ok()
+        .trim()
+        .to_string();
+    let mut running = false;
+    for _ in 0..400 {
+        let r: serde_json::Value =
+            serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
+        if node(&r, "analytics.slow")["status"] == "running" && !slow_table_dirs(&server).is_empty()
+        {
+            running = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(running, "the slow model never started");
+    lh.run(&["runs", "cancel", &id[..12]]).ok();
+    let mut left = slow_table_dirs(&server);
+    for _ in 0..200 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        left = slow_table_dirs(&server);
+    }
+    assert_eq!(left, Vec::<String>::new(), "the cancelled write left files");
+    assert_eq!(lh.head("main"), before);
+}

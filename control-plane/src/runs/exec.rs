@@ -425,7 +425,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         ("lh.node".to_string(), node.name.clone()),
     ]);
     let (source, work) = match &node.lang {
-        Lang::Sql { sql } => {
+        Lang::Sql { sql, .. } => {
             let mut setup = Vec::new();
             for inp in &node.inputs {
                 let loaded = svc
@@ -516,6 +516,12 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
             &shared.id[..12]
         )),
         properties: props,
+        // A SQL model is its query: its timeout bounds the write. A Python model's
+        // timeout bounded its function; writing its output is lh's own work.
+        timeout: match &node.lang {
+            Lang::Sql { .. } => Some(node.lang.limits().timeout),
+            Lang::Python { .. } => None,
+        },
     };
     let written = write_table(&svc.tables, &svc.import, job).await;
     if let Some(w) = work {
@@ -666,7 +672,7 @@ fn fingerprint(
             "python",
             serde_json::json!({"function": function, "memory": memory_bytes}),
         ),
-        Lang::Sql { sql } => ("sql", serde_json::json!({"sql": sql})),
+        Lang::Sql { sql, .. } => ("sql", serde_json::json!({"sql": sql})),
     };
     let materialize = match node.kind {
         NodeKind::Model { materialize } => format!("{materialize:?}"),

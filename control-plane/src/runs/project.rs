@@ -112,7 +112,17 @@ pub enum Lang {
     },
     Sql {
         sql: String,
+        /// The project's `resources.timeout` (a SQL file has no decorators).
+        #[serde(default = "default_timeout_secs")]
+        timeout_secs: u64,
     },
+}
+
+/// A function's timeout when neither it nor the project sets one.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 600;
+
+fn default_timeout_secs() -> u64 {
+    DEFAULT_TIMEOUT_SECS
 }
 
 impl Lang {
@@ -128,7 +138,10 @@ impl Lang {
                 cpus_milli: *cpus_milli,
                 timeout: Duration::from_secs(*timeout_secs),
             },
-            Lang::Sql { .. } => Limits::default(),
+            Lang::Sql { timeout_secs, .. } => Limits {
+                timeout: Duration::from_secs(*timeout_secs),
+                ..Limits::default()
+            },
         }
     }
 }
@@ -668,9 +681,9 @@ impl Planner<'_> {
             Some(Ok(d)) => d.as_secs().max(1),
             Some(Err(e)) => {
                 problems.push(loc(&f.file, f.line, e));
-                600
+                DEFAULT_TIMEOUT_SECS
             }
-            None => 600,
+            None => DEFAULT_TIMEOUT_SECS,
         };
         let cpus_milli = cpus.map(|c| (c * 1000.0).round() as u32);
         let mut inputs = Vec::new();
@@ -742,6 +755,16 @@ impl Planner<'_> {
                 ),
             )]);
         }
+        // Limits: the project's timeout (the DuckDB memory limit is the server's).
+        let timeout = project
+            .resources
+            .as_ref()
+            .and_then(|r| r.timeout.as_deref());
+        let timeout_secs = match timeout.map(parse_duration) {
+            Some(Ok(d)) => d.as_secs().max(1),
+            Some(Err(e)) => return Err(vec![loc(PROJECT_FILE, 0, e)]),
+            None => DEFAULT_TIMEOUT_SECS,
+        };
         let analysis = self.queries.analyze(&text).await.map_err(|e| {
             let msg = match e.code {
                 "read_only" => "a SQL model is one SELECT".to_string(),
@@ -786,7 +809,10 @@ impl Planner<'_> {
             kind: NodeKind::Model {
                 materialize: Materialize::Replace,
             },
-            lang: Lang::Sql { sql: text },
+            lang: Lang::Sql {
+                sql: text,
+                timeout_secs,
+            },
             file: file.to_string(),
             line: 1,
             inputs,

@@ -11,6 +11,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use iceberg::spec::{
     FormatVersion, NestedField, Schema, SortOrder, TableMetadata, TableMetadataBuilder,
@@ -71,6 +73,9 @@ pub struct WriteJob {
     pub message: Option<String>,
     /// Extra commit properties (a run's id...).
     pub properties: BTreeMap<String, String>,
+    /// How long reading the source and writing the files may take (a SQL model's
+    /// timeout); past it DuckDB is interrupted and nothing is written.
+    pub timeout: Option<Duration>,
 }
 
 /// One import, as the API received it.
@@ -124,6 +129,7 @@ pub async fn import(
         author: job.author,
         message: None,
         properties: BTreeMap::new(),
+        timeout: None,
     };
     write_table(tables, ctx, write).await
 }
@@ -176,9 +182,53 @@ pub async fn write_table(
         data_url,
         warehouse_root: tables.warehouse.root().to_path_buf(),
     };
-    let written = tokio::task::spawn_blocking(move || plan.run())
-        .await
-        .map_err(|e| Error::internal(format!("import task failed: {e}")))?;
+    // DuckDB's work runs on a blocking thread, which outlives this future when it is
+    // dropped (a cancelled run, a client that went away): dropping interrupts it, and
+    // the thread removes its own files when it fails.
+    let stop = Stop::default();
+    let _stop_on_drop = StopOnDrop(stop.clone());
+    let mut task = tokio::task::spawn_blocking({
+        let (stop, data_dir, table_dir) = (stop.clone(), data_dir.clone(), table_dir.clone());
+        let new_table = existing.is_none();
+        move || {
+            let out = plan.run(&stop);
+            if out.is_err() {
+                let _ = std::fs::remove_dir_all(&data_dir);
+                if new_table {
+                    let _ = std::fs::remove_dir_all(&table_dir);
+                }
+            }
+            out
+        }
+    });
+    let joined = match job.timeout {
+        None => task.await,
+        Some(limit) => match tokio::time::timeout(limit, &mut task).await {
+            Ok(joined) => joined,
+            Err(_) => {
+                stop.stop();
+                match task.await {
+                    // It finished as the time ran out: the work is done, keep it.
+                    Ok(Ok(w)) => Ok(Ok(w)),
+                    _ => {
+                        return Err(Error::new(
+                            Kind::Timeout,
+                            "timeout",
+                            format!(
+                                "{} timed out after {} s and was stopped; nothing was written",
+                                job.source.describe(),
+                                limit.as_secs_f64()
+                            ),
+                        )
+                        .with_hint(
+                            "raise the timeout (resources: {timeout: ...} in lh_project.yml)",
+                        ));
+                    }
+                }
+            }
+        },
+    };
+    let written = joined.map_err(|e| Error::internal(format!("import task failed: {e}")))?;
     let cleanup = |with_metadata: Vec<String>| {
         let _ = std::fs::remove_dir_all(&data_dir);
         if existing.is_none() {
@@ -190,13 +240,7 @@ pub async fn write_table(
             }
         }
     };
-    let written = match written {
-        Ok(w) => w,
-        Err(e) => {
-            cleanup(vec![]);
-            return Err(e);
-        }
-    };
+    let written = written?;
 
     let outcome = commit_write(tables, &job, existing.as_ref().map(|t| &t.pointer), written).await;
     match outcome {
@@ -205,6 +249,53 @@ pub async fn write_table(
             cleanup(files);
             Err(e)
         }
+    }
+}
+
+/// Stops a write's DuckDB work from another thread: a statement running is interrupted,
+/// and no further one starts.
+#[derive(Clone, Default)]
+struct Stop(Arc<Mutex<StopState>>);
+
+#[derive(Default)]
+struct StopState {
+    stopped: bool,
+    handle: Option<Arc<duckdb::InterruptHandle>>,
+}
+
+impl Stop {
+    fn attach(&self, conn: &duckdb::Connection) -> Result<()> {
+        self.0.lock().expect("stop lock").handle = Some(conn.interrupt_handle());
+        self.check()
+    }
+
+    /// Before each statement: an error once stopped.
+    fn check(&self) -> Result<()> {
+        if self.0.lock().expect("stop lock").stopped {
+            return Err(Error::new(
+                Kind::Timeout,
+                "interrupted",
+                "the write was stopped; nothing was written",
+            ));
+        }
+        Ok(())
+    }
+
+    fn stop(&self) {
+        let mut s = self.0.lock().expect("stop lock");
+        s.stopped = true;
+        if let Some(h) = &s.handle {
+            h.interrupt();
+        }
+    }
+}
+
+/// Stops the write when the future awaiting it is dropped.
+struct StopOnDrop(Stop);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop();
     }
 }
 
@@ -319,7 +410,7 @@ struct WritePlan {
 }
 
 impl WritePlan {
-    fn run(self) -> Result<Written> {
+    fn run(self, stop: &Stop) -> Result<Written> {
         if let Some(parent) = self.data_dir.parent() {
             std::fs::create_dir_all(parent)?;
         }
@@ -333,12 +424,14 @@ impl WritePlan {
             &self.ctx.spill,
             &self.ctx.limits,
         )?;
+        stop.attach(&conn)?;
         let src = match &self.job.source {
             Source::Files { format, files, .. } => source_sql(*format, files, None),
             Source::Query {
                 setup, sql, params, ..
             } => {
                 for stmt in setup {
+                    stop.check()?;
                     conn.execute_batch(stmt).map_err(|e| {
                         Error::internal(format!("cannot expose a table to DuckDB: {e}"))
                     })?;
@@ -348,6 +441,7 @@ impl WritePlan {
                     .prepare(&format!("CREATE TEMP TABLE lh_source AS {sql}"))
                     .map_err(|e| self.read_error(e))?;
                 bind_params(&mut stmt, params)?;
+                stop.check()?;
                 stmt.raw_execute().map_err(|e| self.read_error(e))?;
                 "lh_source".to_string()
             }
@@ -419,6 +513,7 @@ impl WritePlan {
             quote_literal(&self.data_dir.display().to_string()),
             duckdb_field_ids(&schema),
         );
+        stop.check()?;
         let rows = conn.execute(&copy, []).map_err(|e| self.read_error(e))? as u64;
         drop(conn);
 

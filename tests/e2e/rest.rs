@@ -651,6 +651,34 @@ fn rest_protocol_bad_input_changes_nothing() {
         "{a}"
     );
 
+    // Metrics reports (Java clients send one after each scan) are taken for a table that
+    // exists, and change nothing.
+    let head = lh.head("main");
+    let scan = json!({"report-type": "scan-report", "table-name": "shop.a", "snapshot-id": 1,
+                      "filter": true, "schema-id": 0, "projected-field-ids": [1],
+                      "projected-field-names": ["id"], "metrics": {}});
+    let (s, v) = http.send(
+        "POST",
+        "/v1/main/namespaces/shop/tables/a/metrics",
+        Some(scan.clone()),
+    );
+    assert_eq!(s, 204, "{v}");
+    http.error(
+        "POST",
+        "/v1/main/namespaces/shop/tables/nope/metrics",
+        Some(scan),
+        404,
+        "NoSuchTableException",
+    );
+    http.error(
+        "POST",
+        "/v1/main/namespaces/shop/tables/a/metrics",
+        Some(json!({"report-type": "mood-report"})),
+        400,
+        "BadRequestException",
+    );
+    assert_eq!(lh.head("main"), head);
+
     // A staged create stores nothing until it is committed.
     let head = lh.head("main");
     let (s, v) = http.send(

@@ -159,6 +159,10 @@ pub fn router() -> Router<AppState> {
             "/iceberg/v1/{prefix}/namespaces/{ns}/register",
             post(register_table),
         )
+        .route(
+            "/iceberg/v1/{prefix}/namespaces/{ns}/tables/{table}/metrics",
+            post(report_metrics),
+        )
         .route("/iceberg/v1/{prefix}/tables/rename", post(rename_table))
         .route(
             "/iceberg/v1/{prefix}/transactions/commit",
@@ -385,6 +389,7 @@ async fn config(
         "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
         "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
         "POST /v1/{prefix}/namespaces/{namespace}/register",
+        "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
         "POST /v1/{prefix}/tables/rename",
         "POST /v1/{prefix}/transactions/commit",
     ];
@@ -623,6 +628,41 @@ async fn table_exists(
         Some(_) => Ok(StatusCode::NO_CONTENT),
         None => Err(no_table(&name, &a.expr)),
     }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct MetricsReport {
+    report_type: String,
+    #[serde(default)]
+    snapshot_id: Option<i64>,
+}
+
+/// A client's scan or commit report (Java clients send one after each scan): logged,
+/// for the table at the ref.
+async fn report_metrics(
+    State(s): State<AppState>,
+    Path((prefix, ns, table)): Path<(String, String, String)>,
+    Body(report): Body<MetricsReport>,
+) -> RestResult<StatusCode> {
+    let a = at(&s, &prefix).await?;
+    let name = table_name(&namespace(&ns)?, &table)?;
+    if s.catalog.table_in(&a.commit, &name).await?.is_none() {
+        return Err(no_table(&name, &a.expr));
+    }
+    if !matches!(report.report_type.as_str(), "scan-report" | "commit-report") {
+        return Err(rest(
+            StatusCode::BAD_REQUEST,
+            "BadRequestException",
+            format!(
+                "unknown report-type '{}': expected scan-report or commit-report",
+                report.report_type
+            ),
+        ));
+    }
+    tracing::debug!(table = %name, at = %a.expr, report = %report.report_type,
+        snapshot = ?report.snapshot_id, "iceberg metrics report");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 fn meta(message: String) -> CommitMeta {

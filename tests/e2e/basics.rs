@@ -68,11 +68,19 @@ fn a_server_that_is_not_running_is_a_clear_error() {
 
 #[test]
 fn info_shows_server_storage_and_active_branch() {
-    let server = Server::start();
+    let server = Server::start_with(&["--runtime", "process"]);
     let lh = server.lh();
     snap!("info", server, lh.run(&["info"]));
     let v: serde_json::Value = serde_json::from_str(lh.run(&["info", "-o", "json"]).ok()).unwrap();
     assert_eq!(v["active_branch"], "main");
+    assert_eq!(v["iceberg_rest"], format!("{}/iceberg", server.url));
+    assert!(
+        v["server"]["runtime"]
+            .as_str()
+            .unwrap()
+            .starts_with("process (bubblewrap sandbox)"),
+        "{v}"
+    );
     assert!(
         v["server"]["catalog"]
             .as_str()

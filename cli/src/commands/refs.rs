@@ -268,6 +268,7 @@ pub async fn merge(client: &Client, settings: &Settings, args: MergeArgs) -> Cli
 #[derive(Serialize)]
 struct InfoOut<'a> {
     endpoint: &'a str,
+    iceberg_rest: &'a str,
     profile: &'a str,
     active_branch: &'a str,
     server: ServerInfo,
@@ -275,6 +276,8 @@ struct InfoOut<'a> {
 
 pub async fn info(client: &Client, settings: &Settings) -> CliResult<()> {
     let server: ServerInfo = client.get("/info", &[]).await?;
+    // Other engines' catalog URI: the Iceberg REST catalog, with a ref as the warehouse.
+    let iceberg_rest = format!("{}/iceberg", client.endpoint().trim_end_matches('/'));
     let lines = [
         (
             "server",
@@ -289,9 +292,12 @@ pub async fn info(client: &Client, settings: &Settings) -> CliResult<()> {
             format!("{} s", server.query_timeout_ms / 1000),
         ),
         ("max result", output::bytes(server.max_result_bytes)),
+        ("runtime", server.runtime.clone()),
+        ("iceberg rest", format!("{iceberg_rest} (warehouse: a ref)")),
     ];
     let out = InfoOut {
         endpoint: client.endpoint(),
+        iceberg_rest: &iceberg_rest,
         profile: &settings.profile,
         active_branch: &settings.branch,
         server,

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The demo: a fresh lh server on the embedded default (SQLite catalog, local folder
 # warehouse) in a temporary directory, TPC-H data, a branch, a change, queries of both
-# refs, a diff, a merge, and time travel to main before the merge. Every command is
-# printed as a user would type it.
+# refs, a diff, a merge, time travel to main before the merge, and DuckDB reading main
+# through lh's Iceberg REST catalog. Every command is printed as a user would type it.
 #
 #     make demo            (builds lh and installs tpchgen-cli first)
 #     LH_DEMO_SCALE=1 make demo
 set -euo pipefail
 
+cd "$(dirname "$0")/.."
 LH="${LH:-lh}"
 SCALE="${LH_DEMO_SCALE:-0.1}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/lh-demo.XXXXXX")"
@@ -70,5 +71,8 @@ run lh query "$REVENUE" --ref main
 say "time travel: main before the merge, by its commit"
 run lh query "$REVENUE" --ref "main@$MAIN_BEFORE"
 run lh table show tpch.lineitem
+
+say "any engine on any ref: DuckDB attaches main through lh's Iceberg REST catalog"
+run python3 scripts/demo_engine.py "$LH_ENDPOINT/iceberg" main "$REVENUE"
 
 say "done; the data is in $WORK (remove it with: rm -rf $WORK)"

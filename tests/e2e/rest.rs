@@ -679,6 +679,49 @@ fn rest_protocol_bad_input_changes_nothing() {
     );
     assert_eq!(lh.head("main"), head);
 
+    // Listings page when asked to (`pageToken`, empty for the first page), and are whole
+    // otherwise.
+    let (s, v) = http.send(
+        "POST",
+        "/v1/main/namespaces",
+        Some(json!({"namespace": ["paging"]})),
+    );
+    assert_eq!(s, 200, "{v}");
+    for path in ["/v1/main/namespaces", "/v1/main/namespaces/shop/tables"] {
+        let key = if path.ends_with("tables") {
+            "identifiers"
+        } else {
+            "namespaces"
+        };
+        let (s, whole) = http.send("GET", path, None);
+        assert_eq!(s, 200, "{whole}");
+        assert_eq!(whole["next-page-token"], Value::Null, "{whole}");
+        let mut paged = Vec::new();
+        let mut token = String::new();
+        loop {
+            let (s, v) = http.send("GET", &format!("{path}?pageToken={token}&pageSize=1"), None);
+            assert_eq!(s, 200, "{v}");
+            let got = v[key].as_array().unwrap();
+            assert!(got.len() <= 1, "{v}");
+            paged.extend(got.iter().cloned());
+            match v["next-page-token"].as_str() {
+                Some(t) => token = t.to_string(),
+                None => break,
+            }
+        }
+        assert_eq!(Value::Array(paged), whole[key], "{path}");
+        assert!(whole[key].as_array().unwrap().len() >= 2, "{whole}");
+        http.error(
+            "GET",
+            &format!("{path}?pageToken=&pageSize=0"),
+            None,
+            400,
+            "BadRequestException",
+        );
+    }
+    let (s, v) = http.send("DELETE", "/v1/main/namespaces/paging", None);
+    assert_eq!(s, 204, "{v}");
+
     // A staged create stores nothing until it is committed.
     let head = lh.head("main");
     let (s, v) = http.send(

@@ -403,6 +403,48 @@ async fn config(
 #[derive(Debug, Deserialize)]
 struct ParentQuery {
     parent: Option<String>,
+    #[serde(flatten)]
+    page: Page,
+}
+
+/// The spec's pagination of listings: without `pageToken`, everything in one answer;
+/// with it (empty for the first page), at most `pageSize` entries after the token, and a
+/// `next-page-token` (the last entry's key) while more remain.
+#[derive(Debug, Default, Deserialize)]
+struct Page {
+    #[serde(rename = "pageToken")]
+    token: Option<String>,
+    #[serde(rename = "pageSize")]
+    size: Option<String>,
+}
+
+impl Page {
+    /// `items` sorted by their key.
+    fn apply<T>(&self, items: Vec<(String, T)>) -> RestResult<(Vec<T>, Option<String>)> {
+        let size = match self.size.as_deref() {
+            None => usize::MAX,
+            Some(v) => match v.parse::<usize>() {
+                Ok(n) if n >= 1 => n,
+                _ => {
+                    return Err(rest(
+                        StatusCode::BAD_REQUEST,
+                        "BadRequestException",
+                        format!("pageSize '{v}' is not a positive integer"),
+                    ));
+                }
+            },
+        };
+        let Some(token) = &self.token else {
+            return Ok((items.into_iter().map(|(_, v)| v).collect(), None));
+        };
+        let mut rest_of: Vec<(String, T)> = items
+            .into_iter()
+            .filter(|(k, _)| token.is_empty() || k.as_str() > token.as_str())
+            .collect();
+        let next = (rest_of.len() > size).then(|| rest_of[size - 1].0.clone());
+        rest_of.truncate(size);
+        Ok((rest_of.into_iter().map(|(_, v)| v).collect(), next))
+    }
 }
 
 async fn list_namespaces(
@@ -424,7 +466,15 @@ async fn list_namespaces(
         .map(|k| k.split('.').map(String::from).collect::<Vec<_>>())
         .filter(|parts| parts.len() == parent.len() + 1 && parts.starts_with(&parent))
         .collect();
-    Ok(Json(serde_json::json!({ "namespaces": children })))
+    let (page, next) = q.page.apply(
+        children
+            .into_iter()
+            .map(|c| (c.last().cloned().unwrap_or_default(), c))
+            .collect(),
+    )?;
+    Ok(Json(
+        serde_json::json!({ "namespaces": page, "next-page-token": next }),
+    ))
 }
 
 async fn create_namespace(
@@ -566,6 +616,7 @@ async fn update_properties(
 async fn list_tables(
     State(s): State<AppState>,
     Path((prefix, ns)): Path<(String, String)>,
+    Params(page): Params<Page>,
 ) -> RestResult<Json<serde_json::Value>> {
     let a = at(&s, &prefix).await?;
     let parts = namespace(&ns)?;
@@ -573,20 +624,27 @@ async fn list_tables(
     if !namespaces_at(&s, &a.commit).await?.contains_key(&name) {
         return Err(no_namespace(&name));
     }
-    let ids: Vec<TableIdent> = s
+    let mut ids: Vec<(String, TableIdent)> = s
         .catalog
         .tables_in(&a.commit, Some(&name))
         .await?
         .into_iter()
         .filter_map(|t| {
             let rest = t.name.strip_prefix(&format!("{name}."))?;
-            (!rest.contains('.')).then(|| TableIdent {
-                namespace: parts.clone(),
-                name: rest.to_string(),
+            (!rest.contains('.')).then(|| {
+                let ident = TableIdent {
+                    namespace: parts.clone(),
+                    name: rest.to_string(),
+                };
+                (rest.to_string(), ident)
             })
         })
         .collect();
-    Ok(Json(serde_json::json!({ "identifiers": ids })))
+    ids.sort_by(|a, b| a.0.cmp(&b.0));
+    let (page, next) = page.apply(ids)?;
+    Ok(Json(
+        serde_json::json!({ "identifiers": page, "next-page-token": next }),
+    ))
 }
 
 fn loaded(location: Option<String>, metadata: TableMetadata) -> Json<LoadTableResult> {

@@ -7,7 +7,7 @@
 //! from the new head: the per-table checks decide whether it still applies, so writers
 //! on different tables never fail each other and no update is lost.
 
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -379,6 +379,28 @@ impl Catalog {
                     reference: Some(Reference { name, kind, head }),
                     is_branch_head: false,
                 })
+            }
+        }
+    }
+
+    /// The metadata location of every table pointer the catalog has ever stored, in any
+    /// commit of any ref, past or present, reachable or not (and in the nodes of writes
+    /// that lost a race): what must never be garbage-collected while the catalog keeps
+    /// its history. A scan of the stored tree nodes, a page at a time.
+    pub async fn all_metadata_locations(&self) -> Result<BTreeSet<String>> {
+        const PAGE: usize = 1000;
+        let mut out = BTreeSet::new();
+        let mut after = None;
+        loop {
+            let page = self.store.nodes_after(after, PAGE).await?;
+            for (_, bytes) in &page {
+                for (_, pointer) in codec::decode_node(bytes)?.entries {
+                    out.insert(pointer.metadata_location);
+                }
+            }
+            match page.last() {
+                Some((id, _)) if page.len() == PAGE => after = Some(*id),
+                _ => return Ok(out),
             }
         }
     }

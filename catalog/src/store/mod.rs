@@ -66,6 +66,9 @@ pub trait Store: Send + Sync + 'static {
     async fn nodes(&self, ids: &[Hash]) -> Result<Vec<(Hash, Vec<u8>)>>;
     /// The stored bytes of these commits; unknown ids are left out.
     async fn commits(&self, ids: &[Hash]) -> Result<Vec<(Hash, Vec<u8>)>>;
+    /// Up to `limit` stored tree nodes with an id above `after`, in id order: a scan of
+    /// every node ever written, a page at a time.
+    async fn nodes_after(&self, after: Option<Hash>, limit: usize) -> Result<Vec<(Hash, Vec<u8>)>>;
     /// Up to `limit` commit ids whose id lies within `[lo, hi]` (a hex prefix's range).
     async fn commits_in_range(&self, lo: Hash, hi: Hash, limit: usize) -> Result<Vec<Hash>>;
     async fn reference(&self, name: &str) -> Result<Option<RefRow>>;

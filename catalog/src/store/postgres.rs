@@ -86,6 +86,19 @@ impl Store for PostgresStore {
         self.objects("commits", ids).await
     }
 
+    async fn nodes_after(&self, after: Option<Hash>, limit: usize) -> Result<Vec<(Hash, Vec<u8>)>> {
+        let after = after.map(|h| h.0.to_vec()).unwrap_or_default();
+        let rows = sqlx::query("SELECT id, data FROM nodes WHERE id > $1 ORDER BY id LIMIT $2")
+            .bind(after)
+            .bind(limit as i64)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(storage_err)?;
+        rows.iter()
+            .map(|row| Ok((hash_from_bytes(&row.get::<Vec<u8>, _>(0))?, row.get(1))))
+            .collect()
+    }
+
     async fn commits_in_range(&self, lo: Hash, hi: Hash, limit: usize) -> Result<Vec<Hash>> {
         let rows =
             sqlx::query("SELECT id FROM commits WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3")

@@ -20,6 +20,7 @@ both_backends!(
     log_pages_and_property_filters,
     invalid_names_are_refused_and_change_nothing,
     commit_conflicts_name_the_tables,
+    every_metadata_location_ever_stored_is_listed,
 );
 
 async fn a_new_catalog_has_main_with_an_empty_root(db: &TestDb) {
@@ -783,4 +784,34 @@ async fn commit_conflicts_name_the_tables(db: &TestDb) {
     let names: Vec<_> = e.conflicts().iter().map(|c| c.table.as_str()).collect();
     assert_eq!(names, ["t.b", "t.a"]);
     assert_eq!(cat.resolve("main").await.unwrap().commit.id, head);
+}
+
+async fn every_metadata_location_ever_stored_is_listed(db: &TestDb) {
+    let cat = db.open().await;
+    assert!(cat.all_metadata_locations().await.unwrap().is_empty());
+    // Enough tables for a tree of more nodes than one page of the scan (1000).
+    let ops: Vec<TableOp> = (0..20_000u64)
+        .map(|i| put(&format!("ns.t{i:05}"), None, i))
+        .collect();
+    cat.commit("main", ops, meta("many")).await.unwrap();
+    cat.create_branch("b", "main").await.unwrap();
+    let on_b = cat
+        .commit("b", vec![put("ns.t00001", Some(1), 50001)], meta("b"))
+        .await
+        .unwrap();
+    cat.commit("main", vec![put("ns.t00002", Some(2), 50002)], meta("m"))
+        .await
+        .unwrap();
+    cat.commit("main", vec![del("ns.t00003", 3)], meta("del"))
+        .await
+        .unwrap();
+    // A deleted branch's commits, a replaced pointer and a deleted table all stay: any
+    // commit can still be read by its hash.
+    cat.delete_branch("b", Some(on_b.id)).await.unwrap();
+    let all = cat.all_metadata_locations().await.unwrap();
+    let want: std::collections::BTreeSet<String> = (0..20_000u64)
+        .chain([50001, 50002])
+        .map(|n| ptr(n).metadata_location)
+        .collect();
+    assert_eq!(all, want);
 }

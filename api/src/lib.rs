@@ -552,3 +552,35 @@ pub struct PlanResponse {
     /// In execution order.
     pub nodes: Vec<PlannedNode>,
 }
+
+/// A garbage collection of the warehouse (`POST /api/v1/gc`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct GcRequest {
+    /// Only files last modified at least this long ago are candidates (at least an
+    /// hour, so that writes in flight keep their files); 24 hours when absent.
+    #[serde(default)]
+    pub older_than_secs: Option<u64>,
+    /// List what would be removed, and remove nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// What a garbage collection found and did.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct GcResponse {
+    pub dry_run: bool,
+    pub older_than_secs: u64,
+    /// Distinct table metadata files the catalog's commits point at.
+    pub table_versions: u64,
+    /// Files in the warehouse.
+    pub scanned_files: u64,
+    /// Files some commit reaches (metadata, manifest lists, manifests, data files).
+    pub live_files: u64,
+    /// Files no commit reaches, kept because they are younger than `older_than_secs`.
+    pub recent_files: u64,
+    /// Files no commit reaches, removed (or, in a dry run, to remove).
+    pub removed_files: u64,
+    pub removed_bytes: u64,
+    /// The first of them (at most 1000), relative to the warehouse.
+    pub removed: Vec<String>,
+}

@@ -77,6 +77,36 @@ pub enum Commands {
     Runs(RunsCommand),
     /// Replay a run: the same code, environments, parameters and input data
     Rerun(RerunArgs),
+    /// Remove warehouse files no commit reaches (left by failed or refused writes)
+    Gc(GcArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Only files last modified this long ago: 90m, 36h, 7d (at least 1h)
+    #[arg(long, value_name = "AGE", default_value = "24h", value_parser = parse_age)]
+    pub older_than: u64,
+    /// List what would be removed, and remove nothing
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// `90s`, `90m`, `36h`, `7d`: seconds.
+fn parse_age(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not an age such as 90m, 36h or 7d"))?;
+    let mult: u64 = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        _ => return Err(format!("'{s}' is not an age such as 90m, 36h or 7d")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("'{s}' is too long an age"))
 }
 
 #[derive(Debug, Args)]

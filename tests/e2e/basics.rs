@@ -24,6 +24,7 @@ fn version_and_help() {
     let help = String::from_utf8_lossy(&out.stdout);
     for cmd in [
         "server", "info", "branch", "tag", "checkout", "log", "diff", "merge", "table", "query",
+        "run", "runs", "rerun", "gc",
     ] {
         assert!(
             help.contains(&format!("  {cmd} ")),

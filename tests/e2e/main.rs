@@ -2,6 +2,7 @@
 //! One test binary for all of them (each binary links DuckDB).
 
 mod basics;
+mod gc;
 mod interop;
 mod query;
 mod refs;

@@ -15,7 +15,7 @@ fn rest_uri(server: &Server) -> String {
 
 /// Runs one scenario of `rest_clients.py` and returns what it printed.
 #[track_caller]
-fn client(server: &Server, scenario: &str, warehouse: &str, args: &[&str]) -> Value {
+pub(crate) fn client(server: &Server, scenario: &str, warehouse: &str, args: &[&str]) -> Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/rest_clients.py");
     let out = std::process::Command::new(python())
         .arg(script)

@@ -96,6 +96,13 @@ def read(uri, warehouse, name, key="id"):
                       "columns": [f.name for f in t.schema().fields]}))
 
 
+def snapshots(uri, warehouse, name):
+    """Reads the table at every one of its snapshots: every file of its history opens."""
+    t = catalog(uri, warehouse).load_table(name)
+    counts = [t.scan(snapshot_id=s.snapshot_id).to_arrow().num_rows for s in t.snapshots()]
+    print(json.dumps({"snapshots": len(counts), "rows": counts}))
+
+
 def write_error(uri, warehouse, name):
     """An append at a ref that may be read-only: the error the client raised, if any."""
     cat = catalog(uri, warehouse)
@@ -236,6 +243,7 @@ def duckdb_write_error(uri, warehouse, sql):
 SCENARIOS = {
     "pyiceberg_basics": pyiceberg_basics,
     "read": read,
+    "snapshots": snapshots,
     "write_error": write_error,
     "drop": drop,
     "rename": rename,

@@ -2,11 +2,12 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 use lh_api::{
-    DropResponse, FileFormat, ImportMode, ImportRequest, ImportResponse, TableDetail, TableList,
+    DropResponse, FileFormat, GcRequest, GcResponse, ImportMode, ImportRequest, ImportResponse,
+    TableDetail, TableList,
 };
 
 use super::refs::url_escape;
-use crate::args::{FormatArg, ImportArgs, ImportModeArg, OutputFormat, TableCommand};
+use crate::args::{FormatArg, GcArgs, ImportArgs, ImportModeArg, OutputFormat, TableCommand};
 use crate::client::Client;
 use crate::error::{CliError, CliResult};
 use crate::output::{self, short};
@@ -236,4 +237,45 @@ async fn import(client: &Client, settings: &Settings, args: ImportArgs) -> CliRe
         short(&r.commit)
     );
     Ok(())
+}
+
+/// `lh gc`: the warehouse files no commit reaches, removed (or listed with --dry-run).
+pub async fn gc(client: &Client, settings: &Settings, args: GcArgs) -> CliResult<()> {
+    let req = GcRequest {
+        older_than_secs: Some(args.older_than),
+        dry_run: args.dry_run,
+    };
+    let r: GcResponse = client.post("/gc", &req).await?;
+    if settings.output == OutputFormat::Json {
+        return output::item(settings.output, &r, &[]);
+    }
+    if r.dry_run {
+        for path in &r.removed {
+            println!("{path}");
+        }
+    }
+    let verb = if r.dry_run { "would remove" } else { "removed" };
+    eprintln!(
+        "{verb} {} ({}) that no commit reaches, last modified over {} ago",
+        output::count(r.removed_files as usize, "file"),
+        output::bytes(r.removed_bytes),
+        age(r.older_than_secs)
+    );
+    eprintln!(
+        "kept {}: {} reached by the commits ({}), {} too recent",
+        output::count((r.live_files + r.recent_files) as usize, "file"),
+        r.live_files,
+        output::count(r.table_versions as usize, "table version"),
+        r.recent_files
+    );
+    Ok(())
+}
+
+fn age(secs: u64) -> String {
+    match secs {
+        s if s % 86400 == 0 => format!("{}d", s / 86400),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
 }

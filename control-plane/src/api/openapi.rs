@@ -29,6 +29,7 @@ use super::AppState;
         super::tables::drop_table,
         super::tables::upload,
         super::tables::import_files,
+        super::tables::gc,
         super::query::query,
         super::runs::plan_run,
         super::runs::start_run,

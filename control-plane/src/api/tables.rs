@@ -9,8 +9,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::StreamExt;
 use lh_api::{
-    DropResponse, FileFormat, ImportRequest, ImportResponse, TableDetail, TableList, TableSummary,
-    Upload,
+    DropResponse, FileFormat, GcRequest, GcResponse, ImportRequest, ImportResponse, TableDetail,
+    TableList, TableSummary, Upload,
 };
 use tokio::io::AsyncWriteExt;
 
@@ -24,6 +24,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/tables/{name}", get(show_table).delete(drop_table))
         .route("/api/v1/tables/{name}/import", post(import_files))
         .route("/api/v1/uploads", post(upload))
+        .route("/api/v1/gc", post(gc))
 }
 
 fn param(raw: &Option<String>, key: &str) -> Option<String> {
@@ -92,6 +93,15 @@ async fn drop_table(
         table: name,
         commit: commit.id.to_hex(),
     }))
+}
+
+/// Removes the warehouse files that no commit of the catalog reaches (what failed or
+/// refused writes left), once older than a grace period; `dry_run` lists them.
+#[utoipa::path(post, path = "/api/v1/gc", request_body = GcRequest,
+    responses((status = 200, body = GcResponse), (status = 400, body = lh_api::ErrorBody),
+        (status = 409, body = lh_api::ErrorBody)))]
+async fn gc(State(s): State<AppState>, Json(req): Json<GcRequest>) -> ApiResult<Json<GcResponse>> {
+    Ok(Json(crate::tables::gc::collect(&s.tables, &req).await?))
 }
 
 /// Stages a file for an import (`?name=orders.csv`; the body is the file).

@@ -6,6 +6,7 @@
 //! the same table is a conflict, never a lost update. Files are immutable and shared by
 //! every ref that sees them; branching and merging copy none.
 
+pub mod gc;
 pub mod snapshot;
 pub mod stats;
 pub mod types;

@@ -1,0 +1,176 @@
+//! `lh gc`: the warehouse files no commit reaches go, once old enough; everything any
+//! ref or commit reads stays.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use lh_e2e::Server;
+use serde_json::{Value, json};
+
+use crate::rest::client;
+
+/// Every regular file under `dir`, relative to it.
+fn files(dir: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                dirs.push(e.path());
+            } else {
+                let rel = e.path().strip_prefix(dir).unwrap().display().to_string();
+                out.insert(rel);
+            }
+        }
+    }
+    out
+}
+
+fn write(path: &Path, bytes: &[u8]) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn age(path: &Path, by: Duration) {
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(SystemTime::now() - by).unwrap();
+}
+
+#[test]
+fn gc_removes_only_what_no_commit_reaches() {
+    let server = Server::start();
+    let lh = server.lh();
+    let wh: PathBuf = server.data_dir().join("warehouse");
+    let csv = |name: &str, text: &str| lh.file(name, text).to_str().unwrap().to_string();
+
+    // A table on main; on a branch, another table and a new version of the first; then
+    // the branch goes: its commits stay readable by hash, so their files stay.
+    lh.run(&["table", "import", "shop.a", &csv("a.csv", "id\n1\n2\n3\n")])
+        .ok();
+    lh.run(&["branch", "create", "dev"]).ok();
+    lh.run(&[
+        "table",
+        "import",
+        "shop.b",
+        &csv("b.csv", "id\n7\n"),
+        "--ref",
+        "dev",
+    ])
+    .ok();
+    lh.run(&[
+        "table",
+        "import",
+        "shop.a",
+        &csv("a2.csv", "id\n4\n5\n"),
+        "--ref",
+        "dev",
+        "--mode",
+        "replace",
+    ])
+    .ok();
+    let dev = lh.head("dev");
+    lh.run(&["branch", "rm", "dev"]).ok();
+    // pyiceberg writers through the REST catalog: the loser's refused commit leaves
+    // its data file, manifest and manifest list behind.
+    lh.run(&[
+        "table",
+        "import",
+        "shop.counts",
+        &csv("c.csv", "id,v\n1,1\n2,2\n"),
+    ])
+    .ok();
+    let w = client(&server, "writers", "main", &["shop.counts"]);
+    assert!(w["conflict"].is_string(), "{w}");
+    // Orphans by hand: a file in a live table's folder, a table folder no commit has.
+    let a_dir = std::fs::read_dir(wh.join("shop"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("a-"))
+        .unwrap();
+    let stray = format!("shop/{a_dir}/data/0000-stray/part-0.parquet");
+    let ghost = "shop/ghost-0000/metadata/00000-ghost.metadata.json".to_string();
+    write(&wh.join(&stray), &[7u8; 1000]);
+    write(&wh.join(&ghost), b"{}");
+    // Everything is two days old, but one more orphan, just written.
+    let all = files(&wh);
+    for f in &all {
+        age(&wh.join(f), Duration::from_secs(2 * 86400));
+    }
+    let fresh = "shop/fresh.parquet";
+    write(&wh.join(fresh), b"new");
+    let reads = || {
+        (
+            lh.rows("select count(*) AS n, sum(id) AS s from shop.a", "main"),
+            lh.rows(
+                "select count(*) AS n, sum(id) AS s from shop.a",
+                &format!("@{dev}"),
+            ),
+            lh.rows("select count(*) AS n from shop.b", &format!("@{dev}")),
+            lh.rows(
+                "select count(*) AS n, count(distinct id) AS d from shop.counts",
+                "main",
+            ),
+        )
+    };
+    let before = reads();
+    assert_eq!(before.0, vec![json!({"n": 3, "s": 6})]);
+    assert_eq!(before.1, vec![json!({"n": 2, "s": 9})]);
+    assert_eq!(before.3, vec![json!({"n": 44, "d": 44})]);
+
+    // A dry run lists the old orphans and removes nothing.
+    let gc = |args: &[&str]| -> Value {
+        let mut all = vec!["gc", "--older-than", "1d", "-o", "json"];
+        all.extend_from_slice(args);
+        serde_json::from_str(lh.run(&all).ok()).unwrap()
+    };
+    let dry = gc(&["--dry-run"]);
+    let listed: BTreeSet<String> = dry["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert!(listed.contains(&stray) && listed.contains(&ghost), "{dry}");
+    assert!(!listed.contains(fresh), "{dry}");
+    // The refused pyiceberg commit's files are among them.
+    let from_rest: Vec<&String> = listed
+        .iter()
+        .filter(|f| f.starts_with("shop/counts-"))
+        .collect();
+    assert!(!from_rest.is_empty(), "{dry}");
+    assert_eq!(dry["removed_files"], listed.len() as u64, "{dry}");
+    assert_eq!(dry["recent_files"], 1, "{dry}");
+    assert_eq!(files(&wh).len(), all.len() + 1, "a dry run removes nothing");
+
+    // The real run removes exactly those, and the folders they leave empty.
+    let text = lh.run(&["gc", "--older-than", "1d"]);
+    let said = text.ok();
+    assert!(
+        text.stderr
+            .contains(&format!("removed {} files", listed.len())),
+        "{said}{}",
+        text.stderr
+    );
+    let left = files(&wh);
+    let mut want: BTreeSet<String> = all.difference(&listed).cloned().collect();
+    want.insert(fresh.to_string());
+    assert_eq!(left, want);
+    assert!(!wh.join("shop/ghost-0000").exists());
+    assert!(wh.join(format!("shop/{a_dir}")).exists());
+    // Every ref and commit reads what it read; a second collection finds nothing.
+    assert_eq!(reads(), before);
+    let again = gc(&[]);
+    assert_eq!(again["removed_files"], 0, "{again}");
+    assert_eq!(again["live_files"], dry["live_files"], "{again}");
+    // pyiceberg still reads every snapshot of the table it wrote.
+    let scan = client(&server, "snapshots", "main", &["shop.counts"]);
+    assert!(scan["snapshots"].as_u64().unwrap() > 10, "{scan}");
+
+    // Bad input: too short a grace period, an age that is not one.
+    let err = lh.run(&["gc", "--older-than", "10m"]).fails(5).to_string();
+    assert!(err.contains("too short"), "{err}");
+    lh.run(&["gc", "--older-than", "soon"]).fails(2);
+    assert_eq!(files(&wh), want);
+}

@@ -5,27 +5,16 @@ Iceberg REST catalog and runs a query; the statements are printed as they run.
     python3 scripts/demo_engine.py REST_URI REF SQL
 """
 
-import glob
-import importlib
-import os
 import sys
 
-import duckdb
+from duckdb_iceberg import connect
 
 
 def main():
     uri, ref, sql = sys.argv[1:4]
-    con = duckdb.connect(config={"autoinstall_known_extensions": False,
-                                 "autoload_known_extensions": False})
-    for ext in ["httpfs", "avro", "iceberg"]:
-        mod = importlib.import_module(f"duckdb_extension_{ext}")
-        found = glob.glob(os.path.join(os.path.dirname(mod.__file__), "extensions", "*",
-                                       f"{ext}.duckdb_extension"))
-        if not found:
-            raise SystemExit(f"the {ext} extension is not in its wheel")
-        con.execute(f"LOAD '{found[0]}'")
+    con = connect()
     attach = f"ATTACH '{ref}' AS lake (TYPE iceberg, ENDPOINT '{uri}', AUTHORIZATION_TYPE 'none')"
-    use = "USE lake"
+    use = "USE lake.tpch"
     for stmt in [attach, use]:
         print(f"D {stmt};", flush=True)
         con.execute(stmt)

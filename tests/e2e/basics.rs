@@ -1,5 +1,5 @@
 //! The binary itself: help, version, exit codes, a server that is not running, and a
-//! graceful shutdown.
+//! graceful shutdown; and the demo of the README, run to its end.
 
 use lh_e2e::{Lh, Server, lh_bin};
 
@@ -131,4 +131,64 @@ fn a_broken_pipe_is_not_an_error() {
         "stderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The README's first command: `make demo` runs `scripts/demo.sh` (here at a small
+/// scale). It ends with DuckDB reading `main` through the Iceberg REST catalog, which
+/// must agree with `lh query` on `main` after the merge.
+#[test]
+fn the_demo_runs_to_the_end() {
+    let python = lh_e2e::python();
+    let venv_bin = std::path::Path::new(&python)
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let tmp = tempfile::tempdir().unwrap();
+    // As `make demo` runs it: `lh` and the prepared Python first on the PATH.
+    let path = format!(
+        "{}:{}:{}",
+        lh_bin().parent().unwrap().display(),
+        venv_bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/demo.sh");
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .env("LH_DEMO_SCALE", "0.01")
+        .env("TMPDIR", tmp.path())
+        .env("PATH", path)
+        .env_remove("LH_ENDPOINT")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "demo failed:\n{stdout}\n{stderr}");
+    let (lh_part, duck_part) = stdout
+        .split_once("D USE lake.tpch;")
+        .unwrap_or_else(|| panic!("no DuckDB step:\n{stdout}"));
+    // `lh query` rows print as `| A | 1478 | 502... |`, DuckDB's as `│ A │ 1478 │ 502... │`.
+    let cells = |line: &str, bar: char| -> Vec<String> {
+        line.split(bar)
+            .map(|c| c.trim().to_string())
+            .filter(|c| !c.is_empty())
+            .collect()
+    };
+    let duck_rows: Vec<Vec<String>> = duck_part
+        .lines()
+        .filter(|l| l.starts_with("│ A") || l.starts_with("│ N") || l.starts_with("│ R"))
+        .map(|l| cells(l, '│'))
+        .collect();
+    assert_eq!(duck_rows.len(), 3, "{duck_part}");
+    // The lh query of main after the merge is the last of its kind before time travel.
+    let after_merge = lh_part
+        .split("publish: merge the branch into main")
+        .nth(1)
+        .and_then(|s| s.split("time travel").next())
+        .unwrap_or_else(|| panic!("no merge step:\n{stdout}"));
+    let lh_rows: Vec<Vec<String>> = after_merge
+        .lines()
+        .filter(|l| l.starts_with("| A") || l.starts_with("| N") || l.starts_with("| R"))
+        .map(|l| cells(l, '|'))
+        .collect();
+    assert_eq!(duck_rows, lh_rows, "{stdout}");
 }

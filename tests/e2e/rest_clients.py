@@ -10,8 +10,6 @@ about that error: it fails the process with its traceback.
 
 import datetime
 import decimal
-import glob
-import importlib
 import json
 import os
 import sys
@@ -189,19 +187,10 @@ def writers(uri, warehouse, name):
 
 
 def duckdb_connection():
-    """DuckDB with the iceberg extension and what it needs, loaded from their wheels."""
-    import duckdb
-
-    con = duckdb.connect(config={"autoinstall_known_extensions": False,
-                                 "autoload_known_extensions": False})
-    for ext in ["httpfs", "avro", "iceberg"]:
-        mod = importlib.import_module(f"duckdb_extension_{ext}")
-        found = glob.glob(os.path.join(os.path.dirname(mod.__file__), "extensions", "*",
-                                       f"{ext}.duckdb_extension"))
-        if not found:
-            raise SystemExit(f"the {ext} extension is not in its wheel")
-        con.execute(f"LOAD '{found[0]}'")
-    return con
+    """DuckDB with the iceberg extension, loaded from its wheel (scripts/duckdb_iceberg.py)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+    from duckdb_iceberg import connect
+    return connect()
 
 
 def duckdb_scenario(uri, warehouse, source):

@@ -556,8 +556,8 @@ pub struct PlanResponse {
 /// A garbage collection of the warehouse (`POST /api/v1/gc`).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct GcRequest {
-    /// Only files last modified at least this long ago are candidates (at least an
-    /// hour, so that writes in flight keep their files); 24 hours when absent.
+    /// Only files last modified at least this long ago are candidates (at least a day,
+    /// so that writes in flight keep their files); three days when absent.
     #[serde(default)]
     pub older_than_secs: Option<u64>,
     /// List what would be removed, and remove nothing.
@@ -576,8 +576,11 @@ pub struct GcResponse {
     pub scanned_files: u64,
     /// Files some commit reaches (metadata, manifest lists, manifests, data files).
     pub live_files: u64,
-    /// Files no commit reaches, kept because they are younger than `older_than_secs`.
+    /// Files no commit reaches, kept because they are younger than `older_than_secs`
+    /// or in a folder a write of this server is filling.
     pub recent_files: u64,
+    /// Files outside lh's table folders (`<namespace>/<table>-<uuid>/`), never removed.
+    pub foreign_files: u64,
     /// Files no commit reaches, removed (or, in a dry run, to remove).
     pub removed_files: u64,
     pub removed_bytes: u64,

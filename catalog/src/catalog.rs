@@ -384,9 +384,10 @@ impl Catalog {
     }
 
     /// The metadata location of every table pointer the catalog has ever stored, in any
-    /// commit of any ref, past or present, reachable or not (and in the nodes of writes
-    /// that lost a race): what must never be garbage-collected while the catalog keeps
-    /// its history. A scan of the stored tree nodes, a page at a time.
+    /// commit of any ref, past or present, reachable or not (a write that lost its race
+    /// stored nothing: its transaction rolled back): what must never be garbage-collected
+    /// while the catalog keeps its history. A scan of the stored tree nodes, a page at a
+    /// time.
     pub async fn all_metadata_locations(&self) -> Result<BTreeSet<String>> {
         const PAGE: usize = 1000;
         let mut out = BTreeSet::new();

@@ -83,8 +83,8 @@ pub enum Commands {
 
 #[derive(Debug, Args)]
 pub struct GcArgs {
-    /// Only files last modified this long ago: 90m, 36h, 7d (at least 1h)
-    #[arg(long, value_name = "AGE", default_value = "24h", value_parser = parse_age)]
+    /// Only files last modified this long ago: 36h, 7d (at least 1d)
+    #[arg(long, value_name = "AGE", default_value = "3d", value_parser = parse_age)]
     pub older_than: u64,
     /// List what would be removed, and remove nothing
     #[arg(long)]

@@ -53,6 +53,12 @@ impl Error {
         Error::new(Kind::Internal, "internal", message)
     }
 
+    /// A catalog failure that may have happened after a commit landed (the database
+    /// was lost mid-transaction): what the commit points at must not be removed.
+    pub fn commit_state_unknown(&self) -> bool {
+        self.code == lh_catalog::ErrorKind::Storage.as_str()
+    }
+
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
         self

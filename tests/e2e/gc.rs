@@ -90,7 +90,11 @@ fn gc_removes_only_what_no_commit_reaches() {
         .find(|n| n.starts_with("a-"))
         .unwrap();
     let stray = format!("shop/{a_dir}/data/0000-stray/part-0.parquet");
-    let ghost = "shop/ghost-0000/metadata/00000-ghost.metadata.json".to_string();
+    let ghost_dir = "shop/ghost-00000000000000000000000000000000";
+    let ghost = format!("{ghost_dir}/metadata/00000-ghost.metadata.json");
+    // Not in a table folder: not lh's to remove, however old.
+    let foreign = "notes/readme.txt";
+    write(&wh.join(foreign), b"mine");
     write(&wh.join(&stray), &[7u8; 1000]);
     write(&wh.join(&ghost), b"{}");
     // Everything is two days old, but one more orphan, just written.
@@ -98,8 +102,8 @@ fn gc_removes_only_what_no_commit_reaches() {
     for f in &all {
         age(&wh.join(f), Duration::from_secs(2 * 86400));
     }
-    let fresh = "shop/fresh.parquet";
-    write(&wh.join(fresh), b"new");
+    let fresh = format!("shop/{a_dir}/data/fresh.parquet");
+    write(&wh.join(&fresh), b"new");
     let reads = || {
         (
             lh.rows("select count(*) AS n, sum(id) AS s from shop.a", "main"),
@@ -132,14 +136,20 @@ fn gc_removes_only_what_no_commit_reaches() {
         .iter()
         .map(|v| v.as_str().unwrap().to_string())
         .collect();
-    assert!(listed.contains(&stray) && listed.contains(&ghost), "{dry}");
-    assert!(!listed.contains(fresh), "{dry}");
-    // The refused pyiceberg commit's files are among them.
-    let from_rest: Vec<&String> = listed
+    // Exactly the two made by hand and the refused pyiceberg commit's files.
+    let from_rest: BTreeSet<String> = listed
         .iter()
         .filter(|f| f.starts_with("shop/counts-"))
+        .cloned()
         .collect();
     assert!(!from_rest.is_empty(), "{dry}");
+    let by_hand: BTreeSet<String> = listed.difference(&from_rest).cloned().collect();
+    assert_eq!(
+        by_hand,
+        BTreeSet::from([stray.clone(), ghost.clone()]),
+        "{dry}"
+    );
+    assert_eq!(dry["foreign_files"], 1, "{dry}");
     assert_eq!(dry["removed_files"], listed.len() as u64, "{dry}");
     assert_eq!(dry["recent_files"], 1, "{dry}");
     assert_eq!(files(&wh).len(), all.len() + 1, "a dry run removes nothing");
@@ -155,9 +165,9 @@ fn gc_removes_only_what_no_commit_reaches() {
     );
     let left = files(&wh);
     let mut want: BTreeSet<String> = all.difference(&listed).cloned().collect();
-    want.insert(fresh.to_string());
+    want.insert(fresh.clone());
     assert_eq!(left, want);
-    assert!(!wh.join("shop/ghost-0000").exists());
+    assert!(!wh.join(ghost_dir).exists());
     assert!(wh.join(format!("shop/{a_dir}")).exists());
     // Every ref and commit reads what it read; a second collection finds nothing.
     assert_eq!(reads(), before);
@@ -169,7 +179,7 @@ fn gc_removes_only_what_no_commit_reaches() {
     assert!(scan["snapshots"].as_u64().unwrap() > 10, "{scan}");
 
     // Bad input: too short a grace period, an age that is not one.
-    let err = lh.run(&["gc", "--older-than", "10m"]).fails(5).to_string();
+    let err = lh.run(&["gc", "--older-than", "12h"]).fails(5).to_string();
     assert!(err.contains("too short"), "{err}");
     lh.run(&["gc", "--older-than", "soon"]).fails(2);
     assert_eq!(files(&wh), want);

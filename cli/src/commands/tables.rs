@@ -262,12 +262,18 @@ pub async fn gc(client: &Client, settings: &Settings, args: GcArgs) -> CliResult
         age(r.older_than_secs)
     );
     eprintln!(
-        "kept {}: {} reached by the commits ({}), {} too recent",
+        "kept {}: {} reached by the commits ({}), {} too recent or being written",
         output::count((r.live_files + r.recent_files) as usize, "file"),
         r.live_files,
         output::count(r.table_versions as usize, "table version"),
         r.recent_files
     );
+    if r.foreign_files > 0 {
+        eprintln!(
+            "left {} outside lh's table folders (<namespace>/<table>-<uuid>/) alone",
+            output::count(r.foreign_files as usize, "file")
+        );
+    }
     Ok(())
 }
 

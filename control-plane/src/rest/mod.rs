@@ -1022,8 +1022,24 @@ fn commit_failed(e: lh_catalog::Error) -> RestError {
             "CommitFailedException",
             format!("{}; retry", e.message()),
         ),
+        // The database was lost mid-transaction: the commit may have landed. Clients
+        // must not delete what they wrote; neither does the server.
+        lh_catalog::ErrorKind::Storage => rest(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "CommitStateUnknownException",
+            format!(
+                "the commit may or may not have landed: {}; load the table to see",
+                e.message()
+            ),
+        ),
         _ => e.into(),
     }
+}
+
+/// Whether a failed catalog commit certainly changed nothing, so that the files
+/// written for it can go.
+fn refused(e: &lh_catalog::Error) -> bool {
+    e.kind() != lh_catalog::ErrorKind::Storage
 }
 
 async fn commit_table(
@@ -1034,9 +1050,12 @@ async fn commit_table(
     let a = at(&s, &prefix).await?;
     writable(&a)?;
     let name = table_name(&namespace(&ns)?, &table)?;
+    let _gate = s.tables.commit_gate.read().await;
     let p = prepare_change(&s, &a, &name, change).await?;
     if let Err(e) = s.catalog.commit(&a.expr, vec![p.op], meta(p.what)).await {
-        discard(&s, &p.location);
+        if refused(&e) {
+            discard(&s, &p.location);
+        }
         return Err(commit_failed(e));
     }
     Ok(Json(
@@ -1058,6 +1077,7 @@ async fn commit_transaction(
 ) -> RestResult<StatusCode> {
     let a = at(&s, &prefix).await?;
     writable(&a)?;
+    let _gate = s.tables.commit_gate.read().await;
     let mut ops = Vec::new();
     let mut written = Vec::new();
     let mut names = Vec::new();
@@ -1093,7 +1113,9 @@ async fn commit_transaction(
     }
     // All the tables' changes land in one lh commit, or none do.
     if let Err(e) = s.catalog.commit(&a.expr, ops, meta(whats.join("; "))).await {
-        written.iter().for_each(|l| discard(&s, l));
+        if refused(&e) {
+            written.iter().for_each(|l| discard(&s, l));
+        }
         return Err(commit_failed(e));
     }
     Ok(StatusCode::NO_CONTENT)
@@ -1218,6 +1240,8 @@ async fn register_table(
                 format!("'{}' is outside the warehouse", req.metadata_location),
             )
         })?;
+    // Registered files may be of any age: garbage collection must not be removing them.
+    let _gate = s.tables.commit_gate.read().await;
     let metadata = s
         .tables
         .metadata(&req.metadata_location)

@@ -11,15 +11,24 @@
 //! Mark: every metadata location in the catalog's tree nodes
 //! ([`lh_catalog::Catalog::all_metadata_locations`]), then for each metadata file its
 //! metadata log, statistics, and for each snapshot its manifest list, manifests and
-//! data and delete files. Sweep: every regular file under the warehouse that is not
-//! marked and was last modified before the cutoff. Before removing anything the mark is
-//! extended with the pointers committed meanwhile (a `register` of an old metadata file
-//! would otherwise race); writes in flight are protected by the grace period, which is
-//! at least an hour. A file the mark cannot read stops the collection with nothing
-//! removed.
+//! data and delete files. Locations are compared as real paths (`file:///p`,
+//! `file:/p`, `file://localhost/p`, `/p`, percent-encoded or not, through symbolic
+//! links), so no spelling of a live file makes it look like garbage.
+//!
+//! Sweep: the regular files inside lh's table folders (`<namespace>/<table>-<uuid>/`;
+//! anything else in the warehouse is not lh's to remove) that are not marked, were last
+//! modified before the cutoff, and are not in a folder a write of this server is
+//! filling. The grace period (three days by default, at least one) protects the writes
+//! of other servers and of REST clients in flight. Before removing anything the mark is
+//! extended with what was committed meanwhile, under the commit gate that REST commits
+//! and registrations hold, so that none of them can point at a file as it goes (other
+//! servers sharing the catalog can, within that short window: they are protected by the
+//! grace period only). A table version that cannot be read stops the collection with
+//! nothing removed.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use iceberg::spec::TableMetadata;
@@ -28,10 +37,10 @@ use lh_api::{GcRequest, GcResponse};
 use super::{Tables, snapshot};
 use crate::error::{Error, Kind, Result};
 
-/// The grace period when the request names none.
-pub const DEFAULT_OLDER_THAN: Duration = Duration::from_secs(24 * 3600);
-/// The shortest grace period accepted: a write in flight must keep its files.
-pub const MIN_OLDER_THAN: Duration = Duration::from_secs(3600);
+/// The grace period when the request names none (Iceberg's own default).
+pub const DEFAULT_OLDER_THAN: Duration = Duration::from_secs(3 * 86400);
+/// The shortest grace period accepted: writes in flight elsewhere must keep their files.
+pub const MIN_OLDER_THAN: Duration = Duration::from_secs(86400);
 /// How many removed paths a response lists.
 const LISTED: usize = 1000;
 
@@ -50,7 +59,7 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
                 older_than.as_secs()
             ),
         )
-        .with_hint("use at least 3600 s (1h); the default is 24h"));
+        .with_hint("use at least 1d; the default is 3d"));
     }
     let _one = RUNNING.try_lock().map_err(|_| {
         Error::new(
@@ -60,22 +69,30 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
         )
     })?;
     let cutoff = SystemTime::now() - older_than;
+    let root = std::fs::canonicalize(tables.warehouse.root())?;
 
     let mut mark = Mark::new(tables);
     let mut seen = tables.catalog.all_metadata_locations().await?;
     mark.add_tables(&seen).await?;
-    let root = tables.warehouse.root().to_path_buf();
     let found = {
         let root = root.clone();
         tokio::task::spawn_blocking(move || scan(&root))
             .await
             .map_err(|e| Error::internal(format!("the warehouse scan failed: {e}")))??
     };
-    // Pointers committed while the warehouse was scanned.
+
+    // From here to the last removal no REST commit or registration lands on this server.
+    let _gate = tables.commit_gate.write().await;
     let now = tables.catalog.all_metadata_locations().await?;
     let new: BTreeSet<String> = now.difference(&seen).cloned().collect();
     mark.add_tables(&new).await?;
     seen.extend(new);
+    let busy: Vec<PathBuf> = tables
+        .in_flight
+        .folders()
+        .iter()
+        .map(|p| mark.real(p))
+        .collect();
 
     let mut resp = GcResponse {
         dry_run: req.dry_run,
@@ -84,6 +101,7 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
         scanned_files: found.len() as u64,
         live_files: 0,
         recent_files: 0,
+        foreign_files: 0,
         removed_files: 0,
         removed_bytes: 0,
         removed: Vec::new(),
@@ -92,7 +110,9 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
     for f in found {
         if mark.live.contains(&f.path) {
             resp.live_files += 1;
-        } else if f.modified > cutoff {
+        } else if !in_table_folder(&root, &f.path) {
+            resp.foreign_files += 1;
+        } else if f.modified > cutoff || busy.iter().any(|b| f.path.starts_with(b)) {
             resp.recent_files += 1;
         } else {
             doomed.push(f);
@@ -116,10 +136,112 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
         bytes = resp.removed_bytes,
         live = resp.live_files,
         recent = resp.recent_files,
+        foreign = resp.foreign_files,
         dry_run = resp.dry_run,
         "garbage collection"
     );
     Ok(resp)
+}
+
+/// The folders writes of this server are filling, each counted once per write.
+#[derive(Default)]
+pub struct InFlight(Mutex<HashMap<PathBuf, usize>>);
+
+impl InFlight {
+    /// Marks `dir` busy until the guard is dropped.
+    pub fn enter(&self, dir: &Path) -> InFlightGuard<'_> {
+        *self
+            .0
+            .lock()
+            .expect("in-flight lock")
+            .entry(dir.to_path_buf())
+            .or_default() += 1;
+        InFlightGuard {
+            set: self,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn folders(&self) -> Vec<PathBuf> {
+        self.0
+            .lock()
+            .expect("in-flight lock")
+            .keys()
+            .cloned()
+            .collect()
+    }
+}
+
+pub struct InFlightGuard<'a> {
+    set: &'a InFlight,
+    dir: PathBuf,
+}
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        let mut m = self.set.0.lock().expect("in-flight lock");
+        if let Some(n) = m.get_mut(&self.dir) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.dir);
+            }
+        }
+    }
+}
+
+/// The path a location names on this machine, if it is a local one: `file:///p`,
+/// `file://localhost/p`, `file:/p` (percent-decoded) or `/p`. Each spelling of a
+/// location may be meant literally too (a writer that did not encode a `%`): both
+/// come back.
+fn local_spellings(location: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if location.starts_with('/') {
+        out.push(PathBuf::from(location));
+    } else if let Some(rest) = location.strip_prefix("file:") {
+        let raw = rest
+            .strip_prefix("//localhost")
+            .or_else(|| rest.strip_prefix("//"))
+            .unwrap_or(rest);
+        if raw.starts_with('/') {
+            out.push(PathBuf::from(raw));
+        }
+        if let Ok(p) = url::Url::parse(location).and_then(|u| {
+            u.to_file_path()
+                .map_err(|_| url::ParseError::RelativeUrlWithoutBase)
+        }) && !out.contains(&p)
+        {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// A path with its folders' symbolic links and `..` resolved, as the sweep sees it
+/// (folders are resolved once, through `cache`). A folder that does not exist holds no
+/// file to remove: the path is kept as named.
+fn real_path(cache: &mut HashMap<PathBuf, PathBuf>, path: &Path) -> PathBuf {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return path.to_path_buf();
+    };
+    cache
+        .entry(dir.to_path_buf())
+        .or_insert_with(|| std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()))
+        .join(name)
+}
+
+/// Whether `path` lies in a table folder, `<namespace>/.../<table>-<32 hex digits>/`.
+fn in_table_folder(root: &Path, path: &Path) -> bool {
+    let Ok(rel) = path.strip_prefix(root) else {
+        return false;
+    };
+    let mut parts: Vec<_> = rel.components().collect();
+    parts.pop(); // the file itself
+    parts.iter().any(|c| {
+        let name = c.as_os_str().to_string_lossy();
+        name.rsplit_once('-').is_some_and(|(table, id)| {
+            !table.is_empty() && id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
+        })
+    })
 }
 
 /// The files some table version reaches, as local paths.
@@ -128,6 +250,8 @@ struct Mark<'a> {
     live: HashSet<PathBuf>,
     lists: HashSet<String>,
     manifests: HashSet<String>,
+    /// Real paths of folders, by the path they were named with.
+    folders: HashMap<PathBuf, PathBuf>,
 }
 
 impl<'a> Mark<'a> {
@@ -137,13 +261,19 @@ impl<'a> Mark<'a> {
             live: HashSet::new(),
             lists: HashSet::new(),
             manifests: HashSet::new(),
+            folders: HashMap::new(),
         }
     }
 
-    fn add(&mut self, url: &str) {
-        // A location outside the warehouse is not ours to remove either way.
-        if let Ok(p) = self.tables.warehouse.local_path(url) {
-            self.live.insert(p);
+    fn real(&mut self, path: &Path) -> PathBuf {
+        real_path(&mut self.folders, path)
+    }
+
+    fn add(&mut self, location: &str) {
+        // Other schemes (`s3://`...) name no file of the local warehouse.
+        for p in local_spellings(location) {
+            let real = self.real(&p);
+            self.live.insert(real);
         }
     }
 
@@ -158,7 +288,7 @@ impl<'a> Mark<'a> {
                         e.message
                     ),
                 )
-                .with_hint("a table version the catalog points at cannot be read; restore the file or drop the tables that use it")
+                .with_hint("a table version some commit points at cannot be read: restore the file (the commits that use it cannot be read either until then)")
             })?;
         }
         Ok(())
@@ -275,4 +405,68 @@ fn remove(root: &Path, files: &[Found]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_spelling_of_a_local_file_is_its_path() {
+        let p = |s: &str| vec![PathBuf::from(s)];
+        assert_eq!(
+            local_spellings("file:///w/a b.parquet"),
+            p("/w/a b.parquet")
+        );
+        assert_eq!(local_spellings("file:/w/x.avro"), p("/w/x.avro"));
+        assert_eq!(local_spellings("file://localhost/w/x.avro"), p("/w/x.avro"));
+        assert_eq!(local_spellings("/w/x.avro"), p("/w/x.avro"));
+        assert_eq!(
+            local_spellings("file:///w/a%20b.parquet"),
+            vec![
+                PathBuf::from("/w/a%20b.parquet"),
+                PathBuf::from("/w/a b.parquet")
+            ]
+        );
+        assert!(local_spellings("s3://bucket/w/x.avro").is_empty());
+        assert!(local_spellings("relative/x.avro").is_empty());
+    }
+
+    #[test]
+    fn only_table_folders_are_swept() {
+        let root = Path::new("/w");
+        let uuid = "0123456789abcdef0123456789abcdef";
+        assert!(in_table_folder(
+            root,
+            &root.join(format!("shop/orders-{uuid}/data/x/part-0.parquet"))
+        ));
+        assert!(in_table_folder(
+            root,
+            &root.join(format!("a/b/t-{uuid}/metadata/0.metadata.json"))
+        ));
+        assert!(!in_table_folder(
+            root,
+            &root.join("shop/orders/data/p.parquet")
+        ));
+        assert!(!in_table_folder(root, &root.join(format!("shop/t-{uuid}"))));
+        assert!(!in_table_folder(root, Path::new("/elsewhere/t-0/x")));
+    }
+
+    #[test]
+    fn symbolic_links_and_dots_resolve_to_the_swept_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(real.join("w/t")).unwrap();
+        std::os::unix::fs::symlink(real.join("w"), real.join("alias")).unwrap();
+        let mut cache = HashMap::new();
+        let want = real.join("w/t/f.parquet");
+        assert_eq!(real_path(&mut cache, &real.join("alias/t/f.parquet")), want);
+        assert_eq!(
+            real_path(&mut cache, &real.join("w/t/../t/f.parquet")),
+            want
+        );
+        assert_eq!(real_path(&mut cache, &want), want);
+        let gone = real.join("nowhere/f.parquet");
+        assert_eq!(real_path(&mut cache, &gone), gone);
+    }
 }

@@ -46,6 +46,11 @@ pub struct Tables {
     files: quick_cache::sync::Cache<(String, i64), Arc<Vec<LiveFile>>>,
     /// Nor data files: cache their top-level columns (field id, name) by path.
     columns: quick_cache::sync::Cache<std::path::PathBuf, Arc<Vec<(i32, String)>>>,
+    /// The folders this server's writes are filling: garbage collection leaves them be.
+    pub in_flight: gc::InFlight,
+    /// Held shared by REST commits and registrations (which may point at files of any
+    /// age), exclusively by garbage collection while it removes files.
+    pub commit_gate: tokio::sync::RwLock<()>,
 }
 
 impl Tables {
@@ -56,6 +61,8 @@ impl Tables {
             metadata: quick_cache::sync::Cache::new(10_000),
             files: quick_cache::sync::Cache::new(10_000),
             columns: quick_cache::sync::Cache::new(200_000),
+            in_flight: gc::InFlight::default(),
+            commit_gate: tokio::sync::RwLock::new(()),
         }
     }
 

@@ -182,6 +182,8 @@ pub async fn write_table(
         data_url,
         warehouse_root: tables.warehouse.root().to_path_buf(),
     };
+    // Garbage collection leaves the folders this write fills alone until it is over.
+    let _busy = tables.in_flight.enter(&table_dir);
     // DuckDB's work runs on a blocking thread, which outlives this future when it is
     // dropped (a cancelled run, a client that went away): dropping interrupts it, and
     // the thread removes its own files when it fails.
@@ -191,6 +193,7 @@ pub async fn write_table(
         let (stop, data_dir, table_dir) = (stop.clone(), data_dir.clone(), table_dir.clone());
         let new_table = existing.is_none();
         move || {
+            let _finish = Finish(stop.clone());
             let out = plan.run(&stop);
             if out.is_err() {
                 let _ = std::fs::remove_dir_all(&data_dir);
@@ -206,10 +209,25 @@ pub async fn write_table(
         Some(limit) => match tokio::time::timeout(limit, &mut task).await {
             Ok(joined) => joined,
             Err(_) => {
-                stop.stop();
-                match task.await {
+                // DuckDB forgets an interrupt that lands between two statements: repeat
+                // it until the thread is done.
+                let joined = loop {
+                    stop.stop();
+                    tokio::select! {
+                        j = &mut task => break j,
+                        _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    }
+                };
+                match joined {
                     // It finished as the time ran out: the work is done, keep it.
                     Ok(Ok(w)) => Ok(Ok(w)),
+                    // A real error that came first is the error.
+                    Ok(Err(e))
+                        if e.code != "interrupted"
+                            && !e.message.to_lowercase().contains("interrupt") =>
+                    {
+                        Ok(Err(e))
+                    }
                     _ => {
                         return Err(Error::new(
                             Kind::Timeout,
@@ -245,6 +263,9 @@ pub async fn write_table(
     let outcome = commit_write(tables, &job, existing.as_ref().map(|t| &t.pointer), written).await;
     match outcome {
         Ok(response) => Ok(response),
+        // The catalog failed in a way that may have committed: the files stay (what no
+        // commit reaches, `lh gc` removes later).
+        Err((e, _)) if e.commit_state_unknown() => Err(e),
         Err((e, files)) => {
             cleanup(files);
             Err(e)
@@ -260,6 +281,8 @@ struct Stop(Arc<Mutex<StopState>>);
 #[derive(Default)]
 struct StopState {
     stopped: bool,
+    /// The blocking thread is done with DuckDB.
+    finished: bool,
     handle: Option<Arc<duckdb::InterruptHandle>>,
 }
 
@@ -288,6 +311,23 @@ impl Stop {
             h.interrupt();
         }
     }
+
+    fn finish(&self) {
+        self.0.lock().expect("stop lock").finished = true;
+    }
+
+    fn finished(&self) -> bool {
+        self.0.lock().expect("stop lock").finished
+    }
+}
+
+/// Marks the blocking thread done, however it ends (a panic too).
+struct Finish(Stop);
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        self.0.finish();
+    }
 }
 
 /// Stops the write when the future awaiting it is dropped.
@@ -296,6 +336,19 @@ struct StopOnDrop(Stop);
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.0.stop();
+        // An interrupt that lands between two statements is forgotten: repeat it until
+        // the thread is done.
+        if !self.0.finished()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let stop = self.0.clone();
+            rt.spawn(async move {
+                while !stop.finished() {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    stop.stop();
+                }
+            });
+        }
     }
 }
 

@@ -115,6 +115,17 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         .clone()
         .unwrap_or_else(|| data_dir.join("warehouse").display().to_string());
     let warehouse = Warehouse::open(&warehouse_loc).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // The warehouse holds table files only: `lh gc` and every other server sharing it
+    // take what is in it for lh's tables.
+    let warehouse_root = warehouse.root().canonicalize()?;
+    if data_dir.starts_with(&warehouse_root) {
+        anyhow::bail!(
+            "the warehouse {} contains the data directory {}: give each its own folder \
+             (the default warehouse is <data-dir>/warehouse)",
+            warehouse_root.display(),
+            data_dir.display()
+        );
+    }
     let uploads = data_dir.join("uploads");
     let spill = data_dir.join("tmp");
     std::fs::create_dir_all(&uploads)?;

@@ -192,3 +192,21 @@ fn the_demo_runs_to_the_end() {
         .collect();
     assert_eq!(duck_rows, lh_rows, "{stdout}");
 }
+
+/// A warehouse must hold table files only: one that contains the server's own data
+/// directory (where runs keep code and work folders) is refused at start.
+#[test]
+fn a_warehouse_containing_the_data_directory_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let out = std::process::Command::new(lh_bin())
+        .args(["server", "--bind", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .arg("--warehouse")
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("contains the data directory"), "{err}");
+}

@@ -51,12 +51,22 @@ fn tables_at(lh: &Lh, at: &str) -> Vec<String> {
 }
 
 fn log_messages(lh: &Lh, at: &str) -> Vec<String> {
+    log(lh, at).into_iter().map(|(_, m)| m).collect()
+}
+
+/// (author, message) of the commits of a ref, newest first.
+fn log(lh: &Lh, at: &str) -> Vec<(String, String)> {
     let v: Value =
         serde_json::from_str(lh.run(&["log", at, "--limit", "50", "-o", "json"]).ok()).unwrap();
     v.as_array()
         .unwrap()
         .iter()
-        .map(|c| c["message"].as_str().unwrap().to_string())
+        .map(|c| {
+            (
+                c["author"].as_str().unwrap().to_string(),
+                c["message"].as_str().unwrap().to_string(),
+            )
+        })
         .collect()
 }
 
@@ -168,14 +178,18 @@ fn pyiceberg_writes_a_branch_that_a_merge_publishes() {
         "dev",
     );
     assert_eq!(ours, rows);
-    // Each write was one lh commit on dev, saying what it did; main did not move.
-    let messages = log_messages(&lh, "dev");
+    // Each write was one lh commit on dev, saying what it did, by the user the client
+    // named (`header.x-lh-user`); main did not move.
+    let commits = log(&lh, "dev");
     for m in [
         "create shop.orders",
         "append shop.orders",
         "schema change shop.orders",
     ] {
-        assert!(messages.iter().any(|x| x == m), "no '{m}' in {messages:?}");
+        assert!(
+            commits.iter().any(|(a, x)| x == m && a == "alice"),
+            "no '{m}' by alice in {commits:?}"
+        );
     }
     assert_eq!(lh.head("main"), before_dev);
     assert!(!tables_at(&lh, "main").contains(&"shop.orders".to_string()));
@@ -241,9 +255,13 @@ fn pyiceberg_writes_a_branch_that_a_merge_publishes() {
     );
     let d = client(&server, "drop", "main", &["shop.orders", "purge"]);
     assert_eq!(d["exists_after"], false);
+    // A client that names no user commits as `iceberg-rest`.
     assert_eq!(
-        log_messages(&lh, "main")[0],
-        "drop shop.orders (purge requested: files kept for other refs)"
+        log(&lh, "main")[0],
+        (
+            "iceberg-rest".to_string(),
+            "drop shop.orders (purge requested: files kept for other refs)".to_string()
+        )
     );
     assert_eq!(
         client(&server, "read", "v1", &["shop.orders"])["rows"],

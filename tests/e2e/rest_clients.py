@@ -30,10 +30,12 @@ def rows_of(table, key="id"):
     return [{k: plain(v) for k, v in r.items()} for r in table.sort_by(key).to_pylist()]
 
 
-def catalog(uri, warehouse):
+def catalog(uri, warehouse, user=None):
+    """A RestCatalog on the ref `warehouse`; `user` becomes the author of its commits."""
     from pyiceberg.catalog.rest import RestCatalog
 
-    return RestCatalog("lh", uri=uri, warehouse=warehouse)
+    extra = {"header.x-lh-user": user} if user else {}
+    return RestCatalog("lh", uri=uri, warehouse=warehouse, **extra)
 
 
 def pyiceberg_basics(uri, warehouse):
@@ -42,7 +44,7 @@ def pyiceberg_basics(uri, warehouse):
     from pyiceberg.schema import Schema
     from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
-    cat = catalog(uri, warehouse)
+    cat = catalog(uri, warehouse, user="alice")
     cat.create_namespace("shop", {"owner": "analytics"})
     schema = Schema(
         NestedField(1, "id", LongType(), required=False),

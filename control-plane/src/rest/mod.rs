@@ -12,8 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
-use axum::http::StatusCode;
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -723,8 +723,11 @@ async fn report_metrics(
     Ok(StatusCode::NO_CONTENT)
 }
 
-fn meta(message: String) -> CommitMeta {
-    CommitMeta::new("iceberg-rest", message).with_property("lh.operation", "iceberg-rest")
+/// A REST commit's metadata: its author is the `x-lh-user` header (pyiceberg sends it
+/// with the catalog property `header.x-lh-user`), or `iceberg-rest`.
+fn meta(headers: &HeaderMap, message: String) -> CommitMeta {
+    CommitMeta::new(crate::api::author_or(headers, "iceberg-rest"), message)
+        .with_property("lh.operation", "iceberg-rest")
 }
 
 fn pointer_of(location: &str, m: &TableMetadata) -> TablePointer {
@@ -738,6 +741,7 @@ fn pointer_of(location: &str, m: &TableMetadata) -> TablePointer {
 async fn create_table(
     State(s): State<AppState>,
     Path((prefix, ns)): Path<(String, String)>,
+    headers: HeaderMap,
     Body(req): Body<CreateTable>,
 ) -> RestResult<Json<LoadTableResult>> {
     let a = at(&s, &prefix).await?;
@@ -797,7 +801,7 @@ async fn create_table(
         pointer: pointer_of(&location, &metadata),
     };
     s.catalog
-        .commit(&a.expr, vec![op], meta(format!("create {name}")))
+        .commit(&a.expr, vec![op], meta(&headers, format!("create {name}")))
         .await
         .map_err(already_exists(&name))?;
     Ok(loaded(Some(location), metadata))
@@ -1045,6 +1049,7 @@ fn refused(e: &lh_catalog::Error) -> bool {
 async fn commit_table(
     State(s): State<AppState>,
     Path((prefix, ns, table)): Path<(String, String, String)>,
+    headers: HeaderMap,
     Body(change): Body<CommitTable>,
 ) -> RestResult<Json<serde_json::Value>> {
     let a = at(&s, &prefix).await?;
@@ -1052,7 +1057,11 @@ async fn commit_table(
     let name = table_name(&namespace(&ns)?, &table)?;
     let _gate = s.tables.commit_gate.read().await;
     let p = prepare_change(&s, &a, &name, change).await?;
-    if let Err(e) = s.catalog.commit(&a.expr, vec![p.op], meta(p.what)).await {
+    if let Err(e) = s
+        .catalog
+        .commit(&a.expr, vec![p.op], meta(&headers, p.what))
+        .await
+    {
         if refused(&e) {
             discard(&s, &p.location);
         }
@@ -1073,6 +1082,7 @@ fn discard(s: &AppState, location: &str) {
 async fn commit_transaction(
     State(s): State<AppState>,
     Path(prefix): Path<String>,
+    headers: HeaderMap,
     Body(req): Body<CommitTransaction>,
 ) -> RestResult<StatusCode> {
     let a = at(&s, &prefix).await?;
@@ -1112,7 +1122,11 @@ async fn commit_transaction(
         }
     }
     // All the tables' changes land in one lh commit, or none do.
-    if let Err(e) = s.catalog.commit(&a.expr, ops, meta(whats.join("; "))).await {
+    if let Err(e) = s
+        .catalog
+        .commit(&a.expr, ops, meta(&headers, whats.join("; ")))
+        .await
+    {
         if refused(&e) {
             written.iter().for_each(|l| discard(&s, l));
         }
@@ -1134,6 +1148,7 @@ struct DropQuery {
 async fn drop_table(
     State(s): State<AppState>,
     Path((prefix, ns, table)): Path<(String, String, String)>,
+    headers: HeaderMap,
     Params(q): Params<DropQuery>,
 ) -> RestResult<StatusCode> {
     let a = at(&s, &prefix).await?;
@@ -1170,7 +1185,11 @@ async fn drop_table(
         expected: p,
     };
     s.catalog
-        .commit(&a.expr, vec![op], meta(format!("drop {name}{purge}")))
+        .commit(
+            &a.expr,
+            vec![op],
+            meta(&headers, format!("drop {name}{purge}")),
+        )
         .await
         .map_err(commit_failed)?;
     Ok(StatusCode::NO_CONTENT)
@@ -1179,6 +1198,7 @@ async fn drop_table(
 async fn rename_table(
     State(s): State<AppState>,
     Path(prefix): Path<String>,
+    headers: HeaderMap,
     Body(req): Body<Rename>,
 ) -> RestResult<StatusCode> {
     let a = at(&s, &prefix).await?;
@@ -1215,7 +1235,11 @@ async fn rename_table(
         },
     ];
     s.catalog
-        .commit(&a.expr, ops, meta(format!("rename {from} to {to}")))
+        .commit(
+            &a.expr,
+            ops,
+            meta(&headers, format!("rename {from} to {to}")),
+        )
         .await
         .map_err(commit_failed)?;
     Ok(StatusCode::NO_CONTENT)
@@ -1224,6 +1248,7 @@ async fn rename_table(
 async fn register_table(
     State(s): State<AppState>,
     Path((prefix, ns)): Path<(String, String)>,
+    headers: HeaderMap,
     Body(req): Body<Register>,
 ) -> RestResult<Json<LoadTableResult>> {
     let a = at(&s, &prefix).await?;
@@ -1262,7 +1287,10 @@ async fn register_table(
         .commit(
             &a.expr,
             vec![op],
-            meta(format!("register {name} from {}", req.metadata_location)),
+            meta(
+                &headers,
+                format!("register {name} from {}", req.metadata_location),
+            ),
         )
         .await
         .map_err(already_exists(&name))?;

@@ -51,6 +51,52 @@ pub struct Server {
     pub url: String,
     child: Child,
     log: PathBuf,
+    args: Vec<String>,
+}
+
+/// Starts `lh server` on `<dir>/data` with extra flags; its log is appended to `log`.
+/// Returns the child and the URL it listens on.
+fn spawn(dir: &Path, args: &[String], log: &Path) -> (Child, String) {
+    let data = dir.join("data");
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("log file");
+    let mut child = Command::new(lh_bin())
+        .args(["server", "--bind", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .args(args)
+        .env("LH_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start lh server");
+    // The server prints its address; the rest of its output goes to the log file.
+    let stderr = child.stderr.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut log_file = log_file;
+        let mut sent = false;
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            use std::io::Write;
+            let _ = writeln!(log_file, "{line}");
+            if !sent && let Some(rest) = line.split("listening on ").nth(1) {
+                let _ = tx.send(rest.trim().to_string());
+                sent = true;
+            }
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(url) => (child, url),
+        Err(_) => {
+            let _ = child.kill();
+            panic!(
+                "lh server did not start:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+    }
 }
 
 impl Server {
@@ -58,49 +104,33 @@ impl Server {
     /// temporary directory, with extra flags.
     pub fn start_with(args: &[&str]) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
-        let data = dir.path().join("data");
         let log = dir.path().join("server.log");
-        let log_file = std::fs::File::create(&log).expect("log file");
-        let mut child = Command::new(lh_bin())
-            .args(["server", "--bind", "127.0.0.1:0", "--data-dir"])
-            .arg(&data)
-            .args(args)
-            .env("LH_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start lh server");
-        // The server prints its address; the rest of its output goes to the log file.
-        let stderr = child.stderr.take().expect("piped");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut log_file = log_file;
-            let mut sent = false;
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                use std::io::Write;
-                let _ = writeln!(log_file, "{line}");
-                if !sent && let Some(rest) = line.split("listening on ").nth(1) {
-                    let _ = tx.send(rest.trim().to_string());
-                    sent = true;
-                }
-            }
-        });
-        let url = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(u) => u,
-            Err(_) => {
-                let _ = child.kill();
-                panic!(
-                    "lh server did not start:\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-        };
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let (child, url) = spawn(dir.path(), &args, &log);
         Server {
             dir,
             url,
             child,
             log,
+            args,
         }
+    }
+
+    /// Kills the server with SIGKILL, as a crash would, and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again on the same data directory (after `kill` or `stop`); it
+    /// listens on a new port: take a new `lh()`.
+    pub fn restart(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.terminate();
+        }
+        let (child, url) = spawn(self.dir.path(), &self.args, &self.log);
+        self.child = child;
+        self.url = url;
     }
 
     pub fn start() -> Server {

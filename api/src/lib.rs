@@ -584,6 +584,10 @@ pub struct GcResponse {
     /// Files no commit reaches, removed (or, in a dry run, to remove).
     pub removed_files: u64,
     pub removed_bytes: u64,
+    /// Empty folders removed with them, or left empty by failed writes (not counted in
+    /// a dry run).
+    #[serde(default)]
+    pub removed_folders: u64,
     /// The first of them (at most 1000), relative to the warehouse.
     pub removed: Vec<String>,
 }

@@ -38,6 +38,27 @@ fn age(path: &Path, by: Duration) {
     f.set_modified(SystemTime::now() - by).unwrap();
 }
 
+/// Makes every folder under `dir` (and `dir`) look last changed `by` ago.
+fn age_folders(dir: &Path, by: Duration) {
+    let mut all = vec![dir.to_path_buf()];
+    let mut i = 0;
+    while i < all.len() {
+        for e in std::fs::read_dir(&all[i]).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                all.push(e.path());
+            }
+        }
+        i += 1;
+    }
+    for d in &all {
+        std::fs::File::open(d)
+            .unwrap()
+            .set_modified(SystemTime::now() - by)
+            .unwrap();
+    }
+}
+
 #[test]
 fn gc_removes_only_what_no_commit_reaches() {
     let server = Server::start();
@@ -102,6 +123,7 @@ fn gc_removes_only_what_no_commit_reaches() {
     for f in &all {
         age(&wh.join(f), Duration::from_secs(2 * 86400));
     }
+    age_folders(&wh, Duration::from_secs(2 * 86400));
     let fresh = format!("shop/{a_dir}/data/fresh.parquet");
     write(&wh.join(&fresh), b"new");
     let reads = || {
@@ -183,4 +205,96 @@ fn gc_removes_only_what_no_commit_reaches() {
     assert!(err.contains("too short"), "{err}");
     lh.run(&["gc", "--older-than", "soon"]).fails(2);
     assert_eq!(files(&wh), want);
+}
+
+/// A server killed (SIGKILL) while a pipeline writes a table: after a restart the run
+/// is failed, the branch is untouched and every table reads; the write's leftovers are
+/// what `lh gc` removes, and nothing else.
+#[test]
+fn a_server_killed_mid_write_loses_nothing_and_gc_clears_what_it_left() {
+    let mut server = Server::start_with(&["--runtime", "process"]);
+    let lh = server.lh();
+    let wh: PathBuf = server.data_dir().join("warehouse");
+    let csv = lh.file("orders.csv", "id,amount\n1,10\n2,20\n");
+    lh.run(&["table", "import", "raw.orders", csv.to_str().unwrap()])
+        .ok();
+    // A SQL model over a 10^12-row cross product: it is surely running when killed.
+    let dir = lh.cwd.join("slow");
+    write(
+        &dir.join("lh_project.yml"),
+        b"name: shop\nnamespace: analytics\n",
+    );
+    write(
+        &dir.join("slow.sql"),
+        b"SELECT count(*) AS n FROM range(1000000) a, range(1000000) b WHERE a.range + b.range = 7\n",
+    );
+    write(&dir.join("copy.sql"), b"SELECT * FROM raw.orders\n");
+    let main = lh.head("main");
+    let id = lh
+        .run(&["run", dir.to_str().unwrap(), "--detach"])
+        .ok()
+        .trim()
+        .to_string();
+    let slow_dirs = || -> Vec<String> {
+        std::fs::read_dir(wh.join("analytics"))
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("slow-"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // Killed once the slow model writes and the quick one has published to the run's
+    // branch.
+    let mut started = false;
+    for _ in 0..400 {
+        let r: Value =
+            serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
+        let copy_done = r["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["name"] == "analytics.copy" && n["status"] == "done");
+        if copy_done && !slow_dirs().is_empty() {
+            started = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(started, "the slow model never started");
+    server.kill();
+    let before = files(&wh);
+
+    server.restart();
+    let lh = server.lh();
+    let run: Value =
+        serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
+    assert_eq!(run["status"], "failed", "{run}");
+    assert_eq!(lh.head("main"), main);
+    assert_eq!(
+        lh.rows("select sum(amount) AS s from raw.orders", "main"),
+        vec![json!({"s": 30})]
+    );
+    lh.run(&["query", "select * from analytics.slow"]).fails(3);
+
+    // Days later: the killed write's folders go; every table version stays.
+    for f in &before {
+        age(&wh.join(f), Duration::from_secs(4 * 86400));
+    }
+    age_folders(&wh, Duration::from_secs(4 * 86400));
+    let out = lh.run(&["gc", "-o", "json"]);
+    let gc: Value = serde_json::from_str(out.ok()).unwrap();
+    assert!(gc["removed_folders"].as_u64().unwrap() >= 1, "{gc}");
+    assert!(slow_dirs().is_empty(), "{gc}");
+    // What it removed is not reached by any commit: every ref and run branch reads.
+    assert_eq!(
+        lh.rows("select sum(amount) AS s from raw.orders", "main"),
+        vec![json!({"s": 30})]
+    );
+    let branch = run["run_branch"].as_str().unwrap();
+    assert_eq!(
+        lh.rows("select count(*) AS n from analytics.copy", branch),
+        vec![json!({"n": 2})]
+    );
 }

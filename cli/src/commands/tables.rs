@@ -255,8 +255,16 @@ pub async fn gc(client: &Client, settings: &Settings, args: GcArgs) -> CliResult
         }
     }
     let verb = if r.dry_run { "would remove" } else { "removed" };
+    let folders = if r.removed_folders > 0 {
+        format!(
+            ", and {}",
+            output::count(r.removed_folders as usize, "empty folder")
+        )
+    } else {
+        String::new()
+    };
     eprintln!(
-        "{verb} {} ({}) that no commit reaches, last modified over {} ago",
+        "{verb} {} ({}) that no commit reaches, last modified over {} ago{folders}",
         output::count(r.removed_files as usize, "file"),
         output::bytes(r.removed_bytes),
         age(r.older_than_secs)

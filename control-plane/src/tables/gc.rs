@@ -74,7 +74,7 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
     let mut mark = Mark::new(tables);
     let mut seen = tables.catalog.all_metadata_locations().await?;
     mark.add_tables(&seen).await?;
-    let found = {
+    let (found, folders) = {
         let root = root.clone();
         tokio::task::spawn_blocking(move || scan(&root))
             .await
@@ -104,12 +104,17 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
         foreign_files: 0,
         removed_files: 0,
         removed_bytes: 0,
+        removed_folders: 0,
         removed: Vec::new(),
     };
     let mut doomed = Vec::new();
+    let mut live_tables = HashSet::new();
     for f in found {
         if mark.live.contains(&f.path) {
             resp.live_files += 1;
+            if let Some(t) = table_folder(&root, &f.path) {
+                live_tables.insert(t);
+            }
         } else if !in_table_folder(&root, &f.path) {
             resp.foreign_files += 1;
         } else if f.modified > cutoff || busy.iter().any(|b| f.path.starts_with(b)) {
@@ -126,10 +131,19 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
             resp.removed.push(rel.display().to_string());
         }
     }
-    if !req.dry_run && !doomed.is_empty() {
-        tokio::task::spawn_blocking(move || remove(&root, &doomed))
-            .await
-            .map_err(|e| Error::internal(format!("the removal failed: {e}")))??;
+    if !req.dry_run {
+        let prune = Prune {
+            root: root.clone(),
+            cutoff,
+            busy,
+            live_tables,
+        };
+        resp.removed_folders = tokio::task::spawn_blocking(move || {
+            remove(&doomed)?;
+            Ok::<_, Error>(prune.run(folders))
+        })
+        .await
+        .map_err(|e| Error::internal(format!("the removal failed: {e}")))??;
     }
     tracing::info!(
         removed = resp.removed_files,
@@ -137,6 +151,7 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
         live = resp.live_files,
         recent = resp.recent_files,
         foreign = resp.foreign_files,
+        folders = resp.removed_folders,
         dry_run = resp.dry_run,
         "garbage collection"
     );
@@ -229,19 +244,61 @@ fn real_path(cache: &mut HashMap<PathBuf, PathBuf>, path: &Path) -> PathBuf {
         .join(name)
 }
 
-/// Whether `path` lies in a table folder, `<namespace>/.../<table>-<32 hex digits>/`.
-fn in_table_folder(root: &Path, path: &Path) -> bool {
-    let Ok(rel) = path.strip_prefix(root) else {
-        return false;
-    };
-    let mut parts: Vec<_> = rel.components().collect();
-    parts.pop(); // the file itself
-    parts.iter().any(|c| {
+/// The table folder, `<namespace>/.../<table>-<32 hex digits>`, that `path` is or lies
+/// in.
+fn table_folder(root: &Path, path: &Path) -> Option<PathBuf> {
+    let rel = path.strip_prefix(root).ok()?;
+    let mut folder = root.to_path_buf();
+    for c in rel.components() {
+        folder.push(c);
         let name = c.as_os_str().to_string_lossy();
-        name.rsplit_once('-').is_some_and(|(table, id)| {
+        let is_table = name.rsplit_once('-').is_some_and(|(table, id)| {
             !table.is_empty() && id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
-        })
-    })
+        });
+        if is_table {
+            return Some(folder);
+        }
+    }
+    None
+}
+
+/// Whether the file `path` lies in a table folder.
+fn in_table_folder(root: &Path, path: &Path) -> bool {
+    path.parent().and_then(|d| table_folder(root, d)).is_some()
+}
+
+/// The empty folders garbage collection removes: in table folders, last changed before
+/// the cutoff (as scanned), not being filled by a write of this server, and not a live
+/// table's own folder or its `data/` and `metadata/` (clients write there later).
+struct Prune {
+    root: PathBuf,
+    cutoff: SystemTime,
+    busy: Vec<PathBuf>,
+    live_tables: HashSet<PathBuf>,
+}
+
+impl Prune {
+    fn run(&self, mut folders: Vec<(PathBuf, SystemTime)>) -> u64 {
+        folders.sort_by_key(|(d, _)| std::cmp::Reverse(d.components().count()));
+        let mut removed = 0;
+        for (dir, modified) in folders {
+            let Some(table) = table_folder(&self.root, &dir) else {
+                continue;
+            };
+            let kept = self.live_tables.contains(&table)
+                && (dir == table || dir == table.join("data") || dir == table.join("metadata"));
+            let busy = self
+                .busy
+                .iter()
+                .any(|b| dir.starts_with(b) || b.starts_with(&dir));
+            // `remove_dir` refuses a folder that is not empty: a file that arrived since
+            // the scan keeps its folder.
+            if !kept && !busy && modified <= self.cutoff && std::fs::remove_dir(&dir).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
+    }
 }
 
 /// The files some table version reaches, as local paths.
@@ -342,9 +399,12 @@ struct Found {
     bytes: u64,
 }
 
-/// Every regular file under `root` (symbolic links are neither followed nor counted).
-fn scan(root: &Path) -> Result<Vec<Found>> {
+/// Every regular file under `root`, and every folder below it with its modification
+/// time (symbolic links are neither followed nor counted).
+#[allow(clippy::type_complexity)]
+fn scan(root: &Path) -> Result<(Vec<Found>, Vec<(PathBuf, SystemTime)>)> {
     let mut out = Vec::new();
+    let mut folders = Vec::new();
     let mut dirs = vec![root.to_path_buf()];
     while let Some(dir) = dirs.pop() {
         let rd = match std::fs::read_dir(&dir) {
@@ -356,14 +416,18 @@ fn scan(root: &Path) -> Result<Vec<Found>> {
         for entry in rd {
             let entry = entry?;
             let kind = entry.file_type()?;
+            if !(kind.is_dir() || kind.is_file()) {
+                continue;
+            }
+            let meta = match entry.metadata() {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e.into()),
+            };
             if kind.is_dir() {
+                folders.push((entry.path(), meta.modified()?));
                 dirs.push(entry.path());
-            } else if kind.is_file() {
-                let meta = match entry.metadata() {
-                    Ok(m) => m,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(e.into()),
-                };
+            } else {
                 out.push(Found {
                     path: entry.path(),
                     modified: meta.modified()?,
@@ -372,12 +436,11 @@ fn scan(root: &Path) -> Result<Vec<Found>> {
             }
         }
     }
-    Ok(out)
+    Ok((out, folders))
 }
 
-/// Removes the files, then the folders this left empty (up to, not including, `root`).
-fn remove(root: &Path, files: &[Found]) -> Result<()> {
-    let mut parents = BTreeSet::new();
+/// Removes the files.
+fn remove(files: &[Found]) -> Result<()> {
     for f in files {
         match std::fs::remove_file(&f.path) {
             Ok(()) => {}
@@ -387,20 +450,6 @@ fn remove(root: &Path, files: &[Found]) -> Result<()> {
                     "cannot remove {}: {e}",
                     f.path.display()
                 )));
-            }
-        }
-        if let Some(p) = f.path.parent() {
-            parents.insert(p.to_path_buf());
-        }
-    }
-    // Deepest first; `remove_dir` fails on a folder that is not empty, which is kept.
-    let mut parents: Vec<PathBuf> = parents.into_iter().collect();
-    parents.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    for mut dir in parents {
-        while dir.starts_with(root) && dir != root && std::fs::remove_dir(&dir).is_ok() {
-            match dir.parent() {
-                Some(p) => dir = p.to_path_buf(),
-                None => break,
             }
         }
     }
@@ -450,6 +499,59 @@ mod tests {
         ));
         assert!(!in_table_folder(root, &root.join(format!("shop/t-{uuid}"))));
         assert!(!in_table_folder(root, Path::new("/elsewhere/t-0/x")));
+    }
+
+    #[test]
+    fn empty_folders_go_unless_live_recent_or_busy() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let uuid = |n: u8| format!("{:032x}", n);
+        let live = root.join(format!("shop/live-{}", uuid(1)));
+        let orphan = root.join(format!("shop/orphan-{}", uuid(2)));
+        let busy = root.join(format!("shop/busy-{}", uuid(3)));
+        let paths = [
+            live.join("data"),                      // kept: clients write there
+            live.join("metadata"),                  // kept
+            live.join(format!("data/{}", uuid(4))), // an empty write folder: goes
+            live.join(format!("data/{}", uuid(5))), // recent: kept
+            orphan.join("metadata"),                // goes, and the orphan with it
+            orphan.join("data"),                    // goes
+            busy.join("data"),                      // a write in flight: kept
+            root.join("shop/notes"),                // not a table folder: kept
+        ];
+        for p in &paths {
+            std::fs::create_dir_all(p).unwrap();
+        }
+        let old = SystemTime::now() - Duration::from_secs(10 * 86400);
+        let cutoff = SystemTime::now() - Duration::from_secs(86400);
+        let mut folders: Vec<(PathBuf, SystemTime)> = paths
+            .iter()
+            .map(|p| (p.clone(), old))
+            .chain([
+                (live.clone(), old),
+                (orphan.clone(), old),
+                (busy.clone(), old),
+            ])
+            .collect();
+        folders[3].1 = SystemTime::now();
+        let prune = Prune {
+            root: root.clone(),
+            cutoff,
+            busy: vec![busy.clone()],
+            live_tables: HashSet::from([live.clone()]),
+        };
+        assert_eq!(prune.run(folders), 4);
+        for (p, exists) in [
+            (&paths[0], true),
+            (&paths[1], true),
+            (&paths[2], false),
+            (&paths[3], true),
+            (&orphan, false),
+            (&paths[6], true),
+            (&paths[7], true),
+        ] {
+            assert_eq!(p.exists(), exists, "{}", p.display());
+        }
     }
 
     #[test]

@@ -44,6 +44,12 @@ impl Samples {
 }
 
 /// Milliseconds with two decimals.
+/// The median of a few timings (the upper one of an even count).
+pub fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
 pub fn ms(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1000.0)
 }

@@ -519,16 +519,7 @@ impl DockerRuntime {
                     false,
                 )
             }
-            Err(_) => (
-                Outcome::Failed {
-                    error: format!(
-                        "timed out after {} s and was stopped",
-                        limits.timeout.as_secs()
-                    ),
-                    traceback: String::new(),
-                },
-                false,
-            ),
+            Err(_) => (Outcome::timed_out(limits.timeout), false),
         };
         if healthy {
             c.idle_since = Instant::now();

@@ -357,16 +357,7 @@ impl Runtime for ProcessRuntime {
                     false,
                 )
             }
-            Err(_) => (
-                Outcome::Failed {
-                    error: format!(
-                        "timed out after {} s and was stopped",
-                        limits.timeout.as_secs()
-                    ),
-                    traceback: String::new(),
-                },
-                false,
-            ),
+            Err(_) => (Outcome::timed_out(limits.timeout), false),
         };
         if healthy {
             worker.idle_since = Instant::now();

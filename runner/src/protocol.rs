@@ -43,6 +43,16 @@ pub enum Outcome {
     Failed { error: String, traceback: String },
 }
 
+impl Outcome {
+    /// A call that ran past its timeout and was stopped (the same words on every runtime).
+    pub(crate) fn timed_out(timeout: std::time::Duration) -> Outcome {
+        Outcome::Failed {
+            error: format!("timed out after {} s and was stopped", timeout.as_secs()),
+            traceback: String::new(),
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 pub(crate) struct Answer {
     pub id: Option<String>,

@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use lh_bench::{Samples, Server, cache_dir, lh_bin, ms};
+use lh_bench::{Samples, Server, cache_dir, lh_bin, median, ms};
 
 struct Args {
     rounds: usize,
@@ -159,11 +159,6 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 fn main() -> Result<()> {

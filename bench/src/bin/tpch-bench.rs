@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use lh_bench::{Samples, Server, cache_dir, lh_bin, ms};
+use lh_bench::{Samples, Server, cache_dir, lh_bin, median, ms};
 
 const TABLES: [&str; 8] = [
     "region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem",
@@ -93,11 +93,6 @@ fn duckdb() -> Result<duckdb::Connection> {
     let c = duckdb::Connection::open_in_memory()?;
     c.execute_batch(&format!("SET threads = {threads};"))?;
     Ok(c)
-}
-
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 fn main() -> Result<()> {

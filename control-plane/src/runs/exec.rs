@@ -68,25 +68,15 @@ impl Run {
 
     fn record(&self, i: usize) -> NodeRecord {
         let n = &self.shared.plan.nodes[i];
-        NodeRecord {
-            name: n.name.clone(),
-            position: 0,
-            kind: kind_name(&n.kind).into(),
-            language: lang_name(&n.lang).into(),
-            location: n.location(),
-            inputs: n.inputs.iter().map(|i| i.table.clone()).collect(),
-            status: NodeStatus::Waiting,
-            started_at: None,
-            finished_at: None,
-            rows: None,
-            cached: false,
-            fingerprint: None,
-            output: None,
-            error: None,
-            traceback: None,
-            detail: None,
-            log: String::new(),
-        }
+        NodeRecord::new(
+            n.name.clone(),
+            0,
+            kind_name(&n.kind).into(),
+            lang_name(&n.lang).into(),
+            n.location(),
+            n.inputs.iter().map(|i| i.table.clone()).collect(),
+            NodeStatus::Waiting,
+        )
     }
 
     pub async fn execute(self) {

@@ -52,6 +52,39 @@ pub struct NodeRecord {
     pub log: String,
 }
 
+impl NodeRecord {
+    /// A node that has not run yet: `status`, and no result.
+    pub fn new(
+        name: String,
+        position: i64,
+        kind: String,
+        language: String,
+        location: String,
+        inputs: Vec<String>,
+        status: NodeStatus,
+    ) -> NodeRecord {
+        NodeRecord {
+            name,
+            position,
+            kind,
+            language,
+            location,
+            inputs,
+            status,
+            started_at: None,
+            finished_at: None,
+            rows: None,
+            cached: false,
+            fingerprint: None,
+            output: None,
+            error: None,
+            traceback: None,
+            detail: None,
+            log: String::new(),
+        }
+    }
+}
+
 impl RunStore {
     /// Connects to the catalog's database URL (`sqlite:PATH` or `postgres://...`) and
     /// brings the run tables up to date.
@@ -162,25 +195,15 @@ impl RunStore {
         .await
         .map_err(db)?;
         for (i, n) in run.nodes.iter().enumerate() {
-            let rec = NodeRecord {
-                name: n.name.clone(),
-                position: i as i64,
-                kind: n.kind.clone(),
-                language: n.language.clone(),
-                location: n.location.clone(),
-                inputs: n.inputs.clone(),
-                status: n.status,
-                started_at: None,
-                finished_at: None,
-                rows: None,
-                cached: false,
-                fingerprint: None,
-                output: None,
-                error: None,
-                traceback: None,
-                detail: None,
-                log: String::new(),
-            };
+            let rec = NodeRecord::new(
+                n.name.clone(),
+                i as i64,
+                n.kind.clone(),
+                n.language.clone(),
+                n.location.clone(),
+                n.inputs.clone(),
+                n.status,
+            );
             self.insert_node(&run.id, &rec).await?;
         }
         Ok(())

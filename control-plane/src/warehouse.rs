@@ -86,9 +86,7 @@ impl Warehouse {
 
     /// The local path of a location inside the warehouse; refuses anything outside it.
     pub fn local_path(&self, location: &str) -> Result<PathBuf> {
-        let p = location
-            .strip_prefix("file://")
-            .map(PathBuf::from)
+        let p = file_url_path(location)
             .ok_or_else(|| Error::internal(format!("'{location}' is not a local file URL")))?;
         if !p.starts_with(&self.root)
             || p.components().any(|c| c == std::path::Component::ParentDir)
@@ -118,6 +116,20 @@ impl Warehouse {
     }
 }
 
+/// The absolute path a local file URL names, in each spelling writers use: `file:///p`
+/// (lh, pyiceberg, DuckDB), `file:/p` (Hadoop's `Path`, so Spark and every JVM engine)
+/// and `file://localhost/p`. Taken literally: writers put paths in unencoded.
+pub fn file_url_path(location: &str) -> Option<PathBuf> {
+    let rest = location.strip_prefix("file:")?;
+    let path = match rest.strip_prefix("//") {
+        Some(authority_and_path) => authority_and_path
+            .strip_prefix("localhost")
+            .unwrap_or(authority_and_path),
+        None => rest,
+    };
+    path.starts_with('/').then(|| PathBuf::from(path))
+}
+
 /// Flushes files and the folder that holds them to disk.
 pub fn sync_files(dir: &Path, files: &[PathBuf]) -> Result<()> {
     for f in files {
@@ -129,4 +141,49 @@ pub fn sync_files(dir: &Path, files: &[PathBuf]) -> Result<()> {
 fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)?.sync_all()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_spelling_of_a_local_file_url_names_its_path() {
+        let p = |s: &str| Some(PathBuf::from(s));
+        assert_eq!(file_url_path("file:///w/t/a.parquet"), p("/w/t/a.parquet"));
+        assert_eq!(file_url_path("file:/w/t/a.parquet"), p("/w/t/a.parquet"));
+        assert_eq!(file_url_path("file://localhost/w/a"), p("/w/a"));
+        assert_eq!(file_url_path("file:///w/a b%20c"), p("/w/a b%20c"));
+        assert_eq!(file_url_path("file://otherhost/w/a"), None);
+        assert_eq!(file_url_path("file:w/a"), None);
+        assert_eq!(file_url_path("s3://b/w/a"), None);
+        assert_eq!(file_url_path("/w/a"), None);
+    }
+
+    #[test]
+    fn a_location_outside_the_warehouse_is_refused_in_every_spelling() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = Warehouse::open(dir.path().to_str().unwrap()).unwrap();
+        let root = w.root().display().to_string();
+        for inside in [
+            format!("file://{root}/ns/t/data/a.parquet"),
+            format!("file:{root}/ns/t/data/a.parquet"),
+            format!("file://localhost{root}/ns/t/data/a.parquet"),
+        ] {
+            assert_eq!(
+                w.local_path(&inside).unwrap(),
+                w.root().join("ns/t/data/a.parquet"),
+                "{inside}"
+            );
+        }
+        for outside in [
+            "file:///etc/passwd".to_string(),
+            "file:/etc/passwd".to_string(),
+            format!("file:{root}/../x"),
+            format!("file:{root}-sibling/x"),
+            format!("{root}/ns/t/a.parquet"),
+        ] {
+            assert!(w.local_path(&outside).is_err(), "{outside}");
+        }
+    }
 }

@@ -212,14 +212,8 @@ fn local_spellings(location: &str) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if location.starts_with('/') {
         out.push(PathBuf::from(location));
-    } else if let Some(rest) = location.strip_prefix("file:") {
-        let raw = rest
-            .strip_prefix("//localhost")
-            .or_else(|| rest.strip_prefix("//"))
-            .unwrap_or(rest);
-        if raw.starts_with('/') {
-            out.push(PathBuf::from(raw));
-        }
+    } else if location.starts_with("file:") {
+        out.extend(crate::warehouse::file_url_path(location));
         if let Ok(p) = url::Url::parse(location).and_then(|u| {
             u.to_file_path()
                 .map_err(|_| url::ParseError::RelativeUrlWithoutBase)

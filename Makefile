@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 # Services the tests need, started (and installed) on demand; prints `export` lines.
-SERVICES = eval "$$(scripts/services.sh postgres python bubblewrap docker)"
+SERVICES = eval "$$(scripts/services.sh postgres python java bubblewrap docker)"
 
 .PHONY: build test check fmt bench bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest openapi demo images
 

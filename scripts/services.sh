@@ -48,7 +48,7 @@ postgres() {
 }
 
 # A virtualenv with the Python packages of scripts/python-requirements.txt (pyiceberg,
-# DuckDB, tpchgen-cli), reinstalled only when that file changes.
+# DuckDB, pyspark, tpchgen-cli), reinstalled only when that file changes.
 python() {
     local cache="${LH_CACHE_DIR:-$HOME/.cache/lh}"
     local venv="$cache/venv"
@@ -95,6 +95,11 @@ docker_engine() {
     "$(cd "$(dirname "$0")/.." && pwd)/images/build.sh"
 }
 
+# A Java runtime for Spark (pyspark comes with the Python packages).
+java_runtime() {
+    type -P java >/dev/null || apt_install openjdk-17-jre-headless
+}
+
 # bubblewrap, the sandbox of the process runtime.
 bubblewrap() {
     apt_install bubblewrap
@@ -105,6 +110,7 @@ for svc in "$@"; do
         postgres) postgres ;;
         python) python ;;
         bubblewrap) bubblewrap ;;
+        java) java_runtime ;;
         dbt) dbt ;;
         docker) docker_engine ;;
         *) log "unknown service $svc"; exit 2 ;;

@@ -39,7 +39,7 @@ pub fn lh_bin() -> PathBuf {
 pub fn python() -> String {
     std::env::var("LH_TEST_PYTHON").unwrap_or_else(|_| {
         panic!(
-            "LH_TEST_PYTHON is not set: it names a Python with pyiceberg 0.12 and DuckDB's iceberg \
+            "LH_TEST_PYTHON is not set: it names a Python with pyiceberg 0.12, pyspark and DuckDB's iceberg \
              extension; `make test` prepares one (scripts/services.sh python)"
         )
     })

@@ -823,6 +823,112 @@ fn rest_protocol_bad_input_changes_nothing() {
     );
 }
 
+/// Spark 3.5 with Apache Iceberg's Spark runtime, configured as the README says, on a
+/// branch and on a tag: it reads lh's tables, and its writes (appends, a new table, schema
+/// changes, DELETE, UPDATE and MERGE INTO rewriting files) are lh commits on the branch
+/// that lh and pyiceberg read alike; the tag refuses writes. The Spark side is
+/// `rest_spark.py`.
+#[test]
+fn spark_writes_a_branch_that_a_merge_publishes() {
+    let server = Server::start();
+    let lh = server.lh();
+    let csv = lh.file("people.csv", "id,name\n1,ann\n2,bo\n");
+    lh.run(&["table", "import", "shop.people", csv.to_str().unwrap()])
+        .ok();
+    lh.run(&["branch", "create", "spark"]).ok();
+    lh.run(&["tag", "create", "before-spark"]).ok();
+    let main_before = lh.head("main");
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/rest_spark.py");
+    let out = std::process::Command::new(python())
+        .args([script, &rest_uri(&server), "spark", "before-spark"])
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "Spark failed (it needs Java 17 and pyspark with the Iceberg runtime from \
+         scripts/python-requirements.txt):\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log()
+    );
+    let spark: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "Spark printed no JSON ({e}):\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+
+    assert_eq!(spark["namespaces"], json!(["shop"]));
+    assert_eq!(
+        spark["imported"],
+        json!([{"id": 1, "name": "ann"}, {"id": 2, "name": "bo"}])
+    );
+    let scores = json!([
+        {"id": 1, "points": 1.5, "player": "a", "bonus": 1},
+        {"id": 3, "points": 30.0, "player": "c", "bonus": null},
+        {"id": 4, "points": 4.5, "player": "d", "bonus": 10},
+        {"id": 5, "points": 50.0, "player": "e", "bonus": 0},
+    ]);
+    assert_eq!(spark["scores"], scores);
+    assert_eq!(
+        spark["people"],
+        json!([{"id": 1, "name": "ann"}, {"id": 2, "name": "bo"}, {"id": 3, "name": "carol"}])
+    );
+    assert_eq!(
+        spark["scores_snapshots"],
+        json!(["append", "append", "overwrite", "overwrite", "overwrite"])
+    );
+    assert_eq!(
+        spark["scores_first_snapshot"],
+        json!([{"id": 1}, {"id": 2}, {"id": 3}])
+    );
+    assert_eq!(spark["frozen_people"], spark["imported"]);
+    assert_eq!(
+        spark["frozen_write"], "org.apache.iceberg.exceptions.ForbiddenException",
+        "{spark}"
+    );
+    assert!(
+        spark["frozen_write_message"]
+            .as_str()
+            .unwrap()
+            .contains("read-only"),
+        "{spark}"
+    );
+
+    // lh reads what Spark wrote (renamed column, rewritten files), on the branch only.
+    let lh_scores = lh.rows(
+        "select id, points, player, bonus from shop.scores order by id",
+        "spark",
+    );
+    assert_eq!(Value::Array(lh_scores), scores);
+    assert_eq!(
+        lh.rows("select id, name from shop.people order by id", "spark"),
+        spark["people"].as_array().unwrap().clone()
+    );
+    assert_eq!(lh.head("main"), main_before);
+    assert!(!tables_at(&lh, "main").contains(&"shop.scores".to_string()));
+    // Every Spark commit is an lh commit by the user it named.
+    let commits = log(&lh, "spark");
+    for m in [
+        "create shop.scores",
+        "append shop.scores",
+        "schema change shop.scores",
+        "overwrite shop.scores",
+        "append shop.people",
+    ] {
+        assert!(
+            commits.iter().any(|(a, x)| x == m && a == "spark-job"),
+            "no '{m}' by spark-job in {commits:?}"
+        );
+    }
+
+    // Merged, main has Spark's tables, and pyiceberg reads them as Spark does.
+    lh.run(&["merge", "spark", "--into", "main"]).ok();
+    let py = client(&server, "read", "main", &["shop.scores"]);
+    assert_eq!(py["columns"], json!(["id", "points", "player", "bonus"]));
+    assert_eq!(py["rows"], scores);
+}
+
 /// The REST catalog on a PostgreSQL catalog: namespaces live in the same database.
 #[test]
 fn pyiceberg_on_a_postgres_catalog() {

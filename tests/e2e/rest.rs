@@ -922,11 +922,60 @@ fn spark_writes_a_branch_that_a_merge_publishes() {
         );
     }
 
+    // Merge-on-read: lh applies Spark's position deletes, in queries and in `table show`.
+    assert_eq!(
+        spark["events_files"],
+        json!([{"content": 0, "n": 2}, {"content": 1, "n": 1}]),
+        "the inserted data file, one of the updated rows, and one delete file \
+         (Iceberg folds the DELETE's positions into the UPDATE's delete file)"
+    );
+    let by_kind = json!([
+        {"kind": "buy", "n": 2, "ids": 18},
+        {"kind": "click", "n": 300, "ids": 150_003},
+        {"kind": "view", "n": 598, "ids": 299_979},
+    ]);
+    assert_eq!(spark["events_by_kind"], by_kind);
+    assert_eq!(
+        Value::Array(lh.rows(
+            "select kind, count(*) AS n, sum(id)::bigint AS ids from shop.events group by kind order by kind",
+            "spark",
+        )),
+        by_kind
+    );
+    assert_eq!(
+        lh.rows(
+            "select count(*) AS n from shop.events where id % 10 = 0 or id in (7, 11) and kind <> 'buy'",
+            "spark"
+        ),
+        vec![json!({"n": 0})]
+    );
+    let show: Value = serde_json::from_str(
+        lh.run(&[
+            "table",
+            "show",
+            "shop.events",
+            "--ref",
+            "spark",
+            "-o",
+            "json",
+        ])
+        .ok(),
+    )
+    .unwrap();
+    assert_eq!(show["rows"], 900, "{show}");
+
     // Merged, main has Spark's tables, and pyiceberg reads them as Spark does.
     lh.run(&["merge", "spark", "--into", "main"]).ok();
     let py = client(&server, "read", "main", &["shop.scores"]);
     assert_eq!(py["columns"], json!(["id", "points", "player", "bonus"]));
     assert_eq!(py["rows"], scores);
+    let py = client(&server, "read", "main", &["shop.events"]);
+    let rows = py["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 900);
+    assert_eq!(
+        Value::Array(lh.rows("select id, kind from shop.events order by id", "main")),
+        py["rows"]
+    );
 }
 
 /// The REST catalog on a PostgreSQL catalog: namespaces live in the same database.

@@ -6,7 +6,8 @@ One Spark session (local, one core) with two catalogs configured as the README s
 `lh` on BRANCH (read-write) and `frozen` on READ_ONLY_REF (a tag or `branch@commit`).
 On the branch it reads a table lh imported (`shop.people`, ids 1 and 2), appends to it,
 creates a table, evolves its schema, and deletes, updates and merges rows (Spark's
-copy-on-write rewrites); on the read-only ref it reads, and tries a write that must be
+copy-on-write rewrites), then deletes and updates rows of another table merge-on-read
+(position delete files); on the read-only ref it reads, and tries a write that must be
 refused. It prints one JSON document of what it saw.
 
 The Iceberg runtime for Spark 3.5 comes from PyPI (the `snowpark-connect-deps-iceberg`
@@ -89,6 +90,18 @@ def main(uri, branch, frozen):
     first = rows(s, "SELECT snapshot_id FROM lh.shop.scores.snapshots ORDER BY committed_at LIMIT 1")
     out["scores_first_snapshot"] = rows(
         s, f"SELECT id FROM lh.shop.scores VERSION AS OF {first[0]['snapshot_id']} ORDER BY id")
+
+    # Merge-on-read: DELETE and UPDATE write position delete files, not new data files.
+    s.sql("CREATE TABLE lh.shop.events (id bigint, kind string) USING iceberg TBLPROPERTIES ("
+          "'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read')")
+    s.sql("INSERT INTO lh.shop.events SELECT id, "
+          "CASE WHEN id % 3 = 0 THEN 'click' ELSE 'view' END FROM range(1, 1001)")
+    s.sql("DELETE FROM lh.shop.events WHERE id % 10 = 0")
+    s.sql("UPDATE lh.shop.events SET kind = 'buy' WHERE id IN (7, 11)")
+    out["events_by_kind"] = rows(
+        s, "SELECT kind, count(*) AS n, sum(id) AS ids FROM lh.shop.events GROUP BY kind ORDER BY kind")
+    out["events_files"] = rows(
+        s, "SELECT content, count(*) AS n FROM lh.shop.events.files GROUP BY content ORDER BY content")
 
     # The read-only ref reads, and refuses writes.
     out["frozen_people"] = rows(s, "SELECT id, name FROM frozen.shop.people ORDER BY id")

@@ -303,13 +303,21 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(|e| Error::internal(format!("query task failed: {e}")))?
 }
 
-/// The data files of a table, grouped by their physical columns (Parquet field id to
-/// column name): files written under one schema share a group.
-pub(crate) type FileGroups = Vec<(Arc<Vec<(i32, String)>>, Vec<PathBuf>)>;
+/// Data files with the same physical columns (Parquet field id to column name): files
+/// written under one schema share a group.
+pub(crate) type FileGroup = (Arc<Vec<(i32, String)>>, Vec<PathBuf>);
+
+/// What a table's view reads: its data files, grouped by their physical columns, and
+/// the position delete files that remove rows of them; all as local paths.
+#[derive(Debug, Default)]
+pub(crate) struct TableFiles {
+    pub groups: Vec<FileGroup>,
+    pub position_deletes: Vec<PathBuf>,
+}
 
 /// The statements that expose a table as a view at its snapshot (see [`view_sql`]).
-pub(crate) fn table_view_sql(parts: &[String], table: &LoadedTable, groups: &FileGroups) -> String {
-    view_sql(parts, table, groups)
+pub(crate) fn table_view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String {
+    view_sql(parts, table, files)
 }
 
 /// The statements that expose a table as a view at its snapshot.
@@ -320,7 +328,13 @@ pub(crate) fn table_view_sql(parts: &[String], table: &LoadedTable, groups: &Fil
 /// the current type (a no-op DuckDB removes when nothing changed, so projections and
 /// filters still reach the Parquet reader), or yields NULL when the files predate the
 /// column. Groups are combined with UNION ALL.
-fn view_sql(parts: &[String], table: &LoadedTable, groups: &FileGroups) -> String {
+///
+/// Position deletes (merge-on-read) name rows by data file and 0-based position: the
+/// data files are read with their path and row number (`filename`, `file_row_number`),
+/// and an anti join drops the rows the delete files name (their `file_path` taken as a
+/// local path, in any spelling of a file URL). Filters on the table's columns still
+/// reach the Parquet reader below the join.
+fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String {
     let schema = table.metadata.current_schema();
     let mut sql = String::new();
     let [ns, name] = parts else {
@@ -332,8 +346,9 @@ fn view_sql(parts: &[String], table: &LoadedTable, groups: &FileGroups) -> Strin
     ));
     let qualified = format!("{}.{}", quote_ident(ns), quote_ident(name));
     let fields = schema.as_struct().fields();
+    let deletes = !files.position_deletes.is_empty() && !files.groups.is_empty();
     let select = |physical: Option<&[(i32, String)]>| -> String {
-        let cols: Vec<String> = fields
+        let mut cols: Vec<String> = fields
             .iter()
             .map(|f| {
                 let ty = duckdb_type(&f.field_type);
@@ -344,26 +359,51 @@ fn view_sql(parts: &[String], table: &LoadedTable, groups: &FileGroups) -> Strin
                 format!("CAST({source} AS {ty}) AS {}", quote_ident(&f.name))
             })
             .collect();
+        if deletes {
+            cols.push("__lh_file, file_row_number AS __lh_pos".to_string());
+        }
         cols.join(", ")
     };
-    let body = if groups.is_empty() {
+    let list = |paths: &[PathBuf]| -> String {
+        paths
+            .iter()
+            .map(|p| quote_literal(&p.display().to_string()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let body = if files.groups.is_empty() {
         format!("SELECT {} WHERE false", select(None))
     } else {
-        let parts: Vec<String> = groups
+        let options = if deletes {
+            ", filename = '__lh_file', file_row_number = true"
+        } else {
+            ""
+        };
+        let parts: Vec<String> = files
+            .groups
             .iter()
-            .map(|(cols, files)| {
-                let list: Vec<String> = files
-                    .iter()
-                    .map(|p| quote_literal(&p.display().to_string()))
-                    .collect();
+            .map(|(cols, paths)| {
                 format!(
-                    "SELECT {} FROM read_parquet([{}])",
+                    "SELECT {} FROM read_parquet([{}]{options})",
                     select(Some(cols)),
-                    list.join(", ")
+                    list(paths)
                 )
             })
             .collect();
         parts.join(" UNION ALL ")
+    };
+    let body = if deletes {
+        let names: Vec<String> = fields.iter().map(|f| quote_ident(&f.name)).collect();
+        format!(
+            "SELECT {} FROM ({body}) AS __lh_rows ANTI JOIN (\
+             SELECT regexp_replace(file_path, '^file:(//localhost|//)?', '') AS file, pos \
+             FROM read_parquet([{}])) AS __lh_deletes \
+             ON __lh_deletes.file = __lh_rows.__lh_file AND __lh_deletes.pos = __lh_rows.__lh_pos",
+            names.join(", "),
+            list(&files.position_deletes)
+        )
+    } else {
+        body
     };
     sql.push_str(&format!("CREATE VIEW {qualified} AS {body};\n"));
     sql

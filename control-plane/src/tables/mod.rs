@@ -15,18 +15,18 @@ pub mod write;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use iceberg::spec::{ManifestContentType, TableMetadata};
+use iceberg::spec::{DataContentType, DataFileFormat, TableMetadata};
 use lh_catalog::{Catalog, Commit, CommitMeta, TableOp, TablePointer};
 
 use crate::error::{Error, Result, pointer};
 use crate::warehouse::Warehouse;
 
-/// A data file of a table's current snapshot.
-#[derive(Debug, Clone)]
-pub struct LiveFile {
-    pub url: String,
-    pub records: u64,
-    pub bytes: u64,
+/// The files a table's current snapshot reads: its data files, and the position delete
+/// files (merge-on-read deletes, as Spark and Trino write them) that remove rows of them.
+#[derive(Debug, Clone, Default)]
+pub struct LiveFiles {
+    pub data: Vec<String>,
+    pub position_deletes: Vec<String>,
 }
 
 /// A table at a commit, with its metadata read.
@@ -43,7 +43,7 @@ pub struct Tables {
     /// Metadata files never change once written: cache them by location.
     metadata: quick_cache::sync::Cache<String, Arc<TableMetadata>>,
     /// Nor do snapshots: cache their live files by (metadata location, snapshot).
-    files: quick_cache::sync::Cache<(String, i64), Arc<Vec<LiveFile>>>,
+    files: quick_cache::sync::Cache<(String, i64), Arc<LiveFiles>>,
     /// Nor data files: cache their top-level columns (field id, name) by path.
     columns: quick_cache::sync::Cache<std::path::PathBuf, Arc<Vec<(i32, String)>>>,
     /// The folders this server's writes are filling: garbage collection leaves them be.
@@ -109,36 +109,57 @@ impl Tables {
         })
     }
 
-    /// The data files of the table's current snapshot.
-    pub async fn live_files(&self, t: &LoadedTable) -> Result<Arc<Vec<LiveFile>>> {
+    /// The live files of the table's current snapshot. lh reads Parquet data files and
+    /// Parquet position delete files; a table with equality deletes (Flink's upserts),
+    /// deletion vectors (format v3) or data in another format is a clear error, never a
+    /// read that would show deleted rows.
+    pub async fn live_files(&self, t: &LoadedTable) -> Result<Arc<LiveFiles>> {
         let Some(snapshot) = t.metadata.current_snapshot() else {
-            return Ok(Arc::new(Vec::new()));
+            return Ok(Arc::new(LiveFiles::default()));
         };
         let key = (t.pointer.metadata_location.clone(), snapshot.snapshot_id());
         if let Some(f) = self.files.get(&key) {
             return Ok(f);
         }
+        let unsupported = |what: String| {
+            Error::bad_request(
+                "unsupported_table",
+                format!("table '{}' has {what}, which lh cannot read yet", t.name),
+            )
+        };
         let io = self.warehouse.io();
-        let mut out = Vec::new();
+        let mut out = LiveFiles::default();
         for m in snapshot::manifests_of(io, &t.metadata, snapshot.manifest_list()).await? {
-            if m.content == ManifestContentType::Deletes {
-                return Err(Error::bad_request(
-                    "unsupported_table",
-                    format!(
-                        "table '{}' has delete files (merge-on-read), which lh cannot read yet",
-                        t.name
-                    ),
-                )
-                .with_hint("rewrite the table with copy-on-write deletes"));
-            }
             let manifest = m.load_manifest(io).await?;
             for e in manifest.entries() {
-                if e.is_alive() {
-                    out.push(LiveFile {
-                        url: e.file_path().to_string(),
-                        records: e.record_count(),
-                        bytes: e.file_size_in_bytes(),
-                    });
+                if !e.is_alive() {
+                    continue;
+                }
+                match (e.content_type(), e.file_format()) {
+                    (DataContentType::Data, DataFileFormat::Parquet) => {
+                        out.data.push(e.file_path().to_string())
+                    }
+                    (DataContentType::PositionDeletes, DataFileFormat::Parquet) => {
+                        out.position_deletes.push(e.file_path().to_string())
+                    }
+                    (DataContentType::PositionDeletes, DataFileFormat::Puffin) => {
+                        return Err(unsupported("deletion vectors".into())
+                            .with_hint("rewrite its data files (Spark: rewrite_data_files)"));
+                    }
+                    (DataContentType::EqualityDeletes, _) => {
+                        return Err(unsupported("equality delete files".into())
+                            .with_hint("rewrite its data files (Spark: rewrite_data_files)"));
+                    }
+                    (content, format) => {
+                        return Err(unsupported(format!(
+                            "{} files in {format} format",
+                            match content {
+                                DataContentType::Data => "data",
+                                _ => "delete",
+                            }
+                        ))
+                        .with_hint("lh reads Parquet files"));
+                    }
                 }
             }
         }
@@ -149,12 +170,12 @@ impl Tables {
 
     /// The live data files of a table, grouped by their physical columns, as local paths
     /// (see `query::view_sql`). Footers are read once per file.
-    pub async fn file_groups(&self, t: &LoadedTable) -> Result<crate::query::FileGroups> {
+    pub(crate) async fn file_groups(&self, t: &LoadedTable) -> Result<crate::query::TableFiles> {
         let files = self.live_files(t).await?;
-        let mut paths = Vec::with_capacity(files.len());
+        let mut paths = Vec::with_capacity(files.data.len());
         let mut unknown = Vec::new();
-        for f in files.iter() {
-            let p = self.warehouse.local_path(&f.url)?;
+        for f in &files.data {
+            let p = self.warehouse.local_path(f)?;
             if self.columns.get(&p).is_none() {
                 unknown.push(p.clone());
             }
@@ -173,7 +194,7 @@ impl Tables {
                 self.columns.insert(p, Arc::new(c));
             }
         }
-        let mut groups: crate::query::FileGroups = Vec::new();
+        let mut groups: Vec<crate::query::FileGroup> = Vec::new();
         for p in paths {
             let cols = self
                 .columns
@@ -184,7 +205,15 @@ impl Tables {
                 None => groups.push((cols, vec![p])),
             }
         }
-        Ok(groups)
+        let position_deletes = files
+            .position_deletes
+            .iter()
+            .map(|f| self.warehouse.local_path(f))
+            .collect::<Result<_>>()?;
+        Ok(crate::query::TableFiles {
+            groups,
+            position_deletes,
+        })
     }
 
     /// Writes a new metadata file for `metadata` (the next version after `previous`)
@@ -306,7 +335,8 @@ impl Tables {
                 iceberg::spec::FormatVersion::V3 => 3,
             },
             columns,
-            rows: total("total-records"),
+            // Rows a position delete removes are not rows of the table.
+            rows: total("total-records").saturating_sub(total("total-position-deletes")),
             files: total("total-data-files"),
             size_bytes: total("total-files-size"),
             snapshots,

@@ -963,6 +963,40 @@ fn spark_writes_a_branch_that_a_merge_publishes() {
     )
     .unwrap();
     assert_eq!(show["rows"], 900, "{show}");
+    // lh appends to the table and its deletes still hold.
+    let more = lh.file("events.csv", "id,kind\n2000,view\n2001,click\n");
+    lh.run(&[
+        "table",
+        "import",
+        "shop.events",
+        more.to_str().unwrap(),
+        "--mode",
+        "append",
+        "--ref",
+        "spark",
+    ])
+    .ok();
+    assert_eq!(
+        lh.rows(
+            "select count(*) AS n, count(*) filter (where id % 10 = 0) AS deleted from shop.events",
+            "spark"
+        ),
+        vec![json!({"n": 902, "deleted": 1})]
+    );
+    let show: Value = serde_json::from_str(
+        lh.run(&[
+            "table",
+            "show",
+            "shop.events",
+            "--ref",
+            "spark",
+            "-o",
+            "json",
+        ])
+        .ok(),
+    )
+    .unwrap();
+    assert_eq!(show["rows"], 902, "{show}");
 
     // Merged, main has Spark's tables, and pyiceberg reads them as Spark does.
     lh.run(&["merge", "spark", "--into", "main"]).ok();
@@ -971,7 +1005,7 @@ fn spark_writes_a_branch_that_a_merge_publishes() {
     assert_eq!(py["rows"], scores);
     let py = client(&server, "read", "main", &["shop.events"]);
     let rows = py["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 900);
+    assert_eq!(rows.len(), 902);
     assert_eq!(
         Value::Array(lh.rows("select id, kind from shop.events order by id", "main")),
         py["rows"]

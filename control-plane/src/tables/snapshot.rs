@@ -80,9 +80,6 @@ pub async fn produce(
     let mut summary = SnapshotSummaryCollector::default();
     let mut manifests: Vec<ManifestFile> = Vec::new();
     let mut written = Vec::new();
-    let mut removed_records = 0u64;
-    let mut removed_files = 0u64;
-    let mut removed_bytes = 0u64;
     match op {
         SnapshotOp::Append => manifests.extend(previous),
         SnapshotOp::Overwrite => {
@@ -114,9 +111,6 @@ pub async fn produce(
                         }
                     };
                     let df = entry.data_file().clone();
-                    removed_records += df.record_count();
-                    removed_bytes += df.file_size_in_bytes();
-                    removed_files += 1;
                     summary.remove_file(&df, schema.clone(), base.default_partition_spec().clone());
                     w.add_delete_file(
                         df,
@@ -158,31 +152,27 @@ pub async fn produce(
     list.close().await?;
     written.push(list_path.clone());
 
-    // The totals: the previous snapshot's, plus what came, minus what went.
-    let prev_total = |key: &str| -> u64 {
-        base.current_snapshot()
-            .and_then(|s| s.summary().additional_properties.get(key))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
+    // The totals: an append keeps every file of the previous snapshot (delete files
+    // included) and adds its own; an overwrite leaves only its own.
+    let kept = |key: &str| -> u64 {
+        match op {
+            SnapshotOp::Append => base
+                .current_snapshot()
+                .and_then(|s| s.summary().additional_properties.get(key))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            SnapshotOp::Overwrite => 0,
+        }
     };
     let mut props = properties;
     props.extend(summary.build());
     let totals = [
-        (
-            "total-records",
-            prev_total("total-records") + added_records - removed_records,
-        ),
-        (
-            "total-files-size",
-            prev_total("total-files-size") + added_bytes - removed_bytes,
-        ),
-        (
-            "total-data-files",
-            prev_total("total-data-files") + added_files - removed_files,
-        ),
-        ("total-delete-files", 0),
-        ("total-position-deletes", 0),
-        ("total-equality-deletes", 0),
+        ("total-records", kept("total-records") + added_records),
+        ("total-files-size", kept("total-files-size") + added_bytes),
+        ("total-data-files", kept("total-data-files") + added_files),
+        ("total-delete-files", kept("total-delete-files")),
+        ("total-position-deletes", kept("total-position-deletes")),
+        ("total-equality-deletes", kept("total-equality-deletes")),
     ];
     for (k, v) in totals {
         props.insert(k.to_string(), v.to_string());

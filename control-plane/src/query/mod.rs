@@ -2,13 +2,16 @@
 //!
 //! One DuckDB database serves every query: sandboxed and locked at start-up, so that its
 //! thread pool, memory limit and file cache are shared and warm. Each query gets its own
-//! connection and its own in-memory catalog (`ATTACH ':memory:' AS q_<id>; USE q_<id>`),
-//! detached afterwards. DuckDB's parser says whether the query is one read-only
-//! statement and which tables it names; each such table is resolved at the query's
-//! commit to its snapshot's data files and exposed in that catalog as a view over
-//! `read_parquet`, reading columns by Iceberg field id (so renamed and added columns
-//! read right). The query runs bounded in time and in result size, and is interrupted
-//! when its caller goes away.
+//! connection. DuckDB's parser says whether the query is one read-only statement and
+//! which tables it names; each such table is resolved at the query's commit to its
+//! snapshot's data files and exposed as a view over `read_parquet`, reading columns by
+//! Iceberg field id (so renamed and added columns read right). A commit never changes,
+//! so neither do its views: they live in an in-memory catalog per commit
+//! (`ATTACH ':memory:' AS c_<commit>`), made on first use and kept for the next queries
+//! of that commit (the most recent commits are kept; a catalog is detached when it
+//! leaves the cache and its last query ends). User SQL cannot change them: only
+//! read-only statements run. The query runs bounded in time and in result size, and is
+//! interrupted when its caller goes away.
 
 pub mod sql;
 
@@ -42,32 +45,113 @@ pub struct QueryEngine {
     permits: Semaphore,
     /// The shared, locked database; each query connects to it anew.
     database: Arc<std::sync::Mutex<Connection>>,
+    /// The catalogs of recently queried commits, with the views made in them.
+    commits: quick_cache::sync::Cache<CommitId, Arc<CommitCatalog>>,
 }
 
-/// A query's connection and catalog, detached when dropped.
+/// How many commits keep their catalog of views between queries.
+const CACHED_COMMITS: usize = 64;
+
+/// The in-memory catalog of one commit's views. The views of a commit never change, so
+/// each is made once, by the first query that names its table. Detached when dropped:
+/// when it has left the cache and no query uses it any more.
+struct CommitCatalog {
+    name: String,
+    database: Arc<std::sync::Mutex<Connection>>,
+    /// The tables (`namespace.table`) whose view exists.
+    views: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl CommitCatalog {
+    fn attach(database: &Arc<std::sync::Mutex<Connection>>) -> Result<CommitCatalog> {
+        let name = format!("c_{}", uuid::Uuid::new_v4().simple());
+        database
+            .lock()
+            .map_err(|_| Error::internal("the query database is poisoned"))?
+            .execute_batch(&format!("ATTACH ':memory:' AS {name};"))?;
+        Ok(CommitCatalog {
+            name,
+            database: database.clone(),
+            views: Default::default(),
+        })
+    }
+
+    /// Makes the views of `tables` that do not exist yet, on `conn` (whose current
+    /// catalog is this one).
+    fn ensure_views(&self, conn: &Connection, tables: &[(String, String)]) -> Result<()> {
+        let mut made = self
+            .views
+            .lock()
+            .map_err(|_| Error::internal("a commit catalog is poisoned"))?;
+        for (table, sql) in tables {
+            if made.contains(table) {
+                continue;
+            }
+            conn.execute_batch(sql)
+                .map_err(|e| Error::internal(format!("cannot expose a table to DuckDB: {e}")))?;
+            made.insert(table.clone());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for CommitCatalog {
+    fn drop(&mut self) {
+        if let Ok(conn) = self.database.lock() {
+            let _ = conn.execute_batch(&format!("DETACH DATABASE IF EXISTS {};", self.name));
+        }
+    }
+}
+
+/// A connection to the shared database, in an in-memory catalog: its own (detached when
+/// dropped), or a commit's (kept alive by the session).
 struct Session {
     conn: Connection,
     catalog: String,
+    commit: Option<Arc<CommitCatalog>>,
 }
 
 impl Session {
     fn open(database: &std::sync::Mutex<Connection>) -> Result<Session> {
-        let conn = database
-            .lock()
-            .map_err(|_| Error::internal("the query database is poisoned"))?
-            .try_clone()?;
+        let conn = connect(database)?;
         let catalog = format!("q_{}", uuid::Uuid::new_v4().simple());
         conn.execute_batch(&format!("ATTACH ':memory:' AS {catalog}; USE {catalog};"))?;
-        Ok(Session { conn, catalog })
+        Ok(Session {
+            conn,
+            catalog,
+            commit: None,
+        })
     }
+
+    fn in_commit(
+        database: &std::sync::Mutex<Connection>,
+        commit: Arc<CommitCatalog>,
+    ) -> Result<Session> {
+        let conn = connect(database)?;
+        conn.execute_batch(&format!("USE {};", commit.name))?;
+        Ok(Session {
+            conn,
+            catalog: commit.name.clone(),
+            commit: Some(commit),
+        })
+    }
+}
+
+fn connect(database: &std::sync::Mutex<Connection>) -> Result<Connection> {
+    Ok(database
+        .lock()
+        .map_err(|_| Error::internal("the query database is poisoned"))?
+        .try_clone()?)
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let _ = self.conn.execute_batch(&format!(
-            "USE memory; DETACH DATABASE IF EXISTS {};",
-            self.catalog
-        ));
+        if self.commit.is_none() {
+            let _ = self.conn.execute_batch(&format!(
+                "USE memory; DETACH DATABASE IF EXISTS {};",
+                self.catalog
+            ));
+        }
     }
 }
 
@@ -101,6 +185,14 @@ impl QueryEngine {
             permits: Semaphore::new(limits.max_concurrent.max(1)),
             limits,
             database: Arc::new(std::sync::Mutex::new(conn)),
+            commits: quick_cache::sync::Cache::new(CACHED_COMMITS),
+        })
+    }
+
+    /// The catalog of `commit`'s views, attached on first use.
+    fn commit_catalog(&self, commit: &CommitId) -> Result<Arc<CommitCatalog>> {
+        self.commits.get_or_insert_with(commit, || {
+            CommitCatalog::attach(&self.database).map(Arc::new)
         })
     }
 
@@ -220,11 +312,12 @@ impl QueryEngine {
             )
         })?;
         let resolved = self.tables.catalog.resolve(at).await?;
+        let catalog = self.commit_catalog(&resolved.commit.id)?;
 
         let database = self.database.clone();
         let text = sql.to_string();
         let (session, refs) = blocking(move || {
-            let session = Session::open(&database)?;
+            let session = Session::in_commit(&database, catalog)?;
             let serialized: String = session
                 .conn
                 .prepare("SELECT json_serialize_sql(?::VARCHAR)")?
@@ -263,8 +356,14 @@ impl QueryEngine {
                 )
                 .with_hint(format!("`lh table ls --ref {at}` lists the tables")));
             };
-            let groups = self.tables.file_groups(&table).await?;
-            views.push(view_sql(&parts, &table, &groups));
+            if !session
+                .commit
+                .as_ref()
+                .is_some_and(|c| c.views.lock().is_ok_and(|v| v.contains(&name)))
+            {
+                let files = self.tables.file_groups(&table).await?;
+                views.push((name, view_sql(&parts, &table, &files)));
+            }
         }
 
         let handle = session.conn.interrupt_handle();
@@ -409,18 +508,17 @@ fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String
     sql
 }
 
-/// Creates the views, locks the sandbox, runs the query and collects its result.
+/// Makes the views the commit's catalog lacks, runs the query and collects its result.
 fn execute(
     session: Session,
-    views: &[String],
+    views: &[(String, String)],
     sql: &str,
     max_bytes: u64,
     max_rows: Option<u64>,
 ) -> Result<(SchemaRef, Vec<RecordBatch>, bool)> {
     let conn = &session.conn;
-    for v in views {
-        conn.execute_batch(v)
-            .map_err(|e| Error::internal(format!("cannot expose a table to DuckDB: {e}")))?;
+    if let Some(commit) = &session.commit {
+        commit.ensure_views(conn, views)?;
     }
     let mut stmt = conn.prepare(sql).map_err(sql_error)?;
     // Stream the result chunk by chunk, so that an oversized result stops early and
@@ -616,18 +714,80 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sessions_are_isolated_and_cleaned_up() {
+    async fn commit_catalogs_are_reused_bounded_and_right() {
         let dir = tempfile::tempdir().unwrap();
-        let (_tables, engine, _ctx) = setup(dir.path()).await;
+        let (tables, engine, ctx) = setup(dir.path()).await;
+        let attached = |engine: &QueryEngine, prefix: &str| -> i64 {
+            engine
+                .database
+                .lock()
+                .unwrap()
+                .query_row(
+                    "select count(*) from duckdb_databases() where database_name like ?",
+                    [format!("{prefix}%")],
+                    |r| r.get(0),
+                )
+                .unwrap()
+        };
+        // Queries of one commit share its catalog; analysis sessions leave none behind.
         for _ in 0..3 {
             assert_eq!(rows(&engine, "select 1 AS x").await.len(), 5);
+            engine.analyze("select 2").await.unwrap();
         }
-        // Every per-query catalog was detached.
-        let attached = rows(
-            &engine,
-            "select count(*) AS n from duckdb_databases() where database_name like 'q_%'",
-        )
-        .await;
-        assert_eq!(attached[3], "| 1 |", "only this query's own catalog");
+        assert_eq!(attached(&engine, "c_"), 1);
+        assert_eq!(attached(&engine, "q_"), 0);
+
+        // More commits than the cache keeps: each reads its own rows, cached or not.
+        let mut commits = Vec::new();
+        for i in 0..CACHED_COMMITS + 6 {
+            let csv = ctx.uploads.join(format!("{i}.csv"));
+            std::fs::write(&csv, format!("id\n{i}\n")).unwrap();
+            let job = ImportJob {
+                branch: "main".into(),
+                table: "raw.t".into(),
+                mode: if i == 0 {
+                    ImportMode::Create
+                } else {
+                    ImportMode::Append
+                },
+                format: FileFormat::Csv,
+                files: vec![csv],
+                names: vec![format!("{i}.csv")],
+                author: "t".into(),
+            };
+            import(&tables, &ctx, job).await.unwrap();
+            let head = tables.catalog.resolve("main").await.unwrap().commit.id;
+            commits.push(format!("@{}", head.to_hex()));
+        }
+        let count = |at: String| {
+            let engine = &engine;
+            async move {
+                let out = engine
+                    .run("select count(*)::int AS n from raw.t", &at, None, None)
+                    .await
+                    .unwrap();
+                arrow::util::pretty::pretty_format_batches(&out.batches)
+                    .unwrap()
+                    .to_string()
+                    .lines()
+                    .nth(3)
+                    .unwrap()
+                    .trim_matches(|c| c == '|' || c == ' ')
+                    .parse::<usize>()
+                    .unwrap()
+            }
+        };
+        for (i, at) in commits.iter().enumerate() {
+            assert_eq!(count(at.clone()).await, i + 1, "{at}");
+        }
+        assert!(attached(&engine, "c_") as usize <= CACHED_COMMITS);
+        // The first commits' catalogs were evicted and detached; asked again, they are
+        // made again, with the same answer.
+        assert_eq!(count(commits[0].clone()).await, 1);
+        assert_eq!(
+            count(commits[CACHED_COMMITS + 5].clone()).await,
+            CACHED_COMMITS + 6
+        );
+        assert_eq!(attached(&engine, "q_"), 0);
     }
 }

@@ -137,7 +137,11 @@ pub fn batches(
                 let mut w = arrow::json::WriterBuilder::new()
                     .with_explicit_nulls(true)
                     .build::<_, arrow::json::writer::JsonArray>(&mut buf);
-                let refs: Vec<&RecordBatch> = batches.iter().collect();
+                let plain = batches
+                    .iter()
+                    .map(|b| representable(b, Writer::Json))
+                    .collect::<CliResult<Vec<_>>>()?;
+                let refs: Vec<&RecordBatch> = plain.iter().collect();
                 w.write_batches(&refs)?;
                 w.finish()?;
             }
@@ -157,7 +161,7 @@ pub fn batches(
                     let mut w = arrow::csv::WriterBuilder::new()
                         .with_header(i == 0)
                         .build(&mut buf);
-                    w.write(b)?;
+                    w.write(&representable(b, Writer::Csv)?)?;
                 }
                 out.write_all(&buf)?;
             }
@@ -165,6 +169,120 @@ pub fn batches(
     }
     out.flush()?;
     Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Writer {
+    Csv,
+    Json,
+}
+
+/// The batch with every column the writer cannot encode turned into text: for CSV, a
+/// nested value (struct, list, map) becomes its JSON text, as one cell; a union (which
+/// no Iceberg table has, but a query can make) becomes its displayed form.
+fn representable(batch: &RecordBatch, writer: Writer) -> CliResult<RecordBatch> {
+    use arrow::datatypes::{DataType, Field, Schema};
+    let nested = |t: &DataType| {
+        matches!(
+            t,
+            DataType::Struct(_)
+                | DataType::List(_)
+                | DataType::LargeList(_)
+                | DataType::FixedSizeList(..)
+                | DataType::ListView(_)
+                | DataType::LargeListView(_)
+                | DataType::Map(..)
+        )
+    };
+    fn has_union(t: &DataType) -> bool {
+        match t {
+            DataType::Union(..) => true,
+            DataType::Struct(fs) => fs.iter().any(|f| has_union(f.data_type())),
+            DataType::List(f)
+            | DataType::LargeList(f)
+            | DataType::FixedSizeList(f, _)
+            | DataType::ListView(f)
+            | DataType::LargeListView(f)
+            | DataType::Map(f, _) => has_union(f.data_type()),
+            DataType::Dictionary(_, v) => has_union(v),
+            _ => false,
+        }
+    }
+    let schema = batch.schema();
+    if !schema
+        .fields()
+        .iter()
+        .any(|f| has_union(f.data_type()) || (writer == Writer::Csv && nested(f.data_type())))
+    {
+        return Ok(batch.clone());
+    }
+    let mut fields = Vec::with_capacity(schema.fields().len());
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for (f, c) in schema.fields().iter().zip(batch.columns()) {
+        let t = f.data_type();
+        let text = if has_union(t) {
+            Some(displayed(c)?)
+        } else if writer == Writer::Csv && nested(t) {
+            Some(json_texts(f, c)?)
+        } else {
+            None
+        };
+        match text {
+            Some(a) => {
+                fields.push(Field::new(f.name(), DataType::Utf8, true));
+                columns.push(std::sync::Arc::new(a) as arrow::array::ArrayRef);
+            }
+            None => {
+                fields.push(f.as_ref().clone());
+                columns.push(c.clone());
+            }
+        }
+    }
+    Ok(RecordBatch::try_new(
+        std::sync::Arc::new(Schema::new(fields)),
+        columns,
+    )?)
+}
+
+/// Each value of a nested column as JSON text (null stays null).
+fn json_texts(
+    field: &arrow::datatypes::Field,
+    column: &arrow::array::ArrayRef,
+) -> CliResult<arrow::array::StringArray> {
+    let one = RecordBatch::try_new(
+        std::sync::Arc::new(arrow::datatypes::Schema::new(vec![
+            field.clone().with_name("v"),
+        ])),
+        vec![column.clone()],
+    )?;
+    let mut buf = Vec::new();
+    {
+        let mut w = arrow::json::WriterBuilder::new()
+            .with_explicit_nulls(true)
+            .build::<_, arrow::json::writer::LineDelimited>(&mut buf);
+        w.write(&one)?;
+        w.finish()?;
+    }
+    let mut out = arrow::array::StringBuilder::with_capacity(column.len(), buf.len());
+    for line in buf.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let row: serde_json::Value = serde_json::from_slice(line)?;
+        match row.get("v") {
+            None | Some(serde_json::Value::Null) => out.append_null(),
+            Some(v) => out.append_value(v.to_string()),
+        }
+    }
+    Ok(out.finish())
+}
+
+/// Each value as the table output shows it (null stays null).
+fn displayed(column: &arrow::array::ArrayRef) -> CliResult<arrow::array::StringArray> {
+    let fmt = arrow::util::display::ArrayFormatter::try_new(
+        column.as_ref(),
+        &arrow::util::display::FormatOptions::default(),
+    )?;
+    Ok((0..column.len())
+        .map(|i| column.is_valid(i).then(|| fmt.value(i).to_string()))
+        .collect())
 }
 
 /// A query result into a Parquet file.

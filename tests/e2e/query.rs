@@ -60,6 +60,62 @@ fn output_formats() {
     );
 }
 
+/// Every type a query can return prints in every output format: time zones by name,
+/// nested values (as JSON text in a CSV cell), intervals, blobs, uuids, unions.
+#[test]
+fn every_type_prints_in_every_format() {
+    let server = Server::start();
+    let lh = server.lh();
+    let csv = lh.file(
+        "events.csv",
+        "id,seen\n1,2026-01-02 03:04:05+00\n2,2026-06-30 23:59:59.5+02\n",
+    );
+    lh.run(&["table", "import", "raw.events", csv.to_str().unwrap()])
+        .ok();
+    let sql = "select id, seen from raw.events order by id";
+    assert_eq!(
+        lh.run(&["query", sql, "-o", "csv"]).ok(),
+        "id,seen\n1,2026-01-02T03:04:05Z\n2,2026-06-30T21:59:59.500Z\n"
+    );
+    assert_eq!(
+        lh.rows(sql, "main"),
+        vec![
+            serde_json::json!({"id": 1, "seen": "2026-01-02T03:04:05Z"}),
+            serde_json::json!({"id": 2, "seen": "2026-06-30T21:59:59.500Z"}),
+        ]
+    );
+    assert!(
+        lh.run(&["query", sql])
+            .ok()
+            .contains("| 2  | 2026-06-30T21:59:59.500Z |")
+    );
+
+    let sql = "select 12.345::decimal(12,3) AS dec, INTERVAL 90 MINUTE AS iv, \
+               '\\xCA\\xFE'::blob AS bin, uuid '6ba7b810-9dad-11d1-80b4-00c04fd430c8' AS id, \
+               [1, 2] AS l, {'a': 1, 'b': 'x', 'c': [{'d': NULL}]} AS st, MAP {'k': 3} AS m, \
+               NULL::int[] AS nl, union_value(num := 2) AS u";
+    assert_eq!(
+        lh.run(&["query", sql, "-o", "csv"]).ok(),
+        "dec,iv,bin,id,l,st,m,nl,u\n\
+         12.345,1 hours 30 mins,cafe,6ba7b810-9dad-11d1-80b4-00c04fd430c8,\"[1,2]\",\
+         \"{\"\"a\"\":1,\"\"b\"\":\"\"x\"\",\"\"c\"\":[{\"\"d\"\":null}]}\",\"{\"\"k\"\":3}\",,{num=2}\n"
+    );
+    assert_eq!(
+        lh.rows(sql, "main"),
+        vec![serde_json::json!({
+            "dec": 12.345, "iv": "1 hours 30 mins", "bin": "cafe",
+            "id": "6ba7b810-9dad-11d1-80b4-00c04fd430c8", "l": [1, 2],
+            "st": {"a": 1, "b": "x", "c": [{"d": null}]}, "m": {"k": 3}, "nl": null,
+            "u": "{num=2}"
+        })]
+    );
+    assert!(
+        lh.run(&["query", sql])
+            .ok()
+            .contains("| 12.345 | 1 hours 30 mins | cafe |")
+    );
+}
+
 #[test]
 fn queries_read_any_ref() {
     let server = Server::start();

@@ -922,6 +922,30 @@ fn spark_writes_a_branch_that_a_merge_publishes() {
         );
     }
 
+    // Nested fields read by field id: renamed ones under their new names, added ones
+    // NULL in older files; timestamps with their zone.
+    let profiles = json!([
+        {"id": 1, "info": {"a": 1, "bee": "x", "c": null}, "tags": [{"tag": "p"}, {"tag": "q"}],
+         "attrs": {"m": {"zz": 7}}},
+        {"id": 2, "info": null, "tags": null, "attrs": null},
+        {"id": 3, "info": {"a": 2, "bee": "y", "c": 0.5}, "tags": [], "attrs": {}},
+    ]);
+    assert_eq!(spark["profiles"], profiles);
+    assert_eq!(
+        Value::Array(lh.rows(
+            "select id, info, tags, attrs from shop.profiles order by id",
+            "spark"
+        )),
+        profiles
+    );
+    assert_eq!(
+        lh.rows(
+            "select id, seen from shop.profiles where info.bee = 'x' and tags[2].tag = 'q'",
+            "spark"
+        ),
+        vec![json!({"id": 1, "seen": "2026-01-02T03:04:05Z"})]
+    );
+
     // Merge-on-read: lh applies Spark's position deletes, in queries and in `table show`.
     assert_eq!(
         spark["events_files"],

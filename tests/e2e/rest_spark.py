@@ -6,8 +6,8 @@ One Spark session (local, one core) with two catalogs configured as the README s
 `lh` on BRANCH (read-write) and `frozen` on READ_ONLY_REF (a tag or `branch@commit`).
 On the branch it reads a table lh imported (`shop.people`, ids 1 and 2), appends to it,
 creates a table, evolves its schema, and deletes, updates and merges rows (Spark's
-copy-on-write rewrites), then deletes and updates rows of another table merge-on-read
-(position delete files); on the read-only ref it reads, and tries a write that must be
+copy-on-write rewrites), renames and adds nested fields of a third, then deletes and
+updates rows of another table merge-on-read (position delete files); on the read-only ref it reads, and tries a write that must be
 refused. It prints one JSON document of what it saw.
 
 The Iceberg runtime for Spark 3.5 comes from PyPI (the `snowpark-connect-deps-iceberg`
@@ -90,6 +90,24 @@ def main(uri, branch, frozen):
     first = rows(s, "SELECT snapshot_id FROM lh.shop.scores.snapshots ORDER BY committed_at LIMIT 1")
     out["scores_first_snapshot"] = rows(
         s, f"SELECT id FROM lh.shop.scores VERSION AS OF {first[0]['snapshot_id']} ORDER BY id")
+
+    # Nested fields renamed and added after rows were written (field ids keep them apart).
+    s.sql("CREATE TABLE lh.shop.profiles (id bigint, info struct<a: int, b: string>, "
+          "tags array<struct<k: string>>, attrs map<string, struct<z: int>>, seen timestamp) "
+          "USING iceberg")
+    s.sql("INSERT INTO lh.shop.profiles VALUES (1, named_struct('a', 1, 'b', 'x'), "
+          "array(named_struct('k', 'p'), named_struct('k', 'q')), map('m', named_struct('z', 7)), "
+          "TIMESTAMP'2026-01-02 03:04:05'), (2, NULL, NULL, NULL, NULL)")
+    s.sql("ALTER TABLE lh.shop.profiles RENAME COLUMN info.b TO bee")
+    s.sql("ALTER TABLE lh.shop.profiles RENAME COLUMN tags.element.k TO tag")
+    s.sql("ALTER TABLE lh.shop.profiles RENAME COLUMN attrs.value.z TO zz")
+    s.sql("ALTER TABLE lh.shop.profiles ADD COLUMN info.c double")
+    s.sql("INSERT INTO lh.shop.profiles VALUES (3, named_struct('a', 2, 'bee', 'y', 'c', 0.5), "
+          "array(), map(), NULL)")
+    out["profiles"] = [
+        r.asDict(recursive=True) for r in
+        s.sql("SELECT id, info, tags, attrs FROM lh.shop.profiles ORDER BY id").collect()
+    ]
 
     # Merge-on-read: DELETE and UPDATE write position delete files, not new data files.
     s.sql("CREATE TABLE lh.shop.events (id bigint, kind string) USING iceberg TBLPROPERTIES ("

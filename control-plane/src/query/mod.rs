@@ -22,11 +22,13 @@ use std::time::Duration;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use duckdb::Connection;
+use iceberg::spec::Type;
 use lh_catalog::CommitId;
 use tokio::sync::Semaphore;
 
 use crate::duck::{self, DuckLimits};
 use crate::error::{Error, Kind, Result};
+use crate::tables::stats::{PhysicalColumn, PhysicalKind};
 use crate::tables::types::{duckdb_type, quote_ident, quote_literal};
 use crate::tables::{LoadedTable, Tables};
 
@@ -404,7 +406,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 
 /// Data files with the same physical columns (Parquet field id to column name): files
 /// written under one schema share a group.
-pub(crate) type FileGroup = (Arc<Vec<(i32, String)>>, Vec<PathBuf>);
+pub(crate) type FileGroup = (Arc<Vec<PhysicalColumn>>, Vec<PathBuf>);
 
 /// What a table's view reads: its data files, grouped by their physical columns, and
 /// the position delete files that remove rows of them; all as local paths.
@@ -446,16 +448,15 @@ fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String
     let qualified = format!("{}.{}", quote_ident(ns), quote_ident(name));
     let fields = schema.as_struct().fields();
     let deletes = !files.position_deletes.is_empty() && !files.groups.is_empty();
-    let select = |physical: Option<&[(i32, String)]>| -> String {
+    let select = |physical: Option<&[PhysicalColumn]>| -> String {
         let mut cols: Vec<String> = fields
             .iter()
             .map(|f| {
-                let ty = duckdb_type(&f.field_type);
-                let source = physical
-                    .and_then(|cols| cols.iter().find(|(id, _)| *id == f.id))
-                    .map(|(_, n)| quote_ident(n))
-                    .unwrap_or_else(|| "NULL".to_string());
-                format!("CAST({source} AS {ty}) AS {}", quote_ident(&f.name))
+                let value = match physical.and_then(|cols| cols.iter().find(|c| c.id == f.id)) {
+                    Some(c) => read_as(&quote_ident(&c.name), &f.field_type, c, 0),
+                    None => format!("CAST(NULL AS {})", duckdb_type(&f.field_type)),
+                };
+                format!("{value} AS {}", quote_ident(&f.name))
             })
             .collect();
         if deletes {
@@ -506,6 +507,89 @@ fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String
     };
     sql.push_str(&format!("CREATE VIEW {qualified} AS {body};\n"));
     sql
+}
+
+/// The expression that reads the physical column `src` (described by `physical`) as a
+/// column of Iceberg type `ty`, matching nested fields by field id as the top-level ones
+/// are: a struct field renamed since the file was written reads under its new name, one
+/// added since reads as NULL, one dropped is not read. When the file's layout is the
+/// schema's (the usual case), a plain cast, which DuckDB removes when the types agree, so
+/// that projections and filters still reach the Parquet reader.
+fn read_as(src: &str, ty: &Type, physical: &PhysicalColumn, depth: usize) -> String {
+    if same_layout(ty, physical) {
+        return format!("CAST({src} AS {})", duckdb_type(ty));
+    }
+    let field =
+        |parent: &str, name: &str| format!("struct_extract({parent}, {})", quote_literal(name));
+    match (ty, &physical.kind) {
+        (Type::Struct(st), PhysicalKind::Struct(children)) => {
+            let fields: Vec<String> = st
+                .fields()
+                .iter()
+                .map(|f| {
+                    let value = match children.iter().find(|c| c.id == f.id) {
+                        Some(c) => read_as(&field(src, &c.name), &f.field_type, c, depth + 1),
+                        None => format!("CAST(NULL AS {})", duckdb_type(&f.field_type)),
+                    };
+                    format!("{} := {value}", quote_ident(&f.name))
+                })
+                .collect();
+            format!(
+                "CASE WHEN {src} IS NULL THEN NULL ELSE struct_pack({}) END",
+                fields.join(", ")
+            )
+        }
+        (Type::List(l), PhysicalKind::List(element)) => {
+            let x = format!("__lh_x{depth}");
+            format!(
+                "list_transform({src}, lambda {x}: {})",
+                read_as(&x, &l.element_field.field_type, element, depth + 1)
+            )
+        }
+        (Type::Map(m), PhysicalKind::Map(key, value)) => {
+            let e = format!("__lh_e{depth}");
+            format!(
+                "map_from_entries(list_transform(map_entries({src}), lambda {e}: struct_pack(\
+                 key := {}, value := {})))",
+                read_as(&field(&e, "key"), &m.key_field.field_type, key, depth + 1),
+                read_as(
+                    &field(&e, "value"),
+                    &m.value_field.field_type,
+                    value,
+                    depth + 1
+                )
+            )
+        }
+        // A file whose column is of another kind than the schema says: DuckDB's cast
+        // decides (and fails clearly when it cannot).
+        _ => format!("CAST({src} AS {})", duckdb_type(ty)),
+    }
+}
+
+/// Whether a physical column has the nested fields of `ty`, in its order, with its names
+/// and field ids (primitive types may differ: a cast promotes them).
+fn same_layout(ty: &Type, physical: &PhysicalColumn) -> bool {
+    match (ty, &physical.kind) {
+        (Type::Primitive(_), PhysicalKind::Primitive) => true,
+        (Type::Struct(st), PhysicalKind::Struct(children)) => {
+            st.fields().len() == children.len()
+                && st
+                    .fields()
+                    .iter()
+                    .zip(children)
+                    .all(|(f, c)| f.id == c.id && f.name == c.name && same_layout(&f.field_type, c))
+        }
+        (Type::List(l), PhysicalKind::List(element)) => {
+            l.element_field.id == element.id && same_layout(&l.element_field.field_type, element)
+        }
+        (Type::Map(m), PhysicalKind::Map(key, value)) => {
+            m.key_field.id == key.id
+                && m.value_field.id == value.id
+                && same_layout(&m.key_field.field_type, key)
+                && same_layout(&m.value_field.field_type, value)
+        }
+        _ => false,
+    }
 }
 
 /// Makes the views the commit's catalog lacks, runs the query and collects its result.
@@ -711,6 +795,128 @@ mod tests {
             .err()
             .unwrap();
         assert_eq!(err.code, "sql_error");
+    }
+
+    /// Nested fields read by field id too: a struct field renamed after the file was
+    /// written reads under its new name (in a struct, and in a struct inside a list),
+    /// one added later reads as NULL; filters on them still work.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn renamed_and_added_nested_fields_read_by_field_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tables, engine, ctx) = setup(dir.path()).await;
+        let json = ctx.uploads.join("a.ndjson");
+        std::fs::write(
+            &json,
+            "{\"id\": 1, \"user\": {\"name\": \"x\", \"age\": 3}, \"tags\": [{\"k\": \"a\"}, {\"k\": \"b\"}]}\n\
+             {\"id\": 2, \"user\": null, \"tags\": null}\n",
+        )
+        .unwrap();
+        let job = ImportJob {
+            branch: "main".into(),
+            table: "raw.t".into(),
+            mode: ImportMode::Create,
+            format: FileFormat::Json,
+            files: vec![json],
+            names: vec!["a.ndjson".into()],
+            author: "t".into(),
+        };
+        import(&tables, &ctx, job).await.unwrap();
+        let before = rows(&engine, "select id, user, tags from raw.t order by id").await;
+
+        // user.name -> user.full_name, a new user.email, tags[].k -> tags[].tag.
+        let head = tables.catalog.resolve("main").await.unwrap().commit;
+        let t = tables.load(&head, "raw.t").await.unwrap().unwrap();
+        let old = t.metadata.current_schema();
+        let id_of = |name: &str| old.field_by_name(name).unwrap().id;
+        let field = |id: i32, name: &str, ty: Type| Arc::new(NestedField::optional(id, name, ty));
+        let string = || Type::Primitive(PrimitiveType::String);
+        let user = iceberg::spec::StructType::new(vec![
+            field(id_of("user.name"), "full_name", string()),
+            field(
+                id_of("user.age"),
+                "age",
+                Type::Primitive(PrimitiveType::Long),
+            ),
+            field(t.metadata.last_column_id() + 1, "email", string()),
+        ]);
+        let tag =
+            iceberg::spec::StructType::new(vec![field(id_of("tags.element.k"), "tag", string())]);
+        let element = old.field_by_name("tags.element").unwrap().as_ref().clone();
+        let tags = iceberg::spec::ListType::new(Arc::new(NestedField {
+            field_type: Box::new(Type::Struct(tag)),
+            ..element
+        }));
+        let schema = Schema::builder()
+            .with_schema_id(1)
+            .with_fields(vec![
+                field(id_of("id"), "id", Type::Primitive(PrimitiveType::Long)),
+                field(id_of("user"), "user", Type::Struct(user)),
+                field(id_of("tags"), "tags", Type::List(tags)),
+            ])
+            .build()
+            .unwrap();
+        let evolved = TableMetadataBuilder::new_from_metadata(
+            (*t.metadata).clone(),
+            Some(t.pointer.metadata_location.clone()),
+        )
+        .add_current_schema(schema)
+        .unwrap()
+        .build()
+        .unwrap()
+        .metadata;
+        let location = tables
+            .write_metadata(&evolved, Some(&t.pointer.metadata_location))
+            .unwrap();
+        tables
+            .commit_table(
+                "main",
+                "raw.t",
+                Some(t.pointer.clone()),
+                location,
+                &evolved,
+                CommitMeta::new("t", "nested renames"),
+            )
+            .await
+            .unwrap();
+
+        assert_eq!(
+            before,
+            [
+                "+----+-------------------+------------------+",
+                "| id | user              | tags             |",
+                "+----+-------------------+------------------+",
+                "| 1  | {name: x, age: 3} | [{k: a}, {k: b}] |",
+                "| 2  |                   |                  |",
+                "+----+-------------------+------------------+",
+            ]
+        );
+        let got = rows(&engine, "select id, user, tags from raw.t order by id").await;
+        assert_eq!(
+            got,
+            [
+                "+----+---------------------------------+----------------------+",
+                "| id | user                            | tags                 |",
+                "+----+---------------------------------+----------------------+",
+                "| 1  | {full_name: x, age: 3, email: } | [{tag: a}, {tag: b}] |",
+                "| 2  |                                 |                      |",
+                "+----+---------------------------------+----------------------+",
+            ]
+        );
+        let got = rows(
+            &engine,
+            "select id, tags[2].tag AS second from raw.t where user.full_name = 'x'",
+        )
+        .await;
+        assert_eq!(
+            got,
+            [
+                "+----+--------+",
+                "| id | second |",
+                "+----+--------+",
+                "| 1  | b      |",
+                "+----+--------+",
+            ]
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

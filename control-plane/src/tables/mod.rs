@@ -44,8 +44,8 @@ pub struct Tables {
     metadata: quick_cache::sync::Cache<String, Arc<TableMetadata>>,
     /// Nor do snapshots: cache their live files by (metadata location, snapshot).
     files: quick_cache::sync::Cache<(String, i64), Arc<LiveFiles>>,
-    /// Nor data files: cache their top-level columns (field id, name) by path.
-    columns: quick_cache::sync::Cache<std::path::PathBuf, Arc<Vec<(i32, String)>>>,
+    /// Nor data files: cache their columns (field ids, names, nesting) by path.
+    columns: quick_cache::sync::Cache<std::path::PathBuf, Arc<Vec<stats::PhysicalColumn>>>,
     /// The folders this server's writes are filling: garbage collection leaves them be.
     pub in_flight: gc::InFlight,
     /// Held shared by REST commits and registrations (which may point at files of any
@@ -185,7 +185,7 @@ impl Tables {
             let read = tokio::task::spawn_blocking(move || {
                 unknown
                     .into_iter()
-                    .map(|p| stats::top_level_columns(&p).map(|c| (p, c)))
+                    .map(|p| stats::physical_columns(&p).map(|c| (p, c)))
                     .collect::<Result<Vec<_>>>()
             })
             .await

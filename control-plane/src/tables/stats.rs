@@ -100,9 +100,25 @@ pub fn data_file(path: &Path, url: &str, schema: &Schema) -> Result<DataFile> {
         .map_err(|e| Error::internal(format!("cannot describe data file {url}: {e}")))
 }
 
-/// The top-level columns of a Parquet file: (field id, name). A column without a field
-/// id gets id 0, which matches no Iceberg field.
-pub fn top_level_columns(path: &Path) -> Result<Vec<(i32, String)>> {
+/// A column of a Parquet file as Iceberg sees it: its field id (0 when it has none, which
+/// matches no Iceberg field), its name in the file, and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PhysicalColumn {
+    pub id: i32,
+    pub name: String,
+    pub kind: PhysicalKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PhysicalKind {
+    Primitive,
+    Struct(Vec<PhysicalColumn>),
+    List(Box<PhysicalColumn>),
+    Map(Box<PhysicalColumn>, Box<PhysicalColumn>),
+}
+
+/// The columns of a Parquet file, nested ones with their fields, each with its field id.
+pub fn physical_columns(path: &Path) -> Result<Vec<PhysicalColumn>> {
     let file = File::open(path)
         .map_err(|e| Error::internal(format!("cannot open data file {}: {e}", path.display())))?;
     let reader = SerializedFileReader::new(file).map_err(|e| {
@@ -116,17 +132,50 @@ pub fn top_level_columns(path: &Path) -> Result<Vec<(i32, String)>> {
         .file_metadata()
         .schema_descr()
         .root_schema_ptr();
-    Ok(root
-        .get_fields()
-        .iter()
-        .map(|f| {
-            let info = f.get_basic_info();
-            (
-                if info.has_id() { info.id() } else { 0 },
-                info.name().to_string(),
-            )
-        })
-        .collect())
+    Ok(root.get_fields().iter().map(|f| physical(f)).collect())
+}
+
+/// One column of a Parquet schema, read with the format's rules for lists (three levels,
+/// or the legacy two) and maps.
+fn physical(t: &parquet::schema::types::Type) -> PhysicalColumn {
+    use parquet::basic::{ConvertedType, LogicalType};
+    let info = t.get_basic_info();
+    let id = if info.has_id() { info.id() } else { 0 };
+    let name = info.name().to_string();
+    let kind = if !t.is_group() {
+        PhysicalKind::Primitive
+    } else {
+        let fields = t.get_fields();
+        let logical = info.logical_type_ref();
+        let converted = info.converted_type();
+        let is_list =
+            matches!(logical, Some(LogicalType::List)) || converted == ConvertedType::LIST;
+        let is_map = matches!(logical, Some(LogicalType::Map))
+            || matches!(converted, ConvertedType::MAP | ConvertedType::MAP_KEY_VALUE);
+        match fields {
+            [repeated] if is_list => {
+                let element = match repeated.get_fields() {
+                    // Three levels: `repeated group list { element }`; a repeated group
+                    // of one field named `array` or `<list>_tuple` is a legacy element.
+                    [element]
+                        if repeated.is_group()
+                            && repeated.name() != "array"
+                            && repeated.name() != format!("{name}_tuple") =>
+                    {
+                        physical(element)
+                    }
+                    _ => physical(repeated),
+                };
+                PhysicalKind::List(Box::new(element))
+            }
+            [key_value] if is_map && key_value.get_fields().len() == 2 => {
+                let kv = key_value.get_fields();
+                PhysicalKind::Map(Box::new(physical(&kv[0])), Box::new(physical(&kv[1])))
+            }
+            _ => PhysicalKind::Struct(fields.iter().map(|f| physical(f)).collect()),
+        }
+    };
+    PhysicalColumn { id, name, kind }
 }
 
 fn merge(

@@ -946,6 +946,48 @@ fn spark_writes_a_branch_that_a_merge_publishes() {
         vec![json!({"id": 1, "seen": "2026-01-02T03:04:05Z"})]
     );
 
+    // A table partitioned by day and bucket reads the same in lh; lh's writes refuse
+    // it (its files would carry no partition values), and change nothing.
+    assert!(spark["visits_files"].as_i64().unwrap() > 3, "{spark}");
+    let visits: Vec<Value> = spark["visits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| json!({"day": r["day"].as_str().unwrap(), "n": r["n"], "ids": r["ids"]}))
+        .collect();
+    assert_eq!(visits.len(), 3, "{spark}");
+    assert_eq!(
+        lh.rows(
+            "select strftime(\"at\"::timestamp::date, '%Y-%m-%d') AS day, count(*) AS n, sum(id)::bigint AS ids \
+             from shop.visits group by 1 order by 1",
+            "spark"
+        ),
+        visits
+    );
+    let head = lh.head("spark");
+    let more = lh.file("visits.csv", "id,at,page\n1000,2026-01-05 00:00:00,p0\n");
+    for mode in ["append", "replace"] {
+        let refused = lh.run(&[
+            "table",
+            "import",
+            "shop.visits",
+            more.to_str().unwrap(),
+            "--mode",
+            mode,
+            "--ref",
+            "spark",
+        ]);
+        let err = refused.fails(5);
+        assert!(
+            err.contains(
+                "table 'shop.visits' is partitioned by at_day (day), id_bucket (bucket[4]); \
+                 lh writes unpartitioned tables only"
+            ),
+            "{err}"
+        );
+    }
+    assert_eq!(lh.head("spark"), head);
+
     // Merge-on-read: lh applies Spark's position deletes, in queries and in `table show`.
     assert_eq!(
         spark["events_files"],

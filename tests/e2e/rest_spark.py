@@ -109,6 +109,16 @@ def main(uri, branch, frozen):
         s.sql("SELECT id, info, tags, attrs FROM lh.shop.profiles ORDER BY id").collect()
     ]
 
+    # A partitioned table (lh reads it; lh's own writes refuse it).
+    s.sql("CREATE TABLE lh.shop.visits (id bigint, at timestamp, page string) USING iceberg "
+          "PARTITIONED BY (days(at), bucket(4, id))")
+    s.sql("INSERT INTO lh.shop.visits SELECT id, "
+          "timestamp_seconds(1767225600 + (id % 3) * 86400 + id), concat('p', id % 5) "
+          "FROM range(0, 300)")
+    out["visits"] = rows(s, "SELECT string(date(at)) AS day, count(*) AS n, sum(id) AS ids "
+                            "FROM lh.shop.visits GROUP BY 1 ORDER BY 1")
+    out["visits_files"] = rows(s, "SELECT count(*) AS n FROM lh.shop.visits.files")[0]["n"]
+
     # Merge-on-read: DELETE and UPDATE write position delete files, not new data files.
     s.sql("CREATE TABLE lh.shop.events (id bigint, kind string) USING iceberg TBLPROPERTIES ("
           "'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read')")

@@ -49,6 +49,42 @@ pub struct Produced {
     pub written: Vec<String>,
 }
 
+/// lh writes unpartitioned Iceberg v2 tables (its data files carry no partition
+/// values); any other table, made by another engine through the REST catalog, is refused
+/// before anything is written, rather than given files its readers would misplace.
+pub fn check_writable(name: &str, metadata: &TableMetadata) -> Result<()> {
+    if metadata.format_version() != FormatVersion::V2 {
+        return Err(Error::bad_request(
+            "unsupported_table",
+            format!(
+                "lh writes Iceberg format v2 tables; {name} is {}",
+                metadata.format_version()
+            ),
+        )
+        .with_hint("write it with the engine that made it, through lh's Iceberg REST catalog"));
+    }
+    let spec = metadata.default_partition_spec();
+    if !spec.is_unpartitioned() {
+        let fields: Vec<String> = spec
+            .fields()
+            .iter()
+            .map(|f| format!("{} ({})", f.name, f.transform))
+            .collect();
+        return Err(Error::bad_request(
+            "unsupported_table",
+            format!(
+                "{name} is partitioned by {}; lh writes unpartitioned tables only",
+                fields.join(", ")
+            ),
+        )
+        .with_hint(
+            "write it with the engine that partitioned it, through lh's Iceberg REST catalog, \
+             or import the rows into a new table",
+        ));
+    }
+    Ok(())
+}
+
 /// Produces a new snapshot of `base` and returns the table metadata that has it as
 /// the current snapshot of the table's `main` branch. Writes the manifests and the
 /// manifest list; the caller writes the metadata file.
@@ -60,15 +96,7 @@ pub async fn produce(
     added: Vec<DataFile>,
     properties: HashMap<String, String>,
 ) -> Result<Produced> {
-    if base.format_version() != FormatVersion::V2 {
-        return Err(Error::bad_request(
-            "unsupported_table",
-            format!(
-                "lh writes Iceberg format v2 tables; this one is {}",
-                base.format_version()
-            ),
-        ));
-    }
+    check_writable("the table", &base)?;
     let snapshot_id = fresh_snapshot_id(&base);
     let seq = base.next_sequence_number();
     let commit = Uuid::new_v4();
@@ -83,35 +111,45 @@ pub async fn produce(
     match op {
         SnapshotOp::Append => manifests.extend(previous),
         SnapshotOp::Overwrite => {
-            // Record every live file as deleted, so that readers of changes see them go.
-            let mut writer = None;
+            // Record every live file as deleted, so that readers of changes see them go:
+            // in a manifest of the partition spec it was written with. Delete files are
+            // dropped with the rows they applied to.
+            let mut writers = std::collections::BTreeMap::new();
             for m in previous {
                 if m.content != ManifestContentType::Data {
                     continue;
                 }
+                let spec_id = m.partition_spec_id;
+                let file_spec = base.partition_spec_by_id(spec_id).cloned().ok_or_else(|| {
+                    Error::internal(format!(
+                        "manifest {} names an unknown partition spec {spec_id}",
+                        m.manifest_path
+                    ))
+                })?;
                 let manifest = m.load_manifest(io).await?;
                 for entry in manifest.entries() {
                     if !entry.is_alive() {
                         continue;
                     }
-                    let w = match &mut writer {
-                        Some(w) => w,
-                        None => {
-                            let out =
-                                io.new_output(format!("{meta_dir}/{commit}-m-deleted.avro"))?;
-                            writer.insert(
+                    let w = match writers.entry(spec_id) {
+                        std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+                        std::collections::btree_map::Entry::Vacant(v) => {
+                            let out = io.new_output(format!(
+                                "{meta_dir}/{commit}-m-deleted-{spec_id}.avro"
+                            ))?;
+                            v.insert(
                                 ManifestWriterBuilder::new(
                                     out,
                                     Some(snapshot_id),
                                     schema.clone(),
-                                    spec.clone(),
+                                    file_spec.as_ref().clone(),
                                 )
                                 .build_v2_data(),
                             )
                         }
                     };
                     let df = entry.data_file().clone();
-                    summary.remove_file(&df, schema.clone(), base.default_partition_spec().clone());
+                    summary.remove_file(&df, schema.clone(), file_spec.clone());
                     w.add_delete_file(
                         df,
                         entry.sequence_number().unwrap_or(0),
@@ -119,7 +157,7 @@ pub async fn produce(
                     )?;
                 }
             }
-            if let Some(w) = writer {
+            for (_, w) in writers {
                 let m = w.write_manifest_file().await?;
                 written.push(m.manifest_path.clone());
                 manifests.push(m);

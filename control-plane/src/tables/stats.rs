@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 const TRUNCATE: usize = 16;
 
 /// Reads the footer of the local Parquet file at `path` (known to the table as `url`).
-pub fn data_file(path: &Path, url: &str, schema: &Schema) -> Result<DataFile> {
+pub fn data_file(path: &Path, url: &str, schema: &Schema, spec_id: i32) -> Result<DataFile> {
     let file = File::open(path)?;
     let size = file.metadata()?.len();
     let reader = SerializedFileReader::new(file).map_err(|e| {
@@ -87,7 +87,7 @@ pub fn data_file(path: &Path, url: &str, schema: &Schema) -> Result<DataFile> {
         .file_path(url.to_string())
         .file_format(DataFileFormat::Parquet)
         .partition(Struct::empty())
-        .partition_spec_id(0)
+        .partition_spec_id(spec_id)
         .record_count(meta.file_metadata().num_rows() as u64)
         .file_size_in_bytes(size)
         .column_sizes(column_sizes)

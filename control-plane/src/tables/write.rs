@@ -162,6 +162,9 @@ pub async fn write_table(
         }
         _ => {}
     }
+    if let Some(t) = &existing {
+        super::snapshot::check_writable(&format!("table '{}'", job.table), &t.metadata)?;
+    }
     let table_uuid = Uuid::now_v7();
     let location = match &existing {
         Some(t) => t.metadata.location().trim_end_matches('/').to_string(),
@@ -583,7 +586,7 @@ impl WritePlan {
         for p in &paths {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
             let url = format!("{}/{name}", self.data_url);
-            let df = stats::data_file(p, &url, &schema)?;
+            let df = stats::data_file(p, &url, &schema, base.default_partition_spec_id())?;
             bytes += df.file_size_in_bytes();
             files.push(df);
         }

@@ -89,6 +89,24 @@ fn every_type_prints_in_every_format() {
             .ok()
             .contains("| 2  | 2026-06-30T21:59:59.500Z |")
     );
+    // Time zone arithmetic needs DuckDB's ICU, which the embedded DuckDB lacks: a clear
+    // error that says how to compute in UTC instead.
+    let run = lh.run(&["query", "select date_trunc('day', seen) from raw.events"]);
+    let err = run.fails(5);
+    assert!(
+        err.contains("needs ICU") && err.contains("date_trunc('day', ts::timestamp)"),
+        "{err}"
+    );
+    assert_eq!(
+        lh.run(&[
+            "query",
+            "select date_trunc('day', seen::timestamp) AS day from raw.events order by 1",
+            "-o",
+            "csv"
+        ])
+        .ok(),
+        "day\n2026-01-02T00:00:00\n2026-06-30T00:00:00\n"
+    );
 
     let sql = "select 12.345::decimal(12,3) AS dec, INTERVAL 90 MINUTE AS iv, \
                '\\xCA\\xFE'::blob AS bin, uuid '6ba7b810-9dad-11d1-80b4-00c04fd430c8' AS id, \

@@ -649,6 +649,19 @@ fn sql_error(e: duckdb::Error) -> Error {
     if text.contains("INTERRUPT") || text.contains("Interrupted") {
         return Error::new(Kind::Timeout, "interrupted", "the query was interrupted");
     }
+    if text.contains("Loading external extensions is disabled") {
+        return Error::bad_request(
+            "unsupported_function",
+            format!(
+                "the query needs a DuckDB extension, which lh's sandboxed DuckDB does not \
+                 load (time zone arithmetic on TIMESTAMPTZ needs ICU): {text}"
+            ),
+        )
+        .with_hint(
+            "for a TIMESTAMPTZ column, compute in UTC on a TIMESTAMP: \
+             date_trunc('day', ts::timestamp), extract(hour from ts::timestamp)",
+        );
+    }
     if text.contains("Permission Error") || text.contains("disabled by configuration") {
         return Error::bad_request("forbidden", format!("not allowed: {text}")).with_hint(
             "queries read lh tables only; files, extensions and settings are off limits",

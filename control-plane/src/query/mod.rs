@@ -409,11 +409,26 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 pub(crate) type FileGroup = (Arc<Vec<PhysicalColumn>>, Vec<PathBuf>);
 
 /// What a table's view reads: its data files, grouped by their physical columns, and
-/// the position delete files that remove rows of them; all as local paths.
+/// the delete files that remove rows of them; all as local paths.
 #[derive(Debug, Default)]
 pub(crate) struct TableFiles {
     pub groups: Vec<FileGroup>,
     pub position_deletes: Vec<PathBuf>,
+    pub equality_deletes: Vec<EqualityDeleteFile>,
+    /// Each data file's data sequence number and partition, when equality deletes need
+    /// them.
+    pub data: Vec<(PathBuf, i64, String)>,
+}
+
+/// An equality delete file, with its columns (as a data file's) and what decides which
+/// data files it applies to (see [`crate::tables::EqualityDelete`]).
+#[derive(Debug)]
+pub(crate) struct EqualityDeleteFile {
+    pub path: PathBuf,
+    pub columns: Arc<Vec<PhysicalColumn>>,
+    pub sequence: i64,
+    pub partition: Option<String>,
+    pub field_ids: Vec<i32>,
 }
 
 /// The statements that expose a table as a view at its snapshot (see [`view_sql`]).
@@ -433,8 +448,11 @@ pub(crate) fn table_view_sql(parts: &[String], table: &LoadedTable, files: &Tabl
 /// Position deletes (merge-on-read) name rows by data file and 0-based position: the
 /// data files are read with their path and row number (`filename`, `file_row_number`),
 /// and an anti join drops the rows the delete files name (their `file_path` taken as a
-/// local path, in any spelling of a file URL). Filters on the table's columns still
-/// reach the Parquet reader below the join.
+/// local path, in any spelling of a file URL). Equality deletes name rows by the values
+/// of some columns: a row goes when a delete file of a later sequence number, in its
+/// partition or unpartitioned, holds the same values (NULL matching NULL); each data
+/// row carries its file's sequence number and partition for that test. Filters on the
+/// table's columns still reach the Parquet reader below the joins.
 fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String {
     let schema = table.metadata.current_schema();
     let mut sql = String::new();
@@ -447,7 +465,8 @@ fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String
     ));
     let qualified = format!("{}.{}", quote_ident(ns), quote_ident(name));
     let fields = schema.as_struct().fields();
-    let deletes = !files.position_deletes.is_empty() && !files.groups.is_empty();
+    let positions = !files.position_deletes.is_empty() && !files.groups.is_empty();
+    let equalities = !files.equality_deletes.is_empty() && !files.groups.is_empty();
     let select = |physical: Option<&[PhysicalColumn]>| -> String {
         let mut cols: Vec<String> = fields
             .iter()
@@ -459,8 +478,11 @@ fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String
                 format!("{value} AS {}", quote_ident(&f.name))
             })
             .collect();
-        if deletes {
-            cols.push("__lh_file, file_row_number AS __lh_pos".to_string());
+        if positions || equalities {
+            cols.push("__lh_file".to_string());
+        }
+        if positions {
+            cols.push("file_row_number AS __lh_pos".to_string());
         }
         cols.join(", ")
     };
@@ -474,11 +496,13 @@ fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String
     let body = if files.groups.is_empty() {
         format!("SELECT {} WHERE false", select(None))
     } else {
-        let options = if deletes {
-            ", filename = '__lh_file', file_row_number = true"
-        } else {
-            ""
-        };
+        let mut options = String::new();
+        if positions || equalities {
+            options.push_str(", filename = '__lh_file'");
+        }
+        if positions {
+            options.push_str(", file_row_number = true");
+        }
         let parts: Vec<String> = files
             .groups
             .iter()
@@ -492,16 +516,109 @@ fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String
             .collect();
         parts.join(" UNION ALL ")
     };
-    let body = if deletes {
+    let body = if positions || equalities {
         let names: Vec<String> = fields.iter().map(|f| quote_ident(&f.name)).collect();
-        format!(
-            "SELECT {} FROM ({body}) AS __lh_rows ANTI JOIN (\
-             SELECT regexp_replace(file_path, '^file:(//localhost|//)?', '') AS file, pos \
-             FROM read_parquet([{}])) AS __lh_deletes \
-             ON __lh_deletes.file = __lh_rows.__lh_file AND __lh_deletes.pos = __lh_rows.__lh_pos",
-            names.join(", "),
-            list(&files.position_deletes)
-        )
+        let mut rows = format!("({body})");
+        if equalities {
+            let values: Vec<String> = files
+                .data
+                .iter()
+                .map(|(p, seq, part)| {
+                    format!(
+                        "({}, {seq}::BIGINT, {})",
+                        quote_literal(&p.display().to_string()),
+                        quote_literal(part)
+                    )
+                })
+                .collect();
+            rows = format!(
+                "(SELECT __lh_d.*, __lh_m.seq AS __lh_seq, __lh_m.part AS __lh_part \
+                 FROM {rows} AS __lh_d JOIN (VALUES {}) AS __lh_m(file, seq, part) \
+                 ON __lh_m.file = __lh_d.__lh_file)",
+                values.join(", ")
+            );
+        }
+        let mut body = format!("SELECT {} FROM {rows} AS __lh_rows", names.join(", "));
+        if positions {
+            body.push_str(&format!(
+                " ANTI JOIN (\
+                 SELECT regexp_replace(file_path, '^file:(//localhost|//)?', '') AS file, pos \
+                 FROM read_parquet([{}])) AS __lh_deletes \
+                 ON __lh_deletes.file = __lh_rows.__lh_file AND __lh_deletes.pos = __lh_rows.__lh_pos",
+                list(&files.position_deletes)
+            ));
+        }
+        if equalities {
+            let mut sets: Vec<(&[i32], Vec<&EqualityDeleteFile>)> = Vec::new();
+            for d in &files.equality_deletes {
+                match sets
+                    .iter_mut()
+                    .find(|(ids, _)| *ids == d.field_ids.as_slice())
+                {
+                    Some((_, ds)) => ds.push(d),
+                    None => sets.push((&d.field_ids, vec![d])),
+                }
+            }
+            let tests: Vec<String> = sets
+                .iter()
+                .map(|(ids, deletes)| {
+                    let key_fields: Vec<_> = ids
+                        .iter()
+                        .filter_map(|id| fields.iter().find(|f| f.id == *id))
+                        .collect();
+                    let rows: Vec<String> = deletes
+                        .iter()
+                        .map(|d| {
+                            let keys: Vec<String> = key_fields
+                                .iter()
+                                .enumerate()
+                                .map(|(i, f)| {
+                                    let ty = duckdb_type(&f.field_type);
+                                    match d.columns.iter().find(|c| c.id == f.id) {
+                                        Some(c) => format!(
+                                            "CAST({} AS {ty}) AS __lh_k{i}",
+                                            quote_ident(&c.name)
+                                        ),
+                                        None => format!("CAST(NULL AS {ty}) AS __lh_k{i}"),
+                                    }
+                                })
+                                .collect();
+                            let part = d
+                                .partition
+                                .as_deref()
+                                .map_or("CAST(NULL AS VARCHAR)".to_string(), quote_literal);
+                            format!(
+                                "SELECT {}, {}::BIGINT AS __lh_seq, {part} AS __lh_part \
+                                 FROM read_parquet([{}])",
+                                keys.join(", "),
+                                d.sequence,
+                                quote_literal(&d.path.display().to_string())
+                            )
+                        })
+                        .collect();
+                    let matches: Vec<String> = key_fields
+                        .iter()
+                        .enumerate()
+                        .map(|(i, f)| {
+                            format!(
+                                "__lh_e.__lh_k{i} IS NOT DISTINCT FROM __lh_rows.{}",
+                                quote_ident(&f.name)
+                            )
+                        })
+                        .collect();
+                    format!(
+                        "NOT EXISTS (SELECT 1 FROM ({}) AS __lh_e \
+                         WHERE __lh_e.__lh_seq > __lh_rows.__lh_seq \
+                         AND (__lh_e.__lh_part IS NULL OR __lh_e.__lh_part = __lh_rows.__lh_part) \
+                         AND {})",
+                        rows.join(" UNION ALL "),
+                        matches.join(" AND ")
+                    )
+                })
+                .collect();
+            body.push_str(&format!(" WHERE {}", tests.join(" AND ")));
+        }
+        body
     } else {
         body
     };
@@ -929,6 +1046,319 @@ mod tests {
                 "| 1  | b      |",
                 "+----+--------+",
             ]
+        );
+    }
+
+    /// Writes the rows of `select` as a Parquet file in the table folder at `location`,
+    /// its columns carrying the field ids of `schema`; returns its URL, rows and bytes.
+    fn write_parquet(
+        tables: &Tables,
+        location: &str,
+        schema: &Schema,
+        select: &str,
+        columns: &[&str],
+    ) -> (String, u64, u64) {
+        let url = format!("{location}/data/f-{}.parquet", uuid::Uuid::new_v4());
+        let path = tables.warehouse.local_path(&url).unwrap();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let field_ids: Vec<String> = columns
+            .iter()
+            .map(|c| format!("{c}: {}", schema.field_by_name(c).unwrap().id))
+            .collect();
+        let rows = Connection::open_in_memory()
+            .unwrap()
+            .execute(
+                &format!(
+                    "COPY ({select}) TO '{}' (FORMAT parquet, FIELD_IDS {{{}}})",
+                    path.display(),
+                    field_ids.join(", ")
+                ),
+                [],
+            )
+            .unwrap();
+        (url, rows as u64, std::fs::metadata(&path).unwrap().len())
+    }
+
+    /// A data or equality delete file (on `equality` columns) of the rows of `select`, in
+    /// `partition` of the table's default spec.
+    fn file_of(
+        tables: &Tables,
+        m: &iceberg::spec::TableMetadata,
+        select: &str,
+        columns: &[&str],
+        equality: Option<&[&str]>,
+        partition: iceberg::spec::Struct,
+    ) -> iceberg::spec::DataFile {
+        use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat};
+        let schema = m.current_schema();
+        let (url, rows, bytes) = write_parquet(tables, m.location(), schema, select, columns);
+        let mut b = DataFileBuilder::default();
+        b.file_path(url)
+            .file_format(DataFileFormat::Parquet)
+            .partition(partition)
+            .partition_spec_id(m.default_partition_spec_id())
+            .record_count(rows)
+            .file_size_in_bytes(bytes);
+        match equality {
+            Some(cols) => b
+                .content(DataContentType::EqualityDeletes)
+                .equality_ids(Some(
+                    cols.iter()
+                        .map(|c| schema.field_by_name(c).unwrap().id)
+                        .collect(),
+                )),
+            None => b.content(DataContentType::Data),
+        };
+        b.build().unwrap()
+    }
+
+    /// Commits a snapshot of `table` on main that adds `files` (data or deletes, not
+    /// both) to its live files, as another engine would.
+    async fn commit_files(tables: &Tables, table: &str, files: Vec<iceberg::spec::DataFile>) {
+        use iceberg::spec::{
+            DataContentType, MAIN_BRANCH, ManifestListWriter, ManifestWriterBuilder, Operation,
+            Snapshot, SnapshotReference, SnapshotRetention, Summary,
+        };
+        let head = tables.catalog.resolve("main").await.unwrap().commit;
+        let t = tables.load(&head, table).await.unwrap().unwrap();
+        let m = (*t.metadata).clone();
+        let io = tables.warehouse.io();
+        let snapshot_id = m.current_snapshot_id().unwrap_or(0) + 1;
+        let seq = m.next_sequence_number();
+        let meta = format!("{}/metadata", m.location());
+        let builder = ManifestWriterBuilder::new(
+            io.new_output(format!("{meta}/t-{snapshot_id}-m.avro"))
+                .unwrap(),
+            Some(snapshot_id),
+            m.current_schema().clone(),
+            m.default_partition_spec().as_ref().clone(),
+        );
+        let deletes = files[0].content_type() != DataContentType::Data;
+        let mut w = if deletes {
+            builder.build_v2_deletes()
+        } else {
+            builder.build_v2_data()
+        };
+        for f in files {
+            w.add_file(f, seq).unwrap();
+        }
+        let mut manifests = crate::tables::snapshot::current_manifests(io, &m)
+            .await
+            .unwrap();
+        manifests.push(w.write_manifest_file().await.unwrap());
+        let list = format!("{meta}/snap-{snapshot_id}-t.avro");
+        let mut l = ManifestListWriter::v2(
+            io.new_output(&list).unwrap().writer().await.unwrap(),
+            snapshot_id,
+            m.current_snapshot_id(),
+            seq,
+        );
+        l.add_manifests(manifests.into_iter()).unwrap();
+        l.close().await.unwrap();
+        let snapshot = Snapshot::builder()
+            .with_manifest_list(list)
+            .with_snapshot_id(snapshot_id)
+            .with_parent_snapshot_id(m.current_snapshot_id())
+            .with_sequence_number(seq)
+            .with_summary(Summary {
+                operation: if deletes {
+                    Operation::Delete
+                } else {
+                    Operation::Append
+                },
+                additional_properties: Default::default(),
+            })
+            .with_schema_id(m.current_schema_id())
+            .with_timestamp_ms(m.last_updated_ms() + 1)
+            .build();
+        let next =
+            TableMetadataBuilder::new_from_metadata(m, Some(t.pointer.metadata_location.clone()))
+                .add_snapshot(snapshot)
+                .unwrap()
+                .set_ref(
+                    MAIN_BRANCH,
+                    SnapshotReference::new(
+                        snapshot_id,
+                        SnapshotRetention::branch(None, None, None),
+                    ),
+                )
+                .unwrap()
+                .build()
+                .unwrap()
+                .metadata;
+        let location = tables
+            .write_metadata(&next, Some(&t.pointer.metadata_location))
+            .unwrap();
+        tables
+            .commit_table(
+                "main",
+                table,
+                Some(t.pointer.clone()),
+                location,
+                &next,
+                CommitMeta::new("t", "files of another engine"),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Commits an equality delete file (as Flink writes them) to the unpartitioned
+    /// `table` on main: the rows of `select`, whose columns are the equality columns.
+    async fn add_equality_delete(tables: &Tables, table: &str, select: &str, columns: &[&str]) {
+        let head = tables.catalog.resolve("main").await.unwrap().commit;
+        let t = tables.load(&head, table).await.unwrap().unwrap();
+        let f = file_of(
+            tables,
+            &t.metadata,
+            select,
+            columns,
+            Some(columns),
+            iceberg::spec::Struct::empty(),
+        );
+        commit_files(tables, table, vec![f]).await;
+    }
+
+    /// In a partitioned table, an equality delete applies in its own partition only.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn equality_deletes_apply_within_their_partition() {
+        use iceberg::spec::{Literal, SortOrder, Struct, Transform, UnboundPartitionSpec};
+        let dir = tempfile::tempdir().unwrap();
+        let (tables, engine, _ctx) = setup(dir.path()).await;
+        let schema = Schema::builder()
+            .with_fields(vec![
+                Arc::new(NestedField::optional(
+                    1,
+                    "id",
+                    Type::Primitive(PrimitiveType::Long),
+                )),
+                Arc::new(NestedField::optional(
+                    2,
+                    "k",
+                    Type::Primitive(PrimitiveType::String),
+                )),
+            ])
+            .build()
+            .unwrap();
+        let spec = UnboundPartitionSpec::builder()
+            .add_partition_field(2, "k", Transform::Identity)
+            .unwrap()
+            .build();
+        let uuid = uuid::Uuid::now_v7();
+        let location = tables.warehouse.new_table_location("raw.p", &uuid);
+        let created = TableMetadataBuilder::new(
+            schema,
+            spec,
+            SortOrder::unsorted_order(),
+            location,
+            iceberg::spec::FormatVersion::V2,
+            Default::default(),
+        )
+        .unwrap()
+        .assign_uuid(uuid)
+        .build()
+        .unwrap()
+        .metadata;
+        let metadata_location = tables.write_metadata(&created, None).unwrap();
+        tables
+            .commit_table(
+                "main",
+                "raw.p",
+                None,
+                metadata_location,
+                &created,
+                CommitMeta::new("t", "create"),
+            )
+            .await
+            .unwrap();
+        let part = |k: &str| Struct::from_iter([Some(Literal::string(k))]);
+        let head = tables.catalog.resolve("main").await.unwrap().commit;
+        let m = tables.load(&head, "raw.p").await.unwrap().unwrap().metadata;
+        let files = vec![
+            file_of(
+                &tables,
+                &m,
+                "SELECT 1::BIGINT AS id, 'a' AS k UNION ALL SELECT 2, 'a'",
+                &["id", "k"],
+                None,
+                part("a"),
+            ),
+            file_of(
+                &tables,
+                &m,
+                "SELECT 1::BIGINT AS id, 'b' AS k",
+                &["id", "k"],
+                None,
+                part("b"),
+            ),
+        ];
+        commit_files(&tables, "raw.p", files).await;
+        let head = tables.catalog.resolve("main").await.unwrap().commit;
+        let m = tables.load(&head, "raw.p").await.unwrap().unwrap().metadata;
+        let delete = file_of(
+            &tables,
+            &m,
+            "SELECT 1::BIGINT AS id",
+            &["id"],
+            Some(&["id"]),
+            part("a"),
+        );
+        commit_files(&tables, "raw.p", vec![delete]).await;
+
+        let got = rows(&engine, "select k || id AS r from raw.p order by r").await;
+        assert_eq!(got[3..], ["| a2 |", "| b1 |", "+----+"]);
+    }
+
+    /// Equality deletes: a row equal on the delete's columns (NULL matching NULL) goes
+    /// from the data files older than the delete; a row written after it stays; deletes
+    /// on different columns each apply; filters still work.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn equality_deletes_remove_equal_rows_of_older_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tables, engine, ctx) = setup(dir.path()).await;
+        let write = |name: &str, body: &str, mode: ImportMode| {
+            let csv = ctx.uploads.join(name);
+            std::fs::write(&csv, body).unwrap();
+            ImportJob {
+                branch: "main".into(),
+                table: "raw.t".into(),
+                mode,
+                format: FileFormat::Csv,
+                files: vec![csv],
+                names: vec![name.into()],
+                author: "t".into(),
+            }
+        };
+        let job = write("a.csv", "id,name\n1,a\n2,b\n3,c\n,z\n", ImportMode::Create);
+        import(&tables, &ctx, job).await.unwrap();
+        async fn ids(engine: &QueryEngine, sql: &str) -> String {
+            rows(engine, sql).await[3..].join("\n")
+        }
+        let all = "select coalesce(id::varchar, '-') || name AS r from raw.t order by r";
+
+        add_equality_delete(
+            &tables,
+            "raw.t",
+            "SELECT * FROM (VALUES (2::BIGINT), (NULL::BIGINT)) v(id)",
+            &["id"],
+        )
+        .await;
+        assert_eq!(ids(&engine, all).await, "| 1a |\n| 3c |\n+----+");
+
+        let job = write("b.csv", "id,name\n2,again\n", ImportMode::Append);
+        import(&tables, &ctx, job).await.unwrap();
+        assert_eq!(
+            ids(&engine, all).await,
+            "| 1a     |\n| 2again |\n| 3c     |\n+--------+"
+        );
+
+        add_equality_delete(&tables, "raw.t", "SELECT 'a' AS name", &["name"]).await;
+        assert_eq!(
+            ids(&engine, all).await,
+            "| 2again |\n| 3c     |\n+--------+"
+        );
+        assert_eq!(
+            ids(&engine, "select count(*) AS n from raw.t where id = 2").await,
+            "| 1 |\n+---+"
         );
     }
 

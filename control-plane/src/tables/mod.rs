@@ -21,12 +21,35 @@ use lh_catalog::{Catalog, Commit, CommitMeta, TableOp, TablePointer};
 use crate::error::{Error, Result, pointer};
 use crate::warehouse::Warehouse;
 
-/// The files a table's current snapshot reads: its data files, and the position delete
-/// files (merge-on-read deletes, as Spark and Trino write them) that remove rows of them.
+/// The files a table's current snapshot reads: its data files, and the delete files
+/// (merge-on-read) that remove rows of them: position deletes (as Spark and Trino write
+/// them) and equality deletes (as Flink's upserts do).
 #[derive(Debug, Clone, Default)]
 pub struct LiveFiles {
-    pub data: Vec<String>,
+    pub data: Vec<LiveFile>,
     pub position_deletes: Vec<String>,
+    pub equality_deletes: Vec<EqualityDelete>,
+}
+
+/// A data file with what decides which equality deletes apply to it.
+#[derive(Debug, Clone)]
+pub struct LiveFile {
+    pub url: String,
+    /// Its data sequence number.
+    pub sequence: i64,
+    /// Its partition: spec id and partition tuple.
+    pub partition: String,
+}
+
+/// An equality delete file: it removes the rows whose `field_ids` columns equal one of
+/// its rows, from the data files of an older sequence number, in its partition (or in
+/// every partition, when its spec is unpartitioned: `partition` is None).
+#[derive(Debug, Clone)]
+pub struct EqualityDelete {
+    pub url: String,
+    pub sequence: i64,
+    pub partition: Option<String>,
+    pub field_ids: Vec<i32>,
 }
 
 /// A table at a commit, with its metadata read.
@@ -110,9 +133,9 @@ impl Tables {
     }
 
     /// The live files of the table's current snapshot. lh reads Parquet data files and
-    /// Parquet position delete files; a table with equality deletes (Flink's upserts),
-    /// deletion vectors (format v3) or data in another format is a clear error, never a
-    /// read that would show deleted rows.
+    /// Parquet position and equality delete files; a table with deletion vectors (format
+    /// v3), equality deletes on nested fields, or files in another format is a clear
+    /// error, never a read that would show deleted rows.
     pub async fn live_files(&self, t: &LoadedTable) -> Result<Arc<LiveFiles>> {
         let Some(snapshot) = t.metadata.current_snapshot() else {
             return Ok(Arc::new(LiveFiles::default()));
@@ -128,6 +151,7 @@ impl Tables {
             )
         };
         let io = self.warehouse.io();
+        let schema = t.metadata.current_schema();
         let mut out = LiveFiles::default();
         for m in snapshot::manifests_of(io, &t.metadata, snapshot.manifest_list()).await? {
             let manifest = m.load_manifest(io).await?;
@@ -135,10 +159,15 @@ impl Tables {
                 if !e.is_alive() {
                     continue;
                 }
+                let df = e.data_file();
+                let sequence = e.sequence_number().unwrap_or(0);
+                let partition = format!("{}:{:?}", m.partition_spec_id, df.partition());
                 match (e.content_type(), e.file_format()) {
-                    (DataContentType::Data, DataFileFormat::Parquet) => {
-                        out.data.push(e.file_path().to_string())
-                    }
+                    (DataContentType::Data, DataFileFormat::Parquet) => out.data.push(LiveFile {
+                        url: e.file_path().to_string(),
+                        sequence,
+                        partition,
+                    }),
                     (DataContentType::PositionDeletes, DataFileFormat::Parquet) => {
                         out.position_deletes.push(e.file_path().to_string())
                     }
@@ -146,9 +175,34 @@ impl Tables {
                         return Err(unsupported("deletion vectors".into())
                             .with_hint("rewrite its data files (Spark: rewrite_data_files)"));
                     }
-                    (DataContentType::EqualityDeletes, _) => {
-                        return Err(unsupported("equality delete files".into())
+                    (DataContentType::EqualityDeletes, DataFileFormat::Parquet) => {
+                        let field_ids = df.equality_ids().unwrap_or_default();
+                        // Equality is on top-level primitive columns of the current schema.
+                        let readable = !field_ids.is_empty()
+                            && field_ids.iter().all(|id| {
+                                schema
+                                    .as_struct()
+                                    .fields()
+                                    .iter()
+                                    .any(|f| f.id == *id && f.field_type.is_primitive())
+                            });
+                        if !readable {
+                            return Err(unsupported(format!(
+                                "equality deletes on fields {field_ids:?} (nested, dropped \
+                                 or none)"
+                            ))
                             .with_hint("rewrite its data files (Spark: rewrite_data_files)"));
+                        }
+                        let global = t
+                            .metadata
+                            .partition_spec_by_id(m.partition_spec_id)
+                            .is_none_or(|spec| spec.is_unpartitioned());
+                        out.equality_deletes.push(EqualityDelete {
+                            url: e.file_path().to_string(),
+                            sequence,
+                            partition: (!global).then_some(partition),
+                            field_ids,
+                        });
                     }
                     (content, format) => {
                         return Err(unsupported(format!(
@@ -175,11 +229,19 @@ impl Tables {
         let mut paths = Vec::with_capacity(files.data.len());
         let mut unknown = Vec::new();
         for f in &files.data {
-            let p = self.warehouse.local_path(f)?;
+            let p = self.warehouse.local_path(&f.url)?;
             if self.columns.get(&p).is_none() {
                 unknown.push(p.clone());
             }
             paths.push(p);
+        }
+        let mut equality_deletes = Vec::with_capacity(files.equality_deletes.len());
+        for d in &files.equality_deletes {
+            let p = self.warehouse.local_path(&d.url)?;
+            if self.columns.get(&p).is_none() {
+                unknown.push(p.clone());
+            }
+            equality_deletes.push((p, d));
         }
         if !unknown.is_empty() {
             let read = tokio::task::spawn_blocking(move || {
@@ -194,12 +256,18 @@ impl Tables {
                 self.columns.insert(p, Arc::new(c));
             }
         }
+        let columns_of = |p: &std::path::Path| {
+            self.columns
+                .get(p)
+                .ok_or_else(|| Error::internal("footer cache lost an entry"))
+        };
         let mut groups: Vec<crate::query::FileGroup> = Vec::new();
-        for p in paths {
-            let cols = self
-                .columns
-                .get(&p)
-                .ok_or_else(|| Error::internal("footer cache lost an entry"))?;
+        let mut data = Vec::new();
+        for (p, f) in paths.into_iter().zip(&files.data) {
+            let cols = columns_of(&p)?;
+            if !files.equality_deletes.is_empty() {
+                data.push((p.clone(), f.sequence, f.partition.clone()));
+            }
             match groups.iter_mut().find(|(c, _)| *c == cols) {
                 Some((_, files)) => files.push(p),
                 None => groups.push((cols, vec![p])),
@@ -210,9 +278,23 @@ impl Tables {
             .iter()
             .map(|f| self.warehouse.local_path(f))
             .collect::<Result<_>>()?;
+        let equality_deletes = equality_deletes
+            .into_iter()
+            .map(|(p, d)| {
+                Ok(crate::query::EqualityDeleteFile {
+                    columns: columns_of(&p)?,
+                    path: p,
+                    sequence: d.sequence,
+                    partition: d.partition.clone(),
+                    field_ids: d.field_ids.clone(),
+                })
+            })
+            .collect::<Result<_>>()?;
         Ok(crate::query::TableFiles {
             groups,
             position_deletes,
+            equality_deletes,
+            data,
         })
     }
 

@@ -989,6 +989,18 @@ fn spark_writes_a_branch_that_a_merge_publishes() {
     assert_eq!(lh.head("spark"), head);
 
     // Merge-on-read: lh applies Spark's position deletes, in queries and in `table show`.
+    let shown = |lh: &Lh| -> Value {
+        let out = lh.run(&[
+            "table",
+            "show",
+            "shop.events",
+            "--ref",
+            "spark",
+            "-o",
+            "json",
+        ]);
+        serde_json::from_str(out.ok()).unwrap()
+    };
     assert_eq!(
         spark["events_files"],
         json!([{"content": 0, "n": 2}, {"content": 1, "n": 1}]),
@@ -1015,19 +1027,7 @@ fn spark_writes_a_branch_that_a_merge_publishes() {
         ),
         vec![json!({"n": 0})]
     );
-    let show: Value = serde_json::from_str(
-        lh.run(&[
-            "table",
-            "show",
-            "shop.events",
-            "--ref",
-            "spark",
-            "-o",
-            "json",
-        ])
-        .ok(),
-    )
-    .unwrap();
+    let show = shown(&lh);
     assert_eq!(show["rows"], 900, "{show}");
     // lh appends to the table and its deletes still hold.
     let more = lh.file("events.csv", "id,kind\n2000,view\n2001,click\n");
@@ -1049,19 +1049,7 @@ fn spark_writes_a_branch_that_a_merge_publishes() {
         ),
         vec![json!({"n": 902, "deleted": 1})]
     );
-    let show: Value = serde_json::from_str(
-        lh.run(&[
-            "table",
-            "show",
-            "shop.events",
-            "--ref",
-            "spark",
-            "-o",
-            "json",
-        ])
-        .ok(),
-    )
-    .unwrap();
+    let show = shown(&lh);
     assert_eq!(show["rows"], 902, "{show}");
 
     // Merged, main has Spark's tables, and pyiceberg reads them as Spark does.

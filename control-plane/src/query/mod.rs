@@ -832,6 +832,34 @@ mod tests {
         (tables, engine, ctx)
     }
 
+    /// Makes `schema` the current schema of the table `t` on main, as a schema change of
+    /// another engine would.
+    async fn set_schema(tables: &Tables, t: &LoadedTable, schema: Schema) {
+        let evolved = TableMetadataBuilder::new_from_metadata(
+            (*t.metadata).clone(),
+            Some(t.pointer.metadata_location.clone()),
+        )
+        .add_current_schema(schema)
+        .unwrap()
+        .build()
+        .unwrap()
+        .metadata;
+        let location = tables
+            .write_metadata(&evolved, Some(&t.pointer.metadata_location))
+            .unwrap();
+        tables
+            .commit_table(
+                "main",
+                &t.name,
+                Some(t.pointer.clone()),
+                location,
+                &evolved,
+                CommitMeta::new("t", "schema change"),
+            )
+            .await
+            .unwrap();
+    }
+
     async fn rows(engine: &QueryEngine, sql: &str) -> Vec<String> {
         let out = engine.run(sql, "main", None, None).await.unwrap();
         let text = arrow::util::pretty::pretty_format_batches(&out.batches)
@@ -883,29 +911,7 @@ mod tests {
             ])
             .build()
             .unwrap();
-        let evolved = TableMetadataBuilder::new_from_metadata(
-            (*t.metadata).clone(),
-            Some(t.pointer.metadata_location.clone()),
-        )
-        .add_current_schema(schema)
-        .unwrap()
-        .build()
-        .unwrap()
-        .metadata;
-        let location = tables
-            .write_metadata(&evolved, Some(&t.pointer.metadata_location))
-            .unwrap();
-        tables
-            .commit_table(
-                "main",
-                "raw.t",
-                Some(t.pointer.clone()),
-                location,
-                &evolved,
-                CommitMeta::new("t", "rename"),
-            )
-            .await
-            .unwrap();
+        set_schema(&tables, &t, schema).await;
 
         let got = rows(&engine, "select id, label, score from raw.t order by id").await;
         assert_eq!(
@@ -985,29 +991,7 @@ mod tests {
             ])
             .build()
             .unwrap();
-        let evolved = TableMetadataBuilder::new_from_metadata(
-            (*t.metadata).clone(),
-            Some(t.pointer.metadata_location.clone()),
-        )
-        .add_current_schema(schema)
-        .unwrap()
-        .build()
-        .unwrap()
-        .metadata;
-        let location = tables
-            .write_metadata(&evolved, Some(&t.pointer.metadata_location))
-            .unwrap();
-        tables
-            .commit_table(
-                "main",
-                "raw.t",
-                Some(t.pointer.clone()),
-                location,
-                &evolved,
-                CommitMeta::new("t", "nested renames"),
-            )
-            .await
-            .unwrap();
+        set_schema(&tables, &t, schema).await;
 
         assert_eq!(
             before,

@@ -9,8 +9,8 @@ use std::fs::File;
 use std::path::Path;
 
 use iceberg::spec::{
-    DataContentType, DataFile, DataFileBuilder, DataFileFormat, Datum, PrimitiveType, Schema,
-    Struct, Type,
+    DataContentType, DataFile, DataFileBuilder, DataFileFormat, Datum, PartitionSpec,
+    PrimitiveType, Schema, Struct, Type,
 };
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::file::statistics::Statistics;
@@ -20,7 +20,12 @@ use crate::error::{Error, Result};
 const TRUNCATE: usize = 16;
 
 /// Reads the footer of the local Parquet file at `path` (known to the table as `url`).
-pub fn data_file(path: &Path, url: &str, schema: &Schema, spec_id: i32) -> Result<DataFile> {
+pub fn data_file(
+    path: &Path,
+    url: &str,
+    schema: &Schema,
+    spec: &PartitionSpec,
+) -> Result<DataFile> {
     let file = File::open(path)?;
     let size = file.metadata()?.len();
     let reader = SerializedFileReader::new(file).map_err(|e| {
@@ -86,8 +91,10 @@ pub fn data_file(path: &Path, url: &str, schema: &Schema, spec_id: i32) -> Resul
         .content(DataContentType::Data)
         .file_path(url.to_string())
         .file_format(DataFileFormat::Parquet)
-        .partition(Struct::empty())
-        .partition_spec_id(spec_id)
+        // lh writes unpartitioned tables: a spec with only `void` fields gets a null for
+        // each (see `snapshot::check_writable`).
+        .partition(Struct::from_iter(spec.fields().iter().map(|_| None)))
+        .partition_spec_id(spec.spec_id())
         .record_count(meta.file_metadata().num_rows() as u64)
         .file_size_in_bytes(size)
         .column_sizes(column_sizes)
@@ -154,21 +161,21 @@ fn physical(t: &parquet::schema::types::Type) -> PhysicalColumn {
             || matches!(converted, ConvertedType::MAP | ConvertedType::MAP_KEY_VALUE);
         match fields {
             [repeated] if is_list => {
-                let element = match repeated.get_fields() {
-                    // Three levels: `repeated group list { element }`; a repeated group
-                    // of one field named `array` or `<list>_tuple` is a legacy element.
-                    [element]
-                        if repeated.is_group()
-                            && repeated.name() != "array"
-                            && repeated.name() != format!("{name}_tuple") =>
-                    {
-                        physical(element)
-                    }
-                    _ => physical(repeated),
+                // Three levels: `repeated group list { element }`. Two (legacy): the
+                // repeated field is the element: a primitive, a group of several fields,
+                // or a group of one named `array` or `<list>_tuple`.
+                let three_levels = repeated.is_group()
+                    && repeated.get_fields().len() == 1
+                    && repeated.name() != "array"
+                    && repeated.name() != format!("{name}_tuple");
+                let element = if three_levels {
+                    physical(&repeated.get_fields()[0])
+                } else {
+                    physical(repeated)
                 };
                 PhysicalKind::List(Box::new(element))
             }
-            [key_value] if is_map && key_value.get_fields().len() == 2 => {
+            [key_value] if is_map && key_value.is_group() && key_value.get_fields().len() == 2 => {
                 let kv = key_value.get_fields();
                 PhysicalKind::Map(Box::new(physical(&kv[0])), Box::new(physical(&kv[1])))
             }
@@ -307,5 +314,63 @@ mod tests {
         assert_eq!(minimal_be(127), vec![0x7f]);
         assert_eq!(minimal_be(128), vec![0x00, 0x80]);
         assert_eq!(minimal_be(-1), vec![0xff]);
+    }
+
+    /// Lists in each of the layouts writers use, maps and structs, with their field ids.
+    #[test]
+    fn physical_columns_follow_the_parquet_list_and_map_rules() {
+        let message = parquet::schema::parser::parse_message_type(
+            "message m {
+               optional group three (LIST) = 1 { repeated group list { optional int32 element = 2; } }
+               optional group legacy (LIST) = 3 { repeated int32 array = 4; }
+               optional group pairs (LIST) = 5 { repeated group array { required int32 a = 6; } }
+               optional group structs (LIST) = 7 { repeated group element { required int32 a = 8; required int32 b = 9; } }
+               optional group m (MAP) = 10 { repeated group key_value { required binary key (UTF8) = 11; optional int64 value = 12; } }
+               optional group s = 13 { optional int32 x = 14; }
+             }",
+        )
+        .unwrap();
+        let cols: Vec<PhysicalColumn> = message.get_fields().iter().map(|f| physical(f)).collect();
+        let leaf = |id, name: &str| PhysicalColumn {
+            id,
+            name: name.into(),
+            kind: PhysicalKind::Primitive,
+        };
+        let col = |id, name: &str, kind| PhysicalColumn {
+            id,
+            name: name.into(),
+            kind,
+        };
+        assert_eq!(
+            cols,
+            vec![
+                col(1, "three", PhysicalKind::List(Box::new(leaf(2, "element")))),
+                col(3, "legacy", PhysicalKind::List(Box::new(leaf(4, "array")))),
+                col(
+                    5,
+                    "pairs",
+                    PhysicalKind::List(Box::new(col(
+                        0,
+                        "array",
+                        PhysicalKind::Struct(vec![leaf(6, "a")])
+                    )))
+                ),
+                col(
+                    7,
+                    "structs",
+                    PhysicalKind::List(Box::new(col(
+                        0,
+                        "element",
+                        PhysicalKind::Struct(vec![leaf(8, "a"), leaf(9, "b")])
+                    )))
+                ),
+                col(
+                    10,
+                    "m",
+                    PhysicalKind::Map(Box::new(leaf(11, "key")), Box::new(leaf(12, "value")))
+                ),
+                col(13, "s", PhysicalKind::Struct(vec![leaf(14, "x")])),
+            ]
+        );
     }
 }

@@ -586,7 +586,7 @@ impl WritePlan {
         for p in &paths {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
             let url = format!("{}/{name}", self.data_url);
-            let df = stats::data_file(p, &url, &schema, base.default_partition_spec_id())?;
+            let df = stats::data_file(p, &url, &schema, base.default_partition_spec())?;
             bytes += df.file_size_in_bytes();
             files.push(df);
         }

@@ -178,8 +178,9 @@ enum Writer {
 }
 
 /// The batch with every column the writer cannot encode turned into text: for CSV, a
-/// nested value (struct, list, map) becomes its JSON text, as one cell; a union (which
-/// no Iceberg table has, but a query can make) becomes its displayed form.
+/// nested value (struct, list, map) becomes its JSON text, as one cell; what JSON cannot
+/// hold as such (a union, which no Iceberg table has but a query can make, or a map
+/// keyed by numbers) becomes its displayed form.
 fn representable(batch: &RecordBatch, writer: Writer) -> CliResult<RecordBatch> {
     use arrow::datatypes::{DataType, Field, Schema};
     let nested = |t: &DataType| {
@@ -194,17 +195,24 @@ fn representable(batch: &RecordBatch, writer: Writer) -> CliResult<RecordBatch> 
                 | DataType::Map(..)
         )
     };
-    fn has_union(t: &DataType) -> bool {
+    // What arrow's JSON encoder refuses: unions, and maps keyed by anything but text.
+    fn no_json(t: &DataType) -> bool {
         match t {
             DataType::Union(..) => true,
-            DataType::Struct(fs) => fs.iter().any(|f| has_union(f.data_type())),
+            DataType::Map(entries, _) => match entries.data_type() {
+                DataType::Struct(kv) => {
+                    !matches!(kv[0].data_type(), DataType::Utf8 | DataType::LargeUtf8)
+                        || no_json(kv[1].data_type())
+                }
+                _ => true,
+            },
+            DataType::Struct(fs) => fs.iter().any(|f| no_json(f.data_type())),
             DataType::List(f)
             | DataType::LargeList(f)
             | DataType::FixedSizeList(f, _)
             | DataType::ListView(f)
-            | DataType::LargeListView(f)
-            | DataType::Map(f, _) => has_union(f.data_type()),
-            DataType::Dictionary(_, v) => has_union(v),
+            | DataType::LargeListView(f) => no_json(f.data_type()),
+            DataType::Dictionary(_, v) => no_json(v),
             _ => false,
         }
     }
@@ -212,7 +220,7 @@ fn representable(batch: &RecordBatch, writer: Writer) -> CliResult<RecordBatch> 
     if !schema
         .fields()
         .iter()
-        .any(|f| has_union(f.data_type()) || (writer == Writer::Csv && nested(f.data_type())))
+        .any(|f| no_json(f.data_type()) || (writer == Writer::Csv && nested(f.data_type())))
     {
         return Ok(batch.clone());
     }
@@ -220,7 +228,7 @@ fn representable(batch: &RecordBatch, writer: Writer) -> CliResult<RecordBatch> 
     let mut columns = Vec::with_capacity(schema.fields().len());
     for (f, c) in schema.fields().iter().zip(batch.columns()) {
         let t = f.data_type();
-        let text = if has_union(t) {
+        let text = if no_json(t) {
             Some(displayed(c)?)
         } else if writer == Writer::Csv && nested(t) {
             Some(json_texts(f, c)?)

@@ -111,12 +111,12 @@ fn every_type_prints_in_every_format() {
     let sql = "select 12.345::decimal(12,3) AS dec, INTERVAL 90 MINUTE AS iv, \
                '\\xCA\\xFE'::blob AS bin, uuid '6ba7b810-9dad-11d1-80b4-00c04fd430c8' AS id, \
                [1, 2] AS l, {'a': 1, 'b': 'x', 'c': [{'d': NULL}]} AS st, MAP {'k': 3} AS m, \
-               NULL::int[] AS nl, union_value(num := 2) AS u";
+               NULL::int[] AS nl, union_value(num := 2) AS u, MAP {1: 'one'} AS im";
     assert_eq!(
         lh.run(&["query", sql, "-o", "csv"]).ok(),
-        "dec,iv,bin,id,l,st,m,nl,u\n\
+        "dec,iv,bin,id,l,st,m,nl,u,im\n\
          12.345,1 hours 30 mins,cafe,6ba7b810-9dad-11d1-80b4-00c04fd430c8,\"[1,2]\",\
-         \"{\"\"a\"\":1,\"\"b\"\":\"\"x\"\",\"\"c\"\":[{\"\"d\"\":null}]}\",\"{\"\"k\"\":3}\",,{num=2}\n"
+         \"{\"\"a\"\":1,\"\"b\"\":\"\"x\"\",\"\"c\"\":[{\"\"d\"\":null}]}\",\"{\"\"k\"\":3}\",,{num=2},{1: one}\n"
     );
     assert_eq!(
         lh.rows(sql, "main"),
@@ -124,7 +124,7 @@ fn every_type_prints_in_every_format() {
             "dec": 12.345, "iv": "1 hours 30 mins", "bin": "cafe",
             "id": "6ba7b810-9dad-11d1-80b4-00c04fd430c8", "l": [1, 2],
             "st": {"a": 1, "b": "x", "c": [{"d": null}]}, "m": {"k": 3}, "nl": null,
-            "u": "{num=2}"
+            "u": "{num=2}", "im": "{1: one}"
         })]
     );
     assert!(

@@ -60,7 +60,7 @@ const CACHED_COMMITS: usize = 64;
 struct CommitCatalog {
     name: String,
     database: Arc<std::sync::Mutex<Connection>>,
-    /// The tables (`namespace.table`) whose view exists.
+    /// The views that exist, by their quoted name (`"namespace"."table"`).
     views: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
@@ -358,13 +358,15 @@ impl QueryEngine {
                 )
                 .with_hint(format!("`lh table ls --ref {at}` lists the tables")));
             };
+            // Views are known by their DuckDB name: `a."b.t"` and `"a.b".t` are two.
+            let view = format!("{}.{}", quote_ident(&parts[0]), quote_ident(&parts[1]));
             if !session
                 .commit
                 .as_ref()
-                .is_some_and(|c| c.views.lock().is_ok_and(|v| v.contains(&name)))
+                .is_some_and(|c| c.views.lock().is_ok_and(|v| v.contains(&view)))
             {
                 let files = self.tables.file_groups(&table).await?;
-                views.push((name, view_sql(&parts, &table, &files)));
+                views.push((view, view_sql(&parts, &table, &files)));
             }
         }
 
@@ -465,6 +467,9 @@ fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String
     ));
     let qualified = format!("{}.{}", quote_ident(ns), quote_ident(name));
     let fields = schema.as_struct().fields();
+    // The view's own columns (file, position, sequence, partition, keys) get a prefix no
+    // column of the table starts with, so that none can stand in for them.
+    let p = internal_prefix(fields);
     let positions = !files.position_deletes.is_empty() && !files.groups.is_empty();
     let equalities = !files.equality_deletes.is_empty() && !files.groups.is_empty();
     let select = |physical: Option<&[PhysicalColumn]>| -> String {
@@ -479,10 +484,10 @@ fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String
             })
             .collect();
         if positions || equalities {
-            cols.push("__lh_file".to_string());
+            cols.push(format!("{p}file"));
         }
         if positions {
-            cols.push("file_row_number AS __lh_pos".to_string());
+            cols.push(format!("file_row_number AS {p}pos"));
         }
         cols.join(", ")
     };
@@ -498,7 +503,7 @@ fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String
     } else {
         let mut options = String::new();
         if positions || equalities {
-            options.push_str(", filename = '__lh_file'");
+            options.push_str(&format!(", filename = '{p}file'"));
         }
         if positions {
             options.push_str(", file_row_number = true");
@@ -532,9 +537,9 @@ fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String
                 })
                 .collect();
             rows = format!(
-                "(SELECT __lh_d.*, __lh_m.seq AS __lh_seq, __lh_m.part AS __lh_part \
+                "(SELECT __lh_d.*, __lh_m.seq AS {p}seq, __lh_m.part AS {p}part \
                  FROM {rows} AS __lh_d JOIN (VALUES {}) AS __lh_m(file, seq, part) \
-                 ON __lh_m.file = __lh_d.__lh_file)",
+                 ON __lh_m.file = __lh_d.{p}file)",
                 values.join(", ")
             );
         }
@@ -544,7 +549,7 @@ fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String
                 " ANTI JOIN (\
                  SELECT regexp_replace(file_path, '^file:(//localhost|//)?', '') AS file, pos \
                  FROM read_parquet([{}])) AS __lh_deletes \
-                 ON __lh_deletes.file = __lh_rows.__lh_file AND __lh_deletes.pos = __lh_rows.__lh_pos",
+                 ON __lh_deletes.file = __lh_rows.{p}file AND __lh_deletes.pos = __lh_rows.{p}pos",
                 list(&files.position_deletes)
             ));
         }
@@ -576,10 +581,10 @@ fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String
                                     let ty = duckdb_type(&f.field_type);
                                     match d.columns.iter().find(|c| c.id == f.id) {
                                         Some(c) => format!(
-                                            "CAST({} AS {ty}) AS __lh_k{i}",
+                                            "CAST({} AS {ty}) AS {p}k{i}",
                                             quote_ident(&c.name)
                                         ),
-                                        None => format!("CAST(NULL AS {ty}) AS __lh_k{i}"),
+                                        None => format!("CAST(NULL AS {ty}) AS {p}k{i}"),
                                     }
                                 })
                                 .collect();
@@ -588,7 +593,7 @@ fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String
                                 .as_deref()
                                 .map_or("CAST(NULL AS VARCHAR)".to_string(), quote_literal);
                             format!(
-                                "SELECT {}, {}::BIGINT AS __lh_seq, {part} AS __lh_part \
+                                "SELECT {}, {}::BIGINT AS {p}seq, {part} AS {p}part \
                                  FROM read_parquet([{}])",
                                 keys.join(", "),
                                 d.sequence,
@@ -601,15 +606,15 @@ fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String
                         .enumerate()
                         .map(|(i, f)| {
                             format!(
-                                "__lh_e.__lh_k{i} IS NOT DISTINCT FROM __lh_rows.{}",
+                                "__lh_e.{p}k{i} IS NOT DISTINCT FROM __lh_rows.{}",
                                 quote_ident(&f.name)
                             )
                         })
                         .collect();
                     format!(
                         "NOT EXISTS (SELECT 1 FROM ({}) AS __lh_e \
-                         WHERE __lh_e.__lh_seq > __lh_rows.__lh_seq \
-                         AND (__lh_e.__lh_part IS NULL OR __lh_e.__lh_part = __lh_rows.__lh_part) \
+                         WHERE __lh_e.{p}seq > __lh_rows.{p}seq \
+                         AND (__lh_e.{p}part IS NULL OR __lh_e.{p}part = __lh_rows.{p}part) \
                          AND {})",
                         rows.join(" UNION ALL "),
                         matches.join(" AND ")
@@ -624,6 +629,19 @@ fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String
     };
     sql.push_str(&format!("CREATE VIEW {qualified} AS {body};\n"));
     sql
+}
+
+/// A prefix for a view's own columns that no column of the table starts with (DuckDB
+/// compares names regardless of case).
+fn internal_prefix(fields: &[iceberg::spec::NestedFieldRef]) -> String {
+    let taken = |p: &str| fields.iter().any(|f| f.name.to_lowercase().starts_with(p));
+    let mut p = "__lh_".to_string();
+    let mut n = 0;
+    while taken(&p) {
+        n += 1;
+        p = format!("__lh{n}_");
+    }
+    p
 }
 
 /// The expression that reads the physical column `src` (described by `physical`) as a
@@ -1202,10 +1220,122 @@ mod tests {
         commit_files(tables, table, vec![f]).await;
     }
 
+    /// A table whose columns carry the names of the view's own columns reads right: they
+    /// cannot stand in for the file's sequence number or position.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn columns_named_like_the_views_own_do_not_confuse_deletes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tables, engine, ctx) = setup(dir.path()).await;
+        let csv = ctx.uploads.join("a.csv");
+        std::fs::write(
+            &csv,
+            "id,__lh_seq,__LH_PART,__lh_file,__lh1_x\n1,100,x,a.txt,0\n2,100,x,a.txt,0\n",
+        )
+        .unwrap();
+        let job = ImportJob {
+            branch: "main".into(),
+            table: "raw.t".into(),
+            mode: ImportMode::Create,
+            format: FileFormat::Csv,
+            files: vec![csv],
+            names: vec!["a.csv".into()],
+            author: "t".into(),
+        };
+        import(&tables, &ctx, job).await.unwrap();
+        add_equality_delete(&tables, "raw.t", "SELECT 1::BIGINT AS id", &["id"]).await;
+        let got = rows(&engine, "select id, __lh_seq, __lh_file from raw.t").await;
+        assert_eq!(
+            got[3..],
+            [
+                "| 2  | 100      | a.txt     |",
+                "+----+----------+-----------+"
+            ]
+        );
+    }
+
+    /// Creates an empty table on main with `schema` and partition `spec`, as another
+    /// engine would.
+    async fn create_table(
+        tables: &Tables,
+        name: &str,
+        schema: Schema,
+        spec: iceberg::spec::UnboundPartitionSpec,
+    ) {
+        let uuid = uuid::Uuid::now_v7();
+        let location = tables.warehouse.new_table_location(name, &uuid);
+        let created = TableMetadataBuilder::new(
+            schema,
+            spec,
+            iceberg::spec::SortOrder::unsorted_order(),
+            location,
+            iceberg::spec::FormatVersion::V2,
+            Default::default(),
+        )
+        .unwrap()
+        .assign_uuid(uuid)
+        .build()
+        .unwrap()
+        .metadata;
+        let metadata_location = tables.write_metadata(&created, None).unwrap();
+        tables
+            .commit_table(
+                "main",
+                name,
+                None,
+                metadata_location,
+                &created,
+                CommitMeta::new("t", "create"),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// A spec whose fields are all `void` (what dropping a v1 table's partition field
+    /// leaves) partitions nothing: lh appends to it, each file with a null per field.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lh_appends_to_a_table_with_a_void_partition_spec() {
+        use iceberg::spec::{Transform, UnboundPartitionSpec};
+        let dir = tempfile::tempdir().unwrap();
+        let (tables, engine, ctx) = setup(dir.path()).await;
+        let schema = Schema::builder()
+            .with_fields(vec![Arc::new(NestedField::optional(
+                1,
+                "id",
+                Type::Primitive(PrimitiveType::Long),
+            ))])
+            .build()
+            .unwrap();
+        let spec = UnboundPartitionSpec::builder()
+            .add_partition_field(1, "id_gone", Transform::Void)
+            .unwrap()
+            .build();
+        create_table(&tables, "raw.v", schema, spec).await;
+        for i in 0..2 {
+            let csv = ctx.uploads.join(format!("{i}.csv"));
+            std::fs::write(&csv, format!("id\n{i}\n")).unwrap();
+            let job = ImportJob {
+                branch: "main".into(),
+                table: "raw.v".into(),
+                mode: ImportMode::Append,
+                format: FileFormat::Csv,
+                files: vec![csv],
+                names: vec![format!("{i}.csv")],
+                author: "t".into(),
+            };
+            import(&tables, &ctx, job).await.unwrap();
+        }
+        let got = rows(
+            &engine,
+            "select sum(id)::int AS s, count(*)::int AS n from raw.v",
+        )
+        .await;
+        assert_eq!(got[3], "| 1 | 2 |");
+    }
+
     /// In a partitioned table, an equality delete applies in its own partition only.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn equality_deletes_apply_within_their_partition() {
-        use iceberg::spec::{Literal, SortOrder, Struct, Transform, UnboundPartitionSpec};
+        use iceberg::spec::{Literal, Struct, Transform, UnboundPartitionSpec};
         let dir = tempfile::tempdir().unwrap();
         let (tables, engine, _ctx) = setup(dir.path()).await;
         let schema = Schema::builder()
@@ -1227,33 +1357,7 @@ mod tests {
             .add_partition_field(2, "k", Transform::Identity)
             .unwrap()
             .build();
-        let uuid = uuid::Uuid::now_v7();
-        let location = tables.warehouse.new_table_location("raw.p", &uuid);
-        let created = TableMetadataBuilder::new(
-            schema,
-            spec,
-            SortOrder::unsorted_order(),
-            location,
-            iceberg::spec::FormatVersion::V2,
-            Default::default(),
-        )
-        .unwrap()
-        .assign_uuid(uuid)
-        .build()
-        .unwrap()
-        .metadata;
-        let metadata_location = tables.write_metadata(&created, None).unwrap();
-        tables
-            .commit_table(
-                "main",
-                "raw.p",
-                None,
-                metadata_location,
-                &created,
-                CommitMeta::new("t", "create"),
-            )
-            .await
-            .unwrap();
+        create_table(&tables, "raw.p", schema, spec).await;
         let part = |k: &str| Struct::from_iter([Some(Literal::string(k))]);
         let head = tables.catalog.resolve("main").await.unwrap().commit;
         let m = tables.load(&head, "raw.p").await.unwrap().unwrap().metadata;

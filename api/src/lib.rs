@@ -240,10 +240,14 @@ pub struct TableDetail {
     pub location: String,
     pub format_version: u8,
     pub columns: Vec<Column>,
-    /// Rows, data files and bytes of the current snapshot (0 for an empty table).
+    /// Rows, data files and bytes of the current snapshot (0 for an empty table). Rows
+    /// net of position deletes, not of equality deletes (whose effect only a scan knows).
     pub rows: u64,
     pub files: u64,
     pub size_bytes: u64,
+    /// Delete files of the current snapshot (merge-on-read writes of other engines).
+    #[serde(default)]
+    pub delete_files: u64,
     /// Newest first.
     pub snapshots: Vec<SnapshotInfo>,
 }

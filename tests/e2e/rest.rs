@@ -1029,6 +1029,15 @@ fn spark_writes_a_branch_that_a_merge_publishes() {
     );
     let show = shown(&lh);
     assert_eq!(show["rows"], 900, "{show}");
+    assert_eq!(show["delete_files"], 1, "{show}");
+    let text = lh
+        .run(&["table", "show", "shop.events", "--ref", "spark"])
+        .ok()
+        .to_string();
+    assert!(
+        text.contains("files     2 (and 1 delete files: merge-on-read)"),
+        "{text}"
+    );
     // lh appends to the table and its deletes still hold.
     let more = lh.file("events.csv", "id,kind\n2000,view\n2001,click\n");
     lh.run(&[

@@ -82,6 +82,7 @@ fn show(settings: &Settings, at: &str, d: &TableDetail) -> CliResult<()> {
                 ("name", d.name.clone()),
                 ("rows", d.rows.to_string()),
                 ("files", d.files.to_string()),
+                ("delete_files", d.delete_files.to_string()),
                 ("size_bytes", d.size_bytes.to_string()),
                 (
                     "snapshot",
@@ -102,7 +103,15 @@ fn show(settings: &Settings, at: &str, d: &TableDetail) -> CliResult<()> {
         short(&d.commit)
     )?;
     writeln!(out, "rows      {}", d.rows)?;
-    writeln!(out, "files     {}", d.files)?;
+    if d.delete_files > 0 {
+        writeln!(
+            out,
+            "files     {} (and {} delete files: merge-on-read)",
+            d.files, d.delete_files
+        )?;
+    } else {
+        writeln!(out, "files     {}", d.files)?;
+    }
     writeln!(out, "size      {}", output::bytes(d.size_bytes))?;
     writeln!(
         out,

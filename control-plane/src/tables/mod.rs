@@ -443,6 +443,7 @@ impl Tables {
             rows: total("total-records").saturating_sub(total("total-position-deletes")),
             files: total("total-data-files"),
             size_bytes: total("total-files-size"),
+            delete_files: total("total-delete-files"),
             snapshots,
         })
     }

@@ -878,6 +878,18 @@ fn spark_writes_a_branch_that_a_merge_publishes() {
         spark["scores_snapshots"],
         json!(["append", "append", "overwrite", "overwrite", "overwrite"])
     );
+    // expire_snapshots is refused, so Spark deletes nothing: the first snapshot reads.
+    assert_eq!(
+        spark["expire"], "org.apache.iceberg.exceptions.BadRequestException",
+        "{spark}"
+    );
+    assert!(
+        spark["expire_message"]
+            .as_str()
+            .unwrap()
+            .contains("lh keeps every snapshot"),
+        "{spark}"
+    );
     assert_eq!(
         spark["scores_first_snapshot"],
         json!([{"id": 1}, {"id": 2}, {"id": 3}])

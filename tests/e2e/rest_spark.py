@@ -87,6 +87,15 @@ def main(uri, branch, frozen):
         r["operation"] for r in rows(
             s, "SELECT operation FROM lh.shop.scores.snapshots ORDER BY committed_at")
     ]
+    # Expiring snapshots would have Spark delete files older lh commits still read.
+    try:
+        s.sql("CALL lh.system.expire_snapshots(table => 'shop.scores', "
+              "older_than => TIMESTAMP '2100-01-01 00:00:00', retain_last => 1)").collect()
+        out["expire"] = "accepted"
+    except Exception as e:  # noqa: BLE001 - the refusal is what the test looks at
+        java = getattr(e, "java_exception", None)
+        out["expire"] = str(java.getClass().getName()) if java is not None else type(e).__name__
+        out["expire_message"] = str(java.getMessage()) if java is not None else str(e)
     first = rows(s, "SELECT snapshot_id FROM lh.shop.scores.snapshots ORDER BY committed_at LIMIT 1")
     out["scores_first_snapshot"] = rows(
         s, f"SELECT id FROM lh.shop.scores VERSION AS OF {first[0]['snapshot_id']} ORDER BY id")

@@ -859,6 +859,23 @@ async fn prepare_change(
         })?;
     }
     let updates = change.updates;
+    // Expiring snapshots is refused: the client deletes the expired snapshots' files
+    // once the commit succeeds (Spark's and pyiceberg's procedures do), but older lh
+    // commits, other refs and tags still read them. lh gc removes what nothing reads.
+    if updates
+        .iter()
+        .any(|u| matches!(u, TableUpdate::RemoveSnapshots { .. }))
+    {
+        return Err(rest(
+            StatusCode::BAD_REQUEST,
+            "BadRequestException",
+            format!(
+                "table '{name}': lh keeps every snapshot, because older lh commits and other \
+                 refs read their files; expiring them would let the client delete those \
+                 files. Remove unreferenced files with `lh gc` instead"
+            ),
+        ));
+    }
     // A snapshot's files stay in the warehouse: the server reads manifest lists.
     for u in &updates {
         if let TableUpdate::AddSnapshot { snapshot } = u {
@@ -939,7 +956,6 @@ fn describe(created: bool, updates: &[TableUpdate], name: &str) -> String {
             TableUpdate::AddSnapshot { snapshot } => snapshot.summary().operation.as_str(),
             TableUpdate::AddSchema { .. } if !created => "schema change",
             TableUpdate::AddSpec { .. } if !created => "partition change",
-            TableUpdate::RemoveSnapshots { .. } => "expire snapshots",
             TableUpdate::SetProperties { .. } | TableUpdate::RemoveProperties { .. }
                 if !created =>
             {

@@ -602,6 +602,31 @@ fn rest_protocol_bad_input_changes_nothing() {
     assert!(m.contains("outside the warehouse"), "{m}");
     unchanged("malformed requests");
 
+    // Clients get gc.enabled=false and may neither expire snapshots (they would then
+    // delete files older commits read) nor turn the guard off.
+    let (_, loaded) = http.send("GET", path, None);
+    assert_eq!(
+        loaded["metadata"]["properties"]["gc.enabled"], "false",
+        "{loaded}"
+    );
+    let m = http.error(
+        "POST",
+        path,
+        Some(json!({"updates": [{"action": "remove-snapshots", "snapshot-ids": [1]}]})),
+        400,
+        "BadRequestException",
+    );
+    assert!(m.contains("lh keeps every snapshot"), "{m}");
+    let m = http.error(
+        "POST",
+        path,
+        Some(json!({"updates": [{"action": "set-properties", "updates": {"gc.enabled": "true"}}]})),
+        400,
+        "BadRequestException",
+    );
+    assert!(m.contains("gc.enabled stays false"), "{m}");
+    unchanged("file deletion by clients");
+
     // A requirement that fails is the spec's 409.
     let m = http.error(
         "POST",
@@ -878,18 +903,22 @@ fn spark_writes_a_branch_that_a_merge_publishes() {
         spark["scores_snapshots"],
         json!(["append", "append", "overwrite", "overwrite", "overwrite"])
     );
-    // expire_snapshots is refused, so Spark deletes nothing: the first snapshot reads.
-    assert_eq!(
-        spark["expire"], "org.apache.iceberg.exceptions.BadRequestException",
-        "{spark}"
-    );
-    assert!(
-        spark["expire_message"]
-            .as_str()
-            .unwrap()
-            .contains("lh keeps every snapshot"),
-        "{spark}"
-    );
+    // Spark's file-deleting maintenance is refused (the tables it gets have
+    // gc.enabled=false), so it deletes nothing: the first snapshot still reads, and the
+    // table a PURGE was asked of is still there (its rows are checked below).
+    for what in ["expire", "purge"] {
+        assert_eq!(
+            spark[what], "org.apache.iceberg.exceptions.ValidationException",
+            "{spark}"
+        );
+        assert!(
+            spark[format!("{what}_message")]
+                .as_str()
+                .unwrap()
+                .contains("GC is disabled"),
+            "{spark}"
+        );
+    }
     assert_eq!(
         spark["scores_first_snapshot"],
         json!([{"id": 1}, {"id": 2}, {"id": 3}])

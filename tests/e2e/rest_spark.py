@@ -7,7 +7,8 @@ One Spark session (local, one core) with two catalogs configured as the README s
 On the branch it reads a table lh imported (`shop.people`, ids 1 and 2), appends to it,
 creates a table, evolves its schema, and deletes, updates and merges rows (Spark's
 copy-on-write rewrites), renames and adds nested fields of a third, then deletes and
-updates rows of another table merge-on-read (position delete files); on the read-only ref it reads, and tries a write that must be
+updates rows of another table merge-on-read (position delete files), and tries the
+maintenance that would delete files (expire_snapshots, DROP TABLE ... PURGE); on the read-only ref it reads, and tries a write that must be
 refused. It prints one JSON document of what it saw.
 
 The Iceberg runtime for Spark 3.5 comes from PyPI (the `snowpark-connect-deps-iceberg`
@@ -55,6 +56,17 @@ def session(uri, branch, frozen):
     return s
 
 
+def refused(s, out, key, sql):
+    """Runs a statement that should fail; records the Java exception's class and message."""
+    try:
+        s.sql(sql).collect()
+        out[key] = "accepted"
+    except Exception as e:  # noqa: BLE001 - the refusal is what the test looks at
+        java = getattr(e, "java_exception", None)
+        out[key] = str(java.getClass().getName()) if java is not None else type(e).__name__
+        out[f"{key}_message"] = str(java.getMessage()) if java is not None else str(e)
+
+
 def rows(s, sql):
     return [r.asDict() for r in s.sql(sql).collect()]
 
@@ -88,14 +100,8 @@ def main(uri, branch, frozen):
             s, "SELECT operation FROM lh.shop.scores.snapshots ORDER BY committed_at")
     ]
     # Expiring snapshots would have Spark delete files older lh commits still read.
-    try:
-        s.sql("CALL lh.system.expire_snapshots(table => 'shop.scores', "
-              "older_than => TIMESTAMP '2100-01-01 00:00:00', retain_last => 1)").collect()
-        out["expire"] = "accepted"
-    except Exception as e:  # noqa: BLE001 - the refusal is what the test looks at
-        java = getattr(e, "java_exception", None)
-        out["expire"] = str(java.getClass().getName()) if java is not None else type(e).__name__
-        out["expire_message"] = str(java.getMessage()) if java is not None else str(e)
+    refused(s, out, "expire", "CALL lh.system.expire_snapshots(table => 'shop.scores', "
+            "older_than => TIMESTAMP '2100-01-01 00:00:00', retain_last => 1)")
     first = rows(s, "SELECT snapshot_id FROM lh.shop.scores.snapshots ORDER BY committed_at LIMIT 1")
     out["scores_first_snapshot"] = rows(
         s, f"SELECT id FROM lh.shop.scores VERSION AS OF {first[0]['snapshot_id']} ORDER BY id")
@@ -128,6 +134,9 @@ def main(uri, branch, frozen):
                             "FROM lh.shop.visits GROUP BY 1 ORDER BY 1")
     out["visits_files"] = rows(s, "SELECT count(*) AS n FROM lh.shop.visits.files")[0]["n"]
 
+    # A purge would have Spark delete every file of the table, which older commits read.
+    refused(s, out, "purge", "DROP TABLE lh.shop.visits PURGE")
+
     # Merge-on-read: DELETE and UPDATE write position delete files, not new data files.
     s.sql("CREATE TABLE lh.shop.events (id bigint, kind string) USING iceberg TBLPROPERTIES ("
           "'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read')")
@@ -142,13 +151,7 @@ def main(uri, branch, frozen):
 
     # The read-only ref reads, and refuses writes.
     out["frozen_people"] = rows(s, "SELECT id, name FROM frozen.shop.people ORDER BY id")
-    try:
-        s.sql("INSERT INTO frozen.shop.people VALUES (9, 'mallory')")
-        out["frozen_write"] = "accepted"
-    except Exception as e:  # noqa: BLE001 - the refusal is what the test looks at
-        java = getattr(e, "java_exception", None)
-        out["frozen_write"] = str(java.getClass().getName()) if java is not None else type(e).__name__
-        out["frozen_write_message"] = str(java.getMessage()) if java is not None else str(e)
+    refused(s, out, "frozen_write", "INSERT INTO frozen.shop.people VALUES (9, 'mallory')")
     s.stop()
     print(json.dumps(out))
 

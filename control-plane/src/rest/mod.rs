@@ -245,8 +245,29 @@ struct Register {
 struct LoadTableResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     metadata_location: Option<String>,
-    metadata: TableMetadata,
+    metadata: serde_json::Value,
     config: BTreeMap<String, String>,
+}
+
+/// The table property that tells engines' maintenance not to delete files: Spark's
+/// `DROP TABLE ... PURGE`, `expire_snapshots` and `remove_orphan_files` (and pyiceberg's
+/// purge) check it before deleting anything on the client.
+const GC_ENABLED: &str = "gc.enabled";
+
+/// Table metadata as clients get it: with `gc.enabled=false`, because a table's files
+/// are shared by every ref and every older commit that sees it, so no client may delete
+/// them; `lh gc` removes what nothing reads.
+fn served(metadata: &TableMetadata) -> serde_json::Value {
+    let mut v = serde_json::to_value(metadata).unwrap_or(serde_json::Value::Null);
+    if let Some(m) = v.as_object_mut() {
+        let props = m
+            .entry("properties")
+            .or_insert_with(|| serde_json::json!({}));
+        if let Some(p) = props.as_object_mut() {
+            p.insert(GC_ENABLED.into(), "false".into());
+        }
+    }
+    v
 }
 
 // ------------------------------------------------------------------ refs and names
@@ -650,7 +671,7 @@ async fn list_tables(
 fn loaded(location: Option<String>, metadata: TableMetadata) -> Json<LoadTableResult> {
     Json(LoadTableResult {
         metadata_location: location,
-        metadata,
+        metadata: served(&metadata),
         // A local warehouse needs no credential and no setting: locations are absolute
         // `file://` URLs that every client's file IO opens. The config stays empty on
         // purpose: DuckDB's iceberg extension (1.5.5) takes any entry as vended S3
@@ -876,6 +897,21 @@ async fn prepare_change(
             ),
         ));
     }
+    // Nor may a client turn the file-deletion guard off.
+    if updates.iter().any(|u| {
+        matches!(u, TableUpdate::SetProperties { updates } if updates
+            .get(GC_ENABLED)
+            .is_some_and(|v| !v.eq_ignore_ascii_case("false")))
+    }) {
+        return Err(rest(
+            StatusCode::BAD_REQUEST,
+            "BadRequestException",
+            format!(
+                "table '{name}': {GC_ENABLED} stays false in lh, because other refs and older \
+                 commits share the table's files. Remove unreferenced files with `lh gc`"
+            ),
+        ));
+    }
     // A snapshot's files stay in the warehouse: the server reads manifest lists.
     for u in &updates {
         if let TableUpdate::AddSnapshot { snapshot } = u {
@@ -1084,7 +1120,7 @@ async fn commit_table(
         return Err(commit_failed(e));
     }
     Ok(Json(
-        serde_json::json!({ "metadata-location": p.location, "metadata": p.metadata }),
+        serde_json::json!({ "metadata-location": p.location, "metadata": served(&p.metadata) }),
     ))
 }
 

@@ -335,19 +335,43 @@ fn duckdb_attaches_a_branch_reads_lh_tables_and_writes() {
             json!({"city": "paris", "people": 2, "ages": 55}),
         ]
     );
+    // DuckDB's DELETE and UPDATE wrote position deletes; lh applies them. DuckDB's
+    // snapshot summaries have no total-files-size: table show counts the files' bytes.
+    assert_eq!(d["numbers_after_delete"], json!([909, 899_997]));
+    let show: Value = serde_json::from_str(
+        lh.run(&[
+            "table",
+            "show",
+            "shop.numbers",
+            "--ref",
+            "feat",
+            "-o",
+            "json",
+        ])
+        .ok(),
+    )
+    .unwrap();
+    assert_eq!(
+        (&show["rows"], &show["files"], &show["delete_files"]),
+        (&json!(909), &json!(3), &json!(3)),
+        "{show}"
+    );
+    assert!(show["size_bytes"].as_u64().unwrap() > 1000, "{show}");
     assert_eq!(
         lh.rows(
             "select count(*) AS n, sum(twice) AS s from shop.numbers",
             "feat"
         ),
-        vec![json!({"n": 1010, "s": 999000})]
+        vec![json!({"n": 909, "s": 899_997})]
     );
     assert_eq!(tables_at(&lh, "main"), vec!["raw.people".to_string()]);
-    // CREATE TABLE AS and INSERT are one lh commit each.
+    // Each write (CREATE TABLE AS, INSERT, DELETE, UPDATE) is one lh commit.
     let messages = log_messages(&lh, "feat");
     assert_eq!(
-        messages[..4],
+        messages[..6],
         [
+            "overwrite shop.numbers",
+            "delete shop.numbers",
             "append shop.numbers",
             "create shop.numbers (append)",
             "append shop.by_city",

@@ -196,7 +196,7 @@ def duckdb_connection():
 
 
 def duckdb_scenario(uri, warehouse, source):
-    """ATTACH a branch, read a table lh imported, CREATE TABLE AS, INSERT."""
+    """ATTACH a branch, read a table lh imported, CREATE TABLE AS, INSERT, DELETE, UPDATE."""
     con = duckdb_connection()
     con.execute(f"ATTACH '{warehouse}' AS lake (TYPE iceberg, ENDPOINT '{uri}', AUTHORIZATION_TYPE 'none')")
     tables = sorted(f"{r[1]}.{r[2]}" for r in con.sql("SHOW ALL TABLES").fetchall() if r[0] == "lake")
@@ -210,9 +210,14 @@ def duckdb_scenario(uri, warehouse, source):
     con.execute("INSERT INTO lake.shop.numbers SELECT range + 1000, 0 FROM range(10)")
     by_city = con.sql("SELECT city, people, ages FROM lake.shop.by_city ORDER BY city").fetchall()
     numbers = con.sql("SELECT count(*), sum(twice) FROM lake.shop.numbers").fetchone()
+    # DELETE and UPDATE write position delete files (merge-on-read).
+    con.execute("DELETE FROM lake.shop.numbers WHERE id % 10 = 0")
+    con.execute("UPDATE lake.shop.numbers SET twice = -1 WHERE id = 1")
+    after = con.sql("SELECT count(*), sum(twice) FROM lake.shop.numbers").fetchone()
     print(json.dumps({"tables": tables, "source_columns": source_columns,
                       "source_rows": [[plain(v) for v in r] for r in source_rows],
-                      "by_city": [[plain(v) for v in r] for r in by_city], "numbers": list(numbers)}))
+                      "by_city": [[plain(v) for v in r] for r in by_city], "numbers": list(numbers),
+                      "numbers_after_delete": [plain(v) for v in after]}))
 
 
 def duckdb_read(uri, warehouse, sql):

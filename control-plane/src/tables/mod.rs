@@ -29,6 +29,18 @@ pub struct LiveFiles {
     pub data: Vec<LiveFile>,
     pub position_deletes: Vec<String>,
     pub equality_deletes: Vec<EqualityDelete>,
+    pub totals: FileTotals,
+}
+
+/// What the live files hold, counted from the manifests (for writers whose snapshot
+/// summaries leave totals out, as DuckDB's does).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FileTotals {
+    pub records: u64,
+    pub data_files: u64,
+    pub delete_files: u64,
+    pub position_deletes: u64,
+    pub bytes: u64,
 }
 
 /// A data file with what decides which equality deletes apply to it.
@@ -182,6 +194,19 @@ impl Tables {
                     continue;
                 }
                 let df = e.data_file();
+                let totals = &mut out.totals;
+                totals.bytes += df.file_size_in_bytes();
+                match e.content_type() {
+                    DataContentType::Data => {
+                        totals.records += df.record_count();
+                        totals.data_files += 1;
+                    }
+                    DataContentType::PositionDeletes => {
+                        totals.position_deletes += df.record_count();
+                        totals.delete_files += 1;
+                    }
+                    DataContentType::EqualityDeletes => totals.delete_files += 1,
+                }
                 let sequence = e.sequence_number().unwrap_or(0);
                 let partition = partition_key(m.partition_spec_id, df.partition());
                 match (e.content_type(), e.file_format()) {
@@ -402,10 +427,37 @@ impl Tables {
                 required: f.required,
             })
             .collect();
-        let total = |key: &str| -> u64 {
+        // Totals from the snapshot summary; counted from the manifests when a writer
+        // left them out (DuckDB writes no total-files-size).
+        let summary = |key: &str| -> Option<u64> {
             m.current_snapshot()
                 .and_then(|s| s.summary().additional_properties.get(key))
                 .and_then(|v| v.parse().ok())
+        };
+        let keys = [
+            "total-records",
+            "total-data-files",
+            "total-files-size",
+            "total-delete-files",
+            "total-position-deletes",
+        ];
+        let counted = if m.current_snapshot().is_some() && keys.iter().any(|k| summary(k).is_none())
+        {
+            self.live_files(&t).await.ok().map(|f| f.totals)
+        } else {
+            None
+        };
+        let total = |key: &str| -> u64 {
+            summary(key)
+                .or_else(|| {
+                    counted.map(|c| match key {
+                        "total-records" => c.records,
+                        "total-data-files" => c.data_files,
+                        "total-files-size" => c.bytes,
+                        "total-delete-files" => c.delete_files,
+                        _ => c.position_deletes,
+                    })
+                })
                 .unwrap_or(0)
         };
         let mut snapshots: Vec<lh_api::SnapshotInfo> = m

@@ -878,6 +878,35 @@ mod tests {
             .unwrap();
     }
 
+    /// Imports a file with `body` (its format from its name's extension) into `table`
+    /// on main.
+    async fn import_file(
+        tables: &Tables,
+        ctx: &ImportContext,
+        table: &str,
+        name: &str,
+        body: &str,
+        mode: ImportMode,
+    ) {
+        let path = ctx.uploads.join(name);
+        std::fs::write(&path, body).unwrap();
+        let format = if name.ends_with(".ndjson") {
+            FileFormat::Json
+        } else {
+            FileFormat::Csv
+        };
+        let job = ImportJob {
+            branch: "main".into(),
+            table: table.into(),
+            mode,
+            format,
+            files: vec![path],
+            names: vec![name.into()],
+            author: "t".into(),
+        };
+        import(tables, ctx, job).await.unwrap();
+    }
+
     async fn rows(engine: &QueryEngine, sql: &str) -> Vec<String> {
         let out = engine.run(sql, "main", None, None).await.unwrap();
         let text = arrow::util::pretty::pretty_format_batches(&out.batches)
@@ -892,18 +921,15 @@ mod tests {
     async fn renamed_and_added_columns_read_by_field_id() {
         let dir = tempfile::tempdir().unwrap();
         let (tables, engine, ctx) = setup(dir.path()).await;
-        let csv = ctx.uploads.join("a.csv");
-        std::fs::write(&csv, "id,name\n1,x\n2,y\n").unwrap();
-        let job = ImportJob {
-            branch: "main".into(),
-            table: "raw.t".into(),
-            mode: ImportMode::Create,
-            format: FileFormat::Csv,
-            files: vec![csv],
-            names: vec!["a.csv".into()],
-            author: "t".into(),
-        };
-        import(&tables, &ctx, job).await.unwrap();
+        import_file(
+            &tables,
+            &ctx,
+            "raw.t",
+            "a.csv",
+            "id,name\n1,x\n2,y\n",
+            ImportMode::Create,
+        )
+        .await;
 
         // Rename `name` (field 2) to `label` and add `score` (field 3).
         let head = tables.catalog.resolve("main").await.unwrap().commit;
@@ -958,23 +984,16 @@ mod tests {
     async fn renamed_and_added_nested_fields_read_by_field_id() {
         let dir = tempfile::tempdir().unwrap();
         let (tables, engine, ctx) = setup(dir.path()).await;
-        let json = ctx.uploads.join("a.ndjson");
-        std::fs::write(
-            &json,
+        import_file(
+            &tables,
+            &ctx,
+            "raw.t",
+            "a.ndjson",
             "{\"id\": 1, \"user\": {\"name\": \"x\", \"age\": 3}, \"tags\": [{\"k\": \"a\"}, {\"k\": \"b\"}]}\n\
              {\"id\": 2, \"user\": null, \"tags\": null}\n",
+            ImportMode::Create,
         )
-        .unwrap();
-        let job = ImportJob {
-            branch: "main".into(),
-            table: "raw.t".into(),
-            mode: ImportMode::Create,
-            format: FileFormat::Json,
-            files: vec![json],
-            names: vec!["a.ndjson".into()],
-            author: "t".into(),
-        };
-        import(&tables, &ctx, job).await.unwrap();
+        .await;
         let before = rows(&engine, "select id, user, tags from raw.t order by id").await;
 
         // user.name -> user.full_name, a new user.email, tags[].k -> tags[].tag.
@@ -1226,22 +1245,15 @@ mod tests {
     async fn columns_named_like_the_views_own_do_not_confuse_deletes() {
         let dir = tempfile::tempdir().unwrap();
         let (tables, engine, ctx) = setup(dir.path()).await;
-        let csv = ctx.uploads.join("a.csv");
-        std::fs::write(
-            &csv,
+        import_file(
+            &tables,
+            &ctx,
+            "raw.t",
+            "a.csv",
             "id,__lh_seq,__LH_PART,__lh_file,__lh1_x\n1,100,x,a.txt,0\n2,100,x,a.txt,0\n",
+            ImportMode::Create,
         )
-        .unwrap();
-        let job = ImportJob {
-            branch: "main".into(),
-            table: "raw.t".into(),
-            mode: ImportMode::Create,
-            format: FileFormat::Csv,
-            files: vec![csv],
-            names: vec!["a.csv".into()],
-            author: "t".into(),
-        };
-        import(&tables, &ctx, job).await.unwrap();
+        .await;
         add_equality_delete(&tables, "raw.t", "SELECT 1::BIGINT AS id", &["id"]).await;
         let got = rows(&engine, "select id, __lh_seq, __lh_file from raw.t").await;
         assert_eq!(
@@ -1311,18 +1323,8 @@ mod tests {
             .build();
         create_table(&tables, "raw.v", schema, spec).await;
         for i in 0..2 {
-            let csv = ctx.uploads.join(format!("{i}.csv"));
-            std::fs::write(&csv, format!("id\n{i}\n")).unwrap();
-            let job = ImportJob {
-                branch: "main".into(),
-                table: "raw.v".into(),
-                mode: ImportMode::Append,
-                format: FileFormat::Csv,
-                files: vec![csv],
-                names: vec![format!("{i}.csv")],
-                author: "t".into(),
-            };
-            import(&tables, &ctx, job).await.unwrap();
+            let (name, body) = (format!("{i}.csv"), format!("id\n{i}\n"));
+            import_file(&tables, &ctx, "raw.v", &name, &body, ImportMode::Append).await;
         }
         let got = rows(
             &engine,
@@ -1403,21 +1405,8 @@ mod tests {
     async fn equality_deletes_remove_equal_rows_of_older_files() {
         let dir = tempfile::tempdir().unwrap();
         let (tables, engine, ctx) = setup(dir.path()).await;
-        let write = |name: &str, body: &str, mode: ImportMode| {
-            let csv = ctx.uploads.join(name);
-            std::fs::write(&csv, body).unwrap();
-            ImportJob {
-                branch: "main".into(),
-                table: "raw.t".into(),
-                mode,
-                format: FileFormat::Csv,
-                files: vec![csv],
-                names: vec![name.into()],
-                author: "t".into(),
-            }
-        };
-        let job = write("a.csv", "id,name\n1,a\n2,b\n3,c\n,z\n", ImportMode::Create);
-        import(&tables, &ctx, job).await.unwrap();
+        let body = "id,name\n1,a\n2,b\n3,c\n,z\n";
+        import_file(&tables, &ctx, "raw.t", "a.csv", body, ImportMode::Create).await;
         async fn ids(engine: &QueryEngine, sql: &str) -> String {
             rows(engine, sql).await[3..].join("\n")
         }
@@ -1432,8 +1421,8 @@ mod tests {
         .await;
         assert_eq!(ids(&engine, all).await, "| 1a |\n| 3c |\n+----+");
 
-        let job = write("b.csv", "id,name\n2,again\n", ImportMode::Append);
-        import(&tables, &ctx, job).await.unwrap();
+        let body = "id,name\n2,again\n";
+        import_file(&tables, &ctx, "raw.t", "b.csv", body, ImportMode::Append).await;
         assert_eq!(
             ids(&engine, all).await,
             "| 1a     |\n| 2again |\n| 3c     |\n+--------+"
@@ -1477,22 +1466,13 @@ mod tests {
         // More commits than the cache keeps: each reads its own rows, cached or not.
         let mut commits = Vec::new();
         for i in 0..CACHED_COMMITS + 6 {
-            let csv = ctx.uploads.join(format!("{i}.csv"));
-            std::fs::write(&csv, format!("id\n{i}\n")).unwrap();
-            let job = ImportJob {
-                branch: "main".into(),
-                table: "raw.t".into(),
-                mode: if i == 0 {
-                    ImportMode::Create
-                } else {
-                    ImportMode::Append
-                },
-                format: FileFormat::Csv,
-                files: vec![csv],
-                names: vec![format!("{i}.csv")],
-                author: "t".into(),
+            let mode = if i == 0 {
+                ImportMode::Create
+            } else {
+                ImportMode::Append
             };
-            import(&tables, &ctx, job).await.unwrap();
+            let (name, body) = (format!("{i}.csv"), format!("id\n{i}\n"));
+            import_file(&tables, &ctx, "raw.t", &name, &body, mode).await;
             let head = tables.catalog.resolve("main").await.unwrap().commit.id;
             commits.push(format!("@{}", head.to_hex()));
         }

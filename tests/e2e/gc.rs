@@ -9,6 +9,7 @@ use lh_e2e::Server;
 use serde_json::{Value, json};
 
 use crate::rest::client;
+use crate::runs::slow_table_dirs;
 
 /// Every regular file under `dir`, relative to it.
 fn files(dir: &Path) -> BTreeSet<String> {
@@ -235,16 +236,6 @@ fn a_server_killed_mid_write_loses_nothing_and_gc_clears_what_it_left() {
         .ok()
         .trim()
         .to_string();
-    let slow_dirs = || -> Vec<String> {
-        std::fs::read_dir(wh.join("analytics"))
-            .map(|rd| {
-                rd.filter_map(|e| e.ok())
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.starts_with("slow-"))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     // Killed once the slow model writes and the quick one has published to the run's
     // branch.
     let mut started = false;
@@ -256,7 +247,7 @@ fn a_server_killed_mid_write_loses_nothing_and_gc_clears_what_it_left() {
             .unwrap()
             .iter()
             .any(|n| n["name"] == "analytics.copy" && n["status"] == "done");
-        if copy_done && !slow_dirs().is_empty() {
+        if copy_done && !slow_table_dirs(&server).is_empty() {
             started = true;
             break;
         }
@@ -286,7 +277,7 @@ fn a_server_killed_mid_write_loses_nothing_and_gc_clears_what_it_left() {
     let out = lh.run(&["gc", "-o", "json"]);
     let gc: Value = serde_json::from_str(out.ok()).unwrap();
     assert!(gc["removed_folders"].as_u64().unwrap() >= 1, "{gc}");
-    assert!(slow_dirs().is_empty(), "{gc}");
+    assert!(slow_table_dirs(&server).is_empty(), "{gc}");
     // What it removed is not reached by any commit: every ref and run branch reads.
     assert_eq!(
         lh.rows("select sum(amount) AS s from raw.orders", "main"),

@@ -672,7 +672,7 @@ fn cancelling_a_run_publishes_nothing_and_old_branches_expire(runtime: &str) {
 
 /// The folders of `analytics.slow` in the warehouse (a new table's folder holds its
 /// data folder while the model runs).
-fn slow_table_dirs(server: &Server) -> Vec<String> {
+pub(crate) fn slow_table_dirs(server: &Server) -> Vec<String> {
     let ns = server.data_dir().join("warehouse").join("analytics");
     std::fs::read_dir(ns)
         .map(|rd| {

@@ -78,6 +78,10 @@ impl CommitCatalog {
         })
     }
 
+    fn has_view(&self, name: &str) -> bool {
+        self.views.lock().is_ok_and(|v| v.contains(name))
+    }
+
     /// Makes the views of `tables` that do not exist yet, on `conn` (whose current
     /// catalog is this one).
     fn ensure_views(&self, conn: &Connection, tables: &[(String, String)]) -> Result<()> {
@@ -105,37 +109,21 @@ impl Drop for CommitCatalog {
     }
 }
 
-/// A connection to the shared database, in an in-memory catalog: its own (detached when
-/// dropped), or a commit's (kept alive by the session).
+/// A connection to the shared database, in a commit's catalog (kept alive by the
+/// session).
 struct Session {
     conn: Connection,
-    catalog: String,
-    commit: Option<Arc<CommitCatalog>>,
+    commit: Arc<CommitCatalog>,
 }
 
 impl Session {
-    fn open(database: &std::sync::Mutex<Connection>) -> Result<Session> {
-        let conn = connect(database)?;
-        let catalog = format!("q_{}", uuid::Uuid::new_v4().simple());
-        conn.execute_batch(&format!("ATTACH ':memory:' AS {catalog}; USE {catalog};"))?;
-        Ok(Session {
-            conn,
-            catalog,
-            commit: None,
-        })
-    }
-
     fn in_commit(
         database: &std::sync::Mutex<Connection>,
         commit: Arc<CommitCatalog>,
     ) -> Result<Session> {
         let conn = connect(database)?;
         conn.execute_batch(&format!("USE {};", commit.name))?;
-        Ok(Session {
-            conn,
-            catalog: commit.name.clone(),
-            commit: Some(commit),
-        })
+        Ok(Session { conn, commit })
     }
 }
 
@@ -146,15 +134,14 @@ fn connect(database: &std::sync::Mutex<Connection>) -> Result<Connection> {
         .try_clone()?)
 }
 
-impl Drop for Session {
-    fn drop(&mut self) {
-        if self.commit.is_none() {
-            let _ = self.conn.execute_batch(&format!(
-                "USE memory; DETACH DATABASE IF EXISTS {};",
-                self.catalog
-            ));
-        }
-    }
+/// The name a table's view has in a commit's catalog (DuckDB's, quoted: `a."b.t"` and
+/// `"a.b".t` are two views).
+fn view_name(parts: &[String]) -> String {
+    parts
+        .iter()
+        .map(|p| quote_ident(p))
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 /// A query's answer.
@@ -247,14 +234,20 @@ impl QueryEngine {
                 format!("the filter of input '{table}' may use only that table's columns"),
             ));
         }
-        let groups = self.tables.file_groups(&loaded).await?;
-        let view = view_sql(&parts, &loaded, &groups);
+        let catalog = self.commit_catalog(&commit.id)?;
+        let name = view_name(&parts);
+        let views = if catalog.has_view(&name) {
+            Vec::new()
+        } else {
+            let files = self.tables.file_groups(&loaded).await?;
+            vec![(name, view_sql(&parts, &loaded, &files))]
+        };
         let database = self.database.clone();
         let out = path.to_path_buf();
         let label = table.to_string();
         blocking(move || {
-            let session = Session::open(&database)?;
-            session.conn.execute_batch(&view)?;
+            let session = Session::in_commit(&database, catalog)?;
+            session.commit.ensure_views(&session.conn, &views)?;
             let mut stmt = session
                 .conn
                 .prepare(&sql)
@@ -287,9 +280,7 @@ impl QueryEngine {
         let database = self.database.clone();
         let text = sql.to_string();
         blocking(move || {
-            let session = Session::open(&database)?;
-            let serialized: String = session
-                .conn
+            let serialized: String = connect(&database)?
                 .prepare("SELECT json_serialize_sql(?::VARCHAR)")?
                 .query_row([&text], |r| r.get(0))?;
             sql::analyze(&serialized)
@@ -358,13 +349,8 @@ impl QueryEngine {
                 )
                 .with_hint(format!("`lh table ls --ref {at}` lists the tables")));
             };
-            // Views are known by their DuckDB name: `a."b.t"` and `"a.b".t` are two.
-            let view = format!("{}.{}", quote_ident(&parts[0]), quote_ident(&parts[1]));
-            if !session
-                .commit
-                .as_ref()
-                .is_some_and(|c| c.views.lock().is_ok_and(|v| v.contains(&view)))
-            {
+            let view = view_name(&parts);
+            if !session.commit.has_view(&view) {
                 let files = self.tables.file_groups(&table).await?;
                 views.push((view, view_sql(&parts, &table, &files)));
             }
@@ -736,9 +722,7 @@ fn execute(
     max_rows: Option<u64>,
 ) -> Result<(SchemaRef, Vec<RecordBatch>, bool)> {
     let conn = &session.conn;
-    if let Some(commit) = &session.commit {
-        commit.ensure_views(conn, views)?;
-    }
+    session.commit.ensure_views(conn, views)?;
     let mut stmt = conn.prepare(sql).map_err(sql_error)?;
     // Stream the result chunk by chunk, so that an oversized result stops early and
     // an error part-way (a failed cast, an interrupt) is an error, not a short result.

@@ -419,11 +419,6 @@ pub(crate) struct EqualityDeleteFile {
     pub field_ids: Vec<i32>,
 }
 
-/// The statements that expose a table as a view at its snapshot (see [`view_sql`]).
-pub(crate) fn table_view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String {
-    view_sql(parts, table, files)
-}
-
 /// The statements that expose a table as a view at its snapshot.
 ///
 /// Columns are matched by Iceberg field id, as the spec says: for each group of files
@@ -441,7 +436,7 @@ pub(crate) fn table_view_sql(parts: &[String], table: &LoadedTable, files: &Tabl
 /// partition or unpartitioned, holds the same values (NULL matching NULL); each data
 /// row carries its file's sequence number and partition for that test. Filters on the
 /// table's columns still reach the Parquet reader below the joins.
-fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String {
+pub(crate) fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String {
     let schema = table.metadata.current_schema();
     let mut sql = String::new();
     let [ns, name] = parts else {

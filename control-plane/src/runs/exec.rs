@@ -432,7 +432,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
                     .rev()
                     .map(String::from)
                     .collect();
-                setup.push(crate::query::table_view_sql(&parts, &loaded, &groups));
+                setup.push(crate::query::view_sql(&parts, &loaded, &groups));
                 if inp.bare {
                     setup.push(format!(
                         "CREATE OR REPLACE VIEW main.\"{}\" AS SELECT * FROM \"{}\".\"{}\";",

@@ -5,24 +5,28 @@ CARGO ?= cargo
 # Services the tests need, started (and installed) on demand; prints `export` lines.
 SERVICES = eval "$$(scripts/services.sh postgres python java bubblewrap docker)"
 
-.PHONY: build test check fmt bench bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest openapi demo images
+.PHONY: libduckdb build test check fmt bench bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest openapi demo images
 
-build:
+## DuckDB's official shared library, which the build links (see scripts/libduckdb.sh).
+libduckdb:
+	scripts/libduckdb.sh
+
+build: libduckdb
 	$(CARGO) build --workspace
 
 ## The demo: a server on the embedded default, TPC-H data, branch, change, query,
 ## diff, merge and time travel.
-demo:
+demo: libduckdb
 	eval "$$(scripts/services.sh python)" && $(CARGO) build -p lh-cli && \
 	PATH="$$($(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug:$$PATH" scripts/demo.sh
 
 ## The whole suite: unit, property, concurrency, crash and end-to-end tests, on SQLite
 ## and PostgreSQL.
-test:
+test: libduckdb
 	$(SERVICES) && $(CARGO) build -p lh-cli && INSTA_UPDATE=no $(CARGO) test --workspace --no-fail-fast
 
 ## Formatting and lints, as CI wants them.
-check:
+check: libduckdb
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
@@ -32,23 +36,23 @@ fmt:
 ## Every benchmark of BENCHMARKS.md (long: the catalog runs alone take about an hour).
 bench: bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest
 
-bench-rest:
+bench-rest: libduckdb
 	$(SERVICES) && $(CARGO) build -q -p lh-cli -p lh-bench && \
 	$(CARGO) run -q -p lh-bench --bin rest-bench -- $(REST_BENCH_ARGS)
 
-bench-runtime:
+bench-runtime: libduckdb
 	$(SERVICES) && $(CARGO) build -q -p lh-cli -p lh-bench && \
 	$(CARGO) run -q -p lh-bench --bin runtime-bench
 
-bench-pipeline:
+bench-pipeline: libduckdb
 	$(SERVICES) && eval "$$(scripts/services.sh dbt)" && $(CARGO) build -q -p lh-cli -p lh-bench && \
 	$(CARGO) run -q -p lh-bench --bin pipeline-bench -- $(PIPELINE_BENCH_ARGS)
 
-bench-tpch:
+bench-tpch: libduckdb
 	$(SERVICES) && $(CARGO) build -q -p lh-cli -p lh-bench && \
 	$(CARGO) run -q -p lh-bench --bin tpch-bench -- $(TPCH_BENCH_ARGS)
 
-bench-catalog:
+bench-catalog: libduckdb
 	$(SERVICES) && $(CARGO) run -q -p lh-bench --bin catalog-bench -- $(CATALOG_BENCH_ARGS)
 
 ## The runtime image of pipeline functions, built without a registry (cached).
@@ -56,5 +60,5 @@ images:
 	scripts/services.sh docker
 
 ## Regenerate control-plane/openapi.json from the code (a test fails when it drifts).
-openapi:
+openapi: libduckdb
 	LH_UPDATE_OPENAPI=1 $(CARGO) test -q -p lh-control-plane --lib committed_openapi_document_is_current

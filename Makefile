@@ -21,9 +21,10 @@ demo: libduckdb
 	PATH="$$($(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug:$$PATH" scripts/demo.sh
 
 ## The whole suite: unit, property, concurrency, crash and end-to-end tests, on SQLite
-## and PostgreSQL.
+## and PostgreSQL. The `lh` binary the end-to-end tests run is built with the same
+## targets (so the same dependency features) as the tests, so nothing compiles twice.
 test: libduckdb
-	$(SERVICES) && $(CARGO) build -p lh-cli && INSTA_UPDATE=no $(CARGO) test --workspace --no-fail-fast
+	$(SERVICES) && $(CARGO) build --workspace --all-targets && INSTA_UPDATE=no $(CARGO) test --workspace --no-fail-fast
 
 ## Formatting and lints, as CI wants them.
 check: libduckdb

@@ -8,6 +8,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+/// The port `lh server` listens on, and the CLI talks to, when none is configured.
+pub const DEFAULT_PORT: u16 = 7878;
+
 /// The HTTP header carrying the request id, on every response.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 /// On a query result: the commit the query read.

@@ -1,4 +1,5 @@
-//! The HTTP client of the lh API: typed requests, and the server's errors turned into
+//! The HTTP client of the lh API: one typed method per route, so that commands never
+//! build a URL or escape a name themselves, and the server's errors turned into
 //! [`CliError`]s.
 
 use std::path::Path;
@@ -7,7 +8,12 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use futures::TryStreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
-use lh_api::{ErrorBody, QueryRequest, Upload};
+use lh_api::{
+    CreateRef, DiffResponse, DropResponse, ErrorBody, GcRequest, GcResponse, ImportRequest,
+    ImportResponse, LogPage, MergeRequest, MergeResponse, PlanResponse, QueryRequest, RefInfo,
+    RefKind, RerunRequest, RunInfo, RunList, RunRequest, ServerInfo, TableDetail, TableList,
+    Upload,
+};
 use reqwest::{Method, RequestBuilder, Response};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -18,6 +24,8 @@ pub struct Client {
     http: reqwest::Client,
     endpoint: String,
     user: String,
+    /// The server's answer to `/info`, asked for once, when a command needs it.
+    info: tokio::sync::OnceCell<ServerInfo>,
 }
 
 /// A query's answer.
@@ -37,6 +45,7 @@ impl Client {
             http,
             endpoint: endpoint.to_string(),
             user: user.to_string(),
+            info: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -83,38 +92,148 @@ impl Client {
         }
     }
 
-    pub async fn get<T: DeserializeOwned>(
-        &self,
-        path: &str,
-        query: &[(&str, &str)],
-    ) -> CliResult<T> {
+    async fn get<T: DeserializeOwned>(&self, path: &str, query: &[(&str, &str)]) -> CliResult<T> {
         let resp = self
             .send(self.request(Method::GET, path).query(query))
             .await?;
         Ok(resp.json().await?)
     }
 
-    pub async fn text(&self, path: &str, query: &[(&str, &str)]) -> CliResult<String> {
+    async fn text(&self, path: &str, query: &[(&str, &str)]) -> CliResult<String> {
         let resp = self
             .send(self.request(Method::GET, path).query(query))
             .await?;
         Ok(resp.text().await?)
     }
 
-    pub async fn post<B: Serialize, T: DeserializeOwned>(
-        &self,
-        path: &str,
-        body: &B,
-    ) -> CliResult<T> {
+    async fn post<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> CliResult<T> {
         let resp = self
             .send(self.request(Method::POST, path).json(body))
             .await?;
         Ok(resp.json().await?)
     }
 
-    pub async fn delete(&self, path: &str, query: &[(&str, &str)]) -> CliResult<Response> {
-        self.send(self.request(Method::DELETE, path).query(query))
+    async fn delete<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+    ) -> CliResult<T> {
+        let resp = self
+            .send(self.request(Method::DELETE, path).query(query))
+            .await?;
+        Ok(resp.json().await?)
+    }
+
+    /// The server's version, catalog, warehouse, limits and default branch.
+    pub async fn info(&self) -> CliResult<&ServerInfo> {
+        self.info.get_or_try_init(|| self.get("/info", &[])).await
+    }
+
+    /// The ref a command works on: the one given (or the profile's active branch), else
+    /// the server's default branch. The server decides what the default is; the CLI only
+    /// asks for its name when it has to show or send one.
+    pub async fn resolve_ref(&self, given: Option<String>) -> CliResult<String> {
+        match given {
+            Some(r) => Ok(r),
+            None => Ok(self.info().await?.default_branch.clone()),
+        }
+    }
+
+    pub async fn refs(&self, kind: RefKind) -> CliResult<Vec<RefInfo>> {
+        self.get("/refs", &[("kind", kind.as_str())]).await
+    }
+
+    pub async fn get_ref(&self, name: &str) -> CliResult<RefInfo> {
+        self.get(&format!("/refs/{}", segment(name)), &[]).await
+    }
+
+    pub async fn create_ref(&self, req: &CreateRef) -> CliResult<RefInfo> {
+        self.post("/refs", req).await
+    }
+
+    pub async fn delete_ref(&self, name: &str, kind: RefKind) -> CliResult<()> {
+        self.send(
+            self.request(Method::DELETE, &format!("/refs/{}", segment(name)))
+                .query(&[("kind", kind.as_str())]),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub async fn log(&self, at: &str, limit: usize) -> CliResult<LogPage> {
+        let limit = limit.to_string();
+        self.get("/log", &[("ref", at), ("limit", limit.as_str())])
             .await
+    }
+
+    pub async fn diff(&self, from: &str, to: &str) -> CliResult<DiffResponse> {
+        self.get("/diff", &[("from", from), ("to", to)]).await
+    }
+
+    pub async fn merge(&self, req: &MergeRequest) -> CliResult<MergeResponse> {
+        self.post("/merge", req).await
+    }
+
+    pub async fn tables(&self, at: &str, namespace: Option<&str>) -> CliResult<TableList> {
+        let mut q = vec![("ref", at)];
+        if let Some(ns) = namespace {
+            q.push(("namespace", ns));
+        }
+        self.get("/tables", &q).await
+    }
+
+    pub async fn table(&self, name: &str, at: &str) -> CliResult<TableDetail> {
+        self.get(&format!("/tables/{}", segment(name)), &[("ref", at)])
+            .await
+    }
+
+    pub async fn drop_table(&self, name: &str, at: &str) -> CliResult<DropResponse> {
+        self.delete(&format!("/tables/{}", segment(name)), &[("ref", at)])
+            .await
+    }
+
+    pub async fn import(&self, name: &str, req: &ImportRequest) -> CliResult<ImportResponse> {
+        self.post(&format!("/tables/{}/import", segment(name)), req)
+            .await
+    }
+
+    pub async fn gc(&self, req: &GcRequest) -> CliResult<GcResponse> {
+        self.post("/gc", req).await
+    }
+
+    pub async fn plan_run(&self, req: &RunRequest) -> CliResult<PlanResponse> {
+        self.post("/runs/plan", req).await
+    }
+
+    pub async fn start_run(&self, req: &RunRequest) -> CliResult<RunInfo> {
+        self.post("/runs", req).await
+    }
+
+    pub async fn rerun(&self, run: &str, req: &RerunRequest) -> CliResult<RunInfo> {
+        self.post(&format!("/runs/{}/rerun", segment(run)), req)
+            .await
+    }
+
+    pub async fn runs(&self, limit: usize) -> CliResult<RunList> {
+        self.get("/runs", &[("limit", &limit.to_string())]).await
+    }
+
+    pub async fn run(&self, run: &str) -> CliResult<RunInfo> {
+        self.get(&format!("/runs/{}", segment(run)), &[]).await
+    }
+
+    /// A run's log, or one node's.
+    pub async fn run_logs(&self, run: &str, node: Option<&str>) -> CliResult<String> {
+        let q: Vec<(&str, &str)> = node.map(|n| ("node", n)).into_iter().collect();
+        self.text(&format!("/runs/{}/logs", segment(run)), &q).await
+    }
+
+    pub async fn cancel_run(&self, run: &str) -> CliResult<RunInfo> {
+        self.post(
+            &format!("/runs/{}/cancel", segment(run)),
+            &serde_json::json!({}),
+        )
+        .await
     }
 
     /// Streams a file to the server, with a progress bar for large ones.
@@ -178,5 +297,32 @@ impl Client {
             batches,
             truncated,
         })
+    }
+}
+
+/// Percent-encodes one path segment (ref and table names may hold `/`, and nothing a
+/// user types may change the route).
+fn segment(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::segment;
+
+    #[test]
+    fn segments_cannot_change_the_route() {
+        assert_eq!(segment("alice/fix-billing"), "alice%2Ffix-billing");
+        assert_eq!(segment("../refs"), "..%2Frefs");
+        assert_eq!(segment("a b?c#d"), "a%20b%3Fc%23d");
+        assert_eq!(segment("raw.orders"), "raw.orders");
     }
 }

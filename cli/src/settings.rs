@@ -45,8 +45,9 @@ pub struct Settings {
     pub config_path: PathBuf,
     pub profile: String,
     pub endpoint: String,
-    /// The active branch: the default of every `--ref`.
-    pub branch: String,
+    /// The profile's active branch (`lh checkout`): the default of every `--ref`. Without
+    /// one, the server's default branch applies ([`crate::client::Client::resolve_ref`]).
+    pub branch: Option<String>,
     pub output: OutputFormat,
     pub user: String,
     file: ConfigFile,
@@ -91,7 +92,7 @@ impl Settings {
             .endpoint
             .clone()
             .or(p.endpoint)
-            .unwrap_or_else(|| format!("http://127.0.0.1:{}", lh_control_plane::DEFAULT_PORT));
+            .unwrap_or_else(|| format!("http://127.0.0.1:{}", lh_api::DEFAULT_PORT));
         let user = std::env::var(env_vars::LH_USER)
             .or_else(|_| std::env::var("USER"))
             .unwrap_or_else(|_| "anonymous".to_string());
@@ -100,18 +101,16 @@ impl Settings {
             config_path,
             profile,
             endpoint: endpoint.trim_end_matches('/').to_string(),
-            branch: p
-                .branch
-                .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string()),
+            branch: p.branch,
             output: global.output,
             user,
             file,
         })
     }
 
-    /// `--ref`, or the active branch.
-    pub fn reference(&self, given: &Option<String>) -> String {
-        given.clone().unwrap_or_else(|| self.branch.clone())
+    /// `--ref`, or the active branch; `None` leaves the choice to the server.
+    pub fn reference(&self, given: &Option<String>) -> Option<String> {
+        given.clone().or_else(|| self.branch.clone())
     }
 
     /// Makes `branch` the active branch of the profile and saves the config file.
@@ -125,7 +124,7 @@ impl Settings {
         std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
         std::fs::rename(&tmp, &self.config_path)
             .with_context(|| format!("cannot write {}", self.config_path.display()))?;
-        self.branch = branch.to_string();
+        self.branch = Some(branch.to_string());
         Ok(())
     }
 }

@@ -30,6 +30,10 @@ pub fn sandboxed(allowed: &[&Path], spill: &Path, limits: &DuckLimits) -> Result
         .max_memory(&limits.memory_limit)?;
     let conn = Connection::open_in_memory_with_flags(config)?;
     std::fs::create_dir_all(spill)?;
+    // TIMESTAMPTZ arithmetic (ICU) in UTC, whatever the server machine's zone, so that a
+    // query's answer does not depend on where it ran. A DuckDB built without ICU (the
+    // `bundled-duckdb` feature) has no such setting and computes in UTC anyway.
+    let _ = conn.execute_batch("SET TimeZone = 'UTC'");
     let mut dirs: Vec<String> = allowed
         .iter()
         .chain(std::iter::once(&spill))

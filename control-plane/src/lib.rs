@@ -13,4 +13,4 @@ pub mod server;
 pub mod tables;
 pub mod warehouse;
 
-pub use server::{DEFAULT_PORT, RuntimeChoice, ServerConfig, serve, shutdown_signal};
+pub use server::{RuntimeChoice, ServerConfig, serve, shutdown_signal};

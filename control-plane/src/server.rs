@@ -24,9 +24,6 @@ use lh_runner::docker::{DockerConfig, DockerRuntime};
 use lh_runner::process::{ProcessConfig, ProcessRuntime};
 use lh_runner::{EnvCache, Runtime, Unavailable};
 
-/// The port `lh server` listens on, and the CLI talks to, by default.
-pub const DEFAULT_PORT: u16 = 7878;
-
 /// Everything `lh server` can be told.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -74,7 +71,7 @@ impl ServerConfig {
     pub fn new(data_dir: PathBuf) -> Self {
         ServerConfig {
             data_dir,
-            bind: SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)),
+            bind: SocketAddr::from(([127, 0, 0, 1], lh_api::DEFAULT_PORT)),
             catalog_url: None,
             warehouse: None,
             query_timeout: Duration::from_secs(300),

@@ -20,7 +20,7 @@ pub async fn run(client: &Client, settings: &Settings, args: QueryArgs) -> CliRe
     }
     let req = QueryRequest {
         sql,
-        reference: Some(settings.reference(&args.reference)),
+        reference: settings.reference(&args.reference),
         timeout_ms: args.timeout.map(|s| s * 1000),
         max_rows: args.max_rows,
     };

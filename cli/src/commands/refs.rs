@@ -1,9 +1,6 @@
 //! Branches, tags, checkout, log, diff, merge and info.
 
-use lh_api::{
-    CommitInfo, CreateRef, DiffResponse, LogPage, MergeKind, MergeRequest, MergeResponse, RefInfo,
-    RefKind, ServerInfo,
-};
+use lh_api::{CommitInfo, CreateRef, MergeKind, MergeRequest, RefKind, ServerInfo};
 use serde::Serialize;
 
 use crate::args::{CheckoutArgs, DiffArgs, LogArgs, MergeArgs, OutputFormat, RefCommand};
@@ -11,23 +8,6 @@ use crate::client::Client;
 use crate::error::CliResult;
 use crate::output::{self, short};
 use crate::settings::Settings;
-
-fn path_segment(name: &str) -> String {
-    url_escape(name)
-}
-
-/// Percent-encodes a path segment (ref names may hold `/`).
-pub fn url_escape(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
 
 pub async fn refs(
     client: &Client,
@@ -37,16 +17,13 @@ pub async fn refs(
 ) -> CliResult<()> {
     match cmd {
         RefCommand::Create { name, from } => {
-            let from = settings.reference(&from);
-            let r: RefInfo = client
-                .post(
-                    "/refs",
-                    &CreateRef {
-                        name,
-                        kind,
-                        from: Some(from.clone()),
-                    },
-                )
+            let from = client.resolve_ref(settings.reference(&from)).await?;
+            let r = client
+                .create_ref(&CreateRef {
+                    name,
+                    kind,
+                    from: Some(from.clone()),
+                })
                 .await?;
             if settings.output == OutputFormat::Table {
                 eprintln!(
@@ -68,26 +45,21 @@ pub async fn refs(
             )
         }
         RefCommand::Ls => {
-            let refs: Vec<RefInfo> = client.get("/refs", &[("kind", kind.as_str())]).await?;
-            let active = &settings.branch;
+            let refs = client.refs(kind).await?;
             if kind == RefKind::Tag {
                 return output::listing(settings.output, &["name", "head"], &refs, |r| {
                     vec![r.name.clone(), short(&r.head).to_string()]
                 });
             }
             // The active branch is marked, as git marks the checked-out one.
+            let active = client.resolve_ref(settings.branch.clone()).await?;
             output::listing(settings.output, &["", "name", "head"], &refs, |r| {
-                let mark = if &r.name == active { "*" } else { "" };
+                let mark = if r.name == active { "*" } else { "" };
                 vec![mark.to_string(), r.name.clone(), short(&r.head).to_string()]
             })
         }
         RefCommand::Rm { name } => {
-            client
-                .delete(
-                    &format!("/refs/{}", path_segment(&name)),
-                    &[("kind", kind.as_str())],
-                )
-                .await?;
+            client.delete_ref(&name, kind).await?;
             eprintln!("deleted {} '{name}'", kind.as_str());
             Ok(())
         }
@@ -100,16 +72,13 @@ pub async fn checkout(
     args: CheckoutArgs,
 ) -> CliResult<()> {
     if args.create {
-        let from = settings.reference(&args.from);
-        let r: RefInfo = client
-            .post(
-                "/refs",
-                &CreateRef {
-                    name: args.branch.clone(),
-                    kind: RefKind::Branch,
-                    from: Some(from.clone()),
-                },
-            )
+        let from = client.resolve_ref(settings.reference(&args.from)).await?;
+        let r = client
+            .create_ref(&CreateRef {
+                name: args.branch.clone(),
+                kind: RefKind::Branch,
+                from: Some(from.clone()),
+            })
             .await?;
         eprintln!(
             "created branch '{}' at {} (from {from})",
@@ -117,9 +86,7 @@ pub async fn checkout(
             short(&r.head)
         );
     } else {
-        let r: RefInfo = client
-            .get(&format!("/refs/{}", path_segment(&args.branch)), &[])
-            .await?;
+        let r = client.get_ref(&args.branch).await?;
         if r.kind != RefKind::Branch {
             return Err(crate::error::CliError::invalid(
                 format!(
@@ -139,11 +106,10 @@ pub async fn checkout(
 }
 
 pub async fn log(client: &Client, settings: &Settings, args: LogArgs) -> CliResult<()> {
-    let at = settings.reference(&args.reference);
-    let limit = args.limit.to_string();
-    let page: LogPage = client
-        .get("/log", &[("ref", at.as_str()), ("limit", limit.as_str())])
+    let at = client
+        .resolve_ref(settings.reference(&args.reference))
         .await?;
+    let page = client.log(&at, args.limit).await?;
     match settings.output {
         OutputFormat::Table => {
             use std::io::Write;
@@ -187,12 +153,7 @@ pub async fn log(client: &Client, settings: &Settings, args: LogArgs) -> CliResu
 }
 
 pub async fn diff(client: &Client, settings: &Settings, args: DiffArgs) -> CliResult<()> {
-    let d: DiffResponse = client
-        .get(
-            "/diff",
-            &[("from", args.from.as_str()), ("to", args.to.as_str())],
-        )
-        .await?;
+    let d = client.diff(&args.from, &args.to).await?;
     if settings.output == OutputFormat::Json {
         return output::item(settings.output, &d, &[]);
     }
@@ -234,7 +195,7 @@ pub async fn merge(client: &Client, settings: &Settings, args: MergeArgs) -> Cli
         no_fast_forward: false,
         properties: Default::default(),
     };
-    let m: MergeResponse = client.post("/merge", &req).await?;
+    let m = client.merge(&req).await?;
     if settings.output == OutputFormat::Json {
         return output::item(settings.output, &m, &[]);
     }
@@ -275,7 +236,11 @@ struct InfoOut<'a> {
 }
 
 pub async fn info(client: &Client, settings: &Settings) -> CliResult<()> {
-    let server: ServerInfo = client.get("/info", &[]).await?;
+    let server = client.info().await?.clone();
+    let active_branch = settings
+        .branch
+        .clone()
+        .unwrap_or_else(|| server.default_branch.clone());
     // Other engines' catalog URI: the Iceberg REST catalog, with a ref as the warehouse.
     let iceberg_rest = format!("{}/iceberg", client.endpoint().trim_end_matches('/'));
     let lines = [
@@ -286,7 +251,7 @@ pub async fn info(client: &Client, settings: &Settings) -> CliResult<()> {
         ("catalog", server.catalog.clone()),
         ("warehouse", server.warehouse.clone()),
         ("profile", settings.profile.clone()),
-        ("active branch", settings.branch.clone()),
+        ("active branch", active_branch.clone()),
         (
             "query timeout",
             format!("{} s", server.query_timeout_ms / 1000),
@@ -299,7 +264,7 @@ pub async fn info(client: &Client, settings: &Settings) -> CliResult<()> {
         endpoint: client.endpoint(),
         iceberg_rest: &iceberg_rest,
         profile: &settings.profile,
-        active_branch: &settings.branch,
+        active_branch: &active_branch,
         server,
     };
     output::item(settings.output, &out, &lines)

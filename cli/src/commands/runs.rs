@@ -6,9 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use lh_api::{
-    NodeStatus, PlanResponse, RerunRequest, RunInfo, RunList, RunNode, RunRequest, RunStatus,
-};
+use lh_api::{NodeStatus, PlanResponse, RerunRequest, RunInfo, RunNode, RunRequest, RunStatus};
 
 use crate::args::{OutputFormat, RerunArgs, RunArgs, RunsCommand};
 use crate::client::Client;
@@ -104,16 +102,18 @@ async fn upload_project(client: &Client, dir: &Path) -> CliResult<String> {
 pub async fn run(client: &Client, settings: &Settings, args: RunArgs) -> CliResult<()> {
     let req = RunRequest {
         upload: upload_project(client, &args.dir).await?,
-        reference: settings.reference(&args.reference),
+        reference: client
+            .resolve_ref(settings.reference(&args.reference))
+            .await?,
         params: parse_params(&args.params)?,
         no_cache: args.no_cache,
         strict: args.strict,
     };
     if args.dry_run {
-        let plan: PlanResponse = client.post("/runs/plan", &req).await?;
+        let plan = client.plan_run(&req).await?;
         return print_plan(settings, &plan);
     }
-    let started: RunInfo = client.post("/runs", &req).await?;
+    let started = client.start_run(&req).await?;
     follow(client, settings, started, args.detach).await
 }
 
@@ -126,9 +126,7 @@ pub async fn rerun(client: &Client, settings: &Settings, args: RerunArgs) -> Cli
         from_failed: args.from_failed,
         upload,
     };
-    let started: RunInfo = client
-        .post(&format!("/runs/{}/rerun", args.run), &req)
-        .await?;
+    let started = client.rerun(&args.run, &req).await?;
     follow(client, settings, started, args.detach).await
 }
 
@@ -281,7 +279,7 @@ async fn follow(
         .collect();
     let mut reported = vec![false; started.nodes.len()];
     let run = loop {
-        let run: RunInfo = client.get(&format!("/runs/{}", started.id), &[]).await?;
+        let run = client.run(&started.id).await?;
         for (i, n) in run.nodes.iter().enumerate() {
             if let Some(b) = bars.get(i) {
                 b.set_message(node_line(n, width));
@@ -374,9 +372,7 @@ fn report(settings: &Settings, run: &RunInfo) -> CliResult<()> {
 pub async fn runs(client: &Client, settings: &Settings, cmd: RunsCommand) -> CliResult<()> {
     match cmd {
         RunsCommand::Ls { limit } => {
-            let list: RunList = client
-                .get("/runs", &[("limit", &limit.to_string())])
-                .await?;
+            let list = client.runs(limit).await?;
             output::listing(
                 settings.output,
                 &[
@@ -399,7 +395,7 @@ pub async fn runs(client: &Client, settings: &Settings, cmd: RunsCommand) -> Cli
             )
         }
         RunsCommand::Show { run } => {
-            let r: RunInfo = client.get(&format!("/runs/{run}"), &[]).await?;
+            let r = client.run(&run).await?;
             if settings.output != OutputFormat::Table {
                 return output::item(
                     settings.output,
@@ -462,11 +458,7 @@ pub async fn runs(client: &Client, settings: &Settings, cmd: RunsCommand) -> Cli
         RunsCommand::Logs { run, node, follow } => {
             let mut shown = String::new();
             loop {
-                let mut q: Vec<(&str, &str)> = Vec::new();
-                if let Some(n) = &node {
-                    q.push(("node", n));
-                }
-                let text = client.text(&format!("/runs/{run}/logs"), &q).await?;
+                let text = client.run_logs(&run, node.as_deref()).await?;
                 if let Some(new) = text.strip_prefix(shown.as_str()) {
                     print!("{new}");
                 } else {
@@ -477,9 +469,9 @@ pub async fn runs(client: &Client, settings: &Settings, cmd: RunsCommand) -> Cli
                 if !follow {
                     return Ok(());
                 }
-                let r: RunInfo = client.get(&format!("/runs/{run}"), &[]).await?;
+                let r = client.run(&run).await?;
                 if r.status.is_final() {
-                    let last = client.text(&format!("/runs/{run}/logs"), &q).await?;
+                    let last = client.run_logs(&run, node.as_deref()).await?;
                     if let Some(new) = last.strip_prefix(shown.as_str()) {
                         print!("{new}");
                     }
@@ -489,9 +481,7 @@ pub async fn runs(client: &Client, settings: &Settings, cmd: RunsCommand) -> Cli
             }
         }
         RunsCommand::Cancel { run } => {
-            let r: RunInfo = client
-                .post(&format!("/runs/{run}/cancel"), &serde_json::json!({}))
-                .await?;
+            let r = client.cancel_run(&run).await?;
             eprintln!("run {} {}", short(&r.id), r.status.as_str());
             Ok(())
         }

@@ -1,12 +1,8 @@
 //! Tables: list, show, import, remove.
 
 use indicatif::{ProgressBar, ProgressStyle};
-use lh_api::{
-    DropResponse, FileFormat, GcRequest, GcResponse, ImportMode, ImportRequest, ImportResponse,
-    TableDetail, TableList,
-};
+use lh_api::{FileFormat, GcRequest, ImportMode, ImportRequest, TableDetail};
 
-use super::refs::url_escape;
 use crate::args::{FormatArg, GcArgs, ImportArgs, ImportModeArg, OutputFormat, TableCommand};
 use crate::client::Client;
 use crate::error::{CliError, CliResult};
@@ -19,12 +15,8 @@ pub async fn run(client: &Client, settings: &Settings, cmd: TableCommand) -> Cli
             reference,
             namespace,
         } => {
-            let at = settings.reference(&reference);
-            let mut q = vec![("ref", at.as_str())];
-            if let Some(ns) = &namespace {
-                q.push(("namespace", ns.as_str()));
-            }
-            let list: TableList = client.get("/tables", &q).await?;
+            let at = client.resolve_ref(settings.reference(&reference)).await?;
+            let list = client.tables(&at, namespace.as_deref()).await?;
             if settings.output == OutputFormat::Json {
                 return output::item(settings.output, &list, &[]);
             }
@@ -42,27 +34,14 @@ pub async fn run(client: &Client, settings: &Settings, cmd: TableCommand) -> Cli
             )
         }
         TableCommand::Show { name, reference } => {
-            let at = settings.reference(&reference);
-            let d: TableDetail = client
-                .get(
-                    &format!("/tables/{}", url_escape(&name)),
-                    &[("ref", at.as_str())],
-                )
-                .await?;
+            let at = client.resolve_ref(settings.reference(&reference)).await?;
+            let d = client.table(&name, &at).await?;
             show(settings, &at, &d)
         }
         TableCommand::Import(args) => import(client, settings, args).await,
         TableCommand::Rm { name, reference } => {
-            let at = settings.reference(&reference);
-            let r: DropResponse = client
-                .delete(
-                    &format!("/tables/{}", url_escape(&name)),
-                    &[("ref", at.as_str())],
-                )
-                .await?
-                .json()
-                .await
-                .map_err(anyhow::Error::from)?;
+            let at = client.resolve_ref(settings.reference(&reference)).await?;
+            let r = client.drop_table(&name, &at).await?;
             eprintln!(
                 "removed table '{}' from '{at}': commit {}",
                 r.table,
@@ -165,7 +144,9 @@ fn show(settings: &Settings, at: &str, d: &TableDetail) -> CliResult<()> {
 }
 
 async fn import(client: &Client, settings: &Settings, args: ImportArgs) -> CliResult<()> {
-    let at = settings.reference(&args.reference);
+    let at = client
+        .resolve_ref(settings.reference(&args.reference))
+        .await?;
     let format = match args.format {
         Some(FormatArg::Csv) => Some(FileFormat::Csv),
         Some(FormatArg::Parquet) => Some(FileFormat::Parquet),
@@ -214,9 +195,7 @@ async fn import(client: &Client, settings: &Settings, args: ImportArgs) -> CliRe
         format,
         file_names: args.files.iter().map(|f| f.display().to_string()).collect(),
     };
-    let result: CliResult<ImportResponse> = client
-        .post(&format!("/tables/{}/import", url_escape(&args.name)), &req)
-        .await;
+    let result = client.import(&args.name, &req).await;
     spinner.finish_and_clear();
     let r = result?;
     if settings.output != OutputFormat::Table {
@@ -254,7 +233,7 @@ pub async fn gc(client: &Client, settings: &Settings, args: GcArgs) -> CliResult
         older_than_secs: Some(args.older_than),
         dry_run: args.dry_run,
     };
-    let r: GcResponse = client.post("/gc", &req).await?;
+    let r = client.gc(&req).await?;
     if settings.output == OutputFormat::Json {
         return output::item(settings.output, &r, &[]);
     }

@@ -768,12 +768,13 @@ fn sql_error(e: duckdb::Error) -> Error {
             "unsupported_function",
             format!(
                 "the query needs a DuckDB extension, which lh's sandboxed DuckDB does not \
-                 load (time zone arithmetic on TIMESTAMPTZ needs ICU): {text}"
+                 load: {text}"
             ),
         )
         .with_hint(
-            "for a TIMESTAMPTZ column, compute in UTC on a TIMESTAMP: \
-             date_trunc('day', ts::timestamp), extract(hour from ts::timestamp)",
+            "lh's DuckDB has the parquet, json and ICU extensions built in and loads no \
+             others (a `bundled-duckdb` build lacks ICU: there, compute TIMESTAMPTZ values \
+             in UTC on a TIMESTAMP, e.g. date_trunc('day', ts::timestamp))",
         );
     }
     if text.contains("Permission Error") || text.contains("disabled by configuration") {

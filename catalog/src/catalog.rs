@@ -22,7 +22,7 @@ use crate::refexpr::RefExpr;
 use crate::store::{
     PostgresStore, RefRow, RefUpdate, SqliteStore, SqliteSync, Store, WriteBatch, WriteError,
 };
-use crate::tree::{self, Missing, Node};
+use crate::tree::{self, Missing};
 
 /// The name of the branch every catalog starts with; it cannot be deleted.
 pub const DEFAULT_BRANCH: &str = "main";

@@ -7,8 +7,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 
 use crate::error::{Error, Result};
-use crate::model::{Commit, Hash, TablePointer};
-use crate::tree::Node;
+use crate::model::{Commit, Hash, Node, TablePointer};
 
 const NODE_TAG: &[u8; 2] = b"N1";
 const COMMIT_TAG: &[u8; 2] = b"C1";

@@ -3,8 +3,9 @@
 //! hash). No status codes here: mapping kinds to a transport is the server's job.
 
 use std::fmt;
+use std::str::FromStr;
 
-use crate::model::{CommitId, TablePointer};
+use crate::model::{CommitId, Hash, TablePointer};
 
 /// What went wrong, for callers that react differently to different failures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -158,5 +159,20 @@ impl std::error::Error for Error {
         self.source
             .as_deref()
             .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Parsing a full hash. It lives here rather than beside [`Hash`] so that `model.rs`
+/// needs nothing from this module (which needs its types).
+impl FromStr for Hash {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        Hash::from_hex(s).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidName,
+                format!("'{s}' is not a 64-character hex hash"),
+            )
+        })
     }
 }

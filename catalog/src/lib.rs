@@ -9,12 +9,16 @@
 //!
 //! This crate knows nothing of HTTP, DuckDB or containers.
 
+mod ancestry;
 mod catalog;
 mod codec;
 mod error;
+mod group;
 mod model;
 pub mod names;
+mod objects;
 pub mod refexpr;
+mod retry;
 pub mod store;
 mod tree;
 

@@ -3,11 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-
-use crate::error::{Error, ErrorKind};
 
 /// A BLAKE3 content hash. Commits and tree nodes are stored under the hash of their
 /// canonical encoding, so equal content has equal ids on every backend.
@@ -36,6 +33,21 @@ impl Hash {
         s
     }
 
+    /// The hash written as 64 hex digits (either case), or `None`. `str::parse` gives
+    /// the catalog's error instead (`error.rs`, which builds on this module).
+    pub(crate) fn from_hex(s: &str) -> Option<Hash> {
+        if s.len() != 64 {
+            return None;
+        }
+        let mut out = [0u8; 32];
+        for (i, chunk) in s.as_bytes().chunks(2).enumerate() {
+            let hi = (chunk[0] as char).to_digit(16)?;
+            let lo = (chunk[1] as char).to_digit(16)?;
+            out[i] = (hi * 16 + lo) as u8;
+        }
+        Some(Hash(out))
+    }
+
     /// The first 12 hex characters, for display.
     pub fn short(&self) -> String {
         let mut s = self.to_hex();
@@ -56,27 +68,13 @@ impl fmt::Debug for Hash {
     }
 }
 
-impl FromStr for Hash {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self, Error> {
-        let bad = || {
-            Error::new(
-                ErrorKind::InvalidName,
-                format!("'{s}' is not a 64-character hex hash"),
-            )
-        };
-        if s.len() != 64 {
-            return Err(bad());
-        }
-        let mut out = [0u8; 32];
-        for (i, chunk) in s.as_bytes().chunks(2).enumerate() {
-            let hi = (chunk[0] as char).to_digit(16).ok_or_else(bad)?;
-            let lo = (chunk[1] as char).to_digit(16).ok_or_else(bad)?;
-            out[i] = (hi * 16 + lo) as u8;
-        }
-        Ok(Hash(out))
-    }
+/// A stored node of the table tree (`tree.rs`). `children.len() == entries.len() + 1`;
+/// at level 0 every child is `None`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Node {
+    pub level: u8,
+    pub entries: Vec<(String, TablePointer)>,
+    pub children: Vec<Option<Hash>>,
 }
 
 /// Where a table's current state lives: the Iceberg metadata file, the table's uuid and
@@ -302,7 +300,7 @@ pub enum MergeKind {
 #[derive(Debug, Clone, Default)]
 pub struct MergeOptions {
     pub meta: CommitMeta,
-    /// Fail with [`ErrorKind::RefConflict`] unless the target is at this commit.
+    /// Fail with [`crate::ErrorKind::RefConflict`] unless the target is at this commit.
     pub expected_head: Option<CommitId>,
     /// Always make a merge commit, even when a fast-forward is possible.
     pub no_fast_forward: bool,

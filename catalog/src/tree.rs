@@ -18,15 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::codec;
-use crate::model::{Hash, TablePointer};
-
-/// A stored node. `children.len() == entries.len() + 1`; at level 0 every child is `None`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Node {
-    pub level: u8,
-    pub entries: Vec<(String, TablePointer)>,
-    pub children: Vec<Option<Hash>>,
-}
+use crate::model::{Hash, Node, TablePointer};
 
 /// A node the algorithm needs and the caller has not loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,27 +1,27 @@
-//! The catalog in PostgreSQL, which several lh servers can share. A ref moves by a
-//! conditional UPDATE in the same transaction that inserts the objects it needs; under
-//! READ COMMITTED a concurrent mover blocks on the row and then finds the head changed,
-//! so compare-and-swap holds across servers.
+//! The catalog in PostgreSQL, which several lh servers can share. What this file holds
+//! is only what PostgreSQL does differently from SQLite ([`Dialect`]); the store itself,
+//! compare-and-swap included, is [`SqlStore`]. Writes run under READ COMMITTED (the
+//! default): a concurrent mover of a ref blocks on its row and then finds the head
+//! changed.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Postgres, QueryBuilder, Row};
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgQueryResult};
+use sqlx::{Pool, Postgres};
 
-use super::{
-    INSERT_CHUNK, RefRow, Store, WriteBatch, WriteError, hash_from_bytes, parse_kind, storage_err,
-};
+use super::sql::{Dialect, SqlStore, object_row, storage_err};
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::{Hash, RefKind};
+use crate::model::Hash;
 
-pub struct PostgresStore {
-    pool: PgPool,
-    described: String,
-}
+/// PostgreSQL's side of the [`Dialect`].
+pub struct PostgresDialect;
 
-impl PostgresStore {
+/// The catalog in a PostgreSQL database.
+pub type PostgresStore = SqlStore<PostgresDialect>;
+
+impl SqlStore<PostgresDialect> {
     /// Connects to `url` (`postgres://user:password@host:port/db`) and brings the schema
     /// up to date (migrations are serialised across servers by an advisory lock).
     pub async fn open(url: &str) -> Result<Self> {
@@ -49,178 +49,43 @@ impl PostgresStore {
                 )
                 .with_source(e)
             })?;
-        // The server keeps its own tables (runs) in the same database, with their own
-        // migrations: each migrator ignores the other's.
-        let mut migrator = sqlx::migrate!("./migrations/postgres");
-        migrator.set_ignore_missing(true);
-        migrator.run(&pool).await.map_err(|e| {
-            Error::new(
-                ErrorKind::Storage,
-                format!("cannot migrate the catalog {described}: {e}"),
-            )
-            .with_source(e)
-        })?;
-        Ok(PostgresStore { pool, described })
-    }
-
-    async fn objects(&self, table: &str, ids: &[Hash]) -> Result<Vec<(Hash, Vec<u8>)>> {
-        let keys: Vec<Vec<u8>> = ids.iter().map(|h| h.0.to_vec()).collect();
-        let rows = sqlx::query(&format!("SELECT id, data FROM {table} WHERE id = ANY($1)"))
-            .bind(keys)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(storage_err)?;
-        rows.iter()
-            .map(|row| Ok((hash_from_bytes(&row.get::<Vec<u8>, _>(0))?, row.get(1))))
-            .collect()
+        SqlStore::migrated(pool, described).await
     }
 }
 
 #[async_trait]
-impl Store for PostgresStore {
-    async fn nodes(&self, ids: &[Hash]) -> Result<Vec<(Hash, Vec<u8>)>> {
-        self.objects("nodes", ids).await
+impl Dialect for PostgresDialect {
+    type Db = Postgres;
+
+    fn migrator() -> Migrator {
+        sqlx::migrate!("./migrations/postgres")
     }
 
-    async fn commits(&self, ids: &[Hash]) -> Result<Vec<(Hash, Vec<u8>)>> {
-        self.objects("commits", ids).await
+    const BEGIN: Option<&'static str> = None;
+
+    // Writers of one process need not queue: PostgreSQL locks rows, not the database.
+    const QUEUE_WRITERS: bool = false;
+
+    // Byte order whatever the database's default collation.
+    const NAME_ORDER: &'static str = "name COLLATE \"C\"";
+
+    fn rows_affected(result: &PgQueryResult) -> u64 {
+        result.rows_affected()
     }
 
-    async fn nodes_after(&self, after: Option<Hash>, limit: usize) -> Result<Vec<(Hash, Vec<u8>)>> {
-        let after = after.map(|h| h.0.to_vec()).unwrap_or_default();
-        let rows = sqlx::query("SELECT id, data FROM nodes WHERE id > $1 ORDER BY id LIMIT $2")
-            .bind(after)
-            .bind(limit as i64)
-            .fetch_all(&self.pool)
+    /// All the ids as one array parameter: one statement, prepared once, whatever the
+    /// number of ids.
+    async fn objects(
+        pool: &Pool<Postgres>,
+        table: &str,
+        ids: &[Hash],
+    ) -> Result<Vec<(Hash, Vec<u8>)>> {
+        let keys: Vec<Vec<u8>> = ids.iter().map(|h| h.0.to_vec()).collect();
+        let rows = sqlx::query(&format!("SELECT id, data FROM {table} WHERE id = ANY($1)"))
+            .bind(keys)
+            .fetch_all(pool)
             .await
             .map_err(storage_err)?;
-        rows.iter()
-            .map(|row| Ok((hash_from_bytes(&row.get::<Vec<u8>, _>(0))?, row.get(1))))
-            .collect()
+        rows.iter().map(object_row).collect()
     }
-
-    async fn commits_in_range(&self, lo: Hash, hi: Hash, limit: usize) -> Result<Vec<Hash>> {
-        let rows =
-            sqlx::query("SELECT id FROM commits WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3")
-                .bind(lo.0.to_vec())
-                .bind(hi.0.to_vec())
-                .bind(limit as i64)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(storage_err)?;
-        rows.iter()
-            .map(|r| hash_from_bytes(&r.get::<Vec<u8>, _>(0)))
-            .collect()
-    }
-
-    async fn reference(&self, name: &str) -> Result<Option<RefRow>> {
-        let row = sqlx::query("SELECT name, kind, head FROM refs WHERE name = $1")
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(storage_err)?;
-        row.map(|r| ref_row(&r)).transpose()
-    }
-
-    async fn references(&self) -> Result<Vec<RefRow>> {
-        let rows = sqlx::query("SELECT name, kind, head FROM refs ORDER BY name COLLATE \"C\"")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(storage_err)?;
-        rows.iter().map(ref_row).collect()
-    }
-
-    async fn reference_at(
-        &self,
-        name: &str,
-        at: DateTime<Utc>,
-    ) -> Result<Option<(RefKind, Option<Hash>)>> {
-        let row = sqlx::query(
-            "SELECT kind, head FROM ref_log WHERE name = $1 AND at <= $2 ORDER BY at DESC, seq DESC LIMIT 1",
-        )
-        .bind(name)
-        .bind(at.timestamp_micros())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(storage_err)?;
-        let Some(row) = row else { return Ok(None) };
-        let kind = parse_kind(row.get::<&str, _>(0))?;
-        let head: Option<Vec<u8>> = row.get(1);
-        Ok(Some((kind, head.map(|h| hash_from_bytes(&h)).transpose()?)))
-    }
-
-    async fn write(&self, batch: WriteBatch) -> Result<(), WriteError> {
-        let mut tx = self.pool.begin().await.map_err(storage_err)?;
-        let at = batch.at.timestamp_micros();
-        for u in &batch.refs {
-            let result = match (u.expected, u.new) {
-                (None, Some(new)) => sqlx::query(
-                    "INSERT INTO refs (name, kind, head, updated_at) VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING",
-                )
-                .bind(&u.name)
-                .bind(u.kind.as_str())
-                .bind(new.0.to_vec())
-                .bind(at)
-                .execute(&mut *tx)
-                .await,
-                (Some(old), Some(new)) => sqlx::query(
-                    "UPDATE refs SET head = $1, updated_at = $2 WHERE name = $3 AND kind = $4 AND head = $5",
-                )
-                .bind(new.0.to_vec())
-                .bind(at)
-                .bind(&u.name)
-                .bind(u.kind.as_str())
-                .bind(old.0.to_vec())
-                .execute(&mut *tx)
-                .await,
-                (Some(old), None) => {
-                    sqlx::query("DELETE FROM refs WHERE name = $1 AND kind = $2 AND head = $3")
-                        .bind(&u.name)
-                        .bind(u.kind.as_str())
-                        .bind(old.0.to_vec())
-                        .execute(&mut *tx)
-                        .await
-                }
-                (None, None) => continue,
-            };
-            if result.map_err(storage_err)?.rows_affected() != 1 {
-                return Err(WriteError::RefMoved {
-                    name: u.name.clone(),
-                });
-            }
-            sqlx::query("INSERT INTO ref_log (name, kind, head, at) VALUES ($1, $2, $3, $4)")
-                .bind(&u.name)
-                .bind(u.kind.as_str())
-                .bind(u.new.map(|h| h.0.to_vec()))
-                .bind(at)
-                .execute(&mut *tx)
-                .await
-                .map_err(storage_err)?;
-        }
-        for (table, objects) in [("nodes", &batch.nodes), ("commits", &batch.commits)] {
-            for chunk in objects.chunks(INSERT_CHUNK) {
-                let mut qb: QueryBuilder<Postgres> =
-                    QueryBuilder::new(format!("INSERT INTO {table} (id, data) "));
-                qb.push_values(chunk, |mut b, (id, data)| {
-                    b.push_bind(id.0.to_vec()).push_bind(data.as_slice());
-                });
-                qb.push(" ON CONFLICT (id) DO NOTHING");
-                qb.build().execute(&mut *tx).await.map_err(storage_err)?;
-            }
-        }
-        tx.commit().await.map_err(storage_err)?;
-        Ok(())
-    }
-
-    fn describe(&self) -> String {
-        self.described.clone()
-    }
-}
-
-fn ref_row(r: &sqlx::postgres::PgRow) -> Result<RefRow> {
-    Ok(RefRow {
-        name: r.get(0),
-        kind: parse_kind(r.get::<&str, _>(1))?,
-        head: hash_from_bytes(&r.get::<Vec<u8>, _>(2))?,
-    })
 }

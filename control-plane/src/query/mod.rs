@@ -123,7 +123,12 @@ impl QueryEngine {
             )
         };
         let views = self
-            .views(commit, Some(&catalog), std::slice::from_ref(&parts), &missing)
+            .views(
+                commit,
+                Some(&catalog),
+                std::slice::from_ref(&parts),
+                &missing,
+            )
             .await?;
         let cols = match columns {
             Some(c) if !c.is_empty() => c

@@ -199,8 +199,7 @@ async fn renamed_and_added_nested_fields_read_by_field_id() {
         ),
         field(t.metadata.last_column_id() + 1, "email", string()),
     ]);
-    let tag =
-        iceberg::spec::StructType::new(vec![field(id_of("tags.element.k"), "tag", string())]);
+    let tag = iceberg::spec::StructType::new(vec![field(id_of("tags.element.k"), "tag", string())]);
     let element = old.field_by_name("tags.element").unwrap().as_ref().clone();
     let tags = iceberg::spec::ListType::new(Arc::new(NestedField {
         field_type: Box::new(Type::Struct(tag)),
@@ -385,10 +384,7 @@ async fn commit_files(tables: &Tables, table: &str, files: Vec<iceberg::spec::Da
             .unwrap()
             .set_ref(
                 MAIN_BRANCH,
-                SnapshotReference::new(
-                    snapshot_id,
-                    SnapshotRetention::branch(None, None, None),
-                ),
+                SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
             )
             .unwrap()
             .build()

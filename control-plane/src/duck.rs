@@ -1,16 +1,18 @@
-//! Embedded DuckDB, sandboxed. Every query and every import gets a fresh in-memory
-//! database that can touch only the folders it is given: external access is off
-//! (no other files, no network, no extension installs), and once the lh-made views
-//! exist the configuration is locked, so that user SQL cannot `SET` its way out.
-//! (Measured with DuckDB 1.5.6: COPY TO and ATTACH still work inside the allowed
+//! Embedded DuckDB, sandboxed. The query engine's one shared database and each write's
+//! own are in-memory databases that can touch only the folders they are given: external
+//! access is off (no other files, no network, no extension installs), and the query
+//! database's configuration is locked at start-up, so that user SQL cannot `SET` its way
+//! out. (Measured with DuckDB 1.5.6: COPY TO and ATTACH still work inside the allowed
 //! folders, which is why the query engine also accepts only read-only statements.)
+//!
+//! Quoting lives here too: every name and string lh puts into DuckDB SQL goes through
+//! [`quote_ident`] or [`quote_literal`].
 
 use std::path::Path;
 
 use duckdb::{Config, Connection};
 
 use crate::error::{Error, Result};
-use crate::tables::types::quote_literal;
 
 /// Resources of one DuckDB database.
 #[derive(Debug, Clone)]
@@ -63,4 +65,14 @@ pub fn sandboxed(allowed: &[&Path], spill: &Path, limits: &DuckLimits) -> Result
 pub fn lock(conn: &Connection) -> Result<()> {
     conn.execute_batch("SET lock_configuration = true;")
         .map_err(|e| Error::internal(format!("cannot lock the DuckDB configuration: {e}")))
+}
+
+/// A DuckDB identifier, always quoted.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// A DuckDB string literal.
+pub fn quote_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
 }

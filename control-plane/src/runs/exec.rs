@@ -14,7 +14,9 @@ use tokio_util::sync::CancellationToken;
 use super::project::{Lang, Materialize, NodeKind, Plan, PlanNode, Severity};
 use super::store::NodeRecord;
 use super::{RunService, RunStart, kind_name, lang_name};
+use crate::duck::quote_ident;
 use crate::error::{Error, Result, pointer};
+use crate::query::view::view_name;
 use crate::tables::write::{Source, WriteJob, write_table};
 
 /// What every node task of a run shares.
@@ -416,29 +418,30 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
     ]);
     let (source, work) = match &node.lang {
         Lang::Sql { sql, .. } => {
-            let mut setup = Vec::new();
-            for inp in &node.inputs {
-                let loaded = svc
-                    .tables
-                    .load(&head, &inp.table)
-                    .await?
-                    .ok_or_else(|| Error::internal("input vanished"))?;
-                let groups = svc.tables.file_groups(&loaded).await?;
-                let parts: Vec<String> = inp
-                    .table
-                    .rsplitn(2, '.')
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .map(String::from)
-                    .collect();
-                setup.push(crate::query::view_sql(&parts, &loaded, &groups));
-                if inp.bare {
+            // The same views as queries read, made in the write's own database.
+            let names: Vec<Vec<String>> = node
+                .inputs
+                .iter()
+                .map(|inp| match inp.table.rsplit_once('.') {
+                    Some((ns, t)) => vec![ns.to_string(), t.to_string()],
+                    None => vec![inp.table.clone()],
+                })
+                .collect();
+            let missing = |_: &str| Error::internal("input vanished");
+            let mut setup: Vec<String> = svc
+                .queries
+                .views(&head, None, &names, &missing)
+                .await?
+                .into_iter()
+                .map(|v| v.sql)
+                .collect();
+            // A table the SQL names without a namespace is exposed under its bare name too.
+            for (inp, parts) in node.inputs.iter().zip(&names) {
+                if let (true, [_, table]) = (inp.bare, parts.as_slice()) {
                     setup.push(format!(
-                        "CREATE OR REPLACE VIEW main.\"{}\" AS SELECT * FROM \"{}\".\"{}\";",
-                        parts[1].replace('"', "\"\""),
-                        parts[0].replace('"', "\"\""),
-                        parts[1].replace('"', "\"\"")
+                        "CREATE OR REPLACE VIEW main.{} AS SELECT * FROM {};",
+                        quote_ident(table),
+                        view_name(parts)
                     ));
                 }
             }

@@ -9,6 +9,7 @@ use iceberg::spec::{
     ListType, MapType, NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, Type,
 };
 
+use crate::duck::quote_ident;
 use crate::error::{Error, Result};
 
 /// An Iceberg schema for columns DuckDB inferred, with fresh field ids (top-level
@@ -270,16 +271,6 @@ pub fn assignable(src: &Type, dst: &Type) -> bool {
         }
         _ => false,
     }
-}
-
-/// A DuckDB identifier, always quoted.
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// A DuckDB string literal.
-pub fn quote_literal(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
 }
 
 #[cfg(test)]

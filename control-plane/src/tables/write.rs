@@ -23,11 +23,9 @@ use lh_catalog::CommitMeta;
 use uuid::Uuid;
 
 use super::snapshot::{self, SnapshotOp};
-use super::types::{
-    assignable, display_type, duckdb_field_ids, duckdb_type, quote_ident, quote_literal,
-};
+use super::types::{assignable, display_type, duckdb_field_ids, duckdb_type};
 use super::{Tables, require_branch, stats};
-use crate::duck::{self, DuckLimits};
+use crate::duck::{self, DuckLimits, quote_ident, quote_literal};
 use crate::error::{Error, Kind, Result};
 use crate::warehouse::sync_files;
 

@@ -1,0 +1,692 @@
+//! The engine in-process, on a real catalog, warehouse and DuckDB.
+
+use std::sync::Arc;
+
+use iceberg::spec::{NestedField, PrimitiveType, Schema, TableMetadataBuilder, Type};
+use lh_api::{FileFormat, ImportMode};
+use lh_catalog::{Catalog, CommitMeta};
+
+use super::*;
+use crate::tables::LoadedTable;
+use crate::tables::write::{ImportContext, ImportJob, import};
+use crate::warehouse::Warehouse;
+
+async fn setup(dir: &std::path::Path) -> (Arc<Tables>, QueryEngine, ImportContext) {
+    let catalog = Catalog::open(&format!("sqlite:{}", dir.join("c.db").display()))
+        .await
+        .unwrap();
+    let warehouse = Warehouse::open(dir.join("wh").to_str().unwrap()).unwrap();
+    let tables = Arc::new(Tables::new(catalog, warehouse));
+    let limits = QueryLimits {
+        timeout: Duration::from_secs(30),
+        max_result_bytes: 1 << 20,
+        max_concurrent: 2,
+        duck: DuckLimits {
+            threads: 1,
+            memory_limit: "1GB".into(),
+        },
+    };
+    let engine = QueryEngine::new(tables.clone(), limits.clone(), dir.join("spill")).unwrap();
+    let ctx = ImportContext {
+        uploads: dir.join("up"),
+        outputs: dir.join("out"),
+        spill: dir.join("spill2"),
+        limits: limits.duck,
+    };
+    std::fs::create_dir_all(&ctx.uploads).unwrap();
+    (tables, engine, ctx)
+}
+
+/// Makes `schema` the current schema of the table `t` on main, as a schema change of
+/// another engine would.
+async fn set_schema(tables: &Tables, t: &LoadedTable, schema: Schema) {
+    let evolved = TableMetadataBuilder::new_from_metadata(
+        (*t.metadata).clone(),
+        Some(t.pointer.metadata_location.clone()),
+    )
+    .add_current_schema(schema)
+    .unwrap()
+    .build()
+    .unwrap()
+    .metadata;
+    let location = tables
+        .write_metadata(&evolved, Some(&t.pointer.metadata_location))
+        .unwrap();
+    tables
+        .commit_table(
+            "main",
+            &t.name,
+            Some(t.pointer.clone()),
+            location,
+            &evolved,
+            CommitMeta::new("t", "schema change"),
+        )
+        .await
+        .unwrap();
+}
+
+/// Imports a file with `body` (its format from its name's extension) into `table`
+/// on main.
+async fn import_file(
+    tables: &Tables,
+    ctx: &ImportContext,
+    table: &str,
+    name: &str,
+    body: &str,
+    mode: ImportMode,
+) {
+    let path = ctx.uploads.join(name);
+    std::fs::write(&path, body).unwrap();
+    let format = if name.ends_with(".ndjson") {
+        FileFormat::Json
+    } else {
+        FileFormat::Csv
+    };
+    let job = ImportJob {
+        branch: "main".into(),
+        table: table.into(),
+        mode,
+        format,
+        files: vec![path],
+        names: vec![name.into()],
+        author: "t".into(),
+    };
+    import(tables, ctx, job).await.unwrap();
+}
+
+async fn rows(engine: &QueryEngine, sql: &str) -> Vec<String> {
+    let out = engine.run(sql, "main", None, None).await.unwrap();
+    let text = arrow::util::pretty::pretty_format_batches(&out.batches)
+        .unwrap()
+        .to_string();
+    text.lines().map(String::from).collect()
+}
+
+/// Regression guard for reading by field id: after a rename the old files read
+/// under the new name, and a column added later reads as NULL in them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renamed_and_added_columns_read_by_field_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tables, engine, ctx) = setup(dir.path()).await;
+    import_file(
+        &tables,
+        &ctx,
+        "raw.t",
+        "a.csv",
+        "id,name\n1,x\n2,y\n",
+        ImportMode::Create,
+    )
+    .await;
+
+    // Rename `name` (field 2) to `label` and add `score` (field 3).
+    let head = tables.catalog.resolve("main").await.unwrap().commit;
+    let t = tables.load(&head, "raw.t").await.unwrap().unwrap();
+    let schema = Schema::builder()
+        .with_schema_id(1)
+        .with_fields(vec![
+            Arc::new(NestedField::optional(
+                1,
+                "id",
+                Type::Primitive(PrimitiveType::Long),
+            )),
+            Arc::new(NestedField::optional(
+                2,
+                "label",
+                Type::Primitive(PrimitiveType::String),
+            )),
+            Arc::new(NestedField::optional(
+                3,
+                "score",
+                Type::Primitive(PrimitiveType::Double),
+            )),
+        ])
+        .build()
+        .unwrap();
+    set_schema(&tables, &t, schema).await;
+
+    let got = rows(&engine, "select id, label, score from raw.t order by id").await;
+    assert_eq!(
+        got,
+        [
+            "+----+-------+-------+",
+            "| id | label | score |",
+            "+----+-------+-------+",
+            "| 1  | x     |       |",
+            "| 2  | y     |       |",
+            "+----+-------+-------+",
+        ]
+    );
+    let err = engine
+        .run("select name from raw.t", "main", None, None)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.code, "sql_error");
+}
+
+/// Nested fields read by field id too: a struct field renamed after the file was
+/// written reads under its new name (in a struct, and in a struct inside a list),
+/// one added later reads as NULL; filters on them still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renamed_and_added_nested_fields_read_by_field_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tables, engine, ctx) = setup(dir.path()).await;
+    import_file(
+        &tables,
+        &ctx,
+        "raw.t",
+        "a.ndjson",
+        "{\"id\": 1, \"user\": {\"name\": \"x\", \"age\": 3}, \"tags\": [{\"k\": \"a\"}, {\"k\": \"b\"}]}\n\
+         {\"id\": 2, \"user\": null, \"tags\": null}\n",
+        ImportMode::Create,
+    )
+    .await;
+    let before = rows(&engine, "select id, user, tags from raw.t order by id").await;
+
+    // user.name -> user.full_name, a new user.email, tags[].k -> tags[].tag.
+    let head = tables.catalog.resolve("main").await.unwrap().commit;
+    let t = tables.load(&head, "raw.t").await.unwrap().unwrap();
+    let old = t.metadata.current_schema();
+    let id_of = |name: &str| old.field_by_name(name).unwrap().id;
+    let field = |id: i32, name: &str, ty: Type| Arc::new(NestedField::optional(id, name, ty));
+    let string = || Type::Primitive(PrimitiveType::String);
+    let user = iceberg::spec::StructType::new(vec![
+        field(id_of("user.name"), "full_name", string()),
+        field(
+            id_of("user.age"),
+            "age",
+            Type::Primitive(PrimitiveType::Long),
+        ),
+        field(t.metadata.last_column_id() + 1, "email", string()),
+    ]);
+    let tag = iceberg::spec::StructType::new(vec![field(id_of("tags.element.k"), "tag", string())]);
+    let element = old.field_by_name("tags.element").unwrap().as_ref().clone();
+    let tags = iceberg::spec::ListType::new(Arc::new(NestedField {
+        field_type: Box::new(Type::Struct(tag)),
+        ..element
+    }));
+    let schema = Schema::builder()
+        .with_schema_id(1)
+        .with_fields(vec![
+            field(id_of("id"), "id", Type::Primitive(PrimitiveType::Long)),
+            field(id_of("user"), "user", Type::Struct(user)),
+            field(id_of("tags"), "tags", Type::List(tags)),
+        ])
+        .build()
+        .unwrap();
+    set_schema(&tables, &t, schema).await;
+
+    assert_eq!(
+        before,
+        [
+            "+----+-------------------+------------------+",
+            "| id | user              | tags             |",
+            "+----+-------------------+------------------+",
+            "| 1  | {name: x, age: 3} | [{k: a}, {k: b}] |",
+            "| 2  |                   |                  |",
+            "+----+-------------------+------------------+",
+        ]
+    );
+    let got = rows(&engine, "select id, user, tags from raw.t order by id").await;
+    assert_eq!(
+        got,
+        [
+            "+----+---------------------------------+----------------------+",
+            "| id | user                            | tags                 |",
+            "+----+---------------------------------+----------------------+",
+            "| 1  | {full_name: x, age: 3, email: } | [{tag: a}, {tag: b}] |",
+            "| 2  |                                 |                      |",
+            "+----+---------------------------------+----------------------+",
+        ]
+    );
+    let got = rows(
+        &engine,
+        "select id, tags[2].tag AS second from raw.t where user.full_name = 'x'",
+    )
+    .await;
+    assert_eq!(
+        got,
+        [
+            "+----+--------+",
+            "| id | second |",
+            "+----+--------+",
+            "| 1  | b      |",
+            "+----+--------+",
+        ]
+    );
+}
+
+/// Writes the rows of `select` as a Parquet file in the table folder at `location`,
+/// its columns carrying the field ids of `schema`; returns its URL, rows and bytes.
+fn write_parquet(
+    tables: &Tables,
+    location: &str,
+    schema: &Schema,
+    select: &str,
+    columns: &[&str],
+) -> (String, u64, u64) {
+    let url = format!("{location}/data/f-{}.parquet", uuid::Uuid::new_v4());
+    let path = tables.warehouse.local_path(&url).unwrap();
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let field_ids: Vec<String> = columns
+        .iter()
+        .map(|c| format!("{c}: {}", schema.field_by_name(c).unwrap().id))
+        .collect();
+    let rows = Connection::open_in_memory()
+        .unwrap()
+        .execute(
+            &format!(
+                "COPY ({select}) TO '{}' (FORMAT parquet, FIELD_IDS {{{}}})",
+                path.display(),
+                field_ids.join(", ")
+            ),
+            [],
+        )
+        .unwrap();
+    (url, rows as u64, std::fs::metadata(&path).unwrap().len())
+}
+
+/// A data or equality delete file (on `equality` columns) of the rows of `select`, in
+/// `partition` of the table's default spec.
+fn file_of(
+    tables: &Tables,
+    m: &iceberg::spec::TableMetadata,
+    select: &str,
+    columns: &[&str],
+    equality: Option<&[&str]>,
+    partition: iceberg::spec::Struct,
+) -> iceberg::spec::DataFile {
+    use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat};
+    let schema = m.current_schema();
+    let (url, rows, bytes) = write_parquet(tables, m.location(), schema, select, columns);
+    let mut b = DataFileBuilder::default();
+    b.file_path(url)
+        .file_format(DataFileFormat::Parquet)
+        .partition(partition)
+        .partition_spec_id(m.default_partition_spec_id())
+        .record_count(rows)
+        .file_size_in_bytes(bytes);
+    match equality {
+        Some(cols) => b
+            .content(DataContentType::EqualityDeletes)
+            .equality_ids(Some(
+                cols.iter()
+                    .map(|c| schema.field_by_name(c).unwrap().id)
+                    .collect(),
+            )),
+        None => b.content(DataContentType::Data),
+    };
+    b.build().unwrap()
+}
+
+/// Commits a snapshot of `table` on main that adds `files` (data or deletes, not
+/// both) to its live files, as another engine would.
+async fn commit_files(tables: &Tables, table: &str, files: Vec<iceberg::spec::DataFile>) {
+    use iceberg::spec::{
+        DataContentType, MAIN_BRANCH, ManifestListWriter, ManifestWriterBuilder, Operation,
+        Snapshot, SnapshotReference, SnapshotRetention, Summary,
+    };
+    let head = tables.catalog.resolve("main").await.unwrap().commit;
+    let t = tables.load(&head, table).await.unwrap().unwrap();
+    let m = (*t.metadata).clone();
+    let io = tables.warehouse.io();
+    let snapshot_id = m.current_snapshot_id().unwrap_or(0) + 1;
+    let seq = m.next_sequence_number();
+    let meta = format!("{}/metadata", m.location());
+    let builder = ManifestWriterBuilder::new(
+        io.new_output(format!("{meta}/t-{snapshot_id}-m.avro"))
+            .unwrap(),
+        Some(snapshot_id),
+        m.current_schema().clone(),
+        m.default_partition_spec().as_ref().clone(),
+    );
+    let deletes = files[0].content_type() != DataContentType::Data;
+    let mut w = if deletes {
+        builder.build_v2_deletes()
+    } else {
+        builder.build_v2_data()
+    };
+    for f in files {
+        w.add_file(f, seq).unwrap();
+    }
+    let mut manifests = crate::tables::snapshot::current_manifests(io, &m)
+        .await
+        .unwrap();
+    manifests.push(w.write_manifest_file().await.unwrap());
+    let list = format!("{meta}/snap-{snapshot_id}-t.avro");
+    let mut l = ManifestListWriter::v2(
+        io.new_output(&list).unwrap().writer().await.unwrap(),
+        snapshot_id,
+        m.current_snapshot_id(),
+        seq,
+    );
+    l.add_manifests(manifests.into_iter()).unwrap();
+    l.close().await.unwrap();
+    let snapshot = Snapshot::builder()
+        .with_manifest_list(list)
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(m.current_snapshot_id())
+        .with_sequence_number(seq)
+        .with_summary(Summary {
+            operation: if deletes {
+                Operation::Delete
+            } else {
+                Operation::Append
+            },
+            additional_properties: Default::default(),
+        })
+        .with_schema_id(m.current_schema_id())
+        .with_timestamp_ms(m.last_updated_ms() + 1)
+        .build();
+    let next =
+        TableMetadataBuilder::new_from_metadata(m, Some(t.pointer.metadata_location.clone()))
+            .add_snapshot(snapshot)
+            .unwrap()
+            .set_ref(
+                MAIN_BRANCH,
+                SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
+            )
+            .unwrap()
+            .build()
+            .unwrap()
+            .metadata;
+    let location = tables
+        .write_metadata(&next, Some(&t.pointer.metadata_location))
+        .unwrap();
+    tables
+        .commit_table(
+            "main",
+            table,
+            Some(t.pointer.clone()),
+            location,
+            &next,
+            CommitMeta::new("t", "files of another engine"),
+        )
+        .await
+        .unwrap();
+}
+
+/// Commits an equality delete file (as Flink writes them) to the unpartitioned
+/// `table` on main: the rows of `select`, whose columns are the equality columns.
+async fn add_equality_delete(tables: &Tables, table: &str, select: &str, columns: &[&str]) {
+    let head = tables.catalog.resolve("main").await.unwrap().commit;
+    let t = tables.load(&head, table).await.unwrap().unwrap();
+    let f = file_of(
+        tables,
+        &t.metadata,
+        select,
+        columns,
+        Some(columns),
+        iceberg::spec::Struct::empty(),
+    );
+    commit_files(tables, table, vec![f]).await;
+}
+
+/// A table whose columns carry the names of the view's own columns reads right: they
+/// cannot stand in for the file's sequence number or position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn columns_named_like_the_views_own_do_not_confuse_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tables, engine, ctx) = setup(dir.path()).await;
+    import_file(
+        &tables,
+        &ctx,
+        "raw.t",
+        "a.csv",
+        "id,__lh_seq,__LH_PART,__lh_file,__lh1_x\n1,100,x,a.txt,0\n2,100,x,a.txt,0\n",
+        ImportMode::Create,
+    )
+    .await;
+    add_equality_delete(&tables, "raw.t", "SELECT 1::BIGINT AS id", &["id"]).await;
+    let got = rows(&engine, "select id, __lh_seq, __lh_file from raw.t").await;
+    assert_eq!(
+        got[3..],
+        [
+            "| 2  | 100      | a.txt     |",
+            "+----+----------+-----------+"
+        ]
+    );
+}
+
+/// Creates an empty table on main with `schema` and partition `spec`, as another
+/// engine would.
+async fn create_table(
+    tables: &Tables,
+    name: &str,
+    schema: Schema,
+    spec: iceberg::spec::UnboundPartitionSpec,
+) {
+    let uuid = uuid::Uuid::now_v7();
+    let location = tables.warehouse.new_table_location(name, &uuid);
+    let created = TableMetadataBuilder::new(
+        schema,
+        spec,
+        iceberg::spec::SortOrder::unsorted_order(),
+        location,
+        iceberg::spec::FormatVersion::V2,
+        Default::default(),
+    )
+    .unwrap()
+    .assign_uuid(uuid)
+    .build()
+    .unwrap()
+    .metadata;
+    let metadata_location = tables.write_metadata(&created, None).unwrap();
+    tables
+        .commit_table(
+            "main",
+            name,
+            None,
+            metadata_location,
+            &created,
+            CommitMeta::new("t", "create"),
+        )
+        .await
+        .unwrap();
+}
+
+/// A spec whose fields are all `void` (what dropping a v1 table's partition field
+/// leaves) partitions nothing: lh appends to it, each file with a null per field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lh_appends_to_a_table_with_a_void_partition_spec() {
+    use iceberg::spec::{Transform, UnboundPartitionSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let (tables, engine, ctx) = setup(dir.path()).await;
+    let schema = Schema::builder()
+        .with_fields(vec![Arc::new(NestedField::optional(
+            1,
+            "id",
+            Type::Primitive(PrimitiveType::Long),
+        ))])
+        .build()
+        .unwrap();
+    let spec = UnboundPartitionSpec::builder()
+        .add_partition_field(1, "id_gone", Transform::Void)
+        .unwrap()
+        .build();
+    create_table(&tables, "raw.v", schema, spec).await;
+    for i in 0..2 {
+        let (name, body) = (format!("{i}.csv"), format!("id\n{i}\n"));
+        import_file(&tables, &ctx, "raw.v", &name, &body, ImportMode::Append).await;
+    }
+    let got = rows(
+        &engine,
+        "select sum(id)::int AS s, count(*)::int AS n from raw.v",
+    )
+    .await;
+    assert_eq!(got[3], "| 1 | 2 |");
+}
+
+/// In a partitioned table, an equality delete applies in its own partition only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn equality_deletes_apply_within_their_partition() {
+    use iceberg::spec::{Literal, Struct, Transform, UnboundPartitionSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let (tables, engine, _ctx) = setup(dir.path()).await;
+    let schema = Schema::builder()
+        .with_fields(vec![
+            Arc::new(NestedField::optional(
+                1,
+                "id",
+                Type::Primitive(PrimitiveType::Long),
+            )),
+            Arc::new(NestedField::optional(
+                2,
+                "k",
+                Type::Primitive(PrimitiveType::String),
+            )),
+        ])
+        .build()
+        .unwrap();
+    let spec = UnboundPartitionSpec::builder()
+        .add_partition_field(2, "k", Transform::Identity)
+        .unwrap()
+        .build();
+    create_table(&tables, "raw.p", schema, spec).await;
+    let part = |k: &str| Struct::from_iter([Some(Literal::string(k))]);
+    let head = tables.catalog.resolve("main").await.unwrap().commit;
+    let m = tables.load(&head, "raw.p").await.unwrap().unwrap().metadata;
+    let files = vec![
+        file_of(
+            &tables,
+            &m,
+            "SELECT 1::BIGINT AS id, 'a' AS k UNION ALL SELECT 2, 'a'",
+            &["id", "k"],
+            None,
+            part("a"),
+        ),
+        file_of(
+            &tables,
+            &m,
+            "SELECT 1::BIGINT AS id, 'b' AS k",
+            &["id", "k"],
+            None,
+            part("b"),
+        ),
+    ];
+    commit_files(&tables, "raw.p", files).await;
+    let head = tables.catalog.resolve("main").await.unwrap().commit;
+    let m = tables.load(&head, "raw.p").await.unwrap().unwrap().metadata;
+    let delete = file_of(
+        &tables,
+        &m,
+        "SELECT 1::BIGINT AS id",
+        &["id"],
+        Some(&["id"]),
+        part("a"),
+    );
+    commit_files(&tables, "raw.p", vec![delete]).await;
+
+    let got = rows(&engine, "select k || id AS r from raw.p order by r").await;
+    assert_eq!(got[3..], ["| a2 |", "| b1 |", "+----+"]);
+}
+
+/// Equality deletes: a row equal on the delete's columns (NULL matching NULL) goes
+/// from the data files older than the delete; a row written after it stays; deletes
+/// on different columns each apply; filters still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn equality_deletes_remove_equal_rows_of_older_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tables, engine, ctx) = setup(dir.path()).await;
+    let body = "id,name\n1,a\n2,b\n3,c\n,z\n";
+    import_file(&tables, &ctx, "raw.t", "a.csv", body, ImportMode::Create).await;
+    async fn ids(engine: &QueryEngine, sql: &str) -> String {
+        rows(engine, sql).await[3..].join("\n")
+    }
+    let all = "select coalesce(id::varchar, '-') || name AS r from raw.t order by r";
+
+    add_equality_delete(
+        &tables,
+        "raw.t",
+        "SELECT * FROM (VALUES (2::BIGINT), (NULL::BIGINT)) v(id)",
+        &["id"],
+    )
+    .await;
+    assert_eq!(ids(&engine, all).await, "| 1a |\n| 3c |\n+----+");
+
+    let body = "id,name\n2,again\n";
+    import_file(&tables, &ctx, "raw.t", "b.csv", body, ImportMode::Append).await;
+    assert_eq!(
+        ids(&engine, all).await,
+        "| 1a     |\n| 2again |\n| 3c     |\n+--------+"
+    );
+
+    add_equality_delete(&tables, "raw.t", "SELECT 'a' AS name", &["name"]).await;
+    assert_eq!(
+        ids(&engine, all).await,
+        "| 2again |\n| 3c     |\n+--------+"
+    );
+    assert_eq!(
+        ids(&engine, "select count(*) AS n from raw.t where id = 2").await,
+        "| 1 |\n+---+"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_catalogs_are_reused_bounded_and_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tables, engine, ctx) = setup(dir.path()).await;
+    let attached = |engine: &QueryEngine, prefix: &str| -> i64 {
+        engine
+            .database
+            .lock()
+            .unwrap()
+            .query_row(
+                "select count(*) from duckdb_databases() where database_name like ?",
+                [format!("{prefix}%")],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    // Queries of one commit share its catalog; analysis sessions leave none behind.
+    for _ in 0..3 {
+        assert_eq!(rows(&engine, "select 1 AS x").await.len(), 5);
+        engine.analyze("select 2").await.unwrap();
+    }
+    assert_eq!(attached(&engine, "c_"), 1);
+    assert_eq!(attached(&engine, "q_"), 0);
+
+    // More commits than the cache keeps: each reads its own rows, cached or not.
+    let mut commits = Vec::new();
+    for i in 0..CACHED_COMMITS + 6 {
+        let mode = if i == 0 {
+            ImportMode::Create
+        } else {
+            ImportMode::Append
+        };
+        let (name, body) = (format!("{i}.csv"), format!("id\n{i}\n"));
+        import_file(&tables, &ctx, "raw.t", &name, &body, mode).await;
+        let head = tables.catalog.resolve("main").await.unwrap().commit.id;
+        commits.push(format!("@{}", head.to_hex()));
+    }
+    let count = |at: String| {
+        let engine = &engine;
+        async move {
+            let out = engine
+                .run("select count(*)::int AS n from raw.t", &at, None, None)
+                .await
+                .unwrap();
+            arrow::util::pretty::pretty_format_batches(&out.batches)
+                .unwrap()
+                .to_string()
+                .lines()
+                .nth(3)
+                .unwrap()
+                .trim_matches(|c| c == '|' || c == ' ')
+                .parse::<usize>()
+                .unwrap()
+        }
+    };
+    for (i, at) in commits.iter().enumerate() {
+        assert_eq!(count(at.clone()).await, i + 1, "{at}");
+    }
+    assert!(attached(&engine, "c_") as usize <= CACHED_COMMITS);
+    // The first commits' catalogs were evicted and detached; asked again, they are
+    // made again, with the same answer.
+    assert_eq!(count(commits[0].clone()).await, 1);
+    assert_eq!(
+        count(commits[CACHED_COMMITS + 5].clone()).await,
+        CACHED_COMMITS + 6
+    );
+    assert_eq!(attached(&engine, "q_"), 0);
+}

@@ -1,0 +1,308 @@
+//! The files a table's snapshot reads, for its view: the live data and delete files
+//! (from the manifests, cached by snapshot), and the same as local paths with each
+//! Parquet file's physical columns (from its footer, cached by path), data files grouped
+//! by those columns. The view's SQL itself is the query engine's (`query/view.rs`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use iceberg::spec::{DataContentType, DataFileFormat};
+
+use super::stats::{self, PhysicalColumn};
+use super::{LoadedTable, Tables, snapshot};
+use crate::error::{Error, Result};
+
+/// The files a table's current snapshot reads: its data files, and the delete files
+/// (merge-on-read) that remove rows of them: position deletes (as Spark and Trino write
+/// them) and equality deletes (as Flink's upserts do).
+#[derive(Debug, Clone, Default)]
+pub struct LiveFiles {
+    pub data: Vec<LiveFile>,
+    pub position_deletes: Vec<String>,
+    pub equality_deletes: Vec<EqualityDelete>,
+    pub totals: FileTotals,
+}
+
+/// What the live files hold, counted from the manifests (for writers whose snapshot
+/// summaries leave totals out, as DuckDB's does).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FileTotals {
+    pub records: u64,
+    pub data_files: u64,
+    pub delete_files: u64,
+    pub position_deletes: u64,
+    pub bytes: u64,
+}
+
+/// A data file with what decides which equality deletes apply to it.
+#[derive(Debug, Clone)]
+pub struct LiveFile {
+    pub url: String,
+    /// Its data sequence number.
+    pub sequence: i64,
+    /// Its partition: spec id and partition tuple.
+    pub partition: String,
+}
+
+/// A file's partition as a key: its spec id and partition values, with the values of a
+/// promoted type (int to long, float to double) spelled as the wider type, so that files
+/// written before and after a promotion compare equal.
+fn partition_key(spec_id: i32, partition: &iceberg::spec::Struct) -> String {
+    use iceberg::spec::{Literal, PrimitiveLiteral};
+    let values: Vec<String> = partition
+        .iter()
+        .map(|v| match v {
+            Some(Literal::Primitive(PrimitiveLiteral::Int(i))) => format!("{:?}", i64::from(*i)),
+            Some(Literal::Primitive(PrimitiveLiteral::Float(f))) => {
+                format!("{:?}", f64::from(f.into_inner()))
+            }
+            Some(Literal::Primitive(PrimitiveLiteral::Double(d))) => {
+                format!("{:?}", d.into_inner())
+            }
+            Some(Literal::Primitive(PrimitiveLiteral::Long(l))) => format!("{l:?}"),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    format!("{spec_id}:[{}]", values.join(", "))
+}
+
+/// An equality delete file: it removes the rows whose `field_ids` columns equal one of
+/// its rows, from the data files of an older sequence number, in its partition (or in
+/// every partition, when its spec is unpartitioned: `partition` is None).
+#[derive(Debug, Clone)]
+pub struct EqualityDelete {
+    pub url: String,
+    pub sequence: i64,
+    pub partition: Option<String>,
+    pub field_ids: Vec<i32>,
+}
+
+/// Data files with the same physical columns (Parquet field id to column name): files
+/// written under one schema share a group.
+pub type FileGroup = (Arc<Vec<PhysicalColumn>>, Vec<PathBuf>);
+
+/// What a table's view reads: its data files, grouped by their physical columns, and
+/// the delete files that remove rows of them; all as local paths.
+#[derive(Debug, Default)]
+pub struct TableFiles {
+    pub groups: Vec<FileGroup>,
+    pub position_deletes: Vec<PathBuf>,
+    pub equality_deletes: Vec<EqualityDeleteFile>,
+    /// Each data file's data sequence number and partition, when equality deletes need
+    /// them.
+    pub data: Vec<(PathBuf, i64, String)>,
+}
+
+/// An equality delete file, with its columns (as a data file's) and what decides which
+/// data files it applies to (see [`EqualityDelete`]).
+#[derive(Debug)]
+pub struct EqualityDeleteFile {
+    pub path: PathBuf,
+    pub columns: Arc<Vec<PhysicalColumn>>,
+    pub sequence: i64,
+    pub partition: Option<String>,
+    pub field_ids: Vec<i32>,
+}
+
+impl Tables {
+    /// The live files of the table's current snapshot. lh reads Parquet data files and
+    /// Parquet position and equality delete files; a table with deletion vectors (format
+    /// v3), equality deletes on nested fields, or files in another format is a clear
+    /// error, never a read that would show deleted rows.
+    pub async fn live_files(&self, t: &LoadedTable) -> Result<Arc<LiveFiles>> {
+        let Some(snapshot) = t.metadata.current_snapshot() else {
+            return Ok(Arc::new(LiveFiles::default()));
+        };
+        let key = (t.pointer.metadata_location.clone(), snapshot.snapshot_id());
+        if let Some(f) = self.files.get(&key) {
+            return Ok(f);
+        }
+        let unsupported = |what: String| {
+            Error::bad_request(
+                "unsupported_table",
+                format!("table '{}' has {what}, which lh cannot read yet", t.name),
+            )
+        };
+        let io = self.warehouse.io();
+        let schema = t.metadata.current_schema();
+        let mut out = LiveFiles::default();
+        for m in snapshot::manifests_of(io, &t.metadata, snapshot.manifest_list()).await? {
+            let manifest = m.load_manifest(io).await?;
+            for e in manifest.entries() {
+                if !e.is_alive() {
+                    continue;
+                }
+                let df = e.data_file();
+                let totals = &mut out.totals;
+                totals.bytes += df.file_size_in_bytes();
+                match e.content_type() {
+                    DataContentType::Data => {
+                        totals.records += df.record_count();
+                        totals.data_files += 1;
+                    }
+                    DataContentType::PositionDeletes => {
+                        totals.position_deletes += df.record_count();
+                        totals.delete_files += 1;
+                    }
+                    DataContentType::EqualityDeletes => totals.delete_files += 1,
+                }
+                let sequence = e.sequence_number().unwrap_or(0);
+                let partition = partition_key(m.partition_spec_id, df.partition());
+                match (e.content_type(), e.file_format()) {
+                    (DataContentType::Data, DataFileFormat::Parquet) => out.data.push(LiveFile {
+                        url: e.file_path().to_string(),
+                        sequence,
+                        partition,
+                    }),
+                    (DataContentType::PositionDeletes, DataFileFormat::Parquet) => {
+                        out.position_deletes.push(e.file_path().to_string())
+                    }
+                    (DataContentType::PositionDeletes, DataFileFormat::Puffin) => {
+                        return Err(unsupported("deletion vectors".into())
+                            .with_hint("rewrite its data files (Spark: rewrite_data_files)"));
+                    }
+                    (DataContentType::EqualityDeletes, DataFileFormat::Parquet) => {
+                        let field_ids = df.equality_ids().unwrap_or_default();
+                        // Equality is on top-level primitive columns of the current schema.
+                        let readable = !field_ids.is_empty()
+                            && field_ids.iter().all(|id| {
+                                schema
+                                    .as_struct()
+                                    .fields()
+                                    .iter()
+                                    .any(|f| f.id == *id && f.field_type.is_primitive())
+                            });
+                        if !readable {
+                            return Err(unsupported(format!(
+                                "equality deletes on fields {field_ids:?} (nested, dropped \
+                                 or none)"
+                            ))
+                            .with_hint("rewrite its data files (Spark: rewrite_data_files)"));
+                        }
+                        let global = t
+                            .metadata
+                            .partition_spec_by_id(m.partition_spec_id)
+                            .is_none_or(|spec| spec.is_unpartitioned());
+                        out.equality_deletes.push(EqualityDelete {
+                            url: e.file_path().to_string(),
+                            sequence,
+                            partition: (!global).then_some(partition),
+                            field_ids,
+                        });
+                    }
+                    (content, format) => {
+                        return Err(unsupported(format!(
+                            "{} files in {format} format",
+                            match content {
+                                DataContentType::Data => "data",
+                                _ => "delete",
+                            }
+                        ))
+                        .with_hint("lh reads Parquet files"));
+                    }
+                }
+            }
+        }
+        let out = Arc::new(out);
+        self.files.insert(key, out.clone());
+        Ok(out)
+    }
+
+    /// The live data files of a table, grouped by their physical columns, as local paths:
+    /// what its view reads. Footers are read once per file.
+    pub async fn file_groups(&self, t: &LoadedTable) -> Result<TableFiles> {
+        let files = self.live_files(t).await?;
+        let mut paths = Vec::with_capacity(files.data.len());
+        let mut unknown = Vec::new();
+        for f in &files.data {
+            let p = self.warehouse.local_path(&f.url)?;
+            if self.columns.get(&p).is_none() {
+                unknown.push(p.clone());
+            }
+            paths.push(p);
+        }
+        let mut equality_deletes = Vec::with_capacity(files.equality_deletes.len());
+        for d in &files.equality_deletes {
+            let p = self.warehouse.local_path(&d.url)?;
+            if self.columns.get(&p).is_none() {
+                unknown.push(p.clone());
+            }
+            equality_deletes.push((p, d));
+        }
+        if !unknown.is_empty() {
+            let read = tokio::task::spawn_blocking(move || {
+                unknown
+                    .into_iter()
+                    .map(|p| stats::physical_columns(&p).map(|c| (p, c)))
+                    .collect::<Result<Vec<_>>>()
+            })
+            .await
+            .map_err(|e| Error::internal(format!("footer task failed: {e}")))??;
+            for (p, c) in read {
+                self.columns.insert(p, Arc::new(c));
+            }
+        }
+        let columns_of = |p: &std::path::Path| {
+            self.columns
+                .get(p)
+                .ok_or_else(|| Error::internal("footer cache lost an entry"))
+        };
+        let mut groups: Vec<FileGroup> = Vec::new();
+        let mut data = Vec::new();
+        for (p, f) in paths.into_iter().zip(&files.data) {
+            let cols = columns_of(&p)?;
+            if !files.equality_deletes.is_empty() {
+                data.push((p.clone(), f.sequence, f.partition.clone()));
+            }
+            match groups.iter_mut().find(|(c, _)| *c == cols) {
+                Some((_, files)) => files.push(p),
+                None => groups.push((cols, vec![p])),
+            }
+        }
+        let position_deletes = files
+            .position_deletes
+            .iter()
+            .map(|f| self.warehouse.local_path(f))
+            .collect::<Result<_>>()?;
+        let equality_deletes = equality_deletes
+            .into_iter()
+            .map(|(p, d)| {
+                Ok(EqualityDeleteFile {
+                    columns: columns_of(&p)?,
+                    path: p,
+                    sequence: d.sequence,
+                    partition: d.partition.clone(),
+                    field_ids: d.field_ids.clone(),
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(TableFiles {
+            groups,
+            position_deletes,
+            equality_deletes,
+            data,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use iceberg::spec::{Literal, Struct};
+
+    use super::partition_key;
+
+    #[test]
+    fn a_promoted_partition_value_keys_as_its_wider_type() {
+        let ints = Struct::from_iter([Some(Literal::int(7)), Some(Literal::float(1.5)), None]);
+        let longs = Struct::from_iter([Some(Literal::long(7)), Some(Literal::double(1.5)), None]);
+        assert_eq!(partition_key(0, &ints), partition_key(0, &longs));
+        assert_ne!(partition_key(0, &ints), partition_key(1, &longs));
+        let other = Struct::from_iter([Some(Literal::long(8)), Some(Literal::double(1.5)), None]);
+        assert_ne!(partition_key(0, &other), partition_key(0, &longs));
+        let text = Struct::from_iter([Some(Literal::string("7"))]);
+        assert_ne!(
+            partition_key(0, &text),
+            partition_key(0, &Struct::from_iter([Some(Literal::long(7))]))
+        );
+    }
+}

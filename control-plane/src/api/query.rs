@@ -9,7 +9,8 @@ use axum::routing::post;
 use axum::{Json, Router};
 use lh_api::QueryRequest;
 
-use super::{ApiResult, AppState};
+use crate::http::ApiResult;
+use crate::state::AppState;
 use crate::error::Error;
 
 pub fn router() -> Router<AppState> {

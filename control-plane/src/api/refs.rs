@@ -10,7 +10,9 @@ use lh_api::{
 };
 use lh_catalog::{CommitMeta, LogQuery, MergeOptions};
 
-use super::{ApiResult, AppState, author, query_pairs};
+use super::params::query_pairs;
+use crate::http::{ApiResult, author};
+use crate::state::AppState;
 use crate::error::{Error, pointer};
 
 pub fn router() -> Router<AppState> {

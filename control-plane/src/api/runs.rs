@@ -6,7 +6,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use lh_api::{PlanResponse, RerunRequest, RunInfo, RunList, RunRequest};
 
-use super::{ApiResult, AppState, author, query_pairs};
+use super::params::query_pairs;
+use crate::http::{ApiResult, author};
+use crate::state::AppState;
 use crate::error::Error;
 use crate::runs::RunStart;
 use crate::tables::write::upload_dir;

@@ -14,7 +14,9 @@ use lh_api::{
 };
 use tokio::io::AsyncWriteExt;
 
-use super::{ApiResult, AppState, author, query_pairs};
+use super::params::query_pairs;
+use crate::http::{ApiResult, author};
+use crate::state::AppState;
 use crate::error::{Error, pointer};
 use crate::tables::write::{self as import, ImportJob};
 

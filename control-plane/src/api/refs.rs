@@ -11,9 +11,9 @@ use lh_api::{
 use lh_catalog::{CommitMeta, LogQuery, MergeOptions};
 
 use super::params::query_pairs;
+use crate::error::{Error, pointer};
 use crate::http::{ApiResult, author};
 use crate::state::AppState;
-use crate::error::{Error, pointer};
 
 pub fn router() -> Router<AppState> {
     Router::new()

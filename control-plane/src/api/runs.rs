@@ -7,10 +7,10 @@ use axum::{Json, Router};
 use lh_api::{PlanResponse, RerunRequest, RunInfo, RunList, RunRequest};
 
 use super::params::query_pairs;
-use crate::http::{ApiResult, author};
-use crate::state::AppState;
 use crate::error::Error;
+use crate::http::{ApiResult, author};
 use crate::runs::RunStart;
+use crate::state::AppState;
 use crate::tables::write::upload_dir;
 
 pub fn router() -> Router<AppState> {

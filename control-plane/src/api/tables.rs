@@ -15,9 +15,9 @@ use lh_api::{
 use tokio::io::AsyncWriteExt;
 
 use super::params::query_pairs;
+use crate::error::{Error, pointer};
 use crate::http::{ApiResult, author};
 use crate::state::AppState;
-use crate::error::{Error, pointer};
 use crate::tables::write::{self as import, ImportJob};
 
 pub fn router() -> Router<AppState> {

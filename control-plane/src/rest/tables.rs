@@ -304,9 +304,15 @@ pub async fn create_table(
         requirements: Vec::new(),
         updates: Vec::new(),
     };
-    let done = commit(&s, &a, &headers, vec![Change::Put(put)], format!("create {name}"))
-        .await
-        .map_err(already_exists(&name))?;
+    let done = commit(
+        &s,
+        &a,
+        &headers,
+        vec![Change::Put(put)],
+        format!("create {name}"),
+    )
+    .await
+    .map_err(already_exists(&name))?;
     let v = &done.versions[0];
     Ok(loaded(
         Some(v.pointer.metadata_location.clone()),
@@ -350,9 +356,15 @@ pub async fn drop_table(
         table: name.clone(),
         expected: p,
     };
-    commit(&s, &a, &headers, vec![change], format!("drop {name}{purge}"))
-        .await
-        .map_err(commit_failed)?;
+    commit(
+        &s,
+        &a,
+        &headers,
+        vec![change],
+        format!("drop {name}{purge}"),
+    )
+    .await
+    .map_err(commit_failed)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -386,9 +398,15 @@ pub async fn rename_table(
         to: to.clone(),
         pointer: p,
     };
-    commit(&s, &a, &headers, vec![change], format!("rename {from} to {to}"))
-        .await
-        .map_err(commit_failed)?;
+    commit(
+        &s,
+        &a,
+        &headers,
+        vec![change],
+        format!("rename {from} to {to}"),
+    )
+    .await
+    .map_err(commit_failed)?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -251,7 +251,9 @@ impl Transaction<'_> {
                 self.tables
                     .warehouse
                     .local_path(&metadata_location)
-                    .map_err(|_| outside(format!("'{metadata_location}' is outside the warehouse")))?;
+                    .map_err(|_| {
+                        outside(format!("'{metadata_location}' is outside the warehouse"))
+                    })?;
                 let metadata = self
                     .tables
                     .metadata(&metadata_location)
@@ -313,7 +315,9 @@ impl Transaction<'_> {
             .as_ref()
             .map(|t| t.pointer.metadata_location.clone());
         let metadata = match (p.base, &p.current) {
-            (Base::AsRead, Some(t)) => next_metadata((*t.metadata).clone(), previous.clone(), p.updates)?,
+            (Base::AsRead, Some(t)) => {
+                next_metadata((*t.metadata).clone(), previous.clone(), p.updates)?
+            }
             (Base::AsRead, None) => self.made_by_updates(name, p.updates)?,
             (Base::Made(m), _) if p.updates.is_empty() => m,
             (Base::Made(m), _) => next_metadata(m, previous.clone(), p.updates)?,
@@ -327,9 +331,7 @@ impl Transaction<'_> {
                     metadata.location()
                 ))
             })?;
-        let location = self
-            .tables
-            .write_metadata(&metadata, previous.as_deref())?;
+        let location = self.tables.write_metadata(&metadata, previous.as_deref())?;
         self.written.push(location.clone());
         let pointer = pointer_of(&location, &metadata);
         self.ops.push(TableOp::Put {
@@ -497,7 +499,10 @@ pub fn first_metadata(
     properties: HashMap<String, String>,
     uuid: Uuid,
 ) -> iceberg::Result<TableMetadataBuilder> {
-    Ok(TableMetadataBuilder::new(schema, spec, order, location, format, properties)?.assign_uuid(uuid))
+    Ok(
+        TableMetadataBuilder::new(schema, spec, order, location, format, properties)?
+            .assign_uuid(uuid),
+    )
 }
 
 /// `base` with `updates` applied; `previous` (the file `base` was read from) goes into
@@ -625,7 +630,10 @@ mod tests {
             .stage(put(Some(read.clone()), vec![set("a", "1")]))
             .await
             .unwrap();
-        let first = first.commit("main", CommitMeta::new("t", "a")).await.unwrap();
+        let first = first
+            .commit("main", CommitMeta::new("t", "a"))
+            .await
+            .unwrap();
         let mut second = t.begin().await;
         second
             .stage(put(Some(read), vec![set("b", "2")]))
@@ -651,9 +659,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let t = tables(dir.path()).await;
         let mut tx = t.begin().await;
-        tx.stage(put(None, vec![TableUpdate::AddSchema {
-            schema: new_table().schema,
-        }]))
+        tx.stage(put(
+            None,
+            vec![TableUpdate::AddSchema {
+                schema: new_table().schema,
+            }],
+        ))
         .await
         .unwrap();
         let written = tx.written.clone();

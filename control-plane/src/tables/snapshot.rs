@@ -6,13 +6,13 @@
 
 use std::collections::HashMap;
 
+use iceberg::TableUpdate;
 use iceberg::io::FileIO;
 use iceberg::spec::{
     DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestList,
     ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
     SnapshotRetention, SnapshotSummaryCollector, Summary, TableMetadata,
 };
-use iceberg::TableUpdate;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};

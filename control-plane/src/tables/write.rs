@@ -22,11 +22,11 @@ use lh_api::{FileFormat, ImportMode, ImportResponse};
 use lh_catalog::CommitMeta;
 use uuid::Uuid;
 
+use super::commit::{Base, Change, Put};
 use super::snapshot::{self, SnapshotOp};
 use super::types::{
     assignable, display_type, duckdb_field_ids, duckdb_type, quote_ident, quote_literal,
 };
-use super::commit::{Base, Change, Put};
 use super::{LoadedTable, Tables, require_branch, stats};
 use crate::duck::{self, DuckLimits};
 use crate::error::{Error, Kind, Result};
@@ -442,7 +442,10 @@ async fn commit_write(
     Ok(ImportResponse {
         table: job.table.clone(),
         commit: committed.commit.id.to_hex(),
-        snapshot_id: committed.versions.first().and_then(|v| v.pointer.snapshot_id),
+        snapshot_id: committed
+            .versions
+            .first()
+            .and_then(|v| v.pointer.snapshot_id),
         rows: w.rows,
         files: if w.rows == 0 { 0 } else { n_files },
         bytes: w.bytes,

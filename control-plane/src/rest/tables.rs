@@ -300,7 +300,7 @@ pub async fn create_table(
     let put = Put {
         table: name.clone(),
         current: None,
-        base: Base::Made(metadata),
+        base: Base::Made(Box::new(metadata)),
         requirements: Vec::new(),
         updates: Vec::new(),
     };

@@ -82,7 +82,7 @@ pub enum Base {
     AsRead,
     /// Metadata made for this change and not stored yet: a new table's (complete as it
     /// is when no update follows), or the current table's with an evolved schema.
-    Made(TableMetadata),
+    Made(Box<TableMetadata>),
 }
 
 /// What a new table is made of (a create through the Iceberg REST catalog).
@@ -319,8 +319,8 @@ impl Transaction<'_> {
                 next_metadata((*t.metadata).clone(), previous.clone(), p.updates)?
             }
             (Base::AsRead, None) => self.made_by_updates(name, p.updates)?,
-            (Base::Made(m), _) if p.updates.is_empty() => m,
-            (Base::Made(m), _) => next_metadata(m, previous.clone(), p.updates)?,
+            (Base::Made(m), _) if p.updates.is_empty() => *m,
+            (Base::Made(m), _) => next_metadata(*m, previous.clone(), p.updates)?,
         };
         self.tables
             .warehouse
@@ -613,7 +613,7 @@ mod tests {
         let create = Change::Put(Put {
             table: "s.t".into(),
             current: None,
-            base: Base::Made(m),
+            base: Base::Made(Box::new(m)),
             requirements: Vec::new(),
             updates: Vec::new(),
         });

@@ -431,7 +431,7 @@ async fn commit_write(
     let put = Put {
         table: job.table.clone(),
         current: existing.cloned(),
-        base: Base::Made(w.base),
+        base: Base::Made(Box::new(w.base)),
         requirements: Vec::new(),
         updates,
     };

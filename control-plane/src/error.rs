@@ -11,7 +11,12 @@ use lh_api::TableConflict;
 pub enum Kind {
     NotFound,
     BadRequest,
+    /// Refused whatever the request says (a write to a tag or a fixed commit, through
+    /// the Iceberg REST catalog).
+    Forbidden,
     Conflict,
+    /// Well formed but contradicting itself (a property both set and removed).
+    Unprocessable,
     Timeout,
     TooLarge,
     Unavailable,

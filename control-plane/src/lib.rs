@@ -1,15 +1,20 @@
 //! The lh server: the HTTP API over the versioned catalog, Iceberg tables in the
 //! warehouse, and SQL queries in embedded DuckDB.
 //!
-//! Only this crate speaks HTTP and maps errors to status codes (`api/error.rs`).
+//! Only this crate speaks HTTP, and only `http.rs` maps errors to status codes.
 
 pub mod api;
+pub mod app;
+pub mod db;
 pub mod duck;
 pub mod error;
+pub mod http;
+pub mod namespaces;
 pub mod query;
 pub mod rest;
 pub mod runs;
 pub mod server;
+pub mod state;
 pub mod tables;
 pub mod warehouse;
 

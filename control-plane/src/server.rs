@@ -11,12 +11,14 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 use lh_catalog::Catalog;
 
-use crate::api::{AppState, app};
+use crate::app::app;
 use crate::duck::DuckLimits;
+use crate::namespaces::Namespaces;
 use crate::query::{QueryEngine, QueryLimits};
 use crate::runs::code::CodeStore;
 use crate::runs::store::RunStore;
 use crate::runs::{RunConfig, RunService};
+use crate::state::AppState;
 use crate::tables::Tables;
 use crate::tables::write::ImportContext;
 use crate::warehouse::Warehouse;
@@ -161,10 +163,15 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         spill: spill.join("import"),
         limits: duck,
     };
+    // The server's own tables (runs, namespaces) live in the catalog's database.
+    let db = crate::db::open(&catalog_url)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let namespaces = Arc::new(Namespaces::new(db.clone(), catalog.clone()));
     let runs = runs_service(
         config,
         &data_dir,
-        &catalog_url,
+        RunStore::new(db),
         &catalog,
         &tables,
         &queries,
@@ -178,6 +185,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         import,
         uploads,
         runs,
+        namespaces,
         info,
     })
 }
@@ -185,7 +193,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
 async fn runs_service(
     config: &ServerConfig,
     data_dir: &std::path::Path,
-    catalog_url: &str,
+    store: RunStore,
     catalog: &Catalog,
     tables: &Arc<Tables>,
     queries: &Arc<QueryEngine>,
@@ -256,9 +264,6 @@ async fn runs_service(
         },
     };
     tracing::info!(runtime = %runtime.describe(), "Python functions run here");
-    let store = RunStore::open(catalog_url)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let envs = EnvCache::new(
         config
             .env_cache

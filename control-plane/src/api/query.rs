@@ -9,8 +9,9 @@ use axum::routing::post;
 use axum::{Json, Router};
 use lh_api::QueryRequest;
 
-use super::{ApiResult, AppState};
 use crate::error::Error;
+use crate::http::ApiResult;
+use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/api/v1/query", post(query))

@@ -10,8 +10,10 @@ use lh_api::{
 };
 use lh_catalog::{CommitMeta, LogQuery, MergeOptions};
 
-use super::{ApiResult, AppState, author, query_pairs};
+use super::params::query_pairs;
 use crate::error::{Error, pointer};
+use crate::http::{ApiResult, author};
+use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()

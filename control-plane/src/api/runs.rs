@@ -6,9 +6,11 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use lh_api::{PlanResponse, RerunRequest, RunInfo, RunList, RunRequest};
 
-use super::{ApiResult, AppState, author, query_pairs};
+use super::params::query_pairs;
 use crate::error::Error;
+use crate::http::{ApiResult, author};
 use crate::runs::RunStart;
+use crate::state::AppState;
 use crate::tables::write::upload_dir;
 
 pub fn router() -> Router<AppState> {

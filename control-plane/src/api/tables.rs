@@ -14,8 +14,10 @@ use lh_api::{
 };
 use tokio::io::AsyncWriteExt;
 
-use super::{ApiResult, AppState, author, query_pairs};
+use super::params::query_pairs;
 use crate::error::{Error, pointer};
+use crate::http::{ApiResult, author};
+use crate::state::AppState;
 use crate::tables::write::{self as import, ImportJob};
 
 pub fn router() -> Router<AppState> {

@@ -1,6 +1,6 @@
 //! Run records: runs, their nodes (status, timings, rows, errors, logs), and the
 //! memoization table, in the server's database (the same SQLite file or PostgreSQL
-//! database as the catalog, through one SQL dialect that both accept).
+//! database as the catalog, through one SQL dialect that both accept; see `db.rs`).
 
 use std::collections::BTreeMap;
 
@@ -8,18 +8,14 @@ use chrono::{DateTime, Utc};
 use lh_api::{NodeStatus, RunInfo, RunNode, RunStatus, TablePointer};
 use sqlx::{AnyPool, Row};
 
-use crate::error::{Error, Kind, Result};
+use crate::error::{Error, Result};
 
 pub struct RunStore {
     pool: AnyPool,
 }
 
 fn db(e: sqlx::Error) -> Error {
-    Error::new(
-        Kind::Unavailable,
-        "storage",
-        format!("run storage failed: {e}"),
-    )
+    crate::db::failed("run storage", e)
 }
 
 fn micros(t: DateTime<Utc>) -> i64 {
@@ -86,86 +82,9 @@ impl NodeRecord {
 }
 
 impl RunStore {
-    /// Connects to the catalog's database URL (`sqlite:PATH` or `postgres://...`) and
-    /// brings the run tables up to date.
-    pub async fn open(url: &str) -> Result<RunStore> {
-        sqlx::any::install_default_drivers();
-        let url = if url.starts_with("sqlite:") && !url.starts_with("sqlite://") {
-            format!("sqlite://{}", url.trim_start_matches("sqlite:"))
-        } else {
-            url.to_string()
-        };
-        let pool = sqlx::any::AnyPoolOptions::new()
-            .max_connections(4)
-            .connect(&url)
-            .await
-            .map_err(|e| Error::internal(format!("cannot open the run store: {e}")))?;
-        let mut migrator = sqlx::migrate!("./migrations");
-        migrator.set_ignore_missing(true);
-        migrator
-            .run(&pool)
-            .await
-            .map_err(|e| Error::internal(format!("cannot migrate the run store: {e}")))?;
-        Ok(RunStore { pool })
-    }
-
-    /// Namespaces created through the Iceberg REST catalog, with their properties.
-    pub async fn namespaces(&self) -> Result<BTreeMap<String, BTreeMap<String, String>>> {
-        let rows = sqlx::query("SELECT name, properties FROM lh_namespaces ORDER BY name")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db)?;
-        Ok(rows
-            .iter()
-            .map(|r| {
-                (
-                    r.get::<String, _>(0),
-                    serde_json::from_str(&r.get::<String, _>(1)).unwrap_or_default(),
-                )
-            })
-            .collect())
-    }
-
-    /// Creates (`Ok(true)`) or finds (`Ok(false)`) a namespace record.
-    pub async fn create_namespace(
-        &self,
-        name: &str,
-        properties: &BTreeMap<String, String>,
-    ) -> Result<bool> {
-        let r = sqlx::query("INSERT INTO lh_namespaces (name, properties, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING")
-            .bind(name)
-            .bind(serde_json::to_string(properties).unwrap_or_default())
-            .bind(micros(Utc::now()))
-            .execute(&self.pool)
-            .await
-            .map_err(db)?;
-        Ok(r.rows_affected() == 1)
-    }
-
-    pub async fn set_namespace_properties(
-        &self,
-        name: &str,
-        properties: &BTreeMap<String, String>,
-    ) -> Result<()> {
-        let r = sqlx::query("UPDATE lh_namespaces SET properties = $1 WHERE name = $2")
-            .bind(serde_json::to_string(properties).unwrap_or_default())
-            .bind(name)
-            .execute(&self.pool)
-            .await
-            .map_err(db)?;
-        if r.rows_affected() == 0 {
-            self.create_namespace(name, properties).await?;
-        }
-        Ok(())
-    }
-
-    pub async fn drop_namespace(&self, name: &str) -> Result<bool> {
-        let r = sqlx::query("DELETE FROM lh_namespaces WHERE name = $1")
-            .bind(name)
-            .execute(&self.pool)
-            .await
-            .map_err(db)?;
-        Ok(r.rows_affected() == 1)
+    /// The run store over the server's database (`db::open`).
+    pub fn new(pool: AnyPool) -> RunStore {
+        RunStore { pool }
     }
 
     pub async fn insert_run(&self, run: &RunInfo, plan_json: &str) -> Result<()> {

@@ -4,8 +4,11 @@
 //! write produces a new Iceberg snapshot and metadata file, then one catalog commit on
 //! the branch that expects the pointer the write started from: a concurrent write to
 //! the same table is a conflict, never a lost update. Files are immutable and shared by
-//! every ref that sees them; branching and merging copy none.
+//! every ref that sees them; branching and merging copy none. `commit.rs` is the one
+//! place tables change (lh's writes and the Iceberg REST catalog's alike); this file
+//! reads them.
 
+pub mod commit;
 pub mod files;
 pub mod gc;
 pub mod snapshot;
@@ -17,7 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use iceberg::spec::TableMetadata;
-use lh_catalog::{Catalog, Commit, CommitMeta, TableOp, TablePointer};
+use lh_catalog::{Catalog, Commit, TablePointer};
 
 use crate::error::{Error, Result, pointer};
 use crate::warehouse::Warehouse;
@@ -41,8 +44,9 @@ pub struct Tables {
     columns: quick_cache::sync::Cache<std::path::PathBuf, Arc<Vec<stats::PhysicalColumn>>>,
     /// The folders this server's writes are filling: garbage collection leaves them be.
     pub in_flight: gc::InFlight,
-    /// Held shared by REST commits and registrations (which may point at files of any
-    /// age), exclusively by garbage collection while it removes files.
+    /// Held shared by every commit (see `commit.rs`: a REST commit or a registration may
+    /// point at files of any age), exclusively by garbage collection while it removes
+    /// files.
     pub commit_gate: tokio::sync::RwLock<()>,
 }
 
@@ -100,71 +104,6 @@ impl Tables {
             )
             .with_hint(format!("`lh table ls --ref {at}` lists the tables"))
         })
-    }
-
-    /// Writes a new metadata file for `metadata` (the next version after `previous`)
-    /// and returns its location.
-    pub fn write_metadata(
-        &self,
-        metadata: &TableMetadata,
-        previous: Option<&str>,
-    ) -> Result<String> {
-        use iceberg::MetadataLocation;
-        let location = match previous {
-            // A registered table's files may be named in another way: start over at 0
-            // (the name's uuid keeps it unique).
-            Some(p) => match p.parse::<MetadataLocation>() {
-                Ok(l) => l.with_next_version().to_string(),
-                Err(_) => {
-                    MetadataLocation::new_with_metadata(metadata.location(), metadata).to_string()
-                }
-            },
-            None => MetadataLocation::new_with_metadata(metadata.location(), metadata).to_string(),
-        };
-        let json = serde_json::to_vec(metadata)
-            .map_err(|e| Error::internal(format!("cannot encode table metadata: {e}")))?;
-        self.warehouse.write_durable(&location, &json)?;
-        self.metadata
-            .insert(location.clone(), Arc::new(metadata.clone()));
-        Ok(location)
-    }
-
-    /// Points `name` on `branch` at a new metadata file, expecting it at `expected`.
-    pub async fn commit_table(
-        &self,
-        branch: &str,
-        name: &str,
-        expected: Option<TablePointer>,
-        location: String,
-        metadata: &TableMetadata,
-        meta: CommitMeta,
-    ) -> Result<(Commit, TablePointer)> {
-        let new = TablePointer {
-            metadata_location: location,
-            table_uuid: metadata.uuid().to_string(),
-            snapshot_id: metadata.current_snapshot_id(),
-        };
-        let op = TableOp::Put {
-            table: name.to_string(),
-            expected,
-            pointer: new.clone(),
-        };
-        let commit = self.catalog.commit(branch, vec![op], meta).await?;
-        Ok((commit, new))
-    }
-
-    /// Removes `name` from `branch` (its files stay: other refs may see them).
-    pub async fn drop_table(&self, branch: &str, name: &str, author: &str) -> Result<Commit> {
-        lh_catalog::names::validate_table_name(name)?;
-        let resolved = self.catalog.resolve(branch).await?;
-        require_branch(branch, &resolved)?;
-        let t = self.load_required(&resolved.commit, name, branch).await?;
-        let op = TableOp::Delete {
-            table: name.to_string(),
-            expected: t.pointer,
-        };
-        let meta = CommitMeta::new(author, format!("drop table {name}"));
-        Ok(self.catalog.commit(branch, vec![op], meta).await?)
     }
 
     /// What `lh table show` prints.

@@ -1,15 +1,17 @@
 //! Writing Iceberg snapshots: the manifest of added files, a manifest of removed ones
-//! for an overwrite, the manifest list, the snapshot and its summary, and the table
-//! metadata that makes it current. (iceberg-rust 0.10 has a fast append only; lh also
-//! needs overwrite, so it produces snapshots itself with the crate's public writers.)
+//! for an overwrite, the manifest list, the snapshot and its summary, and the updates
+//! that make it current (which `commit.rs` applies). (iceberg-rust 0.10 has a fast
+//! append only; lh also needs overwrite, so it produces snapshots itself with the
+//! crate's public writers.)
 
 use std::collections::HashMap;
 
+use iceberg::TableUpdate;
 use iceberg::io::FileIO;
 use iceberg::spec::{
     DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestList,
     ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
-    SnapshotRetention, SnapshotSummaryCollector, Summary, TableMetadata, TableMetadataBuilder,
+    SnapshotRetention, SnapshotSummaryCollector, Summary, TableMetadata,
 };
 use uuid::Uuid;
 
@@ -42,9 +44,10 @@ pub async fn manifests_of(
     Ok(list.consume_entries().into_iter().collect())
 }
 
-/// A produced snapshot: the new metadata (not yet written) and the files written.
+/// A produced snapshot: the table updates that add it and make it current (not yet
+/// applied), and the files written.
 pub struct Produced {
-    pub metadata: TableMetadata,
+    pub updates: Vec<TableUpdate>,
     /// The manifests and manifest list, for clean-up if the commit fails.
     pub written: Vec<String>,
 }
@@ -85,26 +88,25 @@ pub fn check_writable(name: &str, metadata: &TableMetadata) -> Result<()> {
     Ok(())
 }
 
-/// Produces a new snapshot of `base` and returns the table metadata that has it as
-/// the current snapshot of the table's `main` branch. Writes the manifests and the
-/// manifest list; the caller writes the metadata file.
+/// Produces a new snapshot of `base` and returns the updates that make it the current
+/// snapshot of the table's `main` branch. Writes the manifests and the manifest list;
+/// the caller commits the updates.
 pub async fn produce(
     io: &FileIO,
-    base: TableMetadata,
-    base_location: Option<String>,
+    base: &TableMetadata,
     op: SnapshotOp,
     added: Vec<DataFile>,
     properties: HashMap<String, String>,
 ) -> Result<Produced> {
-    check_writable("the table", &base)?;
-    let snapshot_id = fresh_snapshot_id(&base);
+    check_writable("the table", base)?;
+    let snapshot_id = fresh_snapshot_id(base);
     let seq = base.next_sequence_number();
     let commit = Uuid::new_v4();
     let meta_dir = format!("{}/metadata", base.location().trim_end_matches('/'));
     let schema = base.current_schema().clone();
     let spec = base.default_partition_spec().as_ref().clone();
 
-    let previous = current_manifests(io, &base).await?;
+    let previous = current_manifests(io, base).await?;
     let mut summary = SnapshotSummaryCollector::default();
     let mut manifests: Vec<ManifestFile> = Vec::new();
     let mut written = Vec::new();
@@ -235,17 +237,17 @@ pub async fn produce(
                 .max(base.last_updated_ms()),
         )
         .build();
-    let built = TableMetadataBuilder::new_from_metadata(base, base_location)
-        .add_snapshot(snapshot)?
-        .set_ref(
-            MAIN_BRANCH,
-            SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
-        )?
-        .build()?;
-    Ok(Produced {
-        metadata: built.metadata,
-        written,
-    })
+    let updates = vec![
+        TableUpdate::AddSnapshot { snapshot },
+        TableUpdate::SetSnapshotRef {
+            ref_name: MAIN_BRANCH.to_string(),
+            reference: SnapshotReference::new(
+                snapshot_id,
+                SnapshotRetention::branch(None, None, None),
+            ),
+        },
+    ];
+    Ok(Produced { updates, written })
 }
 
 /// A positive snapshot id not used by the table yet.

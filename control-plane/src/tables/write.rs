@@ -22,9 +22,10 @@ use lh_api::{FileFormat, ImportMode, ImportResponse};
 use lh_catalog::CommitMeta;
 use uuid::Uuid;
 
+use super::commit::{Base, Change, Put};
 use super::snapshot::{self, SnapshotOp};
 use super::types::{assignable, display_type, duckdb_field_ids, duckdb_type};
-use super::{Tables, require_branch, stats};
+use super::{LoadedTable, Tables, require_branch, stats};
 use crate::duck::{self, DuckLimits, quote_ident, quote_literal};
 use crate::error::{Error, Kind, Result};
 use crate::warehouse::sync_files;
@@ -248,12 +249,12 @@ pub async fn write_table(
         },
     };
     let written = joined.map_err(|e| Error::internal(format!("import task failed: {e}")))?;
-    let cleanup = |with_metadata: Vec<String>| {
+    let cleanup = |snapshot_files: Vec<String>| {
         let _ = std::fs::remove_dir_all(&data_dir);
         if existing.is_none() {
             let _ = std::fs::remove_dir_all(&table_dir);
         }
-        for url in with_metadata {
+        for url in snapshot_files {
             if let Ok(p) = tables.warehouse.local_path(&url) {
                 let _ = std::fs::remove_file(p);
             }
@@ -261,7 +262,7 @@ pub async fn write_table(
     };
     let written = written?;
 
-    let outcome = commit_write(tables, &job, existing.as_ref().map(|t| &t.pointer), written).await;
+    let outcome = commit_write(tables, &job, existing.as_ref(), written).await;
     match outcome {
         Ok(response) => Ok(response),
         // The catalog failed in a way that may have committed: the files stay (what no
@@ -365,11 +366,11 @@ struct Written {
 async fn commit_write(
     tables: &Tables,
     job: &WriteJob,
-    expected: Option<&lh_catalog::TablePointer>,
+    existing: Option<&LoadedTable>,
     w: Written,
 ) -> std::result::Result<ImportResponse, (Error, Vec<String>)> {
     let io = tables.warehouse.io();
-    let previous = expected.map(|p| p.metadata_location.clone());
+    let expected = existing.map(|t| &t.pointer);
     let n_files = w.files.len() as u64;
     if w.rows == 0 && job.mode == ImportMode::Append {
         // Nothing to add: no snapshot, no commit.
@@ -387,9 +388,11 @@ async fn commit_write(
             bytes: 0,
         });
     }
+    // The manifests and the manifest list, removed again if the commit is refused (the
+    // table service removes the metadata file it writes).
     let mut written_files = Vec::new();
-    let metadata = if w.rows == 0 && job.mode == ImportMode::Create {
-        w.base
+    let updates = if w.rows == 0 && job.mode == ImportMode::Create {
+        Vec::new()
     } else {
         let op = match job.mode {
             ImportMode::Replace => SnapshotOp::Overwrite,
@@ -401,19 +404,13 @@ async fn commit_write(
             Source::Query { .. } => "lh.source",
         };
         props.insert(key.to_string(), job.source.describe());
-        // The new metadata file follows the stored one in the table's metadata log.
-        let base_location = previous.clone();
         let files = if w.rows == 0 { vec![] } else { w.files };
-        let produced = snapshot::produce(io, w.base, base_location, op, files, props)
+        let produced = snapshot::produce(io, &w.base, op, files, props)
             .await
             .map_err(|e| (e, vec![]))?;
         written_files = produced.written;
-        produced.metadata
+        produced.updates
     };
-    let location = tables
-        .write_metadata(&metadata, previous.as_deref())
-        .map_err(|e| (e, written_files.clone()))?;
-    written_files.push(location.clone());
     let verb = match job.mode {
         ImportMode::Create => "create",
         ImportMode::Append => "append to",
@@ -428,21 +425,25 @@ async fn commit_write(
         format!("import-{}", verb.split(' ').next().unwrap_or(verb)),
     );
     meta.properties.extend(job.properties.clone());
-    let (commit, pointer) = tables
-        .commit_table(
-            &job.branch,
-            &job.table,
-            expected.cloned(),
-            location,
-            &metadata,
-            meta,
-        )
+    // The new metadata file follows the stored one in the table's metadata log.
+    let put = Put {
+        table: job.table.clone(),
+        current: existing.cloned(),
+        base: Base::Made(Box::new(w.base)),
+        requirements: Vec::new(),
+        updates,
+    };
+    let committed = tables
+        .commit(&job.branch, vec![Change::Put(put)], meta)
         .await
         .map_err(|e| (e, written_files))?;
     Ok(ImportResponse {
         table: job.table.clone(),
-        commit: commit.id.to_hex(),
-        snapshot_id: pointer.snapshot_id,
+        commit: committed.commit.id.to_hex(),
+        snapshot_id: committed
+            .versions
+            .first()
+            .and_then(|v| v.pointer.snapshot_id),
         rows: w.rows,
         files: if w.rows == 0 { 0 } else { n_files },
         bytes: w.bytes,
@@ -508,15 +509,15 @@ impl WritePlan {
 
         let (base, src) = match (&self.base, self.job.mode) {
             (None, _) => {
-                let built = TableMetadataBuilder::new(
+                let built = super::commit::first_metadata(
                     source,
                     UnboundPartitionSpec::builder().build(),
                     SortOrder::unsorted_order(),
                     self.location.clone(),
                     FormatVersion::V2,
                     HashMap::from([("write.format.default".to_string(), "parquet".to_string())]),
+                    self.table_uuid,
                 )?
-                .assign_uuid(self.table_uuid)
                 .build()?;
                 (built.metadata, src)
             }

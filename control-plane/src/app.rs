@@ -1,0 +1,31 @@
+//! The whole HTTP application: lh's API (`api::router`) and the Iceberg REST catalog
+//! (`rest::router`) side by side, with the request-id, tracing and panic layers every
+//! request goes through.
+
+use axum::Router;
+use axum::http::{HeaderName, Request};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::state::AppState;
+
+pub fn app(state: AppState) -> Router {
+    let request_id = HeaderName::from_static(lh_api::REQUEST_ID_HEADER);
+    Router::new()
+        .merge(crate::api::router())
+        .merge(crate::rest::router())
+        .with_state(state)
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {
+                let id = req
+                    .headers()
+                    .get(lh_api::REQUEST_ID_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("-");
+                tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path())
+            }),
+        )
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .layer(tower_http::catch_panic::CatchPanicLayer::new())
+}

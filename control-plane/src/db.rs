@@ -1,0 +1,38 @@
+//! The server's own tables (runs, their nodes, the memo table, namespaces) live in the
+//! catalog's database (the same SQLite file or PostgreSQL database), through sqlx's
+//! `Any` driver in SQL both backends accept. This opens the pool and brings the tables
+//! up to date with `control-plane/migrations/`, which the run store and the namespace
+//! store share (one migration history, so existing databases keep working).
+
+use sqlx::AnyPool;
+
+use crate::error::{Error, Kind, Result};
+
+/// Connects to the catalog's database URL (`sqlite:PATH` or `postgres://...`) and runs
+/// the migrations.
+pub async fn open(url: &str) -> Result<AnyPool> {
+    sqlx::any::install_default_drivers();
+    let url = if url.starts_with("sqlite:") && !url.starts_with("sqlite://") {
+        format!("sqlite://{}", url.trim_start_matches("sqlite:"))
+    } else {
+        url.to_string()
+    };
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(4)
+        .connect(&url)
+        .await
+        .map_err(|e| Error::internal(format!("cannot open the run store: {e}")))?;
+    let mut migrator = sqlx::migrate!("./migrations");
+    // The catalog's own migrations share the history table.
+    migrator.set_ignore_missing(true);
+    migrator
+        .run(&pool)
+        .await
+        .map_err(|e| Error::internal(format!("cannot migrate the run store: {e}")))?;
+    Ok(pool)
+}
+
+/// A failed query of the server's tables.
+pub fn failed(what: &str, e: sqlx::Error) -> Error {
+    Error::new(Kind::Unavailable, "storage", format!("{what} failed: {e}"))
+}

@@ -1,0 +1,44 @@
+//! The catalog's configuration: the warehouse a client names (an lh ref) becomes the
+//! prefix of every other route.
+
+use axum::Json;
+use axum::extract::State;
+
+use super::names::at;
+use super::types::{ConfigQuery, Params};
+use crate::http::IcebergResult;
+use crate::state::AppState;
+
+pub async fn config(
+    State(s): State<AppState>,
+    Params(q): Params<ConfigQuery>,
+) -> IcebergResult<Json<serde_json::Value>> {
+    let warehouse = q
+        .warehouse
+        .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
+    at(&s, &warehouse).await?;
+    let prefix = url::form_urlencoded::byte_serialize(warehouse.as_bytes()).collect::<String>();
+    let endpoints = [
+        "GET /v1/{prefix}/namespaces",
+        "POST /v1/{prefix}/namespaces",
+        "GET /v1/{prefix}/namespaces/{namespace}",
+        "HEAD /v1/{prefix}/namespaces/{namespace}",
+        "DELETE /v1/{prefix}/namespaces/{namespace}",
+        "POST /v1/{prefix}/namespaces/{namespace}/properties",
+        "GET /v1/{prefix}/namespaces/{namespace}/tables",
+        "POST /v1/{prefix}/namespaces/{namespace}/tables",
+        "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+        "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+        "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+        "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+        "POST /v1/{prefix}/namespaces/{namespace}/register",
+        "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
+        "POST /v1/{prefix}/tables/rename",
+        "POST /v1/{prefix}/transactions/commit",
+    ];
+    Ok(Json(serde_json::json!({
+        "defaults": { "prefix": prefix },
+        "overrides": {},
+        "endpoints": endpoints,
+    })))
+}

@@ -1,0 +1,75 @@
+//! How the REST paths name things: the prefix is an lh ref (writable when it is a
+//! branch head), a namespace is its levels joined by the unit separator, a table is
+//! `ns.table` in lh's catalog.
+
+use lh_catalog::Commit;
+
+use super::types::{TableIdent, bad_request};
+use crate::error::{Error, Kind};
+use crate::http::IcebergResult;
+use crate::state::AppState;
+
+/// The ref a prefix names, and whether writes are allowed there.
+pub struct At {
+    pub expr: String,
+    pub commit: Commit,
+    writable: bool,
+}
+
+pub async fn at(s: &AppState, prefix: &str) -> IcebergResult<At> {
+    let expr = prefix.to_string();
+    let resolved = s.catalog.resolve(&expr).await.map_err(|e| {
+        let message = format!("{} (the catalog prefix is an lh ref)", e.message());
+        match e.kind() {
+            lh_catalog::ErrorKind::RefNotFound => Error::not_found("prefix_not_found", message),
+            _ => bad_request(message),
+        }
+    })?;
+    Ok(At {
+        expr,
+        writable: resolved.is_branch_head,
+        commit: resolved.commit,
+    })
+}
+
+/// The branch a prefix names, for a write: a tag or a fixed commit is refused.
+pub async fn branch(s: &AppState, prefix: &str) -> IcebergResult<At> {
+    let a = at(s, prefix).await?;
+    if !a.writable {
+        return Err(Error::new(
+            Kind::Forbidden,
+            "read_only_ref",
+            format!(
+                "'{}' is read-only (a tag or a fixed commit); write to a branch",
+                a.expr
+            ),
+        )
+        .into());
+    }
+    Ok(a)
+}
+
+/// A namespace as a path parameter: levels separated by the unit separator (0x1F).
+pub fn namespace(raw: &str) -> IcebergResult<Vec<String>> {
+    let parts: Vec<String> = raw.split('\u{1f}').map(String::from).collect();
+    let joined = parts.join(".");
+    lh_catalog::names::validate_namespace(&joined).map_err(|e| bad_request(e.to_string()))?;
+    Ok(parts)
+}
+
+pub fn table_name(ns: &[String], table: &str) -> IcebergResult<String> {
+    let name = format!("{}.{table}", ns.join("."));
+    lh_catalog::names::validate_table_name(&name).map_err(|e| bad_request(e.to_string()))?;
+    Ok(name)
+}
+
+pub fn ident_name(id: &TableIdent) -> IcebergResult<String> {
+    table_name(&id.namespace, &id.name)
+}
+
+pub fn no_table(name: &str, at: &str) -> Error {
+    Error::not_found(
+        "table_not_found",
+        format!("table '{name}' does not exist at '{at}'"),
+    )
+}

@@ -1,0 +1,432 @@
+//! Table handlers: list, load, exists, metrics reports, and the changes, each one
+//! commit of the table service (`tables/commit.rs`): a commit or a multi-table
+//! transaction (the client's requirements and updates, applied to the table at the
+//! branch head), create (staged or not), drop, rename, register. What is REST's own
+//! here: reading the request, the commit's message and author, and which of the spec's
+//! errors a refused commit is.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use iceberg::TableUpdate;
+use lh_catalog::CommitMeta;
+
+use super::names::{At, at, branch, ident_name, namespace, no_table, table_name};
+use super::types::{
+    Body, CommitTable, CommitTransaction, CreateTable, DropQuery, LoadTableResult, MetricsReport,
+    Page, Params, Register, Rename, TableIdent, bad_request, loaded, served,
+};
+use crate::error::{Error, Kind};
+use crate::http::{IcebergResult, author_or};
+use crate::state::AppState;
+use crate::tables::commit::{Base, Change, Committed, NewTable, Put, Transaction};
+
+pub async fn list_tables(
+    State(s): State<AppState>,
+    Path((prefix, ns)): Path<(String, String)>,
+    Params(page): Params<Page>,
+) -> IcebergResult<Json<serde_json::Value>> {
+    let a = at(&s, &prefix).await?;
+    let parts = namespace(&ns)?;
+    let name = parts.join(".");
+    s.namespaces.get(&a.commit, &name).await?;
+    let mut ids: Vec<(String, TableIdent)> = s
+        .catalog
+        .tables_in(&a.commit, Some(&name))
+        .await?
+        .into_iter()
+        .filter_map(|t| {
+            let rest = t.name.strip_prefix(&format!("{name}."))?;
+            (!rest.contains('.')).then(|| {
+                let ident = TableIdent {
+                    namespace: parts.clone(),
+                    name: rest.to_string(),
+                };
+                (rest.to_string(), ident)
+            })
+        })
+        .collect();
+    ids.sort_by(|a, b| a.0.cmp(&b.0));
+    let (page, next) = page.apply(ids)?;
+    Ok(Json(
+        serde_json::json!({ "identifiers": page, "next-page-token": next }),
+    ))
+}
+
+pub async fn load_table(
+    State(s): State<AppState>,
+    Path((prefix, ns, table)): Path<(String, String, String)>,
+) -> IcebergResult<Json<LoadTableResult>> {
+    let a = at(&s, &prefix).await?;
+    let name = table_name(&namespace(&ns)?, &table)?;
+    let t = s
+        .tables
+        .load(&a.commit, &name)
+        .await?
+        .ok_or_else(|| no_table(&name, &a.expr))?;
+    Ok(loaded(
+        Some(t.pointer.metadata_location.clone()),
+        &t.metadata,
+    ))
+}
+
+pub async fn table_exists(
+    State(s): State<AppState>,
+    Path((prefix, ns, table)): Path<(String, String, String)>,
+) -> IcebergResult<StatusCode> {
+    let a = at(&s, &prefix).await?;
+    let name = table_name(&namespace(&ns)?, &table)?;
+    match s.catalog.table_in(&a.commit, &name).await? {
+        Some(_) => Ok(StatusCode::NO_CONTENT),
+        None => Err(no_table(&name, &a.expr).into()),
+    }
+}
+
+/// A client's scan or commit report (Java clients send one after each scan): logged,
+/// for the table at the ref.
+pub async fn report_metrics(
+    State(s): State<AppState>,
+    Path((prefix, ns, table)): Path<(String, String, String)>,
+    Body(report): Body<MetricsReport>,
+) -> IcebergResult<StatusCode> {
+    let a = at(&s, &prefix).await?;
+    let name = table_name(&namespace(&ns)?, &table)?;
+    if s.catalog.table_in(&a.commit, &name).await?.is_none() {
+        return Err(no_table(&name, &a.expr).into());
+    }
+    if !matches!(report.report_type.as_str(), "scan-report" | "commit-report") {
+        return Err(bad_request(format!(
+            "unknown report-type '{}': expected scan-report or commit-report",
+            report.report_type
+        ))
+        .into());
+    }
+    tracing::debug!(table = %name, at = %a.expr, report = %report.report_type,
+        snapshot = ?report.snapshot_id, "iceberg metrics report");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A REST commit's metadata: its author is the `x-lh-user` header (pyiceberg sends it
+/// with the catalog property `header.x-lh-user`), or `iceberg-rest`.
+fn meta(headers: &HeaderMap, message: String) -> CommitMeta {
+    CommitMeta::new(author_or(headers, "iceberg-rest"), message)
+        .with_property("lh.operation", "iceberg-rest")
+}
+
+/// Makes `changes` one commit on the prefix's branch.
+async fn commit(
+    s: &AppState,
+    a: &At,
+    headers: &HeaderMap,
+    changes: Vec<Change>,
+    message: String,
+) -> crate::error::Result<Committed> {
+    s.tables
+        .commit(&a.expr, changes, meta(headers, message))
+        .await
+}
+
+/// A commit the catalog refused because a table moved since it was read is the spec's
+/// 409, which clients retry; one that may have landed (the database was lost
+/// mid-transaction) is `CommitStateUnknownException`: clients must not delete what they
+/// wrote, and neither does the server.
+fn commit_failed(e: Error) -> Error {
+    if e.code == lh_catalog::ErrorKind::Conflict.as_str() {
+        Error::new(
+            Kind::Conflict,
+            "commit_failed",
+            format!("{}; retry", e.message),
+        )
+    } else if e.commit_state_unknown() {
+        Error::new(
+            Kind::Internal,
+            "commit_state_unknown",
+            format!(
+                "the commit may or may not have landed: {}; load the table to see",
+                e.message
+            ),
+        )
+    } else {
+        e
+    }
+}
+
+/// A create or registration that lost to another table of the same name.
+fn already_exists(name: &str) -> impl Fn(Error) -> Error + '_ {
+    move |e| {
+        if e.code == lh_catalog::ErrorKind::Conflict.as_str() {
+            Error::new(
+                Kind::Conflict,
+                "already_exists",
+                format!("table '{name}' already exists"),
+            )
+        } else {
+            e
+        }
+    }
+}
+
+/// Stages one table's change (its requirements checked against the table at the
+/// branch head) and returns what it does, for the commit message.
+async fn stage(
+    s: &AppState,
+    tx: &mut Transaction<'_>,
+    a: &At,
+    name: &str,
+    change: CommitTable,
+) -> IcebergResult<String> {
+    let current = s.tables.load(&a.commit, name).await?;
+    let what = describe(current.is_none(), &change.updates, name);
+    tx.stage(Change::Put(Put {
+        table: name.to_string(),
+        current,
+        base: Base::AsRead,
+        requirements: change.requirements,
+        updates: change.updates,
+    }))
+    .await?;
+    Ok(what)
+}
+
+/// What a change does, as in `append to sales.orders` or `create sales.big (append)`.
+fn describe(created: bool, updates: &[TableUpdate], name: &str) -> String {
+    let mut verbs: Vec<&str> = Vec::new();
+    for u in updates {
+        let verb = match u {
+            TableUpdate::AddSnapshot { snapshot } => snapshot.summary().operation.as_str(),
+            TableUpdate::AddSchema { .. } if !created => "schema change",
+            TableUpdate::AddSpec { .. } if !created => "partition change",
+            TableUpdate::SetProperties { .. } | TableUpdate::RemoveProperties { .. }
+                if !created =>
+            {
+                "properties"
+            }
+            _ => continue,
+        };
+        if !verbs.contains(&verb) {
+            verbs.push(verb);
+        }
+    }
+    match (created, verbs.is_empty()) {
+        (true, true) => format!("create {name}"),
+        (true, false) => format!("create {name} ({})", verbs.join(", ")),
+        (false, true) => format!("update {name}"),
+        (false, false) => format!("{} {name}", verbs.join(", ")),
+    }
+}
+
+pub async fn commit_table(
+    State(s): State<AppState>,
+    Path((prefix, ns, table)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    Body(change): Body<CommitTable>,
+) -> IcebergResult<Json<serde_json::Value>> {
+    let a = branch(&s, &prefix).await?;
+    let name = table_name(&namespace(&ns)?, &table)?;
+    let mut tx = s.tables.begin().await;
+    let what = stage(&s, &mut tx, &a, &name, change).await?;
+    let done = tx
+        .commit(&a.expr, meta(&headers, what))
+        .await
+        .map_err(commit_failed)?;
+    let v = &done.versions[0];
+    Ok(Json(serde_json::json!({
+        "metadata-location": v.pointer.metadata_location,
+        "metadata": served(&v.metadata),
+    })))
+}
+
+/// A multi-table transaction: all the tables' changes land in one lh commit, or none do.
+pub async fn commit_transaction(
+    State(s): State<AppState>,
+    Path(prefix): Path<String>,
+    headers: HeaderMap,
+    Body(req): Body<CommitTransaction>,
+) -> IcebergResult<StatusCode> {
+    let a = branch(&s, &prefix).await?;
+    let mut tx = s.tables.begin().await;
+    let mut names = Vec::new();
+    let mut whats = Vec::new();
+    for change in req.table_changes {
+        let id = change
+            .identifier
+            .as_ref()
+            .ok_or_else(|| bad_request("every table change of a transaction names its table"))?;
+        let name = ident_name(id)?;
+        if names.contains(&name) {
+            return Err(bad_request(format!("table '{name}' appears twice")).into());
+        }
+        whats.push(stage(&s, &mut tx, &a, &name, change).await?);
+        names.push(name);
+    }
+    tx.commit(&a.expr, meta(&headers, whats.join("; ")))
+        .await
+        .map_err(commit_failed)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn create_table(
+    State(s): State<AppState>,
+    Path((prefix, ns)): Path<(String, String)>,
+    headers: HeaderMap,
+    Body(req): Body<CreateTable>,
+) -> IcebergResult<Json<LoadTableResult>> {
+    let a = branch(&s, &prefix).await?;
+    let parts = namespace(&ns)?;
+    s.namespaces.get(&a.commit, &parts.join(".")).await?;
+    let name = table_name(&parts, &req.name)?;
+    if s.catalog.table_in(&a.commit, &name).await?.is_some() {
+        return Err(Error::new(
+            Kind::Conflict,
+            "already_exists",
+            format!("table '{name}' already exists at '{}'", a.expr),
+        )
+        .into());
+    }
+    let metadata = s.tables.new_table(
+        &name,
+        NewTable {
+            location: req.location,
+            schema: req.schema,
+            partition_spec: req.partition_spec,
+            sort_order: req.write_order,
+            properties: req.properties,
+        },
+    )?;
+    if req.stage_create {
+        // Nothing is stored: the client commits the table later (assert-create).
+        return Ok(loaded(None, &metadata));
+    }
+    let put = Put {
+        table: name.clone(),
+        current: None,
+        base: Base::Made(Box::new(metadata)),
+        requirements: Vec::new(),
+        updates: Vec::new(),
+    };
+    let done = commit(
+        &s,
+        &a,
+        &headers,
+        vec![Change::Put(put)],
+        format!("create {name}"),
+    )
+    .await
+    .map_err(already_exists(&name))?;
+    let v = &done.versions[0];
+    Ok(loaded(
+        Some(v.pointer.metadata_location.clone()),
+        &v.metadata,
+    ))
+}
+
+/// Drops a table from the branch. Its files stay, purge or not: other refs and history
+/// still read them (an lh commit can always be travelled back to).
+pub async fn drop_table(
+    State(s): State<AppState>,
+    Path((prefix, ns, table)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    Params(q): Params<DropQuery>,
+) -> IcebergResult<StatusCode> {
+    let a = branch(&s, &prefix).await?;
+    let name = table_name(&namespace(&ns)?, &table)?;
+    let p = s
+        .catalog
+        .table_in(&a.commit, &name)
+        .await?
+        .ok_or_else(|| no_table(&name, &a.expr))?;
+    let purge = match q
+        .purge_requested
+        .as_deref()
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(v) => {
+            return Err(bad_request(format!("purgeRequested is true or false, not '{v}'")).into());
+        }
+    };
+    let purge = if purge {
+        " (purge requested: files kept for other refs)"
+    } else {
+        ""
+    };
+    let change = Change::Drop {
+        table: name.clone(),
+        expected: p,
+    };
+    commit(
+        &s,
+        &a,
+        &headers,
+        vec![change],
+        format!("drop {name}{purge}"),
+    )
+    .await
+    .map_err(commit_failed)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn rename_table(
+    State(s): State<AppState>,
+    Path(prefix): Path<String>,
+    headers: HeaderMap,
+    Body(req): Body<Rename>,
+) -> IcebergResult<StatusCode> {
+    let a = branch(&s, &prefix).await?;
+    let from = ident_name(&req.source)?;
+    let to = ident_name(&req.destination)?;
+    let p = s
+        .catalog
+        .table_in(&a.commit, &from)
+        .await?
+        .ok_or_else(|| no_table(&from, &a.expr))?;
+    s.namespaces
+        .get(&a.commit, &req.destination.namespace.join("."))
+        .await?;
+    if s.catalog.table_in(&a.commit, &to).await?.is_some() {
+        return Err(Error::new(
+            Kind::Conflict,
+            "already_exists",
+            format!("table '{to}' already exists"),
+        )
+        .into());
+    }
+    let change = Change::Rename {
+        from: from.clone(),
+        to: to.clone(),
+        pointer: p,
+    };
+    commit(
+        &s,
+        &a,
+        &headers,
+        vec![change],
+        format!("rename {from} to {to}"),
+    )
+    .await
+    .map_err(commit_failed)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn register_table(
+    State(s): State<AppState>,
+    Path((prefix, ns)): Path<(String, String)>,
+    headers: HeaderMap,
+    Body(req): Body<Register>,
+) -> IcebergResult<Json<LoadTableResult>> {
+    let a = branch(&s, &prefix).await?;
+    let name = table_name(&namespace(&ns)?, &req.name)?;
+    let change = Change::Register {
+        table: name.clone(),
+        expected: None,
+        metadata_location: req.metadata_location.clone(),
+    };
+    let message = format!("register {name} from {}", req.metadata_location);
+    let done = commit(&s, &a, &headers, vec![change], message)
+        .await
+        .map_err(already_exists(&name))?;
+    let v = &done.versions[0];
+    Ok(loaded(Some(req.metadata_location), &v.metadata))
+}

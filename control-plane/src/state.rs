@@ -1,0 +1,28 @@
+//! What every HTTP handler can reach: the services the server is made of, built once
+//! at start-up (`server::state`) and shared by lh's API (`api/`) and the Iceberg REST
+//! catalog (`rest/`), which know nothing of each other.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use lh_catalog::Catalog;
+
+use crate::namespaces::Namespaces;
+use crate::query::QueryEngine;
+use crate::runs::RunService;
+use crate::tables::Tables;
+use crate::tables::write::ImportContext;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub catalog: Catalog,
+    /// The table service: reads, writes and every commit of a table.
+    pub tables: Arc<Tables>,
+    pub queries: Arc<QueryEngine>,
+    pub import: ImportContext,
+    pub uploads: PathBuf,
+    pub runs: Arc<RunService>,
+    /// The Iceberg REST catalog's namespaces.
+    pub namespaces: Arc<Namespaces>,
+    pub info: lh_api::ServerInfo,
+}

@@ -1,0 +1,684 @@
+//! The one way tables change on a branch. Every table commit goes through here: lh's
+//! own writes (imports, pipeline outputs, `lh table rm`) and the Iceberg REST catalog's
+//! (commits and multi-table transactions, creates, drops, renames, registrations).
+//!
+//! A `Transaction` stages changes, then makes them one catalog commit. Staging a new
+//! version of a table checks the client's requirements against the table as it was
+//! read, refuses what would let a client delete shared files, builds the next metadata
+//! from a base and Iceberg updates with iceberg-rust's `TableMetadataBuilder`, checks
+//! that every location stays inside the warehouse and writes the metadata file (durably,
+//! under a new name). The commit expects every pointer the changes were read at, so a
+//! table that moved meanwhile is a conflict, never a lost update. When the catalog
+//! refuses the commit, or the transaction is dropped uncommitted, the metadata files it
+//! wrote are removed; when the catalog failed in a way that may have committed (a lost
+//! database connection), they stay, and `lh gc` removes what no commit reaches.
+//!
+//! While a transaction lives it holds the commit gate shared: garbage collection,
+//! which holds it exclusively while it removes files, never removes a file a commit is
+//! about to point at (a registration's or a client's files may be of any age).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use iceberg::spec::{
+    FormatVersion, Schema, SortOrder, TableMetadata, TableMetadataBuilder, UnboundPartitionSpec,
+};
+use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
+use lh_catalog::{Commit, CommitMeta, TableOp, TablePointer};
+use uuid::Uuid;
+
+use super::{LoadedTable, Tables, require_branch};
+use crate::error::{Error, Kind, Result};
+
+/// The table property that tells engines' maintenance not to delete files: Spark's
+/// `DROP TABLE ... PURGE`, `expire_snapshots` and `remove_orphan_files` (and pyiceberg's
+/// purge) check it before deleting anything on the client. It stays false in lh,
+/// because a table's files are shared by every ref and every older commit that sees it.
+pub const GC_ENABLED: &str = "gc.enabled";
+
+/// One table's part of a commit.
+pub enum Change {
+    /// A table's next version, or a new table: new metadata in a new metadata file.
+    Put(Put),
+    /// A table pointed at a metadata file that exists (a registration): it is read, and
+    /// must be inside the warehouse.
+    Register {
+        table: String,
+        /// The pointer it replaces (None: the table is new).
+        expected: Option<TablePointer>,
+        metadata_location: String,
+    },
+    /// A table removed from the branch. Its files stay: other refs and older commits
+    /// still read them.
+    Drop {
+        table: String,
+        expected: TablePointer,
+    },
+    /// A table under a new name: the same pointer, the old name gone.
+    Rename {
+        from: String,
+        to: String,
+        pointer: TablePointer,
+    },
+}
+
+/// A table's next version (or a new table), from a base and Iceberg updates.
+pub struct Put {
+    pub table: String,
+    /// The table as it was read at the branch head (None: it is new). The commit
+    /// expects its pointer, and its metadata file goes into the new one's log.
+    pub current: Option<LoadedTable>,
+    pub base: Base,
+    /// Checked against `current` before anything is written.
+    pub requirements: Vec<TableRequirement>,
+    pub updates: Vec<TableUpdate>,
+}
+
+/// What a put's updates apply to.
+pub enum Base {
+    /// The table as read: its current metadata; when there is none, a new table made
+    /// by the updates themselves (a staged create, committed: add-schema, add-spec,
+    /// set-location, ...).
+    AsRead,
+    /// Metadata made for this change and not stored yet: a new table's (complete as it
+    /// is when no update follows), or the current table's with an evolved schema.
+    Made(Box<TableMetadata>),
+}
+
+/// What a new table is made of (a create through the Iceberg REST catalog).
+pub struct NewTable {
+    /// Where its files go; a new folder in the warehouse by default.
+    pub location: Option<String>,
+    pub schema: Schema,
+    pub partition_spec: Option<UnboundPartitionSpec>,
+    pub sort_order: Option<SortOrder>,
+    /// Its properties, with the reserved `format-version` (1, 2 or 3; 2 by default).
+    pub properties: HashMap<String, String>,
+}
+
+/// A table's version as a commit left it.
+pub struct Version {
+    pub table: String,
+    pub pointer: TablePointer,
+    pub metadata: Arc<TableMetadata>,
+}
+
+/// What a commit did.
+pub struct Committed {
+    pub commit: Commit,
+    /// The new version of each put and registration, in the order they were staged.
+    pub versions: Vec<Version>,
+}
+
+/// Changes staged for one catalog commit (see the module's documentation).
+pub struct Transaction<'a> {
+    tables: &'a Tables,
+    _gate: tokio::sync::RwLockReadGuard<'a, ()>,
+    ops: Vec<TableOp>,
+    versions: Vec<Version>,
+    /// The metadata files written, removed unless the commit lands or may have.
+    written: Vec<String>,
+}
+
+impl Tables {
+    /// Starts a transaction; it waits while garbage collection removes files.
+    pub async fn begin(&self) -> Transaction<'_> {
+        Transaction {
+            tables: self,
+            _gate: self.commit_gate.read().await,
+            ops: Vec::new(),
+            versions: Vec::new(),
+            written: Vec::new(),
+        }
+    }
+
+    /// Stages `changes` and makes them one commit on `branch`.
+    pub async fn commit(
+        &self,
+        branch: &str,
+        changes: Vec<Change>,
+        meta: CommitMeta,
+    ) -> Result<Committed> {
+        let mut tx = self.begin().await;
+        for change in changes {
+            tx.stage(change).await?;
+        }
+        tx.commit(branch, meta).await
+    }
+
+    /// Removes `name` from `branch` (its files stay: other refs may see them).
+    pub async fn drop_table(&self, branch: &str, name: &str, author: &str) -> Result<Commit> {
+        lh_catalog::names::validate_table_name(name)?;
+        let resolved = self.catalog.resolve(branch).await?;
+        require_branch(branch, &resolved)?;
+        let t = self.load_required(&resolved.commit, name, branch).await?;
+        let change = Change::Drop {
+            table: name.to_string(),
+            expected: t.pointer,
+        };
+        let meta = CommitMeta::new(author, format!("drop table {name}"));
+        Ok(self.commit(branch, vec![change], meta).await?.commit)
+    }
+
+    /// A new table's metadata, not stored yet. Its folder is made in the warehouse now,
+    /// for clients that write files there before their first commit and make no
+    /// folders (DuckDB).
+    pub fn new_table(&self, name: &str, t: NewTable) -> Result<TableMetadata> {
+        let uuid = Uuid::now_v7();
+        let location = t
+            .location
+            .unwrap_or_else(|| self.warehouse.new_table_location(name, &uuid));
+        self.warehouse
+            .prepare_table_location(&location)
+            .map_err(|_| outside(format!("location '{location}' is outside the warehouse")))?;
+        let mut properties = t.properties;
+        let format = format_version(properties.remove("format-version").as_deref())?;
+        let metadata = first_metadata(
+            t.schema,
+            t.partition_spec
+                .unwrap_or_else(|| UnboundPartitionSpec::builder().build()),
+            t.sort_order.unwrap_or_else(SortOrder::unsorted_order),
+            location,
+            format,
+            properties,
+            uuid,
+        )
+        .and_then(|b| b.build())
+        .map_err(invalid_update)?
+        .metadata;
+        Ok(metadata)
+    }
+
+    /// Writes a new metadata file for `metadata` (the next version after `previous`)
+    /// and returns its location.
+    pub fn write_metadata(
+        &self,
+        metadata: &TableMetadata,
+        previous: Option<&str>,
+    ) -> Result<String> {
+        let location = match previous {
+            // A registered table's files may be named in another way: start over at 0
+            // (the name's uuid keeps it unique).
+            Some(p) => match p.parse::<MetadataLocation>() {
+                Ok(l) => l.with_next_version().to_string(),
+                Err(_) => {
+                    MetadataLocation::new_with_metadata(metadata.location(), metadata).to_string()
+                }
+            },
+            None => MetadataLocation::new_with_metadata(metadata.location(), metadata).to_string(),
+        };
+        let json = serde_json::to_vec(metadata)
+            .map_err(|e| Error::internal(format!("cannot encode table metadata: {e}")))?;
+        self.warehouse.write_durable(&location, &json)?;
+        self.metadata
+            .insert(location.clone(), Arc::new(metadata.clone()));
+        Ok(location)
+    }
+
+    /// Test support: points `name` on `branch` at a metadata file written with
+    /// [`Tables::write_metadata`], expecting it at `expected`.
+    #[cfg(test)]
+    pub(crate) async fn commit_table(
+        &self,
+        branch: &str,
+        name: &str,
+        expected: Option<TablePointer>,
+        location: String,
+        _metadata: &TableMetadata,
+        meta: CommitMeta,
+    ) -> Result<(Commit, TablePointer)> {
+        let change = Change::Register {
+            table: name.to_string(),
+            expected,
+            metadata_location: location,
+        };
+        let mut done = self.commit(branch, vec![change], meta).await?;
+        let pointer = done.versions.remove(0).pointer;
+        Ok((done.commit, pointer))
+    }
+}
+
+impl Transaction<'_> {
+    /// Checks a change and writes its files; nothing is committed yet.
+    pub async fn stage(&mut self, change: Change) -> Result<()> {
+        match change {
+            Change::Put(p) => self.put(p),
+            Change::Register {
+                table,
+                expected,
+                metadata_location,
+            } => {
+                self.tables
+                    .warehouse
+                    .local_path(&metadata_location)
+                    .map_err(|_| {
+                        outside(format!("'{metadata_location}' is outside the warehouse"))
+                    })?;
+                let metadata = self
+                    .tables
+                    .metadata(&metadata_location)
+                    .await
+                    .map_err(|e| {
+                        Error::bad_request(
+                            "unreadable_metadata",
+                            format!("cannot read '{metadata_location}': {}", e.message),
+                        )
+                    })?;
+                let pointer = pointer_of(&metadata_location, &metadata);
+                self.ops.push(TableOp::Put {
+                    table: table.clone(),
+                    expected,
+                    pointer: pointer.clone(),
+                });
+                self.versions.push(Version {
+                    table,
+                    pointer,
+                    metadata,
+                });
+                Ok(())
+            }
+            Change::Drop { table, expected } => {
+                self.ops.push(TableOp::Delete { table, expected });
+                Ok(())
+            }
+            Change::Rename { from, to, pointer } => {
+                self.ops.push(TableOp::Delete {
+                    table: from,
+                    expected: pointer.clone(),
+                });
+                self.ops.push(TableOp::Put {
+                    table: to,
+                    expected: None,
+                    pointer,
+                });
+                Ok(())
+            }
+        }
+    }
+
+    fn put(&mut self, p: Put) -> Result<()> {
+        let name = p.table.as_str();
+        let current = p.current.as_ref().map(|t| t.metadata.as_ref());
+        for r in &p.requirements {
+            r.check(current).map_err(|e| {
+                let message = format!("table '{name}': requirement failed: {}", e.message());
+                if current.is_none() && !matches!(r, TableRequirement::NotExist) {
+                    Error::not_found("table_not_found", message)
+                } else {
+                    Error::new(Kind::Conflict, "requirement_failed", message)
+                }
+            })?;
+        }
+        self.check_updates(name, &p.updates)?;
+        let previous = p
+            .current
+            .as_ref()
+            .map(|t| t.pointer.metadata_location.clone());
+        let metadata = match (p.base, &p.current) {
+            (Base::AsRead, Some(t)) => {
+                next_metadata((*t.metadata).clone(), previous.clone(), p.updates)?
+            }
+            (Base::AsRead, None) => self.made_by_updates(name, p.updates)?,
+            (Base::Made(m), _) if p.updates.is_empty() => *m,
+            (Base::Made(m), _) => next_metadata(*m, previous.clone(), p.updates)?,
+        };
+        self.tables
+            .warehouse
+            .local_path(metadata.location())
+            .map_err(|_| {
+                outside(format!(
+                    "location '{}' is outside the warehouse",
+                    metadata.location()
+                ))
+            })?;
+        let location = self.tables.write_metadata(&metadata, previous.as_deref())?;
+        self.written.push(location.clone());
+        let pointer = pointer_of(&location, &metadata);
+        self.ops.push(TableOp::Put {
+            table: p.table.clone(),
+            expected: p.current.map(|t| t.pointer),
+            pointer: pointer.clone(),
+        });
+        self.versions.push(Version {
+            table: p.table,
+            pointer,
+            metadata: Arc::new(metadata),
+        });
+        Ok(())
+    }
+
+    /// lh's rules for any update: no client may delete files other refs read, and a
+    /// snapshot's files stay in the warehouse.
+    fn check_updates(&self, name: &str, updates: &[TableUpdate]) -> Result<()> {
+        // Expiring snapshots is refused: the client deletes the expired snapshots' files
+        // once the commit succeeds (Spark's and pyiceberg's procedures do), but older lh
+        // commits, other refs and tags still read them. lh gc removes what nothing reads.
+        if updates
+            .iter()
+            .any(|u| matches!(u, TableUpdate::RemoveSnapshots { .. }))
+        {
+            return Err(Error::bad_request(
+                "snapshots_kept",
+                format!(
+                    "table '{name}': lh keeps every snapshot, because older lh commits and other \
+                     refs read their files; expiring them would let the client delete those \
+                     files. Remove unreferenced files with `lh gc` instead"
+                ),
+            ));
+        }
+        // Nor may a client turn the file-deletion guard off.
+        if updates.iter().any(|u| {
+            matches!(u, TableUpdate::SetProperties { updates } if updates
+                .get(GC_ENABLED)
+                .is_some_and(|v| !v.eq_ignore_ascii_case("false")))
+        }) {
+            return Err(Error::bad_request(
+                "gc_enabled",
+                format!(
+                    "table '{name}': {GC_ENABLED} stays false in lh, because other refs and older \
+                     commits share the table's files. Remove unreferenced files with `lh gc`"
+                ),
+            ));
+        }
+        // A snapshot's files stay in the warehouse: the server reads manifest lists.
+        for u in updates {
+            if let TableUpdate::AddSnapshot { snapshot } = u {
+                self.tables
+                    .warehouse
+                    .local_path(snapshot.manifest_list())
+                    .map_err(|_| {
+                        outside(format!(
+                            "manifest list '{}' is outside the warehouse",
+                            snapshot.manifest_list()
+                        ))
+                    })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A table made by a commit (a staged create): its schema, spec, order, location and
+    /// properties come from the updates, the rest of the updates apply on top.
+    fn made_by_updates(&self, name: &str, updates: Vec<TableUpdate>) -> Result<TableMetadata> {
+        let mut schema = None;
+        let mut spec = None;
+        let mut order = None;
+        let mut location = None;
+        let mut props = HashMap::new();
+        let mut uuid = None;
+        let mut format = FormatVersion::V2;
+        let mut rest = Vec::new();
+        for u in updates {
+            match u {
+                TableUpdate::AddSchema { schema: s, .. } if schema.is_none() => schema = Some(s),
+                TableUpdate::AddSpec { spec: s } if spec.is_none() => spec = Some(s),
+                TableUpdate::AddSortOrder { sort_order } if order.is_none() => {
+                    order = Some(sort_order)
+                }
+                TableUpdate::SetLocation { location: l } => location = Some(l),
+                TableUpdate::SetProperties { mut updates } => {
+                    if let Some(v) = updates.remove("format-version") {
+                        format = format_version(Some(&v))?;
+                    }
+                    props.extend(updates)
+                }
+                TableUpdate::AssignUuid { uuid: u } => uuid = Some(u),
+                TableUpdate::UpgradeFormatVersion { format_version } => format = format_version,
+                TableUpdate::SetCurrentSchema { .. }
+                | TableUpdate::SetDefaultSpec { .. }
+                | TableUpdate::SetDefaultSortOrder { .. } => {}
+                other => rest.push(other),
+            }
+        }
+        let schema = schema.ok_or_else(|| {
+            Error::bad_request(
+                "invalid_update",
+                "creating a table needs an add-schema update",
+            )
+        })?;
+        let uuid = uuid.unwrap_or_else(Uuid::now_v7);
+        let location =
+            location.unwrap_or_else(|| self.tables.warehouse.new_table_location(name, &uuid));
+        let mut b = first_metadata(
+            schema,
+            spec.unwrap_or_else(|| UnboundPartitionSpec::builder().build()),
+            order.unwrap_or_else(SortOrder::unsorted_order),
+            location,
+            format,
+            props,
+            uuid,
+        )
+        .map_err(invalid_update)?;
+        for u in rest {
+            b = u.apply(b).map_err(invalid_update)?;
+        }
+        Ok(b.build().map_err(invalid_update)?.metadata)
+    }
+
+    /// Makes the staged changes one commit on `branch`.
+    pub async fn commit(mut self, branch: &str, meta: CommitMeta) -> Result<Committed> {
+        let ops = std::mem::take(&mut self.ops);
+        match self.tables.catalog.commit(branch, ops, meta).await {
+            Ok(commit) => {
+                self.written.clear();
+                Ok(Committed {
+                    commit,
+                    versions: std::mem::take(&mut self.versions),
+                })
+            }
+            Err(e) => {
+                let e = Error::from(e);
+                // The commit may have landed: what it points at stays.
+                if e.commit_state_unknown() {
+                    self.written.clear();
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for Transaction<'_> {
+    /// The metadata files of a commit that did not land.
+    fn drop(&mut self) {
+        for location in &self.written {
+            if let Ok(p) = self.tables.warehouse.local_path(location) {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+}
+
+/// The builder of a table's first metadata, with the uuid lh chose; updates may follow.
+pub fn first_metadata(
+    schema: Schema,
+    spec: UnboundPartitionSpec,
+    order: SortOrder,
+    location: String,
+    format: FormatVersion,
+    properties: HashMap<String, String>,
+    uuid: Uuid,
+) -> iceberg::Result<TableMetadataBuilder> {
+    Ok(
+        TableMetadataBuilder::new(schema, spec, order, location, format, properties)?
+            .assign_uuid(uuid),
+    )
+}
+
+/// `base` with `updates` applied; `previous` (the file `base` was read from) goes into
+/// the metadata log.
+fn next_metadata(
+    base: TableMetadata,
+    previous: Option<String>,
+    updates: Vec<TableUpdate>,
+) -> Result<TableMetadata> {
+    let mut b = TableMetadataBuilder::new_from_metadata(base, previous);
+    for u in updates {
+        b = u.apply(b).map_err(invalid_update)?;
+    }
+    Ok(b.build().map_err(invalid_update)?.metadata)
+}
+
+/// The format a new table asks for with the reserved `format-version` property (default 2).
+fn format_version(asked: Option<&str>) -> Result<FormatVersion> {
+    match asked {
+        None | Some("2") => Ok(FormatVersion::V2),
+        Some("1") => Ok(FormatVersion::V1),
+        Some("3") => Ok(FormatVersion::V3),
+        Some(v) => Err(Error::bad_request(
+            "invalid_update",
+            format!("unknown Iceberg format version '{v}'"),
+        )),
+    }
+}
+
+/// Updates that do not apply to the table (iceberg-rust's builder said why).
+fn invalid_update(e: iceberg::Error) -> Error {
+    Error::bad_request("invalid_update", e.to_string())
+}
+
+fn outside(message: String) -> Error {
+    Error::bad_request("outside_warehouse", message)
+}
+
+fn pointer_of(location: &str, m: &TableMetadata) -> TablePointer {
+    TablePointer {
+        metadata_location: location.to_string(),
+        table_uuid: m.uuid().to_string(),
+        snapshot_id: m.current_snapshot_id(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+    use lh_catalog::{Catalog, CommitMeta};
+
+    use super::*;
+    use crate::warehouse::Warehouse;
+
+    async fn tables(dir: &std::path::Path) -> Arc<Tables> {
+        let catalog = Catalog::open(&format!("sqlite:{}", dir.join("c.db").display()))
+            .await
+            .unwrap();
+        let warehouse = Warehouse::open(dir.join("wh").to_str().unwrap()).unwrap();
+        Arc::new(Tables::new(catalog, warehouse))
+    }
+
+    fn new_table() -> NewTable {
+        let schema = Schema::builder()
+            .with_fields(vec![
+                NestedField::optional(1, "x", Type::Primitive(PrimitiveType::Long)).into(),
+            ])
+            .build()
+            .unwrap();
+        NewTable {
+            location: None,
+            schema,
+            partition_spec: None,
+            sort_order: None,
+            properties: HashMap::new(),
+        }
+    }
+
+    fn set(key: &str, value: &str) -> TableUpdate {
+        TableUpdate::SetProperties {
+            updates: HashMap::from([(key.to_string(), value.to_string())]),
+        }
+    }
+
+    fn put(current: Option<LoadedTable>, updates: Vec<TableUpdate>) -> Change {
+        Change::Put(Put {
+            table: "s.t".into(),
+            current,
+            base: Base::AsRead,
+            requirements: Vec::new(),
+            updates,
+        })
+    }
+
+    fn exists(t: &Tables, location: &str) -> bool {
+        t.warehouse.local_path(location).unwrap().exists()
+    }
+
+    /// Two writers read the same version; the second's commit is refused as a conflict
+    /// and its metadata file is gone, the first's stays.
+    #[tokio::test]
+    async fn a_refused_commit_removes_the_metadata_it_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = tables(dir.path()).await;
+        let m = t.new_table("s.t", new_table()).unwrap();
+        let create = Change::Put(Put {
+            table: "s.t".into(),
+            current: None,
+            base: Base::Made(Box::new(m)),
+            requirements: Vec::new(),
+            updates: Vec::new(),
+        });
+        let made = t
+            .commit("main", vec![create], CommitMeta::new("t", "create"))
+            .await
+            .unwrap();
+        assert!(exists(&t, &made.versions[0].pointer.metadata_location));
+        let head = t.catalog.resolve("main").await.unwrap().commit;
+        let read = t.load(&head, "s.t").await.unwrap().unwrap();
+
+        let mut first = t.begin().await;
+        first
+            .stage(put(Some(read.clone()), vec![set("a", "1")]))
+            .await
+            .unwrap();
+        let first = first
+            .commit("main", CommitMeta::new("t", "a"))
+            .await
+            .unwrap();
+        let mut second = t.begin().await;
+        second
+            .stage(put(Some(read), vec![set("b", "2")]))
+            .await
+            .unwrap();
+        let written = second.written.clone();
+        assert_eq!(written.len(), 1);
+        assert!(exists(&t, &written[0]));
+        let e = second
+            .commit("main", CommitMeta::new("t", "b"))
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(e.code, "conflict");
+        assert!(!exists(&t, &written[0]));
+        assert!(exists(&t, &first.versions[0].pointer.metadata_location));
+    }
+
+    /// A transaction given up before its commit (a later change of it failed, the
+    /// client left) leaves no file behind.
+    #[tokio::test]
+    async fn a_transaction_dropped_uncommitted_removes_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = tables(dir.path()).await;
+        let mut tx = t.begin().await;
+        tx.stage(put(
+            None,
+            vec![TableUpdate::AddSchema {
+                schema: new_table().schema,
+            }],
+        ))
+        .await
+        .unwrap();
+        let written = tx.written.clone();
+        assert!(exists(&t, &written[0]));
+        // A client may not turn off the guard against file deletion.
+        let e = tx
+            .stage(put(None, vec![set(GC_ENABLED, "true")]))
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(e.code, "gc_enabled");
+        drop(tx);
+        assert!(!exists(&t, &written[0]));
+        let head = t.catalog.resolve("main").await.unwrap().commit;
+        assert!(t.load(&head, "s.t").await.unwrap().is_none());
+    }
+}

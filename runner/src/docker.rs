@@ -1,7 +1,7 @@
-//! The Docker runtime: a pool of warm containers, keyed by environment and limits. A
-//! container runs the worker harness as its main process, attached (stdin for
-//! requests, stdout for answers, stderr for the log), so a warm invocation starts no
-//! container and no interpreter.
+//! The Docker runtime: the pooled runtime over a launcher whose workers are containers,
+//! keyed by environment and limits. A container runs the worker harness as its main
+//! process, attached (stdin for requests, stdout for answers, stderr for the log), so a
+//! warm invocation starts no container and no interpreter.
 //!
 //! Isolation: no network, a read-only root filesystem, an unprivileged user, no
 //! capabilities, no new privileges, memory (without swap), CPU and process-count
@@ -12,10 +12,8 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig};
@@ -24,12 +22,13 @@ use bollard::query_parameters::{
     RemoveContainerOptionsBuilder,
 };
 use futures::StreamExt;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::env::Env;
-use crate::protocol::{Answer, Invocation, Outcome};
-use crate::{InvokeResult, Limits, RunnerError, Runtime};
+use crate::error::RunnerError;
+use crate::pool::PoolConfig;
+use crate::pooled::PooledRuntime;
+use crate::runtime::Limits;
+use crate::worker::{Launcher, Worker};
 
 /// How the Docker runtime runs containers.
 #[derive(Debug, Clone)]
@@ -56,25 +55,14 @@ const WORK: &str = "/lh/work";
 const CODE: &str = "/lh/code";
 const ENV: &str = "/lh/env";
 
-type PoolKey = (String, Option<u64>, Option<u32>);
+/// The Docker runtime: warm containers in a pool.
+pub type DockerRuntime = PooledRuntime<DockerLauncher>;
 
-struct Container {
-    id: String,
-    input: Pin<Box<dyn AsyncWrite + Send>>,
-    answers: mpsc::UnboundedReceiver<String>,
-    log: Arc<Mutex<String>>,
-    /// Set when the container's output ended: it is gone.
-    ended: Arc<AtomicBool>,
-    dir: PathBuf,
-    idle_since: Instant,
-    _permit: OwnedSemaphorePermit,
-}
-
-pub struct DockerRuntime {
+/// Starts and stops containers on one Docker engine.
+#[derive(Debug)]
+pub struct DockerLauncher {
     docker: Docker,
     config: DockerConfig,
-    idle: Mutex<HashMap<PoolKey, Vec<Container>>>,
-    slots: Arc<Semaphore>,
     version: String,
 }
 
@@ -98,7 +86,7 @@ fn docker_err(what: &str) -> impl Fn(bollard::errors::Error) -> RunnerError + '_
     move |e| RunnerError::Worker(format!("{what}: {e}"))
 }
 
-impl DockerRuntime {
+impl PooledRuntime<DockerLauncher> {
     /// The runtime, after removing the containers a previous server of the same owner
     /// left behind.
     pub async fn new(
@@ -107,31 +95,33 @@ impl DockerRuntime {
         config: DockerConfig,
     ) -> Result<Arc<DockerRuntime>, RunnerError> {
         std::fs::create_dir_all(&config.work_root)?;
-        let rt = Arc::new(DockerRuntime {
+        let pool = PoolConfig {
+            idle_timeout: config.idle_timeout,
+            max_workers: Some(config.max_containers),
+            max_idle: None,
+        };
+        let launcher = DockerLauncher {
             docker,
-            slots: Arc::new(Semaphore::new(config.max_containers.max(1))),
             config,
-            idle: Mutex::new(HashMap::new()),
             version,
-        });
-        let orphans = rt.remove_owned().await?;
+        };
+        let orphans = launcher.remove_owned().await?;
         if orphans > 0 {
             tracing::info!(
                 containers = orphans,
                 "removed containers left by a previous server"
             );
         }
-        let weak: Weak<DockerRuntime> = Arc::downgrade(&rt);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(5)).await;
-                let Some(rt) = weak.upgrade() else { return };
-                rt.evict(false).await;
-            }
-        });
-        Ok(rt)
+        Ok(PooledRuntime::with_launcher(launcher, pool))
     }
 
+    /// Whether the image for `python` (major.minor) exists.
+    pub async fn has_image(&self, python: &str) -> bool {
+        self.launcher().has_image(python).await
+    }
+}
+
+impl DockerLauncher {
     /// Whether the image for `python` (major.minor) exists.
     pub async fn has_image(&self, python: &str) -> bool {
         self.docker.inspect_image(&self.image(python)).await.is_ok()
@@ -173,85 +163,14 @@ impl DockerRuntime {
         let _ = self.docker.remove_container(id, Some(opts)).await;
     }
 
-    /// How many containers wait warm.
-    pub fn idle_containers(&self) -> usize {
-        self.idle
-            .lock()
-            .map(|i| i.values().map(Vec::len).sum())
-            .unwrap_or(0)
-    }
-
-    /// Removes idle containers past their idle time (or all, or the oldest one to free
-    /// a slot).
-    async fn evict(&self, oldest_only: bool) -> bool {
-        let timeout = self.config.idle_timeout;
-        let mut gone = Vec::new();
-        if let Ok(mut idle) = self.idle.lock() {
-            if oldest_only {
-                let oldest = idle
-                    .iter()
-                    .flat_map(|(k, v)| {
-                        v.iter()
-                            .enumerate()
-                            .map(move |(i, c)| (c.idle_since, k.clone(), i))
-                    })
-                    .min_by_key(|(t, _, _)| *t);
-                if let Some((_, k, i)) = oldest
-                    && let Some(v) = idle.get_mut(&k)
-                {
-                    gone.push(v.remove(i));
-                }
-            } else {
-                for v in idle.values_mut() {
-                    let (keep, old): (Vec<Container>, Vec<Container>) =
-                        v.drain(..).partition(|c| {
-                            c.idle_since.elapsed() < timeout && !c.ended.load(Ordering::Acquire)
-                        });
-                    *v = keep;
-                    gone.extend(old);
-                }
-            }
-        }
-        let any = !gone.is_empty();
-        for c in gone {
-            self.discard(c).await;
-        }
-        any
-    }
-
-    async fn discard(&self, c: Container) {
-        self.remove(&c.id).await;
-        let _ = std::fs::remove_dir_all(&c.dir);
-    }
-
-    async fn spawn(&self, env: &Env, limits: &Limits) -> Result<Container, RunnerError> {
-        // A slot, freeing an idle container if the pool is full.
-        let permit = loop {
-            if let Ok(p) = self.slots.clone().try_acquire_owned() {
-                break p;
-            }
-            if !self.evict(true).await {
-                break self
-                    .slots
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .map_err(|_| RunnerError::Worker("the container pool is closed".into()))?;
-            }
-        };
-        let image = self.image(&env.python_version);
-        if !self.has_image(&env.python_version).await {
-            return Err(RunnerError::Sandbox(format!(
-                "the runtime image {image} does not exist: build it with `make images` (images/build.sh)"
-            )));
-        }
-        let site = site_packages(&env.dir)?;
-        let dir = self
-            .config
-            .work_root
-            .join(format!("container-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir)?;
-        open_to_all(&dir)?;
+    /// The container's settings: the mounts, the isolation and the limits.
+    fn container(
+        &self,
+        env: &Env,
+        limits: &Limits,
+        site: &Path,
+        dir: &Path,
+    ) -> ContainerCreateBody {
         let memory = limits.memory_bytes.unwrap_or(self.config.default_memory) as i64;
         let host = HostConfig {
             binds: Some(vec![
@@ -274,8 +193,8 @@ impl DockerRuntime {
             init: Some(true),
             ..Default::default()
         };
-        let body = ContainerCreateBody {
-            image: Some(image),
+        ContainerCreateBody {
+            image: Some(self.image(&env.python_version)),
             user: Some("1000:1000".into()),
             env: Some(vec![format!("PYTHONPATH={ENV}"), "HOME=/tmp".into()]),
             working_dir: Some(WORK.into()),
@@ -293,7 +212,35 @@ impl DockerRuntime {
             ])),
             host_config: Some(host),
             ..Default::default()
-        };
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Launcher for DockerLauncher {
+    /// The container's id.
+    type Handle = String;
+
+    const NAME: &'static str = "docker";
+    const NOUN: &'static str = "container";
+    const NOT_STARTED: &'static str = "the container's worker did not start";
+    const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+    async fn start(&self, env: &Env, limits: &Limits) -> Result<Worker<String>, RunnerError> {
+        if !self.has_image(&env.python_version).await {
+            return Err(RunnerError::Sandbox(format!(
+                "the runtime image {} does not exist: build it with `make images` (images/build.sh)",
+                self.image(&env.python_version)
+            )));
+        }
+        let site = site_packages(&env.dir)?;
+        let dir = self
+            .config
+            .work_root
+            .join(format!("container-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir)?;
+        open_to_all(&dir)?;
+        let body = self.container(env, limits, &site, &dir);
         let name = format!("lh-worker-{}", uuid::Uuid::new_v4().simple());
         let created = self
             .docker
@@ -331,77 +278,31 @@ impl DockerRuntime {
                 return Err(e);
             }
         };
-        let (tx, rx) = mpsc::unbounded_channel();
-        let log = Arc::new(Mutex::new(String::new()));
-        let ended = Arc::new(AtomicBool::new(false));
-        let (sink, done) = (log.clone(), ended.clone());
-        let mut output = attached.output;
+        // One stream carries both stdout and stderr, in frames.
+        let (worker, mut out) = Worker::wire(id, dir, attached.input);
+        let mut frames = attached.output;
         tokio::spawn(async move {
-            let mut out = String::new();
-            let mut err = String::new();
-            while let Some(Ok(frame)) = output.next().await {
+            while let Some(Ok(frame)) = frames.next().await {
                 match frame {
-                    bollard::container::LogOutput::StdOut { message } => {
-                        out.push_str(&String::from_utf8_lossy(&message));
-                        while let Some(i) = out.find('\n') {
-                            let line: String = out.drain(..=i).collect();
-                            let _ = tx.send(line.trim_end().to_string());
-                        }
-                    }
-                    bollard::container::LogOutput::StdErr { message } => {
-                        err.push_str(&String::from_utf8_lossy(&message));
-                        if let Some(i) = err.rfind('\n') {
-                            let lines: String = err.drain(..=i).collect();
-                            if let Ok(mut l) = sink.lock() {
-                                l.push_str(&lines);
-                                if l.len() > 4 << 20 {
-                                    let cut = l.len() - (2 << 20);
-                                    let cut = (cut..l.len())
-                                        .find(|i| l.is_char_boundary(*i))
-                                        .unwrap_or(l.len());
-                                    l.replace_range(..cut, "[... earlier output dropped ...]\n");
-                                }
-                            }
-                        }
-                    }
+                    bollard::container::LogOutput::StdOut { message } => out.answers.push(&message),
+                    bollard::container::LogOutput::StdErr { message } => out.log.push(&message),
                     _ => {}
                 }
             }
-            if let Ok(mut l) = sink.lock() {
-                l.push_str(&err);
-            }
-            done.store(true, Ordering::Release);
+            out.end();
         });
-        let mut c = Container {
-            id,
-            input: attached.input,
-            answers: rx,
-            log,
-            ended,
-            dir,
-            idle_since: Instant::now(),
-            _permit: permit,
-        };
-        let ready = tokio::time::timeout(Duration::from_secs(60), c.answers.recv()).await;
-        match ready {
-            Ok(Some(line))
-                if serde_json::from_str::<Answer>(&line).is_ok_and(|a| a.ready == Some(true)) =>
-            {
-                Ok(c)
-            }
-            _ => {
-                let log = c.log.lock().map(|l| l.clone()).unwrap_or_default();
-                self.discard(c).await;
-                Err(RunnerError::Worker(format!(
-                    "the container's worker did not start:\n{}",
-                    tail(&log, 20)
-                )))
-            }
-        }
+        Ok(worker)
     }
 
-    /// Why a container stopped: out of memory, or its exit code.
-    async fn why_dead(&self, id: &str) -> String {
+    async fn stop(&self, worker: Worker<String>) {
+        self.remove(&worker.handle).await;
+        let _ = std::fs::remove_dir_all(&worker.dir);
+    }
+
+    /// Out of memory, or the container's exit code.
+    async fn why_dead(&self, id: &mut String) -> String {
+        // Give the engine a moment to record how the container ended.
+        tokio::time::sleep(Duration::from_millis(100)).await;
         match self.docker.inspect_container(id, None).await {
             Ok(info) => {
                 let state = info.state.unwrap_or_default();
@@ -420,190 +321,28 @@ impl DockerRuntime {
         }
     }
 
-    /// One attempt: `Ok(None)` when the warm container turned out dead before it got
-    /// the request (the caller retries once with a fresh one).
-    async fn attempt(
-        &self,
-        env: &Env,
-        limits: &Limits,
-        work: &Path,
-        inv: &Invocation,
-        key: &PoolKey,
-    ) -> Result<Option<(Outcome, String, bool)>, RunnerError> {
-        let warm = self.take_warm(key);
-        let cold = warm.is_none();
-        let mut c = match warm {
-            Some(c) => c,
-            None => self.spawn(env, limits).await?,
-        };
-        let inside = c.dir.join(format!("inv-{}", inv.id));
-        std::fs::rename(work, &inside)?;
-        open_to_all(&inside)?;
-        let to_container = |p: &Path| -> PathBuf {
-            if let Ok(rel) = p.strip_prefix(work) {
-                Path::new(WORK).join(format!("inv-{}", inv.id)).join(rel)
-            } else if let Ok(rel) = p.strip_prefix(&self.config.code_root) {
-                Path::new(CODE).join(rel)
-            } else {
-                p.to_path_buf()
-            }
-        };
-        let mut req = inv.clone();
-        req.file = to_container(&inv.file);
-        req.root = to_container(&inv.root);
-        req.output = to_container(&inv.output);
-        for p in req.inputs.values_mut() {
-            *p = to_container(p);
-        }
-        let line =
-            serde_json::to_string(&req).map_err(|e| RunnerError::Worker(e.to_string()))? + "\n";
-        let log_start = c.log.lock().map(|l| l.len()).unwrap_or(0);
-        let sent = async {
-            c.input.write_all(line.as_bytes()).await?;
-            c.input.flush().await
-        }
-        .await;
-        if sent.is_err() {
-            let _ = std::fs::rename(&inside, work);
-            self.discard(c).await;
-            return if cold {
-                Err(RunnerError::Worker("cannot send to a new container".into()))
-            } else {
-                Ok(None)
-            };
-        }
-        // Skip stray lines (say, from a process the function forked) until our answer.
-        let wanted = inv.id.clone();
-        let answer = tokio::time::timeout(limits.timeout, async {
-            loop {
-                match c.answers.recv().await {
-                    Some(line)
-                        if serde_json::from_str::<Answer>(&line)
-                            .is_ok_and(|a| a.id.as_deref() == Some(wanted.as_str())) =>
-                    {
-                        return Some(line);
-                    }
-                    Some(_) => continue,
-                    None => return None,
-                }
-            }
-        })
-        .await;
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        let log = c
-            .log
-            .lock()
-            .map(|l| l.get(log_start..).unwrap_or_default().to_string())
-            .unwrap_or_default();
-        let _ = std::fs::rename(&inside, work);
-        let (outcome, healthy) = match answer {
-            Ok(Some(line)) => match serde_json::from_str::<Answer>(&line) {
-                Ok(a) if a.id.as_deref() == Some(inv.id.as_str()) => (a.outcome(), true),
-                _ => (
-                    Outcome::Failed {
-                        error: format!("the worker answered garbage: {}", tail(&line, 3)),
-                        traceback: String::new(),
-                    },
-                    false,
-                ),
-            },
-            Ok(None) => {
-                // The output ended: the container died during the call.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                let why = self.why_dead(&c.id).await;
-                (
-                    Outcome::Failed {
-                        error: format!("the container died: {why}"),
-                        traceback: tail(&log, 30),
-                    },
-                    false,
-                )
-            }
-            Err(_) => (Outcome::timed_out(limits.timeout), false),
-        };
-        if healthy {
-            c.idle_since = Instant::now();
-            if let Ok(mut idle) = self.idle.lock() {
-                idle.entry(key.clone()).or_default().push(c);
-            }
-        } else {
-            self.discard(c).await;
-        }
-        Ok(Some((outcome, log, cold)))
+    fn worker_path(&self, _dir: &Path) -> PathBuf {
+        PathBuf::from(WORK)
     }
 
-    /// A warm container of `key` still alive; dead ones found on the way are dropped.
-    fn take_warm(&self, key: &PoolKey) -> Option<Container> {
-        let mut idle = self.idle.lock().ok()?;
-        let list = idle.get_mut(key)?;
-        while let Some(c) = list.pop() {
-            if !c.ended.load(Ordering::Acquire) {
-                return Some(c);
-            }
-            let id = c.id.clone();
-            let dir = c.dir.clone();
-            let docker = self.docker.clone();
-            tokio::spawn(async move {
-                let opts = RemoveContainerOptionsBuilder::new().force(true).build();
-                let _ = docker.remove_container(&id, Some(opts)).await;
-                let _ = std::fs::remove_dir_all(dir);
-            });
-        }
-        None
-    }
-}
-
-#[async_trait::async_trait]
-impl Runtime for DockerRuntime {
-    fn name(&self) -> &'static str {
-        "docker"
+    fn code_paths(&self) -> Option<(&Path, &Path)> {
+        Some((&self.config.code_root, Path::new(CODE)))
     }
 
-    async fn invoke(
-        &self,
-        env: &Env,
-        limits: &Limits,
-        _code_root: &Path,
-        work: &Path,
-        inv: Invocation,
-    ) -> Result<InvokeResult, RunnerError> {
-        let started = Instant::now();
-        let key: PoolKey = (env.key.clone(), limits.memory_bytes, limits.cpus_milli);
-        // A warm container killed between invocations costs one retry, not a failure.
-        for _ in 0..2 {
-            if let Some((outcome, log, cold)) = self.attempt(env, limits, work, &inv, &key).await? {
-                return Ok(InvokeResult {
-                    outcome,
-                    log,
-                    duration: started.elapsed(),
-                    cold,
-                });
-            }
-        }
-        Err(RunnerError::Worker(
-            "no container could take the call".into(),
-        ))
+    /// The container's user must write the output into folders the server made.
+    fn hand_over(&self, inside: &Path) -> std::io::Result<()> {
+        open_to_all(inside)
     }
 
-    fn describe(&self) -> String {
-        let busy = self.config.max_containers - self.slots.available_permits();
+    fn describe(&self, live: usize, idle: usize) -> String {
         format!(
             "docker (engine {}), {} containers ({} warm, at most {})",
-            self.version,
-            busy,
-            self.idle_containers(),
-            self.config.max_containers
+            self.version, live, idle, self.config.max_containers
         )
     }
 
+    /// Removes busy containers too, and any other this server's owner label marks.
     async fn shutdown(&self) {
-        let all: Vec<Container> = match self.idle.lock() {
-            Ok(mut i) => i.drain().flat_map(|(_, v)| v).collect(),
-            Err(_) => Vec::new(),
-        };
-        for c in all {
-            self.discard(c).await;
-        }
         let _ = self.remove_owned().await;
     }
 }
@@ -627,9 +366,4 @@ fn site_packages(env: &Path) -> Result<PathBuf, RunnerError> {
 fn open_to_all(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use tokio::process::Command;
 
-use crate::RunnerError;
+use crate::error::RunnerError;
 use crate::protocol::HARNESS;
 
 /// The pyarrow every environment gets unless the project pins another (the harness

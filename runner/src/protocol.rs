@@ -2,7 +2,7 @@
 //! answer on its stdout (user output goes to stderr). See `python/lh/_worker.py`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -90,3 +90,15 @@ pub const HARNESS: &[(&str, &str)] = &[
     ("lh/_plan.py", include_str!("../python/lh/_plan.py")),
     ("lh/_worker.py", include_str!("../python/lh/_worker.py")),
 ];
+
+/// Writes the `lh` Python package (the harness) into `dir`, for the planner.
+pub fn write_harness(dir: &Path) -> std::io::Result<()> {
+    for (path, text) in HARNESS {
+        let p = dir.join(path);
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        std::fs::write(p, text)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! The exchange of one invocation with a checked-out worker, the same for every runtime:
+//! the invocation's folder moves into the worker's folder, one JSON line goes to the
+//! worker, its answer is awaited within the function's timeout, the log the call wrote
+//! is sliced out, the answer becomes an [`Outcome`], and the folder moves back. The
+//! result says whether the worker may go back to the pool.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::error::RunnerError;
+use crate::protocol::{Answer, Invocation, Outcome};
+use crate::worker::{Launcher, Worker, tail};
+
+/// How an exchange ended.
+#[derive(Debug)]
+pub(crate) enum Exchanged {
+    /// The worker could not take the request: it was gone before the call (nothing ran).
+    NotSent,
+    /// The call ran: its outcome and log, and whether the worker is fit for another
+    /// call (otherwise it is stopped: it timed out, died or answered nonsense).
+    Done {
+        outcome: Outcome,
+        log: String,
+        healthy: bool,
+    },
+}
+
+/// The worker's input was closed: it was gone before the call.
+struct NotSent;
+
+/// Runs `inv`, whose folder is `work`, on `worker` within `timeout`.
+pub(crate) async fn exchange<L: Launcher>(
+    launcher: &L,
+    worker: &mut Worker<L::Handle>,
+    work: &Path,
+    inv: &Invocation,
+    timeout: Duration,
+) -> Result<Exchanged, RunnerError> {
+    let folder = format!("inv-{}", inv.id);
+    let line = request(launcher, worker, work, inv, &folder)?;
+    // The invocation's folder moves into the worker's own folder for the call.
+    let inside = worker.dir.join(&folder);
+    std::fs::rename(work, &inside)?;
+    if let Err(e) = launcher.hand_over(&inside) {
+        let _ = std::fs::rename(&inside, work);
+        return Err(e.into());
+    }
+    let log_start = worker.log().len();
+    let reply = tokio::time::timeout(timeout, async {
+        worker.send(&line).await.map_err(|_| NotSent)?;
+        Ok(worker.answer(&inv.id).await)
+    })
+    .await;
+    let answer = match reply {
+        Ok(Err(NotSent)) => {
+            let _ = std::fs::rename(&inside, work);
+            return Ok(Exchanged::NotSent);
+        }
+        Ok(Ok(answer)) => Ok(answer),
+        Err(elapsed) => Err(elapsed),
+    };
+    // Give the log reader a moment to drain what the function printed last.
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let log = worker.log().since(log_start);
+    let _ = std::fs::rename(&inside, work);
+    let (outcome, healthy) = match answer {
+        Ok(Some(line)) => match serde_json::from_str::<Answer>(&line) {
+            Ok(a) if a.id.as_deref() == Some(inv.id.as_str()) => (a.outcome(), true),
+            _ => (
+                Outcome::Failed {
+                    error: format!("the worker answered garbage: {}", tail(&line, 3)),
+                    traceback: String::new(),
+                },
+                false,
+            ),
+        },
+        Ok(None) => {
+            // The output ended: the worker died during the call.
+            let why = launcher.why_dead(&mut worker.handle).await;
+            (
+                Outcome::Failed {
+                    error: format!("the {} died: {why}", L::NOUN),
+                    traceback: tail(&log, 30),
+                },
+                false,
+            )
+        }
+        Err(_) => (Outcome::timed_out(timeout), false),
+    };
+    Ok(Exchanged::Done {
+        outcome,
+        log,
+        healthy,
+    })
+}
+
+/// The request line, with paths as the worker sees them: the invocation's folder inside
+/// the worker's folder, the code where the launcher mounts it.
+fn request<L: Launcher>(
+    launcher: &L,
+    worker: &Worker<L::Handle>,
+    work: &Path,
+    inv: &Invocation,
+    folder: &str,
+) -> Result<String, RunnerError> {
+    let seen = launcher.worker_path(&worker.dir).join(folder);
+    let code = launcher.code_paths();
+    let view = |p: &Path| -> PathBuf {
+        if let Ok(rel) = p.strip_prefix(work) {
+            seen.join(rel)
+        } else if let Some((host, inner)) = code
+            && let Ok(rel) = p.strip_prefix(host)
+        {
+            inner.join(rel)
+        } else {
+            p.to_path_buf()
+        }
+    };
+    let mut req = inv.clone();
+    req.file = view(&inv.file);
+    req.root = view(&inv.root);
+    req.output = view(&inv.output);
+    for p in req.inputs.values_mut() {
+        *p = view(p);
+    }
+    Ok(serde_json::to_string(&req).map_err(|e| RunnerError::Worker(e.to_string()))? + "\n")
+}

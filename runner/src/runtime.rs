@@ -1,0 +1,92 @@
+//! The [`Runtime`] trait that the control plane calls, the [`Limits`] of one function and
+//! the [`InvokeResult`] of one call. Both real runtimes are a `PooledRuntime` over their
+//! launcher; [`Unavailable`] stands in when neither can run.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::env::Env;
+use crate::error::RunnerError;
+use crate::protocol::{Invocation, Outcome};
+
+/// Limits of one function.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Limits {
+    /// Address-space limit of the worker, in bytes.
+    pub memory_bytes: Option<u64>,
+    /// CPU share (not enforced by the process runtime).
+    pub cpus_milli: Option<u32>,
+    pub timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory_bytes: Some(4 << 30),
+            cpus_milli: None,
+            timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// What an invocation produced, with the function's log (its stderr and prints).
+#[derive(Debug, Clone)]
+pub struct InvokeResult {
+    pub outcome: Outcome,
+    pub log: String,
+    pub duration: Duration,
+    /// Whether the worker was started for this invocation (a cold start).
+    pub cold: bool,
+}
+
+/// A place that runs functions.
+#[async_trait::async_trait]
+pub trait Runtime: Send + Sync {
+    /// `process` or `docker`.
+    fn name(&self) -> &'static str;
+
+    /// Runs one invocation in environment `env` within `limits`. `work` is the
+    /// invocation's folder: inputs are there, and the output goes there.
+    async fn invoke(
+        &self,
+        env: &Env,
+        limits: &Limits,
+        code_root: &Path,
+        work: &Path,
+        inv: Invocation,
+    ) -> Result<InvokeResult, RunnerError>;
+
+    /// A line about the runtime's state, for `lh info`.
+    fn describe(&self) -> String;
+
+    /// Stops every worker.
+    async fn shutdown(&self);
+}
+
+/// A runtime that cannot run anything, and says why (a server started without its
+/// sandbox, say): runs fail with the reason instead of the server refusing to start.
+pub struct Unavailable(pub String);
+
+#[async_trait::async_trait]
+impl Runtime for Unavailable {
+    fn name(&self) -> &'static str {
+        "unavailable"
+    }
+
+    async fn invoke(
+        &self,
+        _env: &Env,
+        _limits: &Limits,
+        _code_root: &Path,
+        _work: &Path,
+        _inv: Invocation,
+    ) -> Result<InvokeResult, RunnerError> {
+        Err(RunnerError::Sandbox(self.0.clone()))
+    }
+
+    fn describe(&self) -> String {
+        format!("unavailable: {}", self.0)
+    }
+
+    async fn shutdown(&self) {}
+}

@@ -1,0 +1,382 @@
+//! A warm worker and the [`Launcher`] that starts and stops it: the only part a runtime
+//! writes itself.
+//!
+//! A [`Worker`] is a running worker harness (`python/lh/_worker.py`) as the pool and the
+//! exchange see it: a writer to its stdin, the JSON lines of its stdout, its stderr kept
+//! in a bounded log, its folder on this host, and the launcher's handle on it (a
+//! container id, a child process). A launcher builds one from the worker's pipes, either
+//! with [`Worker::piped`] (a local process) or by feeding the [`Output`] of
+//! [`Worker::wire`] itself (an attached container).
+
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+
+use crate::env::Env;
+use crate::error::RunnerError;
+use crate::protocol::Answer;
+use crate::runtime::Limits;
+
+/// Beyond this much log, the older half is dropped: a chatty function must not exhaust
+/// the server's memory.
+const LOG_MAX: usize = 4 << 20;
+/// How much of the log is kept when it is cut.
+const LOG_KEEP: usize = 2 << 20;
+
+/// What makes two workers interchangeable: the environment and the limits they were
+/// started with. The pool keeps warm workers by this key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct WorkerKey {
+    pub env: String,
+    pub memory_bytes: Option<u64>,
+    pub cpus_milli: Option<u32>,
+}
+
+/// Starts and stops the workers of one kind of runtime. Everything else (the pool, the
+/// exchange of an invocation, timeouts, logs, outcomes) is shared by `PooledRuntime`.
+#[async_trait::async_trait]
+pub trait Launcher: Send + Sync + 'static {
+    /// What the launcher holds of a running worker: a container id, a child process.
+    type Handle: Send + 'static;
+
+    /// The runtime's name, as `Runtime::name` gives it.
+    const NAME: &'static str;
+    /// What one worker is called in messages (`container`, `worker`).
+    const NOUN: &'static str;
+    /// The first words of the error when a new worker never says it is ready.
+    const NOT_STARTED: &'static str;
+    /// How long a new worker may take to say it is ready.
+    const READY_TIMEOUT: Duration;
+
+    /// The pool a worker for `env` and `limits` belongs to.
+    fn key(&self, env: &Env, limits: &Limits) -> WorkerKey {
+        WorkerKey {
+            env: env.key.clone(),
+            memory_bytes: limits.memory_bytes,
+            cpus_milli: limits.cpus_milli,
+        }
+    }
+
+    /// Starts a worker for `env` within `limits`, with a folder of its own; the caller
+    /// waits for it to say it is ready.
+    async fn start(&self, env: &Env, limits: &Limits) -> Result<Worker<Self::Handle>, RunnerError>;
+
+    /// Stops a worker and removes its folder.
+    async fn stop(&self, worker: Worker<Self::Handle>);
+
+    /// Why a worker whose output ended stopped (out of memory, an exit status...).
+    async fn why_dead(&self, handle: &mut Self::Handle) -> String;
+
+    /// Where a worker sees `dir`, its folder on this host (there, unless mounted
+    /// elsewhere).
+    fn worker_path(&self, dir: &Path) -> PathBuf {
+        dir.to_path_buf()
+    }
+
+    /// Where workers see the code snapshots when that is not where they are on this
+    /// host: `(on this host, in the worker)`.
+    fn code_paths(&self) -> Option<(&Path, &Path)> {
+        None
+    }
+
+    /// Makes an invocation's folder, just moved into a worker's folder, usable by the
+    /// worker (a container's user must be able to write into it, say).
+    fn hand_over(&self, _inside: &Path) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    /// A line about the runtime's state, given how many workers are alive (idle or
+    /// busy) and how many of them wait warm.
+    fn describe(&self, live: usize, idle: usize) -> String;
+
+    /// Removes whatever the launcher made besides the pool's workers.
+    async fn shutdown(&self) {}
+}
+
+/// A running worker, idle in the pool or checked out for a call.
+pub struct Worker<H> {
+    /// The launcher's handle on the worker.
+    pub handle: H,
+    /// The worker's folder on this host; an invocation's folder moves in for the call.
+    pub dir: PathBuf,
+    input: Pin<Box<dyn AsyncWrite + Send>>,
+    answers: mpsc::UnboundedReceiver<String>,
+    log: Log,
+    ended: Arc<AtomicBool>,
+    /// The pool's slot, held for as long as the worker lives.
+    pub(crate) permit: Option<OwnedSemaphorePermit>,
+}
+
+impl<H> std::fmt::Debug for Worker<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker").field("dir", &self.dir).finish()
+    }
+}
+
+impl<H> Worker<H> {
+    /// A worker whose stdin is `input`; the launcher feeds what the worker prints into
+    /// the returned [`Output`].
+    pub fn wire(
+        handle: H,
+        dir: PathBuf,
+        input: Pin<Box<dyn AsyncWrite + Send>>,
+    ) -> (Worker<H>, Output) {
+        let (tx, answers) = mpsc::unbounded_channel();
+        let log = Log::default();
+        let ended = Arc::new(AtomicBool::new(false));
+        let output = Output {
+            answers: Answers {
+                pending: Vec::new(),
+                tx,
+                ended: ended.clone(),
+            },
+            log: LogSink {
+                pending: Vec::new(),
+                log: log.clone(),
+            },
+        };
+        let worker = Worker {
+            handle,
+            dir,
+            input,
+            answers,
+            log,
+            ended,
+            permit: None,
+        };
+        (worker, output)
+    }
+
+    /// A worker whose stdin, stdout and stderr are pipes (a local process, say): two
+    /// tasks read its stdout and stderr for as long as they stay open.
+    pub fn piped(
+        handle: H,
+        dir: PathBuf,
+        stdin: impl AsyncWrite + Send + 'static,
+        stdout: impl AsyncRead + Send + Unpin + 'static,
+        stderr: impl AsyncRead + Send + Unpin + 'static,
+    ) -> Worker<H> {
+        let (worker, output) = Worker::wire(handle, dir, Box::pin(stdin));
+        let Output {
+            mut answers,
+            mut log,
+        } = output;
+        tokio::spawn(async move {
+            pump(stdout, |bytes| answers.push(bytes)).await;
+            answers.end();
+        });
+        tokio::spawn(async move {
+            pump(stderr, |bytes| log.push(bytes)).await;
+            log.end();
+        });
+        worker
+    }
+
+    /// Whether the worker's output ended: it is gone.
+    pub(crate) fn ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
+    /// Waits for the harness's first line, which says that it is ready.
+    pub(crate) async fn ready(&mut self, timeout: Duration) -> bool {
+        match tokio::time::timeout(timeout, self.answers.recv()).await {
+            Ok(Some(line)) => {
+                serde_json::from_str::<Answer>(&line).is_ok_and(|a| a.ready == Some(true))
+            }
+            _ => false,
+        }
+    }
+
+    /// Writes one request line to the worker's stdin.
+    pub(crate) async fn send(&mut self, line: &str) -> std::io::Result<()> {
+        self.input.write_all(line.as_bytes()).await?;
+        self.input.flush().await
+    }
+
+    /// The answer to invocation `id`, or `None` when the worker's output ended first.
+    pub(crate) async fn answer(&mut self, id: &str) -> Option<String> {
+        // Skip stray lines (say, from a process the function forked) until our answer.
+        loop {
+            let line = self.answers.recv().await?;
+            if serde_json::from_str::<Answer>(&line).is_ok_and(|a| a.id.as_deref() == Some(id)) {
+                return Some(line);
+            }
+        }
+    }
+
+    /// The worker's log so far.
+    pub(crate) fn log(&self) -> &Log {
+        &self.log
+    }
+}
+
+/// The receiving ends of a worker's stdout and stderr, which its launcher feeds.
+#[derive(Debug)]
+pub struct Output {
+    pub answers: Answers,
+    pub log: LogSink,
+}
+
+impl Output {
+    /// The worker's output ended: the rest of the log is kept, then the worker counts as
+    /// gone.
+    pub fn end(self) {
+        self.log.end();
+        self.answers.end();
+    }
+}
+
+/// Turns a worker's stdout into answer lines. Dropping it marks the worker as gone.
+#[derive(Debug)]
+pub struct Answers {
+    pending: Vec<u8>,
+    tx: mpsc::UnboundedSender<String>,
+    ended: Arc<AtomicBool>,
+}
+
+impl Answers {
+    /// Takes bytes of stdout; each complete line becomes an answer.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.pending.extend_from_slice(bytes);
+        while let Some(i) = self.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=i).collect();
+            let _ = self
+                .tx
+                .send(String::from_utf8_lossy(&line).trim_end().to_string());
+        }
+    }
+
+    /// Stdout ended.
+    pub fn end(self) {}
+}
+
+impl Drop for Answers {
+    fn drop(&mut self) {
+        if !self.pending.is_empty() {
+            let rest = std::mem::take(&mut self.pending);
+            let _ = self
+                .tx
+                .send(String::from_utf8_lossy(&rest).trim_end().to_string());
+        }
+        self.ended.store(true, Ordering::Release);
+    }
+}
+
+/// Turns a worker's stderr into its log, a line at a time.
+#[derive(Debug)]
+pub struct LogSink {
+    pending: Vec<u8>,
+    log: Log,
+}
+
+impl LogSink {
+    /// Takes bytes of stderr; complete lines go to the log.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.pending.extend_from_slice(bytes);
+        if let Some(i) = self.pending.iter().rposition(|b| *b == b'\n') {
+            let lines: Vec<u8> = self.pending.drain(..=i).collect();
+            self.log.push(&String::from_utf8_lossy(&lines));
+        }
+    }
+
+    /// Stderr ended.
+    pub fn end(self) {}
+}
+
+impl Drop for LogSink {
+    fn drop(&mut self) {
+        if !self.pending.is_empty() {
+            let rest = std::mem::take(&mut self.pending);
+            self.log.push(&String::from_utf8_lossy(&rest));
+        }
+    }
+}
+
+/// What a worker wrote to stderr over its life, bounded; a call's part of it is the
+/// slice from the length it had when the call began.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Log(Arc<Mutex<String>>);
+
+impl Log {
+    fn push(&self, text: &str) {
+        let mut l = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        l.push_str(text);
+        if l.len() > LOG_MAX {
+            let cut = l.len() - LOG_KEEP;
+            let cut = (cut..l.len())
+                .find(|i| l.is_char_boundary(*i))
+                .unwrap_or(l.len());
+            l.replace_range(..cut, "[... earlier output dropped ...]\n");
+        }
+    }
+
+    /// How long the log is now.
+    pub(crate) fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// The log from `start` on (empty if it was cut since).
+    pub(crate) fn since(&self, start: usize) -> String {
+        let l = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        l.get(start..).unwrap_or_default().to_string()
+    }
+}
+
+/// Reads `from` until it ends, handing each chunk to `to`.
+async fn pump(mut from: impl AsyncRead + Unpin, mut to: impl FnMut(&[u8])) {
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => to(&buf[..n]),
+        }
+    }
+}
+
+/// The last `lines` lines of `text`.
+pub(crate) fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn output_becomes_answer_lines_and_a_log() {
+        let (mut w, mut out) = Worker::wire((), PathBuf::new(), Box::pin(tokio::io::sink()));
+        out.answers.push(b"{\"ready\": tr");
+        out.answers
+            .push(b"ue}\r\n{\"id\": \"a\", \"ok\": true, \"rows\": 1}\nstray\n");
+        out.log.push(b"one\ntw");
+        assert_eq!(w.log().since(0), "one\n");
+        assert!(w.ready(Duration::from_secs(1)).await);
+        assert_eq!(
+            w.answer("a").await.as_deref(),
+            Some("{\"id\": \"a\", \"ok\": true, \"rows\": 1}")
+        );
+        assert!(!w.ended());
+        out.end();
+        assert_eq!(w.log().since(4), "tw");
+        assert!(w.ended());
+        assert_eq!(w.answer("b").await, None, "a stray line is not an answer");
+    }
+
+    #[test]
+    fn the_log_keeps_its_newest_part() {
+        let log = Log::default();
+        let line = format!("{}\n", "x".repeat(1023));
+        for _ in 0..(LOG_MAX / line.len() + 1) {
+            log.push(&line);
+        }
+        let text = log.since(0);
+        assert!(text.starts_with("[... earlier output dropped ...]\n"));
+        assert!(text.len() <= LOG_KEEP + 64);
+    }
+}

@@ -6,7 +6,7 @@
 
 use sqlx::AnyPool;
 
-use crate::error::{Error, Kind, Result};
+use crate::error::{Code, Error, Kind, Result};
 
 /// Connects to the catalog's database URL (`sqlite:PATH` or `postgres://...`) and runs
 /// the migrations.
@@ -34,5 +34,9 @@ pub async fn open(url: &str) -> Result<AnyPool> {
 
 /// A failed query of the server's tables.
 pub fn failed(what: &str, e: sqlx::Error) -> Error {
-    Error::new(Kind::Unavailable, "storage", format!("{what} failed: {e}"))
+    Error::new(
+        Kind::Unavailable,
+        Code::Storage,
+        format!("{what} failed: {e}"),
+    )
 }

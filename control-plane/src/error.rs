@@ -1,6 +1,7 @@
 //! The server's error: a kind (which the HTTP layer, and only it, turns into a status
-//! code), a stable code for scripts, a message, an optional hint, and the conflicting
-//! tables when there are some.
+//! code), a stable [`Code`] for scripts and for code that decides by the failure, a
+//! message, an optional hint, the conflicting tables when there are some, and the
+//! underlying error it came from.
 
 use std::fmt;
 
@@ -23,49 +24,186 @@ pub enum Kind {
     Internal,
 }
 
+/// Declares [`Code`] with the stable name each variant has on the wire.
+macro_rules! codes {
+    ($($variant:ident = $name:literal,)*) => {
+        /// What failed, as a stable identifier: the `kind` of the API's error body, and
+        /// what code matches on (never the message). The catalog's error kinds keep
+        /// their own names.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Code {
+            $($variant,)*
+        }
+
+        impl Code {
+            /// The name on the wire (`ref_not_found`, `sql_error`, ...).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Code::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    AlreadyExists = "already_exists",
+    AmbiguousRef = "ambiguous_ref",
+    AmbiguousRun = "ambiguous_run",
+    BadEnvironment = "bad_environment",
+    BadFilter = "bad_filter",
+    BadInput = "bad_input",
+    BadInputFile = "bad_input_file",
+    BadParameter = "bad_parameter",
+    BadProjectArchive = "bad_project_archive",
+    BadRequest = "bad_request",
+    BadSchema = "bad_schema",
+    CodeNotFound = "code_not_found",
+    CommitFailed = "commit_failed",
+    CommitStateUnknown = "commit_state_unknown",
+    Conflict = "conflict",
+    Contention = "contention",
+    Corrupt = "corrupt",
+    Duckdb = "duckdb",
+    EnvironmentFailed = "environment_failed",
+    Forbidden = "forbidden",
+    GcEnabled = "gc_enabled",
+    GcRunning = "gc_running",
+    GcUnreadable = "gc_unreadable",
+    GraceTooShort = "grace_too_short",
+    Iceberg = "iceberg",
+    Internal = "internal",
+    Interrupted = "interrupted",
+    InvalidArgument = "invalid_argument",
+    InvalidName = "invalid_name",
+    InvalidParameter = "invalid_parameter",
+    InvalidProject = "invalid_project",
+    InvalidUpdate = "invalid_update",
+    Io = "io",
+    NamespaceNotEmpty = "namespace_not_empty",
+    NamespaceNotFound = "namespace_not_found",
+    NoFiles = "no_files",
+    NodeNotFound = "node_not_found",
+    NotABranch = "not_a_branch",
+    NotAllowed = "not_allowed",
+    NotRunning = "not_running",
+    OutsideWarehouse = "outside_warehouse",
+    PrefixNotFound = "prefix_not_found",
+    PropertyConflict = "property_conflict",
+    ReadOnly = "read_only",
+    ReadOnlyRef = "read_only_ref",
+    RefConflict = "ref_conflict",
+    RefNotFound = "ref_not_found",
+    RequirementFailed = "requirement_failed",
+    ResultTooLarge = "result_too_large",
+    RunNotFound = "run_not_found",
+    RuntimeFailed = "runtime_failed",
+    SchemaMismatch = "schema_mismatch",
+    ShuttingDown = "shutting_down",
+    SnapshotsKept = "snapshots_kept",
+    SqlError = "sql_error",
+    StillRunning = "still_running",
+    Storage = "storage",
+    TableNotFound = "table_not_found",
+    Timeout = "timeout",
+    UnknownFormat = "unknown_format",
+    UnknownParameter = "unknown_parameter",
+    UnreadableMetadata = "unreadable_metadata",
+    UnsupportedFunction = "unsupported_function",
+    UnsupportedTable = "unsupported_table",
+    UnsupportedType = "unsupported_type",
+    UnsupportedWarehouse = "unsupported_warehouse",
+    UploadFailed = "upload_failed",
+    UploadNotFound = "upload_not_found",
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Tests and logs compare a code with its wire name.
+impl PartialEq<&str> for Code {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl From<lh_catalog::ErrorKind> for Code {
+    fn from(kind: lh_catalog::ErrorKind) -> Code {
+        use lh_catalog::ErrorKind as K;
+        match kind {
+            K::RefNotFound => Code::RefNotFound,
+            K::TableNotFound => Code::TableNotFound,
+            K::AlreadyExists => Code::AlreadyExists,
+            K::InvalidName => Code::InvalidName,
+            K::InvalidArgument => Code::InvalidArgument,
+            K::AmbiguousRef => Code::AmbiguousRef,
+            K::Conflict => Code::Conflict,
+            K::RefConflict => Code::RefConflict,
+            K::NotAllowed => Code::NotAllowed,
+            K::Contention => Code::Contention,
+            K::Storage => Code::Storage,
+            K::Corrupt => Code::Corrupt,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Error {
     pub kind: Kind,
-    /// A stable identifier (`ref_not_found`, `sql_error`, ...).
-    pub code: &'static str,
+    pub code: Code,
     pub message: String,
     pub hint: Option<String>,
     pub conflicts: Vec<TableConflict>,
+    /// The error this one came from (a catalog, DuckDB, Iceberg or I/O error).
+    pub source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    pub fn new(kind: Kind, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(kind: Kind, code: Code, message: impl Into<String>) -> Self {
         Error {
             kind,
             code,
             message: message.into(),
             hint: None,
             conflicts: Vec::new(),
+            source: None,
         }
     }
 
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn bad_request(code: Code, message: impl Into<String>) -> Self {
         Error::new(Kind::BadRequest, code, message)
     }
 
-    pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn not_found(code: Code, message: impl Into<String>) -> Self {
         Error::new(Kind::NotFound, code, message)
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
-        Error::new(Kind::Internal, "internal", message)
+        Error::new(Kind::Internal, Code::Internal, message)
     }
 
     /// A catalog failure that may have happened after a commit landed (the database
     /// was lost mid-transaction): what the commit points at must not be removed.
     pub fn commit_state_unknown(&self) -> bool {
-        self.code == lh_catalog::ErrorKind::Storage.as_str()
+        self.code == Code::Storage
     }
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
+        self
+    }
+
+    /// Keeps the error this one came from.
+    pub fn with_source(
+        mut self,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        self.source = Some(source.into());
         self
     }
 }
@@ -76,7 +214,13 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 pub(crate) fn pointer(p: &lh_catalog::TablePointer) -> lh_api::TablePointer {
     lh_api::TablePointer {
@@ -125,28 +269,29 @@ impl From<lh_catalog::Error> for Error {
             .collect();
         Error {
             kind,
-            code: e.kind().as_str(),
+            code: e.kind().into(),
             message: e.message().to_string(),
             hint,
             conflicts,
+            source: Some(Box::new(e)),
         }
     }
 }
 
 impl From<iceberg::Error> for Error {
     fn from(e: iceberg::Error) -> Self {
-        Error::new(Kind::Internal, "iceberg", format!("Iceberg: {e}"))
+        Error::new(Kind::Internal, Code::Iceberg, format!("Iceberg: {e}")).with_source(e)
     }
 }
 
 impl From<duckdb::Error> for Error {
     fn from(e: duckdb::Error) -> Self {
-        Error::new(Kind::Internal, "duckdb", format!("DuckDB: {e}"))
+        Error::new(Kind::Internal, Code::Duckdb, format!("DuckDB: {e}")).with_source(e)
     }
 }
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
-        Error::new(Kind::Internal, "io", format!("I/O: {e}"))
+        Error::new(Kind::Internal, Code::Io, format!("I/O: {e}")).with_source(e)
     }
 }

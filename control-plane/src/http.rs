@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use lh_api::{ErrorBody, ErrorDetail};
 
-use crate::error::{Error, Kind};
+use crate::error::{Code, Error, Kind};
 
 /// The HTTP status of an error kind, on either surface.
 pub fn status(kind: Kind) -> StatusCode {
@@ -45,7 +45,7 @@ impl IntoResponse for ApiError {
         let e = self.0;
         let status = status(e.kind);
         let message = if status.is_server_error() {
-            tracing::error!(code = e.code, message = %e.message, "request failed");
+            tracing::error!(code = e.code.as_str(), message = %e.message, "request failed");
             match e.kind {
                 Kind::Internal => {
                     "internal server error; the server log has the details".to_string()
@@ -83,18 +83,18 @@ pub type IcebergResult<T> = Result<T, IcebergError>;
 /// by code.
 fn iceberg_type(e: &Error) -> &'static str {
     match (e.kind, e.code) {
-        (Kind::NotFound, "table_not_found") => "NoSuchTableException",
-        (Kind::NotFound, "namespace_not_found") => "NoSuchNamespaceException",
-        (Kind::NotFound, "prefix_not_found") => "NoSuchReferenceException",
+        (Kind::NotFound, Code::TableNotFound) => "NoSuchTableException",
+        (Kind::NotFound, Code::NamespaceNotFound) => "NoSuchNamespaceException",
+        (Kind::NotFound, Code::PrefixNotFound) => "NoSuchReferenceException",
         (Kind::NotFound, _) => "NotFoundException",
-        (Kind::Conflict, "already_exists") => "AlreadyExistsException",
-        (Kind::Conflict, "namespace_not_empty") => "NamespaceNotEmptyException",
+        (Kind::Conflict, Code::AlreadyExists) => "AlreadyExistsException",
+        (Kind::Conflict, Code::NamespaceNotEmpty) => "NamespaceNotEmptyException",
         (Kind::Conflict, _) => "CommitFailedException",
         (Kind::BadRequest, _) => "BadRequestException",
         (Kind::Forbidden, _) => "ForbiddenException",
         (Kind::Unprocessable, _) => "UnprocessableEntityException",
         (Kind::Unavailable, _) => "ServiceUnavailableException",
-        (Kind::Internal, "commit_state_unknown") => "CommitStateUnknownException",
+        (Kind::Internal, Code::CommitStateUnknown) => "CommitStateUnknownException",
         (Kind::Internal | Kind::Timeout | Kind::TooLarge, _) => "ServerError",
     }
 }
@@ -104,7 +104,7 @@ impl IntoResponse for IcebergError {
         let e = self.0;
         let status = status(e.kind);
         if status.is_server_error() {
-            tracing::error!(code = e.code, message = %e.message, "Iceberg REST request failed");
+            tracing::error!(code = e.code.as_str(), message = %e.message, "Iceberg REST request failed");
         }
         let body = serde_json::json!({
             "error": { "message": e.message, "type": iceberg_type(&e), "code": status.as_u16() }

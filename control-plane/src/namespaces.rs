@@ -9,7 +9,7 @@ use chrono::Utc;
 use lh_catalog::{Catalog, Commit};
 use sqlx::{AnyPool, Row};
 
-use crate::error::{Error, Kind, Result};
+use crate::error::{Code, Error, Kind, Result};
 
 /// A namespace's properties.
 pub type Properties = BTreeMap<String, String>;
@@ -26,7 +26,7 @@ fn db(e: sqlx::Error) -> Error {
 /// The error for a namespace that is not there.
 pub fn not_found(name: &str) -> Error {
     Error::not_found(
-        "namespace_not_found",
+        Code::NamespaceNotFound,
         format!("namespace '{name}' does not exist"),
     )
 }
@@ -62,7 +62,7 @@ impl Namespaces {
         if self.at(commit).await?.contains_key(name) || !self.insert(name, properties).await? {
             return Err(Error::new(
                 Kind::Conflict,
-                "already_exists",
+                Code::AlreadyExists,
                 format!("namespace '{name}' already exists"),
             ));
         }
@@ -81,7 +81,7 @@ impl Namespaces {
         if inside {
             return Err(Error::new(
                 Kind::Conflict,
-                "namespace_not_empty",
+                Code::NamespaceNotEmpty,
                 format!("namespace '{name}' is not empty at '{at}'"),
             ));
         }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use iceberg::io::FileIO;
 use uuid::Uuid;
 
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 
 #[derive(Debug, Clone)]
 pub struct Warehouse {
@@ -27,7 +27,7 @@ impl Warehouse {
             Some(p) => PathBuf::from(p),
             None if location.contains("://") => {
                 return Err(Error::bad_request(
-                    "unsupported_warehouse",
+                    Code::UnsupportedWarehouse,
                     format!(
                         "unsupported warehouse '{location}': use a local folder (file:///path)"
                     ),

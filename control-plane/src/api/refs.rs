@@ -11,7 +11,7 @@ use lh_api::{
 use lh_catalog::{CommitMeta, LogQuery, MergeOptions};
 
 use super::params::query_pairs;
-use crate::error::{Error, pointer};
+use crate::error::{Code, Error, pointer};
 use crate::http::{ApiResult, author};
 use crate::state::AppState;
 
@@ -135,7 +135,7 @@ async fn delete_ref(
         Some("branch") | None => s.catalog.delete_branch(&name, expected).await?,
         Some(other) => {
             return Err(Error::bad_request(
-                "invalid_argument",
+                Code::InvalidArgument,
                 format!("unknown ref kind '{other}'"),
             )
             .into());
@@ -176,14 +176,17 @@ async fn log(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<Json
             "ref" => at = v,
             "limit" => {
                 query.limit = v.parse().map_err(|_| {
-                    Error::bad_request("invalid_argument", format!("limit '{v}' is not a number"))
+                    Error::bad_request(
+                        Code::InvalidArgument,
+                        format!("limit '{v}' is not a number"),
+                    )
                 })?
             }
             "page_token" => query.page_token = Some(v),
             "property" => {
                 let (pk, pv) = v.split_once('=').ok_or_else(|| {
                     Error::bad_request(
-                        "invalid_argument",
+                        Code::InvalidArgument,
                         format!("property filter '{v}' is not KEY=VALUE"),
                     )
                 })?;
@@ -221,7 +224,9 @@ async fn diff(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<Jso
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.clone())
-            .ok_or_else(|| Error::bad_request("invalid_argument", format!("'{key}' is required")))
+            .ok_or_else(|| {
+                Error::bad_request(Code::InvalidArgument, format!("'{key}' is required"))
+            })
     };
     let (from, to) = (get("from")?, get("to")?);
     let a = s.catalog.resolve(&from).await?;

@@ -7,7 +7,7 @@ use axum::{Json, Router};
 use lh_api::{PlanResponse, RerunRequest, RunInfo, RunList, RunRequest};
 
 use super::params::query_pairs;
-use crate::error::Error;
+use crate::error::{Code, Error};
 use crate::http::{ApiResult, author};
 use crate::runs::RunStart;
 use crate::state::AppState;
@@ -27,7 +27,7 @@ pub fn router() -> Router<AppState> {
 async fn code_of(s: &AppState, upload: &str) -> Result<String, Error> {
     if upload.is_empty() || !upload.chars().all(|c| c.is_ascii_hexdigit()) {
         return Err(Error::bad_request(
-            "invalid_argument",
+            Code::InvalidArgument,
             format!("bad upload id '{upload}'"),
         ));
     }
@@ -38,7 +38,7 @@ async fn code_of(s: &AppState, upload: &str) -> Result<String, Error> {
         .and_then(|e| e.ok())
         .map(|e| e.path())
         .ok_or_else(|| {
-            Error::not_found("upload_not_found", format!("upload '{upload}' not found"))
+            Error::not_found(Code::UploadNotFound, format!("upload '{upload}' not found"))
         })?;
     let hash = s.runs.store_code(file).await;
     let _ = tokio::fs::remove_dir_all(&dir).await;

@@ -15,7 +15,7 @@ use lh_api::{
 use tokio::io::AsyncWriteExt;
 
 use super::params::query_pairs;
-use crate::error::{Error, pointer};
+use crate::error::{Code, Error, pointer};
 use crate::http::{ApiResult, author};
 use crate::state::AppState;
 use crate::tables::write::{self as import, ImportJob};
@@ -139,7 +139,7 @@ async fn upload(
         Err(e) => {
             let _ = tokio::fs::remove_dir_all(&dir).await;
             Err(Error::bad_request(
-                "upload_failed",
+                Code::UploadFailed,
                 format!("the upload of '{name}' failed: {e}"),
             )
             .into())
@@ -182,7 +182,7 @@ async fn import_files(
     for id in &req.uploads {
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_hexdigit()) {
             return Err(
-                Error::bad_request("invalid_argument", format!("bad upload id '{id}'")).into(),
+                Error::bad_request(Code::InvalidArgument, format!("bad upload id '{id}'")).into(),
             );
         }
         let dir = import::upload_dir(&s.uploads, id);
@@ -195,7 +195,7 @@ async fn import_files(
             Some(f) => files.push(f),
             None => {
                 return Err(Error::not_found(
-                    "upload_not_found",
+                    Code::UploadNotFound,
                     format!("upload '{id}' not found (uploads are kept until imported)"),
                 )
                 .into());
@@ -224,7 +224,7 @@ async fn import_files(
                 Some(f) if formats.iter().all(|x| *x == Some(f)) => f,
                 _ => {
                     return Err(Error::bad_request(
-                        "unknown_format",
+                        Code::UnknownFormat,
                         format!("cannot tell the format of {}: expected .csv, .parquet or .json (.ndjson, .jsonl), all alike", names.join(", ")),
                     )
                     .with_hint("give it with --format csv|parquet|json")

@@ -34,7 +34,7 @@ use lh_catalog::{Commit, CommitId};
 use tokio::sync::Semaphore;
 
 use crate::duck::{self, DuckLimits, quote_ident};
-use crate::error::{Error, Kind, Result};
+use crate::error::{Code, Error, Kind, Result};
 use crate::tables::Tables;
 use commits::{CommitCatalog, Session, View, connect};
 use sql::TableRef;
@@ -118,7 +118,7 @@ impl QueryEngine {
         let catalog = self.commit_catalog(&commit.id)?;
         let missing = |_: &str| {
             Error::not_found(
-                "table_not_found",
+                Code::TableNotFound,
                 format!("input table '{table}' not found"),
             )
         };
@@ -146,7 +146,7 @@ impl QueryEngine {
         let analysis = self.analyze(&sql).await?;
         if analysis.tables.iter().any(|t| t != &parts) {
             return Err(Error::bad_request(
-                "bad_filter",
+                Code::BadFilter,
                 format!("the filter of input '{table}' may use only that table's columns"),
             ));
         }
@@ -208,7 +208,7 @@ impl QueryEngine {
         let _permit = self.permits.acquire().await.map_err(|_| {
             Error::new(
                 Kind::Unavailable,
-                "shutting_down",
+                Code::ShuttingDown,
                 "the server is shutting down",
             )
         })?;
@@ -231,7 +231,7 @@ impl QueryEngine {
 
         let missing = |name: &str| {
             Error::not_found(
-                "table_not_found",
+                Code::TableNotFound,
                 format!("table '{name}' not found at '{at}'"),
             )
             .with_hint(format!("`lh table ls --ref {at}` lists the tables"))
@@ -251,7 +251,7 @@ impl QueryEngine {
                 handle.interrupt();
                 Err(Error::new(
                     Kind::Timeout,
-                    "timeout",
+                    Code::Timeout,
                     format!(
                         "the query ran past its timeout of {} ms and was stopped",
                         timeout.as_millis()
@@ -302,7 +302,7 @@ impl QueryEngine {
                 let dotted = parts.join(".");
                 let (ns, table) = dotted.rsplit_once('.').unwrap_or(("", ""));
                 return Err(Error::bad_request(
-                    "sql_error",
+                    Code::SqlError,
                     format!("'{dotted}' names a catalog; lh tables are namespace.table"),
                 )
                 .with_hint(format!(
@@ -366,7 +366,7 @@ fn execute(
         if bytes > max_bytes {
             return Err(Error::new(
                 Kind::TooLarge,
-                "result_too_large",
+                Code::ResultTooLarge,
                 format!("the result is larger than the limit of {max_bytes} bytes"),
             )
             .with_hint(
@@ -382,17 +382,21 @@ fn execute(
 }
 
 fn input_error(table: &str, e: duckdb::Error) -> Error {
-    Error::bad_request("bad_input", format!("cannot read input '{table}': {e}"))
+    Error::bad_request(Code::BadInput, format!("cannot read input '{table}': {e}"))
 }
 
 fn sql_error(e: duckdb::Error) -> Error {
     let text = e.to_string();
     if text.contains("INTERRUPT") || text.contains("Interrupted") {
-        return Error::new(Kind::Timeout, "interrupted", "the query was interrupted");
+        return Error::new(
+            Kind::Timeout,
+            Code::Interrupted,
+            "the query was interrupted",
+        );
     }
     if text.contains("Loading external extensions is disabled") {
         return Error::bad_request(
-            "unsupported_function",
+            Code::UnsupportedFunction,
             format!(
                 "the query needs a DuckDB extension, which lh's sandboxed DuckDB does not \
                  load: {text}"
@@ -405,14 +409,14 @@ fn sql_error(e: duckdb::Error) -> Error {
         );
     }
     if text.contains("Permission Error") || text.contains("disabled by configuration") {
-        return Error::bad_request("forbidden", format!("not allowed: {text}")).with_hint(
+        return Error::bad_request(Code::Forbidden, format!("not allowed: {text}")).with_hint(
             "queries read lh tables only; files, extensions and settings are off limits",
         );
     }
     let hint = text
         .contains("does not exist")
         .then(|| "tables are named namespace.table; `lh table ls` lists them".to_string());
-    let mut err = Error::bad_request("sql_error", format!("SQL error: {text}"));
+    let mut err = Error::bad_request(Code::SqlError, format!("SQL error: {text}"));
     err.hint = hint;
     err
 }

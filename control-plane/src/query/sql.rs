@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 
 /// A table the query names: its dotted name parts, lowercased (`["raw", "orders"]`).
 pub type TableRef = Vec<String>;
@@ -32,11 +32,11 @@ pub fn analyze(serialized: &str) -> Result<Analysis> {
             .unwrap_or("cannot parse the query");
         return Err(match kind {
             "not implemented" => Error::bad_request(
-                "read_only",
+                Code::ReadOnly,
                 "only read-only queries (SELECT, DESCRIBE, SHOW, SUMMARIZE) are allowed",
             )
             .with_hint("change tables with `lh table import` or `lh run`"),
-            _ => Error::bad_request("sql_error", format!("SQL error: {msg}")),
+            _ => Error::bad_request(Code::SqlError, format!("SQL error: {msg}")),
         });
     }
     let statements = v
@@ -46,7 +46,7 @@ pub fn analyze(serialized: &str) -> Result<Analysis> {
         .unwrap_or(0);
     if statements != 1 {
         return Err(Error::bad_request(
-            "sql_error",
+            Code::SqlError,
             format!("expected one SQL statement, got {statements}"),
         ));
     }
@@ -83,7 +83,7 @@ fn walk(v: &Value, out: &mut Analysis) -> Result<()> {
             if m.get("type").and_then(Value::as_str) == Some("BASE_TABLE") {
                 if m.get("at_clause").is_some_and(|a| !a.is_null()) {
                     return Err(Error::bad_request(
-                        "sql_error",
+                        Code::SqlError,
                         "AT (...) time travel is not supported in SQL",
                     )
                     .with_hint("choose the commit with --ref (main@<hash>, main@<time>)"));

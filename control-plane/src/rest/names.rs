@@ -5,7 +5,7 @@
 use lh_catalog::Commit;
 
 use super::types::{TableIdent, bad_request};
-use crate::error::{Error, Kind};
+use crate::error::{Code, Error, Kind};
 use crate::http::IcebergResult;
 use crate::state::AppState;
 
@@ -21,7 +21,7 @@ pub async fn at(s: &AppState, prefix: &str) -> IcebergResult<At> {
     let resolved = s.catalog.resolve(&expr).await.map_err(|e| {
         let message = format!("{} (the catalog prefix is an lh ref)", e.message());
         match e.kind() {
-            lh_catalog::ErrorKind::RefNotFound => Error::not_found("prefix_not_found", message),
+            lh_catalog::ErrorKind::RefNotFound => Error::not_found(Code::PrefixNotFound, message),
             _ => bad_request(message),
         }
     })?;
@@ -38,7 +38,7 @@ pub async fn branch(s: &AppState, prefix: &str) -> IcebergResult<At> {
     if !a.writable {
         return Err(Error::new(
             Kind::Forbidden,
-            "read_only_ref",
+            Code::ReadOnlyRef,
             format!(
                 "'{}' is read-only (a tag or a fixed commit); write to a branch",
                 a.expr
@@ -69,7 +69,7 @@ pub fn ident_name(id: &TableIdent) -> IcebergResult<String> {
 
 pub fn no_table(name: &str, at: &str) -> Error {
     Error::not_found(
-        "table_not_found",
+        Code::TableNotFound,
         format!("table '{name}' does not exist at '{at}'"),
     )
 }

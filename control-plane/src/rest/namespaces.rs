@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 
 use super::names::{at, branch, namespace};
 use super::types::{Body, CreateNamespace, Params, ParentQuery, UpdateProperties, bad_request};
-use crate::error::{Error, Kind};
+use crate::error::{Code, Error, Kind};
 use crate::http::IcebergResult;
 use crate::namespaces::not_found;
 use crate::state::AppState;
@@ -106,7 +106,7 @@ pub async fn update_properties(
     if let Some(k) = req.removals.iter().find(|k| req.updates.contains_key(*k)) {
         return Err(Error::new(
             Kind::Unprocessable,
-            "property_conflict",
+            Code::PropertyConflict,
             format!("'{k}' is both updated and removed"),
         )
         .into());

@@ -16,7 +16,7 @@ use super::types::{
     Body, CommitTable, CommitTransaction, CreateTable, DropQuery, LoadTableResult, MetricsReport,
     Page, Params, Register, Rename, TableIdent, bad_request, loaded, served,
 };
-use crate::error::{Error, Kind};
+use crate::error::{Code, Error, Kind};
 use crate::http::{IcebergResult, author_or};
 use crate::state::AppState;
 use crate::tables::commit::{Base, Change, Committed, NewTable, Put, Transaction};
@@ -131,16 +131,16 @@ async fn commit(
 /// mid-transaction) is `CommitStateUnknownException`: clients must not delete what they
 /// wrote, and neither does the server.
 fn commit_failed(e: Error) -> Error {
-    if e.code == lh_catalog::ErrorKind::Conflict.as_str() {
+    if e.code == Code::Conflict {
         Error::new(
             Kind::Conflict,
-            "commit_failed",
+            Code::CommitFailed,
             format!("{}; retry", e.message),
         )
     } else if e.commit_state_unknown() {
         Error::new(
             Kind::Internal,
-            "commit_state_unknown",
+            Code::CommitStateUnknown,
             format!(
                 "the commit may or may not have landed: {}; load the table to see",
                 e.message
@@ -154,10 +154,10 @@ fn commit_failed(e: Error) -> Error {
 /// A create or registration that lost to another table of the same name.
 fn already_exists(name: &str) -> impl Fn(Error) -> Error + '_ {
     move |e| {
-        if e.code == lh_catalog::ErrorKind::Conflict.as_str() {
+        if e.code == Code::Conflict {
             Error::new(
                 Kind::Conflict,
-                "already_exists",
+                Code::AlreadyExists,
                 format!("table '{name}' already exists"),
             )
         } else {
@@ -278,7 +278,7 @@ pub async fn create_table(
     if s.catalog.table_in(&a.commit, &name).await?.is_some() {
         return Err(Error::new(
             Kind::Conflict,
-            "already_exists",
+            Code::AlreadyExists,
             format!("table '{name}' already exists at '{}'", a.expr),
         )
         .into());
@@ -388,7 +388,7 @@ pub async fn rename_table(
     if s.catalog.table_in(&a.commit, &to).await?.is_some() {
         return Err(Error::new(
             Kind::Conflict,
-            "already_exists",
+            Code::AlreadyExists,
             format!("table '{to}' already exists"),
         )
         .into());

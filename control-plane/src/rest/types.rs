@@ -10,13 +10,13 @@ use iceberg::spec::{Schema, SortOrder, TableMetadata, UnboundPartitionSpec};
 use iceberg::{TableRequirement, TableUpdate};
 use serde::{Deserialize, Serialize};
 
-use crate::error::Error;
+use crate::error::{Code, Error};
 use crate::http::{IcebergError, IcebergResult};
 use crate::tables::commit::GC_ENABLED;
 
 /// A malformed request, as the spec's 400.
 pub fn bad_request(message: impl Into<String>) -> Error {
-    Error::bad_request("bad_request", message)
+    Error::bad_request(Code::BadRequest, message)
 }
 
 /// A JSON body whose rejection (malformed JSON, an unknown requirement or update, a

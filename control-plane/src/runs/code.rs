@@ -5,7 +5,7 @@
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 
 /// The most a project may weigh: lh uploads code, not data.
 pub const MAX_PROJECT_BYTES: u64 = 64 << 20;
@@ -30,7 +30,7 @@ impl CodeStore {
         let p = self.root.join(hash);
         if hash.len() != 64 || !hash.chars().all(|c| c.is_ascii_hexdigit()) || !p.is_dir() {
             return Err(Error::not_found(
-                "code_not_found",
+                Code::CodeNotFound,
                 format!("no code snapshot {hash}"),
             ));
         }
@@ -43,7 +43,7 @@ impl CodeStore {
         let mut archive = tar::Archive::new(file);
         let mut files: Vec<(PathBuf, Vec<u8>)> = Vec::new();
         let mut total = 0u64;
-        let bad = |why: String| Error::bad_request("bad_project_archive", why);
+        let bad = |why: String| Error::bad_request(Code::BadProjectArchive, why);
         for entry in archive
             .entries()
             .map_err(|e| bad(format!("cannot read the project archive: {e}")))?

@@ -15,7 +15,7 @@ use super::project::{Lang, Materialize, NodeKind, Plan, PlanNode, Severity};
 use super::store::NodeRecord;
 use super::{RunService, RunStart, kind_name, lang_name};
 use crate::duck::quote_ident;
-use crate::error::{Error, Result, pointer};
+use crate::error::{Code, Error, Result, pointer};
 use crate::query::view::view_name;
 use crate::tables::write::{Source, WriteJob, write_table};
 
@@ -289,7 +289,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
             .await?
             .ok_or_else(|| {
                 Error::not_found(
-                    "table_not_found",
+                    Code::TableNotFound,
                     format!("input '{}' is not on the run's branch", inp.table),
                 )
             })?;
@@ -347,7 +347,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
     let env_key = match &node.lang {
         Lang::Python { env, .. } => Some(
             env.key()
-                .map_err(|e| Error::bad_request("bad_environment", e.to_string()))?,
+                .map_err(|e| Error::bad_request(Code::BadEnvironment, e.to_string()))?,
         ),
         Lang::Sql { .. } => None,
     };
@@ -570,7 +570,7 @@ async fn invoke_in(
     let started = std::time::Instant::now();
     let (env, built) = svc.envs.get(env).await.map_err(|e| {
         Error::bad_request(
-            "environment_failed",
+            Code::EnvironmentFailed,
             format!("cannot build the Python environment: {e}"),
         )
     })?;
@@ -615,7 +615,7 @@ async fn invoke_in(
         .invoke(&env, &node.lang.limits(), &shared.code_root, work, inv)
         .await
         .map_err(|e| {
-            Error::bad_request("runtime_failed", format!("cannot run the function: {e}"))
+            Error::bad_request(Code::RuntimeFailed, format!("cannot run the function: {e}"))
         })?;
     rec.log.push_str(&result.log);
     Ok(result.outcome)

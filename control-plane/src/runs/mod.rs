@@ -25,7 +25,7 @@ use lh_catalog::Catalog;
 use lh_runner::{EnvCache, Runtime};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{Error, Kind, Result};
+use crate::error::{Code, Error, Kind, Result};
 use crate::query::QueryEngine;
 use crate::tables::Tables;
 use crate::tables::write::ImportContext;
@@ -280,7 +280,7 @@ impl RunService {
                 let run = self.store.get(&id).await?.0;
                 return Err(Error::new(
                     Kind::Conflict,
-                    "not_running",
+                    Code::NotRunning,
                     format!(
                         "run {} is not running (it {})",
                         short(&id),
@@ -315,7 +315,7 @@ impl RunService {
         if old.status == RunStatus::Running {
             return Err(Error::new(
                 Kind::Conflict,
-                "still_running",
+                Code::StillRunning,
                 format!("run {} is still running", short(&id)),
             ));
         }

@@ -11,7 +11,7 @@ use lh_catalog::Commit;
 use lh_runner::{EnvSpec, Limits};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 use crate::query::QueryEngine;
 use crate::tables::Tables;
 
@@ -221,7 +221,7 @@ fn invalid(problems: Vec<String>) -> Error {
         msg.push_str("\n  ");
         msg.push_str(p);
     }
-    Error::bad_request("invalid_project", msg)
+    Error::bad_request(Code::InvalidProject, msg)
 }
 
 /// Reads `lh_project.yml` of the project at `root`.
@@ -229,7 +229,7 @@ pub fn read_project_file(root: &Path) -> Result<ProjectFile> {
     let path = root.join(PROJECT_FILE);
     let text = std::fs::read_to_string(&path).map_err(|_| {
         Error::bad_request(
-            "invalid_project",
+            Code::InvalidProject,
             format!("not an lh project: there is no {PROJECT_FILE}"),
         )
         .with_hint("a project folder holds lh_project.yml, Python files and SQL files")
@@ -354,7 +354,10 @@ pub fn resolve_params(
         }
     }
     if !problems.is_empty() {
-        return Err(Error::bad_request("invalid_parameter", problems.join("; ")));
+        return Err(Error::bad_request(
+            Code::InvalidParameter,
+            problems.join("; "),
+        ));
     }
     Ok(out)
 }
@@ -767,7 +770,7 @@ impl Planner<'_> {
         };
         let analysis = self.queries.analyze(&text).await.map_err(|e| {
             let msg = match e.code {
-                "read_only" => "a SQL model is one SELECT".to_string(),
+                Code::ReadOnly => "a SQL model is one SELECT".to_string(),
                 _ => e.message.trim_start_matches("SQL error: ").to_string(),
             };
             vec![loc(file, 1, msg)]

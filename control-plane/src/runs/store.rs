@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use lh_api::{NodeStatus, RunInfo, RunNode, RunStatus, TablePointer};
 use sqlx::{AnyPool, Row};
 
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 
 pub struct RunStore {
     pool: AnyPool,
@@ -210,7 +210,7 @@ impl RunStore {
     pub async fn resolve_id(&self, prefix: &str) -> Result<String> {
         if prefix.len() < 8 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
             return Err(Error::bad_request(
-                "invalid_argument",
+                Code::InvalidArgument,
                 format!("'{prefix}' is not a run id (8 to 32 hex characters)"),
             ));
         }
@@ -223,12 +223,12 @@ impl RunStore {
                 .map_err(db)?;
         match rows.as_slice() {
             [] => Err(
-                Error::not_found("run_not_found", format!("no run with id '{prefix}'"))
+                Error::not_found(Code::RunNotFound, format!("no run with id '{prefix}'"))
                     .with_hint("`lh runs ls` lists the runs"),
             ),
             [one] => Ok(one.get::<String, _>(0)),
             _ => Err(Error::bad_request(
-                "ambiguous_run",
+                Code::AmbiguousRun,
                 format!("'{prefix}' matches more than one run; give more characters"),
             )),
         }
@@ -243,7 +243,7 @@ impl RunStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(db)?
-        .ok_or_else(|| Error::not_found("run_not_found", format!("no run with id '{id}'")))?;
+        .ok_or_else(|| Error::not_found(Code::RunNotFound, format!("no run with id '{id}'")))?;
         let status = match row.get::<String, _>(11).as_str() {
             "running" => RunStatus::Running,
             "succeeded" => RunStatus::Succeeded,
@@ -322,7 +322,7 @@ impl RunStore {
                     all.into_iter().filter(|(name, _)| name == n).collect();
                 if one.is_empty() {
                     return Err(Error::not_found(
-                        "node_not_found",
+                        Code::NodeNotFound,
                         format!("the run has no node '{n}'"),
                     ));
                 }

@@ -28,7 +28,7 @@ use lh_catalog::{Commit, CommitMeta, TableOp, TablePointer};
 use uuid::Uuid;
 
 use super::{LoadedTable, Tables, require_branch};
-use crate::error::{Error, Kind, Result};
+use crate::error::{Code, Error, Kind, Result};
 
 /// The table property that tells engines' maintenance not to delete files: Spark's
 /// `DROP TABLE ... PURGE`, `expire_snapshots` and `remove_orphan_files` (and pyiceberg's
@@ -260,7 +260,7 @@ impl Transaction<'_> {
                     .await
                     .map_err(|e| {
                         Error::bad_request(
-                            "unreadable_metadata",
+                            Code::UnreadableMetadata,
                             format!("cannot read '{metadata_location}': {}", e.message),
                         )
                     })?;
@@ -303,9 +303,9 @@ impl Transaction<'_> {
             r.check(current).map_err(|e| {
                 let message = format!("table '{name}': requirement failed: {}", e.message());
                 if current.is_none() && !matches!(r, TableRequirement::NotExist) {
-                    Error::not_found("table_not_found", message)
+                    Error::not_found(Code::TableNotFound, message)
                 } else {
-                    Error::new(Kind::Conflict, "requirement_failed", message)
+                    Error::new(Kind::Conflict, Code::RequirementFailed, message)
                 }
             })?;
         }
@@ -358,7 +358,7 @@ impl Transaction<'_> {
             .any(|u| matches!(u, TableUpdate::RemoveSnapshots { .. }))
         {
             return Err(Error::bad_request(
-                "snapshots_kept",
+                Code::SnapshotsKept,
                 format!(
                     "table '{name}': lh keeps every snapshot, because older lh commits and other \
                      refs read their files; expiring them would let the client delete those \
@@ -373,7 +373,7 @@ impl Transaction<'_> {
                 .is_some_and(|v| !v.eq_ignore_ascii_case("false")))
         }) {
             return Err(Error::bad_request(
-                "gc_enabled",
+                Code::GcEnabled,
                 format!(
                     "table '{name}': {GC_ENABLED} stays false in lh, because other refs and older \
                      commits share the table's files. Remove unreferenced files with `lh gc`"
@@ -432,7 +432,7 @@ impl Transaction<'_> {
         }
         let schema = schema.ok_or_else(|| {
             Error::bad_request(
-                "invalid_update",
+                Code::InvalidUpdate,
                 "creating a table needs an add-schema update",
             )
         })?;
@@ -526,7 +526,7 @@ fn format_version(asked: Option<&str>) -> Result<FormatVersion> {
         Some("1") => Ok(FormatVersion::V1),
         Some("3") => Ok(FormatVersion::V3),
         Some(v) => Err(Error::bad_request(
-            "invalid_update",
+            Code::InvalidUpdate,
             format!("unknown Iceberg format version '{v}'"),
         )),
     }
@@ -534,11 +534,11 @@ fn format_version(asked: Option<&str>) -> Result<FormatVersion> {
 
 /// Updates that do not apply to the table (iceberg-rust's builder said why).
 fn invalid_update(e: iceberg::Error) -> Error {
-    Error::bad_request("invalid_update", e.to_string())
+    Error::bad_request(Code::InvalidUpdate, e.to_string())
 }
 
 fn outside(message: String) -> Error {
-    Error::bad_request("outside_warehouse", message)
+    Error::bad_request(Code::OutsideWarehouse, message)
 }
 
 fn pointer_of(location: &str, m: &TableMetadata) -> TablePointer {

@@ -10,7 +10,7 @@ use iceberg::spec::{DataContentType, DataFileFormat};
 
 use super::stats::{self, PhysicalColumn};
 use super::{LoadedTable, Tables, snapshot};
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 
 /// The files a table's current snapshot reads: its data files, and the delete files
 /// (merge-on-read) that remove rows of them: position deletes (as Spark and Trino write
@@ -119,7 +119,7 @@ impl Tables {
         }
         let unsupported = |what: String| {
             Error::bad_request(
-                "unsupported_table",
+                Code::UnsupportedTable,
                 format!("table '{}' has {what}, which lh cannot read yet", t.name),
             )
         };

@@ -35,7 +35,7 @@ use iceberg::spec::TableMetadata;
 use lh_api::{GcRequest, GcResponse};
 
 use super::{Tables, snapshot};
-use crate::error::{Error, Kind, Result};
+use crate::error::{Code, Error, Kind, Result};
 
 /// The grace period when the request names none (Iceberg's own default).
 pub const DEFAULT_OLDER_THAN: Duration = Duration::from_secs(3 * 86400);
@@ -53,7 +53,7 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
         .map_or(DEFAULT_OLDER_THAN, Duration::from_secs);
     if older_than < MIN_OLDER_THAN {
         return Err(Error::bad_request(
-            "grace_too_short",
+            Code::GraceTooShort,
             format!(
                 "a grace period of {} s is too short: files of writes in flight could go",
                 older_than.as_secs()
@@ -64,7 +64,7 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
     let _one = RUNNING.try_lock().map_err(|_| {
         Error::new(
             Kind::Conflict,
-            "gc_running",
+            Code::GcRunning,
             "a garbage collection is already running on this server",
         )
     })?;
@@ -333,7 +333,7 @@ impl<'a> Mark<'a> {
             self.add_table(location).await.map_err(|e| {
                 Error::new(
                     Kind::Conflict,
-                    "gc_unreadable",
+                    Code::GcUnreadable,
                     format!(
                         "garbage collection stopped, nothing was removed: {}",
                         e.message

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use iceberg::spec::TableMetadata;
 use lh_catalog::{Catalog, Commit, TablePointer};
 
-use crate::error::{Error, Result, pointer};
+use crate::error::{Code, Error, Result, pointer};
 use crate::warehouse::Warehouse;
 
 /// A table at a commit, with its metadata read.
@@ -99,7 +99,7 @@ impl Tables {
         lh_catalog::names::validate_table_name(name)?;
         self.load(commit, name).await?.ok_or_else(|| {
             Error::not_found(
-                "table_not_found",
+                Code::TableNotFound,
                 format!("table '{name}' not found at '{at}'"),
             )
             .with_hint(format!("`lh table ls --ref {at}` lists the tables"))
@@ -207,7 +207,7 @@ pub fn require_branch(at: &str, resolved: &lh_catalog::Resolved) -> Result<()> {
         _ => "a fixed commit",
     };
     Err(Error::bad_request(
-        "not_a_branch",
+        Code::NotABranch,
         format!("'{at}' is {what}; writes go to a branch"),
     )
     .with_hint("create a branch from it: lh branch create NAME --from REF"))

@@ -15,7 +15,7 @@ use iceberg::spec::{
 };
 use uuid::Uuid;
 
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 
 /// What a new snapshot does to the table's files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,7 +58,7 @@ pub struct Produced {
 pub fn check_writable(name: &str, metadata: &TableMetadata) -> Result<()> {
     if metadata.format_version() != FormatVersion::V2 {
         return Err(Error::bad_request(
-            "unsupported_table",
+            Code::UnsupportedTable,
             format!(
                 "lh writes Iceberg format v2 tables; {name} is {}",
                 metadata.format_version()
@@ -74,7 +74,7 @@ pub fn check_writable(name: &str, metadata: &TableMetadata) -> Result<()> {
             .map(|f| format!("{} ({})", f.name, f.transform))
             .collect();
         return Err(Error::bad_request(
-            "unsupported_table",
+            Code::UnsupportedTable,
             format!(
                 "{name} is partitioned by {}; lh writes unpartitioned tables only",
                 fields.join(", ")

@@ -10,7 +10,7 @@ use iceberg::spec::{
 };
 
 use crate::duck::quote_ident;
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 
 /// An Iceberg schema for columns DuckDB inferred, with fresh field ids (top-level
 /// columns first, 1..n, then nested fields). Every column is optional.
@@ -25,7 +25,7 @@ pub fn iceberg_schema_from_arrow(schema: &ArrowSchema) -> Result<Schema> {
     Schema::builder()
         .with_fields(fields)
         .build()
-        .map_err(|e| Error::bad_request("bad_schema", format!("cannot build a schema: {e}")))
+        .map_err(|e| Error::bad_request(Code::BadSchema, format!("cannot build a schema: {e}")))
 }
 
 /// Column names are kept as the source has them, but must be usable: not empty, no
@@ -33,13 +33,13 @@ pub fn iceberg_schema_from_arrow(schema: &ArrowSchema) -> Result<Schema> {
 fn column_name(name: &str) -> Result<String> {
     if name.is_empty() {
         return Err(Error::bad_request(
-            "bad_schema",
+            Code::BadSchema,
             "a column has an empty name",
         ));
     }
     if name.contains('.') {
         return Err(Error::bad_request(
-            "bad_schema",
+            Code::BadSchema,
             format!("column '{name}' has a '.' in its name, which Iceberg does not allow"),
         )
         .with_hint("rename the column in the source file"));
@@ -122,7 +122,7 @@ fn iceberg_type(column: &str, dt: &DataType, next_id: &mut i32) -> Result<Type> 
 
 fn unsupported(column: &str, dt: &DataType) -> Error {
     Error::bad_request(
-        "unsupported_type",
+        Code::UnsupportedType,
         format!("column '{column}' has type {dt}, which an Iceberg table cannot store"),
     )
     .with_hint("convert the column (for example to a string) before importing")

@@ -27,7 +27,7 @@ use super::snapshot::{self, SnapshotOp};
 use super::types::{assignable, display_type, duckdb_field_ids, duckdb_type};
 use super::{LoadedTable, Tables, require_branch, stats};
 use crate::duck::{self, DuckLimits, quote_ident, quote_literal};
-use crate::error::{Error, Kind, Result};
+use crate::error::{Code, Error, Kind, Result};
 use crate::warehouse::sync_files;
 
 /// Where the rows come from.
@@ -112,7 +112,7 @@ pub async fn import(
 ) -> Result<ImportResponse> {
     if job.files.is_empty() {
         return Err(Error::bad_request(
-            "no_files",
+            Code::NoFiles,
             "an import needs at least one file",
         ));
     }
@@ -147,14 +147,14 @@ pub async fn write_table(
         (ImportMode::Create, Some(_)) => {
             return Err(Error::new(
                 Kind::Conflict,
-                "already_exists",
+                Code::AlreadyExists,
                 format!("table '{}' already exists on '{}'", job.table, job.branch),
             )
             .with_hint("use --mode append or --mode replace"));
         }
         (ImportMode::Append | ImportMode::Replace, None) => {
             return Err(Error::not_found(
-                "table_not_found",
+                Code::TableNotFound,
                 format!("table '{}' not found on '{}'", job.table, job.branch),
             )
             .with_hint("use --mode create to create it"));
@@ -225,7 +225,7 @@ pub async fn write_table(
                     Ok(Ok(w)) => Ok(Ok(w)),
                     // A real error that came first is the error.
                     Ok(Err(e))
-                        if e.code != "interrupted"
+                        if e.code != Code::Interrupted
                             && !e.message.to_lowercase().contains("interrupt") =>
                     {
                         Ok(Err(e))
@@ -233,7 +233,7 @@ pub async fn write_table(
                     _ => {
                         return Err(Error::new(
                             Kind::Timeout,
-                            "timeout",
+                            Code::Timeout,
                             format!(
                                 "{} timed out after {} s and was stopped; nothing was written",
                                 job.source.describe(),
@@ -299,7 +299,7 @@ impl Stop {
         if self.0.lock().expect("stop lock").stopped {
             return Err(Error::new(
                 Kind::Timeout,
-                "interrupted",
+                Code::Interrupted,
                 "the write was stopped; nothing was written",
             ));
         }
@@ -627,7 +627,7 @@ impl WritePlan {
             .collect();
         let Some(format) = format else {
             return Error::bad_request(
-                "sql_error",
+                Code::SqlError,
                 format!(
                     "{} failed: {}",
                     self.job.source.describe(),
@@ -641,7 +641,7 @@ impl WritePlan {
             FileFormat::Json => "JSON",
         };
         let err = Error::bad_request(
-            "bad_input_file",
+            Code::BadInputFile,
             format!(
                 "cannot import {} as {what}: {}",
                 names.join(", "),
@@ -690,7 +690,7 @@ impl WritePlan {
             return Ok(());
         }
         Err(Error::bad_request(
-            "schema_mismatch",
+            Code::SchemaMismatch,
             format!(
                 "cannot append to '{}': the files do not match its schema: {}; the table is unchanged",
                 self.job.table,
@@ -838,7 +838,7 @@ fn bind_params(
         let name = stmt.parameter_name(idx)?;
         let value = params.get(name.trim_start_matches('$')).ok_or_else(|| {
             Error::bad_request(
-                "unknown_parameter",
+                Code::UnknownParameter,
                 format!("the query uses ${name}, which has no value"),
             )
         })?;
@@ -852,7 +852,7 @@ fn bind_params(
             serde_json::Value::Null => stmt.raw_bind_parameter(idx, Option::<i64>::None)?,
             other => {
                 return Err(Error::bad_request(
-                    "bad_parameter",
+                    Code::BadParameter,
                     format!("parameter {name} has an unsupported value {other}"),
                 ));
             }

@@ -144,7 +144,7 @@ impl Client {
     }
 
     pub async fn get_ref(&self, name: &str) -> CliResult<RefInfo> {
-        self.get(&format!("/refs/{}", segment(name)), &[]).await
+        self.get(&format!("/refs/{}", segment(name)?), &[]).await
     }
 
     pub async fn create_ref(&self, req: &CreateRef) -> CliResult<RefInfo> {
@@ -153,7 +153,7 @@ impl Client {
 
     pub async fn delete_ref(&self, name: &str, kind: RefKind) -> CliResult<()> {
         self.send(
-            self.request(Method::DELETE, &format!("/refs/{}", segment(name)))
+            self.request(Method::DELETE, &format!("/refs/{}", segment(name)?))
                 .query(&[("kind", kind.as_str())]),
         )
         .await?;
@@ -183,17 +183,17 @@ impl Client {
     }
 
     pub async fn table(&self, name: &str, at: &str) -> CliResult<TableDetail> {
-        self.get(&format!("/tables/{}", segment(name)), &[("ref", at)])
+        self.get(&format!("/tables/{}", segment(name)?), &[("ref", at)])
             .await
     }
 
     pub async fn drop_table(&self, name: &str, at: &str) -> CliResult<DropResponse> {
-        self.delete(&format!("/tables/{}", segment(name)), &[("ref", at)])
+        self.delete(&format!("/tables/{}", segment(name)?), &[("ref", at)])
             .await
     }
 
     pub async fn import(&self, name: &str, req: &ImportRequest) -> CliResult<ImportResponse> {
-        self.post(&format!("/tables/{}/import", segment(name)), req)
+        self.post(&format!("/tables/{}/import", segment(name)?), req)
             .await
     }
 
@@ -210,7 +210,7 @@ impl Client {
     }
 
     pub async fn rerun(&self, run: &str, req: &RerunRequest) -> CliResult<RunInfo> {
-        self.post(&format!("/runs/{}/rerun", segment(run)), req)
+        self.post(&format!("/runs/{}/rerun", segment(run)?), req)
             .await
     }
 
@@ -219,18 +219,19 @@ impl Client {
     }
 
     pub async fn run(&self, run: &str) -> CliResult<RunInfo> {
-        self.get(&format!("/runs/{}", segment(run)), &[]).await
+        self.get(&format!("/runs/{}", segment(run)?), &[]).await
     }
 
     /// A run's log, or one node's.
     pub async fn run_logs(&self, run: &str, node: Option<&str>) -> CliResult<String> {
         let q: Vec<(&str, &str)> = node.map(|n| ("node", n)).into_iter().collect();
-        self.text(&format!("/runs/{}/logs", segment(run)), &q).await
+        self.text(&format!("/runs/{}/logs", segment(run)?), &q)
+            .await
     }
 
     pub async fn cancel_run(&self, run: &str) -> CliResult<RunInfo> {
         self.post(
-            &format!("/runs/{}/cancel", segment(run)),
+            &format!("/runs/{}/cancel", segment(run)?),
             &serde_json::json!({}),
         )
         .await
@@ -301,8 +302,15 @@ impl Client {
 }
 
 /// Percent-encodes one path segment (ref and table names may hold `/`, and nothing a
-/// user types may change the route).
-fn segment(s: &str) -> String {
+/// user types may change the route: `.` and `..`, which URLs resolve away even when
+/// escaped, are refused).
+fn segment(s: &str) -> CliResult<String> {
+    if s.is_empty() || s == "." || s == ".." {
+        return Err(CliError::invalid(
+            format!("'{s}' is not a valid name or id"),
+            None,
+        ));
+    }
     let mut out = String::new();
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
@@ -311,7 +319,7 @@ fn segment(s: &str) -> String {
             out.push_str(&format!("%{b:02X}"));
         }
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -320,9 +328,12 @@ mod tests {
 
     #[test]
     fn segments_cannot_change_the_route() {
-        assert_eq!(segment("alice/fix-billing"), "alice%2Ffix-billing");
-        assert_eq!(segment("../refs"), "..%2Frefs");
-        assert_eq!(segment("a b?c#d"), "a%20b%3Fc%23d");
-        assert_eq!(segment("raw.orders"), "raw.orders");
+        assert_eq!(segment("alice/fix-billing").unwrap(), "alice%2Ffix-billing");
+        assert_eq!(segment("../refs").unwrap(), "..%2Frefs");
+        assert_eq!(segment("a b?c#d").unwrap(), "a%20b%3Fc%23d");
+        assert_eq!(segment("raw.orders").unwrap(), "raw.orders");
+        for bad in ["", ".", ".."] {
+            assert!(segment(bad).is_err(), "{bad:?}");
+        }
     }
 }

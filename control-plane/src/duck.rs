@@ -35,7 +35,8 @@ pub fn sandboxed(allowed: &[&Path], spill: &Path, limits: &DuckLimits) -> Result
     // TIMESTAMPTZ arithmetic (ICU) in UTC, whatever the server machine's zone, so that a
     // query's answer does not depend on where it ran. A DuckDB built without ICU (the
     // `bundled-duckdb` feature) has no such setting and computes in UTC anyway.
-    let _ = conn.execute_batch("SET TimeZone = 'UTC'");
+    // GLOBAL, since ICU's setting is per session by default and queries run on clones.
+    let _ = conn.execute_batch("SET GLOBAL TimeZone = 'UTC'");
     let mut dirs: Vec<String> = allowed
         .iter()
         .chain(std::iter::once(&spill))

@@ -102,7 +102,12 @@ fn iceberg_type(e: &Error) -> &'static str {
 impl IntoResponse for IcebergError {
     fn into_response(self) -> Response {
         let e = self.0;
-        let status = status(e.kind);
+        // The spec's error model has no 504 or 413: to a REST client those are server
+        // errors (`ServerError`, 500), as they always were.
+        let status = match e.kind {
+            Kind::Timeout | Kind::TooLarge => StatusCode::INTERNAL_SERVER_ERROR,
+            kind => status(kind),
+        };
         if status.is_server_error() {
             tracing::error!(code = e.code.as_str(), message = %e.message, "Iceberg REST request failed");
         }

@@ -105,7 +105,7 @@ pub struct Worker<H> {
     /// The worker's folder on this host; an invocation's folder moves in for the call.
     pub dir: PathBuf,
     input: Pin<Box<dyn AsyncWrite + Send>>,
-    answers: mpsc::UnboundedReceiver<String>,
+    answers: mpsc::Receiver<String>,
     log: Log,
     ended: Arc<AtomicBool>,
     /// The pool's slot, held for as long as the worker lives.
@@ -126,12 +126,13 @@ impl<H> Worker<H> {
         dir: PathBuf,
         input: Pin<Box<dyn AsyncWrite + Send>>,
     ) -> (Worker<H>, Output) {
-        let (tx, answers) = mpsc::unbounded_channel();
+        let (tx, answers) = mpsc::channel(MAX_QUEUED_LINES);
         let log = Log::default();
         let ended = Arc::new(AtomicBool::new(false));
         let output = Output {
             answers: Answers {
                 pending: Vec::new(),
+                skipping: false,
                 tx,
                 ended: ended.clone(),
             },
@@ -231,11 +232,21 @@ impl Output {
     }
 }
 
+/// Lines of stdout kept until the worker's caller reads them; beyond that, stray
+/// output (a process the function forked, writing while its worker sits idle) is
+/// dropped rather than held in the server's memory.
+const MAX_QUEUED_LINES: usize = 1024;
+
+/// The longest line of stdout kept: an answer is far shorter; longer lines are stray.
+const MAX_LINE: usize = 16 << 20;
+
 /// Turns a worker's stdout into answer lines. Dropping it marks the worker as gone.
 #[derive(Debug)]
 pub struct Answers {
     pending: Vec<u8>,
-    tx: mpsc::UnboundedSender<String>,
+    /// In a line longer than [`MAX_LINE`], dropped up to its end.
+    skipping: bool,
+    tx: mpsc::Sender<String>,
     ended: Arc<AtomicBool>,
 }
 
@@ -245,9 +256,16 @@ impl Answers {
         self.pending.extend_from_slice(bytes);
         while let Some(i) = self.pending.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = self.pending.drain(..=i).collect();
+            if std::mem::take(&mut self.skipping) {
+                continue;
+            }
             let _ = self
                 .tx
-                .send(String::from_utf8_lossy(&line).trim_end().to_string());
+                .try_send(String::from_utf8_lossy(&line).trim_end().to_string());
+        }
+        if self.pending.len() > MAX_LINE {
+            self.pending.clear();
+            self.skipping = true;
         }
     }
 
@@ -257,11 +275,11 @@ impl Answers {
 
 impl Drop for Answers {
     fn drop(&mut self) {
-        if !self.pending.is_empty() {
+        if !self.pending.is_empty() && !self.skipping {
             let rest = std::mem::take(&mut self.pending);
             let _ = self
                 .tx
-                .send(String::from_utf8_lossy(&rest).trim_end().to_string());
+                .try_send(String::from_utf8_lossy(&rest).trim_end().to_string());
         }
         self.ended.store(true, Ordering::Release);
     }

@@ -115,6 +115,27 @@ impl QueryEngine {
             Some((ns, t)) => vec![ns.to_string(), t.to_string()],
             None => return Err(Error::internal(format!("bad table name {table}"))),
         };
+        let cols = match columns {
+            Some(c) if !c.is_empty() => c
+                .iter()
+                .map(|c| quote_ident(c))
+                .collect::<Vec<_>>()
+                .join(", "),
+            _ => "*".to_string(),
+        };
+        let mut sql = format!("SELECT {cols} FROM {}", view_name(&parts));
+        if let Some(f) = filter {
+            sql.push_str(&format!(" WHERE ({f})"));
+        }
+        // The filter is the user's SQL: it must keep the query one SELECT of this table.
+        // Checked first: it reads nothing.
+        let analysis = self.analyze(&sql).await?;
+        if analysis.tables.iter().any(|t| t != &parts) {
+            return Err(Error::bad_request(
+                Code::BadFilter,
+                format!("the filter of input '{table}' may use only that table's columns"),
+            ));
+        }
         let catalog = self.commit_catalog(&commit.id)?;
         let missing = |_: &str| {
             Error::not_found(
@@ -130,26 +151,6 @@ impl QueryEngine {
                 &missing,
             )
             .await?;
-        let cols = match columns {
-            Some(c) if !c.is_empty() => c
-                .iter()
-                .map(|c| quote_ident(c))
-                .collect::<Vec<_>>()
-                .join(", "),
-            _ => "*".to_string(),
-        };
-        let mut sql = format!("SELECT {cols} FROM {}", view_name(&parts));
-        if let Some(f) = filter {
-            sql.push_str(&format!(" WHERE ({f})"));
-        }
-        // The filter is the user's SQL: it must keep the query one SELECT of this table.
-        let analysis = self.analyze(&sql).await?;
-        if analysis.tables.iter().any(|t| t != &parts) {
-            return Err(Error::bad_request(
-                Code::BadFilter,
-                format!("the filter of input '{table}' may use only that table's columns"),
-            ));
-        }
         let database = self.database.clone();
         let out = path.to_path_buf();
         let label = table.to_string();

@@ -456,21 +456,25 @@ impl Transaction<'_> {
     }
 
     /// Makes the staged changes one commit on `branch`.
+    ///
+    /// From here on, the files written are removed only when the catalog answers that it
+    /// refused the commit. The catalog commits in a task of its own, so a caller that
+    /// goes away while it waits (a client gone, a cancelled run) may still see the
+    /// commit land: then the files must stay, and what no commit reaches is `lh gc`'s.
     pub async fn commit(mut self, branch: &str, meta: CommitMeta) -> Result<Committed> {
         let ops = std::mem::take(&mut self.ops);
+        let written = std::mem::take(&mut self.written);
         match self.tables.catalog.commit(branch, ops, meta).await {
-            Ok(commit) => {
-                self.written.clear();
-                Ok(Committed {
-                    commit,
-                    versions: std::mem::take(&mut self.versions),
-                })
-            }
+            Ok(commit) => Ok(Committed {
+                commit,
+                versions: std::mem::take(&mut self.versions),
+            }),
             Err(e) => {
                 let e = Error::from(e);
-                // The commit may have landed: what it points at stays.
-                if e.commit_state_unknown() {
-                    self.written.clear();
+                // Refused: nothing points at the files. Otherwise the commit may have
+                // landed, and what it points at stays.
+                if !e.commit_state_unknown() {
+                    self.tables.remove_written(&written);
                 }
                 Err(e)
             }
@@ -478,14 +482,21 @@ impl Transaction<'_> {
     }
 }
 
-impl Drop for Transaction<'_> {
-    /// The metadata files of a commit that did not land.
-    fn drop(&mut self) {
-        for location in &self.written {
-            if let Ok(p) = self.tables.warehouse.local_path(location) {
+impl Tables {
+    /// Removes metadata files no commit points at.
+    fn remove_written(&self, written: &[String]) {
+        for location in written {
+            if let Ok(p) = self.warehouse.local_path(location) {
                 let _ = std::fs::remove_file(p);
             }
         }
+    }
+}
+
+impl Drop for Transaction<'_> {
+    /// The metadata files of a transaction abandoned before it asked for its commit.
+    fn drop(&mut self) {
+        self.tables.remove_written(&self.written);
     }
 }
 
@@ -650,6 +661,44 @@ mod tests {
         assert_eq!(e.code, "conflict");
         assert!(!exists(&t, &written[0]));
         assert!(exists(&t, &first.versions[0].pointer.metadata_location));
+    }
+
+    /// A caller that goes away while the catalog commits (a client gone, a cancelled
+    /// run) must not take the files with it: the catalog's writer task still lands the
+    /// commit, and a pointer at a removed metadata file would break the table and every
+    /// later `lh gc`. (Found in review of the move onto one commit path.)
+    #[tokio::test]
+    async fn a_commit_abandoned_while_the_catalog_works_keeps_its_files() {
+        use futures::FutureExt;
+        let dir = tempfile::tempdir().unwrap();
+        let t = tables(dir.path()).await;
+        let mut tx = t.begin().await;
+        tx.stage(put(
+            None,
+            vec![TableUpdate::AddSchema {
+                schema: new_table().schema,
+            }],
+        ))
+        .await
+        .unwrap();
+        let written = tx.written.clone();
+        // One poll hands the commit to the catalog's writer task; then the caller leaves.
+        let pending = tx
+            .commit("main", CommitMeta::new("t", "create"))
+            .now_or_never();
+        assert!(pending.is_none(), "the commit finished in one poll");
+        let mut landed = None;
+        for _ in 0..500 {
+            let head = t.catalog.resolve("main").await.unwrap().commit;
+            if let Some(table) = t.catalog.table_in(&head, "s.t").await.unwrap() {
+                landed = Some(table);
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let landed = landed.expect("the abandoned commit landed");
+        assert_eq!(landed.metadata_location, written[0]);
+        assert!(exists(&t, &written[0]));
     }
 
     /// A transaction given up before its commit (a later change of it failed, the

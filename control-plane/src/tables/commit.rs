@@ -663,15 +663,8 @@ mod tests {
         assert!(exists(&t, &first.versions[0].pointer.metadata_location));
     }
 
-    /// A caller that goes away while the catalog commits (a client gone, a cancelled
-    /// run) must not take the files with it: the catalog's writer task still lands the
-    /// commit, and a pointer at a removed metadata file would break the table and every
-    /// later `lh gc`. (Found in review of the move onto one commit path.)
-    #[tokio::test]
-    async fn a_commit_abandoned_while_the_catalog_works_keeps_its_files() {
-        use futures::FutureExt;
-        let dir = tempfile::tempdir().unwrap();
-        let t = tables(dir.path()).await;
+    /// A transaction that has staged a new table `s.t`, with the files it wrote.
+    async fn staged_create(t: &Tables) -> (Transaction<'_>, Vec<String>) {
         let mut tx = t.begin().await;
         tx.stage(put(
             None,
@@ -682,6 +675,19 @@ mod tests {
         .await
         .unwrap();
         let written = tx.written.clone();
+        (tx, written)
+    }
+
+    /// A caller that goes away while the catalog commits (a client gone, a cancelled
+    /// run) must not take the files with it: the catalog's writer task still lands the
+    /// commit, and a pointer at a removed metadata file would break the table and every
+    /// later `lh gc`. (Found in review of the move onto one commit path.)
+    #[tokio::test]
+    async fn a_commit_abandoned_while_the_catalog_works_keeps_its_files() {
+        use futures::FutureExt;
+        let dir = tempfile::tempdir().unwrap();
+        let t = tables(dir.path()).await;
+        let (tx, written) = staged_create(&t).await;
         // One poll hands the commit to the catalog's writer task; then the caller leaves.
         let pending = tx
             .commit("main", CommitMeta::new("t", "create"))
@@ -707,18 +713,10 @@ mod tests {
     async fn a_transaction_dropped_uncommitted_removes_its_files() {
         let dir = tempfile::tempdir().unwrap();
         let t = tables(dir.path()).await;
-        let mut tx = t.begin().await;
-        tx.stage(put(
-            None,
-            vec![TableUpdate::AddSchema {
-                schema: new_table().schema,
-            }],
-        ))
-        .await
-        .unwrap();
-        let written = tx.written.clone();
+        let (tx, written) = staged_create(&t).await;
         assert!(exists(&t, &written[0]));
         // A client may not turn off the guard against file deletion.
+        let mut tx = tx;
         let e = tx
             .stage(put(None, vec![set(GC_ENABLED, "true")]))
             .await

@@ -17,7 +17,7 @@ build: libduckdb
 ## The demo: a server on the embedded default, TPC-H data, branch, change, query,
 ## diff, merge and time travel.
 demo: libduckdb
-	eval "$$(scripts/services.sh python)" && $(CARGO) build -p lh-cli && \
+	eval "$$(scripts/services.sh python)" && $(CARGO) build -p lh-cli -p lh-control-plane --bins && \
 	PATH="$$($(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug:$$PATH" scripts/demo.sh
 
 ## The whole suite: unit, property, concurrency, crash and end-to-end tests, on SQLite
@@ -38,19 +38,19 @@ fmt:
 bench: bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest
 
 bench-rest: libduckdb
-	$(SERVICES) && $(CARGO) build -q -p lh-cli -p lh-bench && \
+	$(SERVICES) && $(CARGO) build -q -p lh-cli -p lh-control-plane -p lh-bench --bins && \
 	$(CARGO) run -q -p lh-bench --bin rest-bench -- $(REST_BENCH_ARGS)
 
 bench-runtime: libduckdb
-	$(SERVICES) && $(CARGO) build -q -p lh-cli -p lh-bench && \
+	$(SERVICES) && $(CARGO) build -q -p lh-cli -p lh-control-plane -p lh-bench --bins && \
 	$(CARGO) run -q -p lh-bench --bin runtime-bench
 
 bench-pipeline: libduckdb
-	$(SERVICES) && eval "$$(scripts/services.sh dbt)" && $(CARGO) build -q -p lh-cli -p lh-bench && \
+	$(SERVICES) && eval "$$(scripts/services.sh dbt)" && $(CARGO) build -q -p lh-cli -p lh-control-plane -p lh-bench --bins && \
 	$(CARGO) run -q -p lh-bench --bin pipeline-bench -- $(PIPELINE_BENCH_ARGS)
 
 bench-tpch: libduckdb
-	$(SERVICES) && $(CARGO) build -q -p lh-cli -p lh-bench && \
+	$(SERVICES) && $(CARGO) build -q -p lh-cli -p lh-control-plane -p lh-bench --bins && \
 	$(CARGO) run -q -p lh-bench --bin tpch-bench -- $(TPCH_BENCH_ARGS)
 
 bench-catalog: libduckdb

@@ -7,7 +7,7 @@
 # integrity pinned here. Idempotent: a library already in place is kept.
 #
 # Platforms without that package build DuckDB from source instead:
-#     cargo build --features lh-cli/bundled-duckdb
+#     cargo build --features lh-control-plane/bundled-duckdb
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +23,7 @@ fi
 case "$(uname -s)-$(uname -m)" in
     Linux-x86_64) ;;
     *) log "no official library for $(uname -s)-$(uname -m) here"
-       log "hint: build DuckDB from source with \`cargo build --features lh-cli/bundled-duckdb\`"
+       log "hint: build DuckDB from source with \`cargo build --features lh-control-plane/bundled-duckdb\`"
        exit 1 ;;
 esac
 if ! command -v npm >/dev/null; then

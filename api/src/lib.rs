@@ -2,6 +2,8 @@
 //! that both sides of every request are one definition. JSON field names are the API's
 //! contract: scripts read `lh --output json`, which prints these types.
 
+pub mod env_vars;
+
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};

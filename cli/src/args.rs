@@ -1,11 +1,10 @@
 //! The command line of `lh`, as clap structs. No logic here.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::env_vars;
+use lh_api::env_vars;
 
 /// lh: a versioned, serverless lakehouse on Apache Iceberg.
 ///
@@ -173,62 +172,17 @@ pub struct RerunArgs {
     pub detach: bool,
 }
 
+/// `lh server`'s arguments, passed as they are to the `lh-server` executable beside
+/// `lh`, which parses them (`lh server --help` lists them).
 #[derive(Debug, Args)]
+#[command(disable_help_flag = true)]
 pub struct ServerArgs {
-    /// Where the server keeps its catalog, warehouse and uploads
-    #[arg(long, env = env_vars::LH_DATA_DIR, value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
-    /// The address to listen on [default: 127.0.0.1:7878]
-    #[arg(long, env = env_vars::LH_BIND, value_name = "ADDR:PORT")]
-    pub bind: Option<SocketAddr>,
-    /// The catalog database: sqlite:PATH or postgres://USER:PASSWORD@HOST/DB
-    /// [default: sqlite:DATA_DIR/catalog.db]
-    #[arg(long, env = env_vars::LH_CATALOG_URL, value_name = "URL")]
-    pub catalog: Option<String>,
-    /// Where table files go: a folder or file:// URL [default: DATA_DIR/warehouse]
-    #[arg(long, env = env_vars::LH_WAREHOUSE, value_name = "URL")]
-    pub warehouse: Option<String>,
-    /// The longest a query may run, in seconds
-    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
-    pub query_timeout: u64,
-    /// The largest query result, in bytes of Arrow data
-    #[arg(long, default_value_t = 1 << 30, value_name = "BYTES")]
-    pub max_result_bytes: u64,
-    /// How many queries run at once (others wait)
-    #[arg(long, default_value_t = 4, value_name = "N")]
-    pub max_concurrent_queries: usize,
-    /// DuckDB's memory limit per query or import
-    #[arg(long, default_value = "4GB", value_name = "SIZE")]
-    pub duckdb_memory: String,
-    /// Where Python environments are built and kept [default: DATA_DIR/envs]
-    #[arg(long, env = env_vars::LH_ENV_CACHE, value_name = "DIR")]
-    pub env_cache: Option<PathBuf>,
-    /// Pipeline nodes running at once [default: the number of cores]
-    #[arg(long, value_name = "N")]
-    pub run_parallelism: Option<usize>,
-    /// Run Python functions without the bubblewrap sandbox (only where it cannot run)
-    #[arg(long)]
-    pub no_sandbox: bool,
-    /// Where Python functions run: docker (warm containers), process (sandboxed local
-    /// processes), or auto (docker when an engine and the runtime image are there)
-    #[arg(long, value_enum, default_value_t = RuntimeArg::Auto)]
-    pub runtime: RuntimeArg,
-    /// At most this many warm workers (containers) at once
-    #[arg(long, default_value_t = 8, value_name = "N")]
-    pub max_workers: usize,
-    /// Stop a worker idle for this long, in seconds
-    #[arg(long, default_value_t = 600, value_name = "SECONDS")]
-    pub worker_idle: u64,
-    /// How long the branch of a failed run is kept, in seconds
-    #[arg(long, default_value_t = 7 * 24 * 3600, value_name = "SECONDS")]
-    pub run_branch_ttl: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RuntimeArg {
-    Auto,
-    Docker,
-    Process,
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, Subcommand)]

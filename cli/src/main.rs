@@ -4,7 +4,6 @@
 mod args;
 mod client;
 mod commands;
-mod env_vars;
 mod error;
 mod output;
 mod settings;
@@ -52,7 +51,7 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> CliResult<()> {
     if let Commands::Server(args) = cli.command {
-        return commands::server::run(args).await;
+        return commands::server::run(args);
     }
     let mut settings = settings::Settings::resolve(&cli.global)?;
     let client = client::Client::new(&settings.endpoint, &settings.user)?;

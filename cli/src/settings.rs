@@ -18,7 +18,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::args::{GlobalArgs, OutputFormat};
-use crate::env_vars;
+use lh_api::env_vars::{self, lh_home};
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct ConfigFile {
@@ -51,15 +51,6 @@ pub struct Settings {
     pub output: OutputFormat,
     pub user: String,
     file: ConfigFile,
-}
-
-pub fn lh_home() -> PathBuf {
-    match std::env::var_os(env_vars::LH_HOME) {
-        Some(h) if !h.is_empty() => PathBuf::from(h),
-        _ => dirs::home_dir()
-            .unwrap_or_else(|| PathBuf::from("."))
-            .join(".lh"),
-    }
 }
 
 impl Settings {

@@ -40,6 +40,54 @@ fn version_and_help() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// Only the server loads DuckDB: `lh server` runs the `lh-server` executable beside `lh`,
+/// so the commands people type in a loop start without DuckDB's 9 ms of symbol binding
+/// (BENCHMARKS.md, TPC-H). `lh server --help` still lists the server's flags.
+#[test]
+fn only_the_server_links_duckdb() {
+    let needed = |exe: &std::path::Path| {
+        let out = std::process::Command::new("ldd").arg(exe).output().unwrap();
+        assert!(out.status.success(), "ldd {}", exe.display());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let lh = lh_bin();
+    let server = lh.with_file_name("lh-server");
+    assert!(!needed(&lh).contains("libduckdb"), "{}", needed(&lh));
+    assert!(needed(&server).contains("libduckdb"), "{}", needed(&server));
+
+    let out = std::process::Command::new(&lh)
+        .args(["server", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Usage: lh server [OPTIONS]"), "{help}");
+    assert!(help.contains("--warehouse <URL>"), "{help}");
+    // A bad flag is the server's usage error, exit 2, as for any command.
+    let out = std::process::Command::new(&lh)
+        .args(["server", "--no-such-flag"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+
+    // An `lh` without its server beside it (nor on PATH) says what is missing.
+    let dir = tempfile::tempdir().unwrap();
+    let alone = dir.path().join("lh");
+    std::fs::copy(&lh, &alone).unwrap();
+    let out = std::process::Command::new(&alone)
+        .arg("server")
+        .env("PATH", dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("error: cannot start the lh server (lh-server on PATH)"),
+        "{err}"
+    );
+    assert!(err.contains("put it next to `lh` or on PATH"), "{err}");
+}
+
 #[test]
 fn a_server_that_is_not_running_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();

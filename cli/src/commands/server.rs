@@ -1,45 +1,38 @@
-//! `lh server`: the control plane in the foreground.
+//! `lh server`: replaces this process with the `lh-server` executable (the control
+//! plane, built by the `lh-control-plane` package), passing the arguments as they are.
+//! Only the server links DuckDB, so every other `lh` command starts without loading it.
+//!
+//! `lh-server` is looked up beside `lh` first (where a build or a release puts both),
+//! then on `PATH`.
 
-use std::time::Duration;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::Command;
 
-use lh_control_plane::{RuntimeChoice, ServerConfig};
+use anyhow::anyhow;
 
-use crate::args::{RuntimeArg, ServerArgs};
-use crate::env_vars;
+use crate::args::ServerArgs;
 use crate::error::CliResult;
-use crate::settings::lh_home;
 
-pub async fn run(args: ServerArgs) -> CliResult<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_env(env_vars::LH_LOG)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,iceberg=warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
-    let mut config = ServerConfig::new(args.data_dir.unwrap_or_else(lh_home));
-    if let Some(b) = args.bind {
-        config.bind = b;
-    }
-    config.catalog_url = args.catalog;
-    config.warehouse = args.warehouse;
-    config.query_timeout = Duration::from_secs(args.query_timeout.max(1));
-    config.max_result_bytes = args.max_result_bytes;
-    config.max_concurrent_queries = args.max_concurrent_queries.max(1);
-    config.duckdb_memory = args.duckdb_memory;
-    config.env_cache = args.env_cache;
-    if let Some(n) = args.run_parallelism {
-        config.run_parallelism = n.max(1);
-    }
-    config.sandbox = !args.no_sandbox;
-    config.run_branch_ttl = Duration::from_secs(args.run_branch_ttl);
-    config.max_workers = args.max_workers.max(1);
-    config.worker_idle = Duration::from_secs(args.worker_idle.max(1));
-    config.runtime = match args.runtime {
-        RuntimeArg::Auto => RuntimeChoice::Auto,
-        RuntimeArg::Docker => RuntimeChoice::Docker,
-        RuntimeArg::Process => RuntimeChoice::Process,
-    };
-    lh_control_plane::serve(config, lh_control_plane::shutdown_signal()).await?;
-    Ok(())
+/// The server executable's file name.
+pub const SERVER_EXE: &str = "lh-server";
+
+pub fn run(args: ServerArgs) -> CliResult<()> {
+    let beside = std::env::current_exe()
+        .ok()
+        .map(|exe| exe.with_file_name(SERVER_EXE))
+        .filter(|p| p.is_file());
+    let program = beside.clone().unwrap_or_else(|| PathBuf::from(SERVER_EXE));
+    // `exec` returns only when the program could not be started.
+    let err = Command::new(&program).args(&args.args).exec();
+    Err(anyhow!(
+        "cannot start the lh server ({}): {err}\n\
+         hint: `lh server` runs the `{SERVER_EXE}` executable, which is built and shipped \
+         beside `lh` (`cargo build -p lh-control-plane`); put it next to `lh` or on PATH",
+        beside.map_or_else(
+            || format!("{SERVER_EXE} on PATH"),
+            |p| p.display().to_string()
+        ),
+    )
+    .into())
 }

@@ -1,4 +1,7 @@
-//! Every environment variable lh reads, declared once.
+//! Every environment variable lh reads, declared once: the CLI (`lh`) and the server
+//! (`lh server`, the `lh-server` executable) read some of the same ones.
+
+use std::path::PathBuf;
 
 /// The lh server's URL (overrides the profile's).
 pub const LH_ENDPOINT: &str = "LH_ENDPOINT";
@@ -21,3 +24,14 @@ pub const LH_USER: &str = "LH_USER";
 pub const LH_LOG: &str = "LH_LOG";
 /// `lh server --env-cache`: where Python environments are built and kept.
 pub const LH_ENV_CACHE: &str = "LH_ENV_CACHE";
+
+/// Where lh keeps its config file and, by default, the server's data: `LH_HOME`, else
+/// `~/.lh`.
+pub fn lh_home() -> PathBuf {
+    match std::env::var_os(LH_HOME) {
+        Some(h) if !h.is_empty() => PathBuf::from(h),
+        _ => std::env::home_dir()
+            .unwrap_or_else(|| PathBuf::from("."))
+            .join(".lh"),
+    }
+}

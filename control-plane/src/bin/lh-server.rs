@@ -1,0 +1,140 @@
+//! `lh-server`: the control plane in the foreground. Users start it as `lh server`: the
+//! `lh` CLI runs this executable, which lives beside it, so that only the server
+//! process loads DuckDB (whose shared library costs every process that links it about
+//! 9 ms of symbol binding at start; see BENCHMARKS.md).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use lh_api::env_vars::{self, lh_home};
+use lh_control_plane::{RuntimeChoice, ServerConfig};
+
+/// Run the lh server (the embedded default needs no flag).
+#[derive(Debug, Parser)]
+#[command(name = "lh-server", bin_name = "lh server", version)]
+pub struct ServerArgs {
+    /// Where the server keeps its catalog, warehouse and uploads
+    #[arg(long, env = env_vars::LH_DATA_DIR, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// The address to listen on [default: 127.0.0.1:7878]
+    #[arg(long, env = env_vars::LH_BIND, value_name = "ADDR:PORT")]
+    pub bind: Option<SocketAddr>,
+    /// The catalog database: sqlite:PATH or postgres://USER:PASSWORD@HOST/DB
+    /// [default: sqlite:DATA_DIR/catalog.db]
+    #[arg(long, env = env_vars::LH_CATALOG_URL, value_name = "URL")]
+    pub catalog: Option<String>,
+    /// Where table files go: a folder or file:// URL [default: DATA_DIR/warehouse]
+    #[arg(long, env = env_vars::LH_WAREHOUSE, value_name = "URL")]
+    pub warehouse: Option<String>,
+    /// The longest a query may run, in seconds
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    pub query_timeout: u64,
+    /// The largest query result, in bytes of Arrow data
+    #[arg(long, default_value_t = 1 << 30, value_name = "BYTES")]
+    pub max_result_bytes: u64,
+    /// How many queries run at once (others wait)
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub max_concurrent_queries: usize,
+    /// DuckDB's memory limit per query or import
+    #[arg(long, default_value = "4GB", value_name = "SIZE")]
+    pub duckdb_memory: String,
+    /// Where Python environments are built and kept [default: DATA_DIR/envs]
+    #[arg(long, env = env_vars::LH_ENV_CACHE, value_name = "DIR")]
+    pub env_cache: Option<PathBuf>,
+    /// Pipeline nodes running at once [default: the number of cores]
+    #[arg(long, value_name = "N")]
+    pub run_parallelism: Option<usize>,
+    /// Run Python functions without the bubblewrap sandbox (only where it cannot run)
+    #[arg(long)]
+    pub no_sandbox: bool,
+    /// Where Python functions run: docker (warm containers), process (sandboxed local
+    /// processes), or auto (docker when an engine and the runtime image are there)
+    #[arg(long, value_enum, default_value_t = RuntimeArg::Auto)]
+    pub runtime: RuntimeArg,
+    /// At most this many warm workers (containers) at once
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub max_workers: usize,
+    /// Stop a worker idle for this long, in seconds
+    #[arg(long, default_value_t = 600, value_name = "SECONDS")]
+    pub worker_idle: u64,
+    /// How long the branch of a failed run is kept, in seconds
+    #[arg(long, default_value_t = 7 * 24 * 3600, value_name = "SECONDS")]
+    pub run_branch_ttl: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RuntimeArg {
+    Auto,
+    Docker,
+    Process,
+}
+
+fn main() -> ExitCode {
+    let args = match ServerArgs::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            // --help and --version print to stdout and succeed; the rest is a usage error
+            // (exit 2, as `lh` reports one).
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env(env_vars::LH_LOG)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,iceberg=warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .try_init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(lh_control_plane::serve(
+        config(args),
+        lh_control_plane::shutdown_signal(),
+    )) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn config(args: ServerArgs) -> ServerConfig {
+    let mut config = ServerConfig::new(args.data_dir.unwrap_or_else(lh_home));
+    if let Some(b) = args.bind {
+        config.bind = b;
+    }
+    config.catalog_url = args.catalog;
+    config.warehouse = args.warehouse;
+    config.query_timeout = Duration::from_secs(args.query_timeout.max(1));
+    config.max_result_bytes = args.max_result_bytes;
+    config.max_concurrent_queries = args.max_concurrent_queries.max(1);
+    config.duckdb_memory = args.duckdb_memory;
+    config.env_cache = args.env_cache;
+    if let Some(n) = args.run_parallelism {
+        config.run_parallelism = n.max(1);
+    }
+    config.sandbox = !args.no_sandbox;
+    config.run_branch_ttl = Duration::from_secs(args.run_branch_ttl);
+    config.max_workers = args.max_workers.max(1);
+    config.worker_idle = Duration::from_secs(args.worker_idle.max(1));
+    config.runtime = match args.runtime {
+        RuntimeArg::Auto => RuntimeChoice::Auto,
+        RuntimeArg::Docker => RuntimeChoice::Docker,
+        RuntimeArg::Process => RuntimeChoice::Process,
+    };
+    config
+}

@@ -58,6 +58,11 @@ pub struct ServerConfig {
     pub runtime: RuntimeChoice,
     /// At most this many warm workers (containers) at once.
     pub max_workers: usize,
+    /// How many writes (imports, SQL models, pipeline outputs) run at once, each with
+    /// `duckdb_memory`; the others wait.
+    pub max_concurrent_writes: usize,
+    /// What no pipeline function may exceed (memory, CPU share, time).
+    pub function_ceilings: crate::runs::limits::Ceilings,
 }
 
 /// Which runtime runs Python functions.
@@ -89,6 +94,8 @@ impl ServerConfig {
             env_cache: None,
             runtime: RuntimeChoice::Auto,
             max_workers: 8,
+            max_concurrent_writes: 2,
+            function_ceilings: crate::runs::limits::Ceilings::for_this_machine(),
         }
     }
 }
@@ -157,12 +164,15 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         )
         .map_err(|e| anyhow::anyhow!("cannot start the query engine: {e}"))?,
     );
-    let import = ImportContext {
-        uploads: uploads.clone(),
-        outputs: data_dir.join("work").join("invocations"),
-        spill: spill.join("import"),
-        limits: duck,
-    };
+    // The spill folders of writes a previous server left (none runs yet).
+    let _ = std::fs::remove_dir_all(spill.join("import"));
+    let import = ImportContext::new(
+        uploads.clone(),
+        data_dir.join("work").join("invocations"),
+        spill.join("import"),
+        duck,
+        config.max_concurrent_writes,
+    );
     // The server's own tables (runs, namespaces) live in the catalog's database.
     let db = crate::db::open(&catalog_url)
         .await
@@ -206,11 +216,9 @@ async fn runs_service(
     // Leftovers of a previous server (its workers are gone).
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(work.join("invocations"))?;
-    let code_root = code.root().to_path_buf();
     let process = || -> Arc<dyn Runtime> {
         match ProcessRuntime::new(ProcessConfig {
             work_root: work.join("workers"),
-            code_root: code_root.clone(),
             sandbox: config.sandbox,
             idle_timeout: config.worker_idle,
             max_idle: 4,
@@ -232,7 +240,6 @@ async fn runs_service(
             DockerConfig {
                 image_prefix: "lh-runtime:".into(),
                 work_root: work.join("containers"),
-                code_root: code_root.clone(),
                 idle_timeout: config.worker_idle,
                 max_containers: config.max_workers.max(1),
                 owner,
@@ -285,6 +292,7 @@ async fn runs_service(
             branch_ttl: config.run_branch_ttl,
             planner_python: config.planner_python.clone(),
             work_root: work.join("invocations"),
+            ceilings: config.function_ceilings,
         },
         harness,
     )

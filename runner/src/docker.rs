@@ -1,14 +1,16 @@
 //! The Docker runtime: the pooled runtime over a launcher whose workers are containers,
-//! keyed by environment and limits. A container runs the worker harness as its main
-//! process, attached (stdin for requests, stdout for answers, stderr for the log), so a
-//! warm invocation starts no container and no interpreter.
+//! keyed by environment, code snapshot and limits. A container runs the worker harness
+//! as its main process, attached (stdin for requests, stdout for answers, stderr for the
+//! log); the harness forks a fresh process per invocation, so a warm invocation starts
+//! no container and no interpreter, and keeps no state of the one before.
 //!
 //! Isolation: no network, a read-only root filesystem, an unprivileged user, no
 //! capabilities, no new privileges, memory (without swap), CPU and process-count
-//! limits, a private /tmp; the environment (built by uv on the host) and the code are
-//! mounted read-only; each container has one writable folder, where an invocation's
-//! inputs and output cross. Containers carry labels, so that a server restarted after a
-//! crash removes the ones it left.
+//! limits, a private /tmp of bounded size; the environment (built by uv on the host)
+//! and the container's own code snapshot (no other project's code) are mounted
+//! read-only; each container has one writable folder, where an invocation's inputs and
+//! output cross. Containers carry labels, so that a server restarted after a crash
+//! removes the ones it left.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -27,7 +29,7 @@ use crate::env::Env;
 use crate::error::RunnerError;
 use crate::pool::PoolConfig;
 use crate::pooled::PooledRuntime;
-use crate::runtime::Limits;
+use crate::runtime::{Limits, TMP_BYTES};
 use crate::worker::{Launcher, Worker};
 
 /// How the Docker runtime runs containers.
@@ -37,8 +39,6 @@ pub struct DockerConfig {
     pub image_prefix: String,
     /// Where containers get their writable folders (on the host).
     pub work_root: PathBuf,
-    /// Code snapshots live under this folder; containers see it read-only.
-    pub code_root: PathBuf,
     /// Stop a container idle for this long.
     pub idle_timeout: Duration,
     /// At most this many containers at once (idle or busy).
@@ -169,13 +169,15 @@ impl DockerLauncher {
         env: &Env,
         limits: &Limits,
         site: &Path,
+        code: &Path,
         dir: &Path,
     ) -> ContainerCreateBody {
         let memory = limits.memory_bytes.unwrap_or(self.config.default_memory) as i64;
         let host = HostConfig {
             binds: Some(vec![
                 format!("{}:{ENV}:ro", site.display()),
-                format!("{}:{CODE}:ro", self.config.code_root.display()),
+                // The container's own code snapshot, and no other project's code.
+                format!("{}:{CODE}:ro", code.display()),
                 format!("{}:{WORK}:rw", dir.display()),
             ]),
             network_mode: Some("none".into()),
@@ -188,7 +190,7 @@ impl DockerLauncher {
             pids_limit: Some(self.config.pids_limit),
             tmpfs: Some(HashMap::from([(
                 "/tmp".to_string(),
-                "rw,nosuid,nodev,size=256m".to_string(),
+                format!("rw,nosuid,nodev,size={TMP_BYTES}"),
             )])),
             init: Some(true),
             ..Default::default()
@@ -226,7 +228,12 @@ impl Launcher for DockerLauncher {
     const NOT_STARTED: &'static str = "the container's worker did not start";
     const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
-    async fn start(&self, env: &Env, limits: &Limits) -> Result<Worker<String>, RunnerError> {
+    async fn start(
+        &self,
+        env: &Env,
+        code: &Path,
+        limits: &Limits,
+    ) -> Result<Worker<String>, RunnerError> {
         if !self.has_image(&env.python_version).await {
             return Err(RunnerError::Sandbox(format!(
                 "the runtime image {} does not exist: build it with `make images` (images/build.sh)",
@@ -240,7 +247,7 @@ impl Launcher for DockerLauncher {
             .join(format!("container-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir)?;
         open_to_all(&dir)?;
-        let body = self.container(env, limits, &site, &dir);
+        let body = self.container(env, limits, &site, code, &dir);
         let name = format!("lh-worker-{}", uuid::Uuid::new_v4().simple());
         let created = self
             .docker
@@ -325,8 +332,8 @@ impl Launcher for DockerLauncher {
         PathBuf::from(WORK)
     }
 
-    fn code_paths(&self) -> Option<(&Path, &Path)> {
-        Some((&self.config.code_root, Path::new(CODE)))
+    fn code_path(&self, _code: &Path) -> PathBuf {
+        PathBuf::from(CODE)
     }
 
     /// The container's user must write the output into folders the server made.

@@ -95,7 +95,7 @@ pub(crate) async fn exchange<L: Launcher>(
 }
 
 /// The request line, with paths as the worker sees them: the invocation's folder inside
-/// the worker's folder, the code where the launcher mounts it.
+/// the worker's folder, the code snapshot where the launcher mounts it.
 fn request<L: Launcher>(
     launcher: &L,
     worker: &Worker<L::Handle>,
@@ -104,14 +104,12 @@ fn request<L: Launcher>(
     folder: &str,
 ) -> Result<String, RunnerError> {
     let seen = launcher.worker_path(&worker.dir).join(folder);
-    let code = launcher.code_paths();
+    let code = launcher.code_path(&inv.root);
     let view = |p: &Path| -> PathBuf {
         if let Ok(rel) = p.strip_prefix(work) {
             seen.join(rel)
-        } else if let Some((host, inner)) = code
-            && let Ok(rel) = p.strip_prefix(host)
-        {
-            inner.join(rel)
+        } else if let Ok(rel) = p.strip_prefix(&inv.root) {
+            code.join(rel)
         } else {
             p.to_path_buf()
         }

@@ -9,6 +9,7 @@
 //! waited are dropped instead of handed out.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -82,7 +83,7 @@ impl<L: Launcher> Pool<L> {
     ) -> Result<(Worker<L::Handle>, bool), RunnerError> {
         match self.take_warm(key) {
             Some(w) => Ok((w, false)),
-            None => Ok((self.start(env, limits).await?, true)),
+            None => Ok((self.start(env, &key.code, limits).await?, true)),
         }
     }
 
@@ -204,7 +205,12 @@ impl<L: Launcher> Pool<L> {
     }
 
     /// A new worker, once it said it is ready.
-    async fn start(&self, env: &Env, limits: &Limits) -> Result<Worker<L::Handle>, RunnerError> {
+    async fn start(
+        &self,
+        env: &Env,
+        code: &Path,
+        limits: &Limits,
+    ) -> Result<Worker<L::Handle>, RunnerError> {
         // A slot, freeing an idle worker if the pool is full.
         let permit =
             loop {
@@ -217,7 +223,7 @@ impl<L: Launcher> Pool<L> {
                     })?;
                 }
             };
-        let mut worker = self.launcher.start(env, limits).await?;
+        let mut worker = self.launcher.start(env, code, limits).await?;
         worker.permit = Some(permit);
         if worker.ready(L::READY_TIMEOUT).await {
             return Ok(worker);

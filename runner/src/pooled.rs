@@ -71,12 +71,11 @@ impl<L: Launcher> Runtime for PooledRuntime<L> {
         &self,
         env: &Env,
         limits: &Limits,
-        _code_root: &Path,
         work: &Path,
         inv: Invocation,
     ) -> Result<InvokeResult, RunnerError> {
         let started = Instant::now();
-        let key = self.pool.launcher().key(env, limits);
+        let key = self.pool.launcher().key(env, &inv.root, limits);
         // A warm worker killed between invocations costs one retry, not a failure.
         for _ in 0..2 {
             let (mut worker, cold) = self.pool.checkout(&key, env, limits).await?;

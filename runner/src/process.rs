@@ -1,9 +1,10 @@
 //! The process runtime: the pooled runtime over a launcher whose workers are local
 //! processes, sandboxed with bubblewrap (no network, a read-only view of only the
-//! system, the interpreter, the environment and the code, a private writable folder, a
-//! private /tmp), limited in address space, and kept warm: a worker takes one invocation
-//! after another, so a warm invocation starts no process and imports nothing it already
-//! has.
+//! system, the interpreter, the environment and the worker's own code snapshot, a
+//! private writable folder, a private /tmp of bounded size), limited in address space,
+//! and kept warm: a worker is a parent that forks a fresh process for each invocation
+//! (`python/lh/_worker.py`), so a warm invocation starts no interpreter and imports
+//! nothing it already has, and keeps no state of the one before.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -16,7 +17,7 @@ use crate::env::{Env, find_on_path};
 use crate::error::RunnerError;
 use crate::pool::PoolConfig;
 use crate::pooled::PooledRuntime;
-use crate::runtime::Limits;
+use crate::runtime::{Limits, TMP_BYTES};
 use crate::worker::{Launcher, Worker, WorkerKey};
 
 /// How the process runtime runs workers.
@@ -24,8 +25,6 @@ use crate::worker::{Launcher, Worker, WorkerKey};
 pub struct ProcessConfig {
     /// Where workers get their private folders.
     pub work_root: PathBuf,
-    /// Code snapshots live under this folder; workers see it read-only.
-    pub code_root: PathBuf,
     /// Sandbox workers with bubblewrap (refuse to run when it is missing).
     pub sandbox: bool,
     /// Stop a worker idle for this long.
@@ -67,7 +66,7 @@ impl PooledRuntime<ProcessLauncher> {
 }
 
 impl ProcessLauncher {
-    fn command(&self, env: &Env, limits: &Limits, dir: &Path) -> Command {
+    fn command(&self, env: &Env, code: &Path, limits: &Limits, dir: &Path) -> Command {
         let mut inner: Vec<String> = Vec::new();
         if let Some(bytes) = limits.memory_bytes {
             inner.extend(["prlimit".into(), format!("--as={bytes}"), "--".into()]);
@@ -82,19 +81,15 @@ impl ProcessLauncher {
                 let mut c = Command::new(bwrap);
                 let p = |x: &Path| x.display().to_string();
                 // /tmp first: binds under it come after and stay visible.
-                c.args([
-                    "--die-with-parent",
-                    "--new-session",
-                    "--unshare-all",
-                    "--tmpfs",
-                    "/tmp",
-                ]);
+                c.args(["--die-with-parent", "--new-session", "--unshare-all"]);
+                c.args(["--size", &TMP_BYTES.to_string(), "--tmpfs", "/tmp"]);
                 for sys in ["/usr", "/bin", "/lib", "/lib64", "/sbin"] {
                     c.args(["--ro-bind-try", sys, sys]);
                 }
                 c.args(["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]);
                 c.args(["--ro-bind-try", "/etc/localtime", "/etc/localtime"]);
-                for ro in [&env.base_prefix, &env.dir, &self.config.code_root] {
+                // The worker's own code snapshot, and no other project's code.
+                for ro in [&env.base_prefix, &env.dir, code] {
                     c.args(["--ro-bind", &p(ro), &p(ro)]);
                 }
                 c.args([
@@ -157,20 +152,26 @@ impl Launcher for ProcessLauncher {
 
     /// The process runtime does not enforce a CPU share, so workers of any share are
     /// alike.
-    fn key(&self, env: &Env, limits: &Limits) -> WorkerKey {
+    fn key(&self, env: &Env, code: &Path, limits: &Limits) -> WorkerKey {
         WorkerKey {
             env: env.key.clone(),
+            code: code.to_path_buf(),
             memory_bytes: limits.memory_bytes,
             cpus_milli: None,
         }
     }
 
-    async fn start(&self, env: &Env, limits: &Limits) -> Result<Worker<Child>, RunnerError> {
+    async fn start(
+        &self,
+        env: &Env,
+        code: &Path,
+        limits: &Limits,
+    ) -> Result<Worker<Child>, RunnerError> {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.config.work_root.join(format!("worker-{id}"));
         std::fs::create_dir_all(&dir)?;
         let mut child = self
-            .command(env, limits, &dir)
+            .command(env, code, limits, &dir)
             .spawn()
             .map_err(|e| RunnerError::Worker(format!("cannot start a worker: {e}")))?;
         let stdin = child

@@ -9,6 +9,10 @@ use crate::env::Env;
 use crate::error::RunnerError;
 use crate::protocol::{Invocation, Outcome};
 
+/// The size of a worker's private `/tmp` (a tmpfs, so it counts as memory), the same on
+/// every runtime: a function cannot fill the host's disk or memory through it.
+pub const TMP_BYTES: u64 = 256 << 20;
+
 /// Limits of one function.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Limits {
@@ -45,13 +49,13 @@ pub trait Runtime: Send + Sync {
     /// `process` or `docker`.
     fn name(&self) -> &'static str;
 
-    /// Runs one invocation in environment `env` within `limits`. `work` is the
+    /// Runs one invocation in environment `env` within `limits`, in a worker that sees
+    /// the invocation's code snapshot (its `root`) and no other code. `work` is the
     /// invocation's folder: inputs are there, and the output goes there.
     async fn invoke(
         &self,
         env: &Env,
         limits: &Limits,
-        code_root: &Path,
         work: &Path,
         inv: Invocation,
     ) -> Result<InvokeResult, RunnerError>;
@@ -77,7 +81,6 @@ impl Runtime for Unavailable {
         &self,
         _env: &Env,
         _limits: &Limits,
-        _code_root: &Path,
         _work: &Path,
         _inv: Invocation,
     ) -> Result<InvokeResult, RunnerError> {

@@ -28,11 +28,14 @@ const LOG_MAX: usize = 4 << 20;
 /// How much of the log is kept when it is cut.
 const LOG_KEEP: usize = 2 << 20;
 
-/// What makes two workers interchangeable: the environment and the limits they were
-/// started with. The pool keeps warm workers by this key.
+/// What makes two workers interchangeable: the environment, the code snapshot (the only
+/// code a worker sees) and the limits they were started with. The pool keeps warm
+/// workers by this key, so a worker never serves another project's code.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct WorkerKey {
     pub env: String,
+    /// The code snapshot's folder on this host.
+    pub code: PathBuf,
     pub memory_bytes: Option<u64>,
     pub cpus_milli: Option<u32>,
 }
@@ -53,18 +56,25 @@ pub trait Launcher: Send + Sync + 'static {
     /// How long a new worker may take to say it is ready.
     const READY_TIMEOUT: Duration;
 
-    /// The pool a worker for `env` and `limits` belongs to.
-    fn key(&self, env: &Env, limits: &Limits) -> WorkerKey {
+    /// The pool a worker for `env`, the snapshot `code` and `limits` belongs to.
+    fn key(&self, env: &Env, code: &Path, limits: &Limits) -> WorkerKey {
         WorkerKey {
             env: env.key.clone(),
+            code: code.to_path_buf(),
             memory_bytes: limits.memory_bytes,
             cpus_milli: limits.cpus_milli,
         }
     }
 
-    /// Starts a worker for `env` within `limits`, with a folder of its own; the caller
-    /// waits for it to say it is ready.
-    async fn start(&self, env: &Env, limits: &Limits) -> Result<Worker<Self::Handle>, RunnerError>;
+    /// Starts a worker for `env` within `limits`, with a folder of its own and the code
+    /// snapshot `code` (read-only, and no other); the caller waits for it to say it is
+    /// ready.
+    async fn start(
+        &self,
+        env: &Env,
+        code: &Path,
+        limits: &Limits,
+    ) -> Result<Worker<Self::Handle>, RunnerError>;
 
     /// Stops a worker and removes its folder.
     async fn stop(&self, worker: Worker<Self::Handle>);
@@ -78,10 +88,9 @@ pub trait Launcher: Send + Sync + 'static {
         dir.to_path_buf()
     }
 
-    /// Where workers see the code snapshots when that is not where they are on this
-    /// host: `(on this host, in the worker)`.
-    fn code_paths(&self) -> Option<(&Path, &Path)> {
-        None
+    /// Where a worker started for the snapshot `code` (its folder on this host) sees it.
+    fn code_path(&self, code: &Path) -> PathBuf {
+        code.to_path_buf()
     }
 
     /// Makes an invocation's folder, just moved into a worker's folder, usable by the

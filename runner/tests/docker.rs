@@ -92,7 +92,6 @@ async fn fixture() -> Fixture {
         DockerConfig {
             image_prefix: "lh-runtime:".into(),
             work_root: dir.path().join("work"),
-            code_root: code.clone(),
             idle_timeout: Duration::from_secs(60),
             max_containers: 4,
             owner: owner.clone(),
@@ -152,9 +151,7 @@ async fn call(f: &Fixture, function: &str, limits: &Limits) -> lh_runner::Invoke
         params: BTreeMap::new(),
         output: work.join("out.parquet"),
     };
-    f.rt.invoke(&f.env, limits, &f.code, &work, inv)
-        .await
-        .unwrap()
+    f.rt.invoke(&f.env, limits, &work, inv).await.unwrap()
 }
 
 fn error(r: &lh_runner::InvokeResult) -> String {
@@ -291,7 +288,6 @@ async fn a_restarted_server_removes_its_orphans() {
     // A "crash": the runtime is dropped without shutting down, the container stays.
     let owner = f.owner.clone();
     let work = f.dir.path().join("work2");
-    let code = f.code.clone();
     drop(f.rt);
     assert_eq!(owned_containers(&owner).await, 1);
     let (docker, version) = connect().await.unwrap();
@@ -301,7 +297,6 @@ async fn a_restarted_server_removes_its_orphans() {
         DockerConfig {
             image_prefix: "lh-runtime:".into(),
             work_root: work,
-            code_root: code,
             idle_timeout: Duration::from_secs(60),
             max_containers: 4,
             owner: owner.clone(),

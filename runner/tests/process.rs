@@ -39,7 +39,6 @@ async fn fixture() -> Fixture {
     std::fs::write(code.join("models.py"), MODELS).unwrap();
     let rt = ProcessRuntime::new(ProcessConfig {
         work_root: dir.path().join("work"),
-        code_root: code.clone(),
         sandbox: true,
         idle_timeout: Duration::from_secs(60),
         max_idle: 2,
@@ -124,10 +123,7 @@ async fn call(
         params: BTreeMap::new(),
         output: work.join("out.arrow"),
     };
-    let r =
-        f.rt.invoke(&f.env, limits, &f.code, &work, inv)
-            .await
-            .unwrap();
+    let r = f.rt.invoke(&f.env, limits, &work, inv).await.unwrap();
     (r, work.join("out.arrow"))
 }
 
@@ -205,7 +201,7 @@ async fn results_failures_and_warm_reuse() {
     assert!(
         failed(&r)
             .0
-            .contains("the worker died: exited with status 3"),
+            .contains("the function's process exited with status 3 without answering"),
         "{:?}",
         r.outcome
     );

@@ -4,6 +4,7 @@
 mod basics;
 mod gc;
 mod interop;
+mod isolation;
 mod query;
 mod refs;
 mod rest;

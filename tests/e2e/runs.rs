@@ -8,18 +8,19 @@ use lh_e2e::{Lh, Server};
 use crate::snap;
 
 /// Environments are built once for the whole suite (uv's cache included).
-fn env_cache() -> String {
+pub(crate) fn env_cache() -> String {
     let dir = std::env::var_os("LH_TEST_ENV_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("lh-test-envs"));
     dir.display().to_string()
 }
 
-fn server(runtime: &str) -> Server {
+pub(crate) fn server(runtime: &str) -> Server {
     Server::start_with(&["--env-cache", &env_cache(), "--runtime", runtime])
 }
 
 /// Every pipeline test runs on both runtimes: `process` and `docker`.
+#[macro_export]
 macro_rules! both_runtimes {
     ($($name:ident),* $(,)?) => {$(
         mod $name {
@@ -35,7 +36,7 @@ macro_rules! both_runtimes {
     )*};
 }
 
-both_runtimes!(
+crate::both_runtimes!(
     a_run_publishes_every_output_and_reruns_from_cache,
     failing_functions_publish_nothing,
     invalid_projects_fail_before_anything_runs,
@@ -53,7 +54,7 @@ fn examples() -> PathBuf {
 }
 
 /// Writes a project into the CLI's folder.
-fn project(lh: &Lh, name: &str, files: &[(&str, &str)]) -> PathBuf {
+pub(crate) fn project(lh: &Lh, name: &str, files: &[(&str, &str)]) -> PathBuf {
     let dir = lh.cwd.join(name);
     for (path, text) in files {
         let p = dir.join(path);
@@ -63,9 +64,9 @@ fn project(lh: &Lh, name: &str, files: &[(&str, &str)]) -> PathBuf {
     dir
 }
 
-const PROJECT: &str = "name: shop\nnamespace: analytics\npython: \"3.11\"\nparameters:\n  min_amount: {type: int, default: 0}\n";
+pub(crate) const PROJECT: &str = "name: shop\nnamespace: analytics\npython: \"3.11\"\nparameters:\n  min_amount: {type: int, default: 0}\n";
 
-fn orders(lh: &Lh) {
+pub(crate) fn orders(lh: &Lh) {
     let csv = lh.file(
         "orders.csv",
         "id,status,amount\n1,ok,10\n2,returned,5\n3,ok,7\n4,ok,1\n",
@@ -74,7 +75,7 @@ fn orders(lh: &Lh) {
         .ok();
 }
 
-fn run_json(lh: &Lh, args: &[&str]) -> (i32, serde_json::Value) {
+pub(crate) fn run_json(lh: &Lh, args: &[&str]) -> (i32, serde_json::Value) {
     let mut all = vec!["run"];
     all.extend_from_slice(args);
     all.extend_from_slice(&["-o", "json"]);
@@ -84,7 +85,7 @@ fn run_json(lh: &Lh, args: &[&str]) -> (i32, serde_json::Value) {
     (run.code, v)
 }
 
-fn node<'a>(run: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+pub(crate) fn node<'a>(run: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     run["nodes"]
         .as_array()
         .unwrap()
@@ -167,18 +168,25 @@ def ids_present(data=lh.Model("clean", columns=["id"])):
     // --no-cache runs everything.
     let (_, fresh) = run_json(&lh, &[d, "--no-cache", "--param", "min_amount=5"]);
     assert_eq!(node(&fresh, "analytics.totals")["status"], "done");
-    // A code change reruns the changed node and what depends on it only.
+    // A change of a SQL model reruns it; a Python function can read any file of its
+    // project, so its key is the whole code snapshot and it reruns too.
     std::fs::write(dir.join("totals.sql"), "select count(*) as n, sum(amount) as total, max(amount) as top from clean where amount >= $min_amount\n").unwrap();
     let (_, edited) = run_json(&lh, &[d, "--param", "min_amount=5"]);
-    assert_eq!(node(&edited, "analytics.clean")["status"], "cached");
+    assert_eq!(node(&edited, "analytics.clean")["status"], "done");
     assert_eq!(node(&edited, "analytics.totals")["status"], "done");
+    // Any file counts, not only code: the Python node reruns, and the SQL model
+    // after it, whose input snapshot moved.
+    std::fs::write(dir.join("notes.txt"), "a file a function could open\n").unwrap();
+    let (_, noted) = run_json(&lh, &[d, "--param", "min_amount=5"]);
+    assert_eq!(node(&noted, "analytics.clean")["status"], "done");
+    assert_eq!(node(&noted, "analytics.totals")["status"], "done");
     assert_eq!(
         lh.rows("select top from analytics.totals", "main")[0]["top"],
         10
     );
 
     let ls = lh.run(&["runs", "ls"]);
-    assert_eq!(ls.ok().lines().count(), 6, "{}", ls.stdout);
+    assert_eq!(ls.ok().lines().count(), 7, "{}", ls.stdout);
     let show = lh.run(&["runs", "show", &id[..10]]);
     assert!(
         show.ok().contains("analytics.clean") && show.stdout.contains("succeeded"),
@@ -222,7 +230,7 @@ fn failing_functions_publish_nothing(runtime: &str) {
         (
             "exits",
             "@lh.model()\ndef bad(o=lh.Model(\"raw.orders\")):\n    import os\n    os._exit(7)\n",
-            "died: exited with status 7",
+            "the function's process exited with status 7 without answering",
         ),
     ];
     for (name, body, want) in cases {

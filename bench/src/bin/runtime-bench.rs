@@ -89,7 +89,6 @@ async fn main() -> Result<()> {
         DockerConfig {
             image_prefix: "lh-runtime:".into(),
             work_root: dir.path().join("containers"),
-            code_root: code.clone(),
             idle_timeout: Duration::from_secs(600),
             max_containers: 4,
             owner: format!("bench-{}", std::process::id()),
@@ -112,7 +111,7 @@ async fn main() -> Result<()> {
     for n in 0..=warm_n {
         let (work, inv) = invocation(dir.path(), &snap, n)?;
         let start = Instant::now();
-        let r = rt.invoke(&env, &limits, &code, &work, inv).await?;
+        let r = rt.invoke(&env, &limits, &work, inv).await?;
         let t = start.elapsed();
         anyhow::ensure!(
             matches!(r.outcome, Outcome::Model { rows: 100 }),
@@ -133,7 +132,7 @@ async fn main() -> Result<()> {
             ..Limits::default()
         };
         let start = Instant::now();
-        let r = rt.invoke(&env, &limits, &code, &work, inv).await?;
+        let r = rt.invoke(&env, &limits, &work, inv).await?;
         cold.push(start.elapsed());
         anyhow::ensure!(r.cold && matches!(r.outcome, Outcome::Model { .. }));
         std::fs::remove_dir_all(&work)?;

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use lh_api::env_vars::{self, lh_home};
+use lh_control_plane::runs::limits::{parse_cpus, parse_duration, parse_size};
 use lh_control_plane::{RuntimeChoice, ServerConfig};
 
 /// Run the lh server (the embedded default needs no flag).
@@ -38,6 +39,10 @@ pub struct ServerArgs {
     /// How many queries run at once (others wait)
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub max_concurrent_queries: usize,
+    /// How many writes (imports, SQL models, pipeline outputs) run at once; the others
+    /// wait. Writes use at most this many times --duckdb-memory
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub max_concurrent_writes: usize,
     /// DuckDB's memory limit per query or import
     #[arg(long, default_value = "4GB", value_name = "SIZE")]
     pub duckdb_memory: String,
@@ -60,6 +65,15 @@ pub struct ServerArgs {
     /// Stop a worker idle for this long, in seconds
     #[arg(long, default_value_t = 600, value_name = "SECONDS")]
     pub worker_idle: u64,
+    /// The most memory a pipeline function may ask for [default: half of this machine's]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_function_memory: Option<u64>,
+    /// The most cores a pipeline function may ask for [default: all of this machine's]
+    #[arg(long, value_name = "N", value_parser = parse_cpus)]
+    pub max_function_cpus: Option<u32>,
+    /// The longest a pipeline function may ask to run [default: 6h]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_function_timeout: Option<Duration>,
     /// How long the branch of a failed run is kept, in seconds
     #[arg(long, default_value_t = 7 * 24 * 3600, value_name = "SECONDS")]
     pub run_branch_ttl: u64,
@@ -123,6 +137,7 @@ fn config(args: ServerArgs) -> ServerConfig {
     config.max_result_bytes = args.max_result_bytes;
     config.max_concurrent_queries = args.max_concurrent_queries.max(1);
     config.duckdb_memory = args.duckdb_memory;
+    config.max_concurrent_writes = args.max_concurrent_writes.max(1);
     config.env_cache = args.env_cache;
     if let Some(n) = args.run_parallelism {
         config.run_parallelism = n.max(1);
@@ -136,5 +151,14 @@ fn config(args: ServerArgs) -> ServerConfig {
         RuntimeArg::Docker => RuntimeChoice::Docker,
         RuntimeArg::Process => RuntimeChoice::Process,
     };
+    if let Some(m) = args.max_function_memory {
+        config.function_ceilings.memory_bytes = m;
+    }
+    if let Some(c) = args.max_function_cpus {
+        config.function_ceilings.cpus_milli = c;
+    }
+    if let Some(t) = args.max_function_timeout {
+        config.function_ceilings.timeout = t;
+    }
     config
 }

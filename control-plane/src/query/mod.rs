@@ -103,6 +103,10 @@ impl QueryEngine {
     /// Writes the rows of `table` in `commit` (only `columns`, only the rows matching
     /// `filter`) to an Arrow IPC file at `path`: a pipeline function's input, with its
     /// projection and filter pushed down to the Parquet scan. Returns the row count.
+    ///
+    /// The filter is user SQL, so this is a query like any other: it waits for a query
+    /// slot, stops after `timeout`, and is interrupted when the caller goes away (a
+    /// cancelled run).
     pub async fn export_arrow(
         &self,
         commit: &Commit,
@@ -110,6 +114,7 @@ impl QueryEngine {
         columns: Option<&[String]>,
         filter: Option<&str>,
         path: &std::path::Path,
+        timeout: Duration,
     ) -> Result<u64> {
         let parts: Vec<String> = match table.rsplit_once('.') {
             Some((ns, t)) => vec![ns.to_string(), t.to_string()],
@@ -151,12 +156,25 @@ impl QueryEngine {
                 &missing,
             )
             .await?;
+        let _permit = self.permits.acquire().await.map_err(|_| {
+            Error::new(
+                Kind::Unavailable,
+                Code::ShuttingDown,
+                "the server is shutting down",
+            )
+        })?;
         let database = self.database.clone();
-        let out = path.to_path_buf();
-        let label = table.to_string();
-        blocking(move || {
+        let session = blocking(move || {
             let session = Session::in_commit(&database, catalog)?;
             session.ensure_views(&views)?;
+            Ok(session)
+        })
+        .await?;
+        let handle = session.conn.interrupt_handle();
+        let mut guard = InterruptOnDrop(Some(handle.clone()));
+        let out = path.to_path_buf();
+        let label = table.to_string();
+        let task = blocking(move || {
             let mut stmt = session
                 .conn
                 .prepare(&sql)
@@ -179,8 +197,23 @@ impl QueryEngine {
             w.finish()
                 .map_err(|e| Error::internal(format!("cannot write {}: {e}", out.display())))?;
             Ok(rows)
-        })
-        .await
+        });
+        let out = match tokio::time::timeout(timeout, task).await {
+            Ok(r) => r,
+            Err(_) => {
+                handle.interrupt();
+                Err(Error::new(
+                    Kind::Timeout,
+                    Code::Timeout,
+                    format!(
+                        "reading input '{table}' ran past the function's timeout of {} s and was stopped",
+                        timeout.as_secs()
+                    ),
+                ))
+            }
+        };
+        guard.0 = None;
+        out
     }
 
     /// DuckDB's reading of a query: the tables, parameters and CTEs it names. Runs no

@@ -27,12 +27,13 @@ async fn setup(dir: &std::path::Path) -> (Arc<Tables>, QueryEngine, ImportContex
         },
     };
     let engine = QueryEngine::new(tables.clone(), limits.clone(), dir.join("spill")).unwrap();
-    let ctx = ImportContext {
-        uploads: dir.join("up"),
-        outputs: dir.join("out"),
-        spill: dir.join("spill2"),
-        limits: limits.duck,
-    };
+    let ctx = ImportContext::new(
+        dir.join("up"),
+        dir.join("out"),
+        dir.join("spill2"),
+        limits.duck,
+        2,
+    );
     std::fs::create_dir_all(&ctx.uploads).unwrap();
     (tables, engine, ctx)
 }

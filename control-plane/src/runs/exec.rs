@@ -25,6 +25,8 @@ struct Shared {
     id: String,
     run_branch: String,
     plan: Plan,
+    /// The run's code snapshot: its content hash and its folder.
+    code_hash: String,
     code_root: PathBuf,
     author: String,
     no_cache: bool,
@@ -54,6 +56,7 @@ impl Run {
             id: info.id.clone(),
             run_branch: info.run_branch.clone(),
             plan,
+            code_hash: info.code_hash.clone(),
             code_root,
             author: info.author.clone(),
             no_cache: start.no_cache,
@@ -596,6 +599,7 @@ async fn invoke_in(
                 inp.columns.as_deref(),
                 inp.filter.as_deref(),
                 &path,
+                node.lang.limits().timeout,
             )
             .await?;
         files.insert(arg.clone(), path);
@@ -612,7 +616,7 @@ async fn invoke_in(
     };
     let result = svc
         .runtime
-        .invoke(&env, &node.lang.limits(), &shared.code_root, work, inv)
+        .invoke(&env, &node.lang.limits(), work, inv)
         .await
         .map_err(|e| {
             Error::bad_request(Code::RuntimeFailed, format!("cannot run the function: {e}"))
@@ -629,9 +633,14 @@ fn catalog_pointer(p: &TablePointer) -> lh_catalog::TablePointer {
     }
 }
 
-/// A node's fingerprint: its code (and the project modules it imports), environment,
-/// parameters, and the snapshots of its inputs with their columns and filter; for an
-/// appending model, also the snapshot it appends to.
+/// A node's fingerprint, the key of its memoized output: everything the node can read.
+/// A Python function can import or open any file of its project, so its code is the
+/// content hash of the whole code snapshot (every file shipped), not the files it seems
+/// to import; a SQL model reads nothing but its text and its tables (DuckDB's sandbox
+/// has no file access), so its text is its code. Then lh's own version (the harness that
+/// calls functions and the writer of outputs), the environment's lock, the parameters,
+/// and the snapshots of its inputs with their columns and filter; for an appending
+/// model, also the snapshot it appends to.
 fn fingerprint(
     shared: &Shared,
     node: &PlanNode,
@@ -640,11 +649,6 @@ fn fingerprint(
     env_key: Option<&str>,
     current: Option<&lh_catalog::TablePointer>,
 ) -> Result<String> {
-    let mut code = Vec::new();
-    for f in &node.code_files {
-        let bytes = std::fs::read(shared.code_root.join(f))?;
-        code.push((f.clone(), blake3::hash(&bytes).to_hex().to_string()));
-    }
     let inputs: Vec<serde_json::Value> = node
         .inputs
         .iter()
@@ -656,16 +660,17 @@ fn fingerprint(
             })
         })
         .collect();
-    let (lang, detail) = match &node.lang {
+    let (lang, code, detail) = match &node.lang {
         Lang::Python {
             function,
             memory_bytes,
             ..
         } => (
             "python",
-            serde_json::json!({"function": function, "memory": memory_bytes}),
+            Some(shared.code_hash.as_str()),
+            serde_json::json!({"file": node.file, "function": function, "memory": memory_bytes}),
         ),
-        Lang::Sql { sql, .. } => ("sql", serde_json::json!({"sql": sql})),
+        Lang::Sql { sql, .. } => ("sql", None, serde_json::json!({"sql": sql})),
     };
     let materialize = match node.kind {
         NodeKind::Model { materialize } => format!("{materialize:?}"),
@@ -678,7 +683,7 @@ fn fingerprint(
         _ => None,
     };
     let doc = serde_json::json!({
-        "v": 1, "node": node.name, "lang": lang, "detail": detail, "code": code, "env": env_key,
+        "v": 2, "lh": env!("CARGO_PKG_VERSION"), "node": node.name, "lang": lang, "detail": detail, "code": code, "env": env_key,
         "params": params, "inputs": inputs, "materialize": materialize, "previous": previous,
     });
     Ok(blake3::hash(doc.to_string().as_bytes())

@@ -11,6 +11,7 @@
 
 pub mod code;
 mod exec;
+pub mod limits;
 pub mod project;
 pub mod store;
 
@@ -44,6 +45,8 @@ pub struct RunConfig {
     pub planner_python: PathBuf,
     /// Where invocation folders are made.
     pub work_root: PathBuf,
+    /// What no function may exceed.
+    pub ceilings: limits::Ceilings,
 }
 
 pub struct RunService {
@@ -155,6 +158,7 @@ impl RunService {
             queries: &self.queries,
             python: &self.config.planner_python,
             harness: &self.harness,
+            ceilings: &self.config.ceilings,
         };
         planner.plan(&root, commit, at, params).await
     }

@@ -11,6 +11,7 @@ use lh_catalog::Commit;
 use lh_runner::{EnvSpec, Limits};
 use serde::{Deserialize, Serialize};
 
+use super::limits::Ceilings;
 use crate::error::{Code, Error, Result};
 use crate::query::QueryEngine;
 use crate::tables::Tables;
@@ -161,8 +162,6 @@ pub struct PlanNode {
     pub inputs: Vec<PlanInput>,
     /// Argument (Python) or `$name` (SQL) to the parameter it takes.
     pub params: BTreeMap<String, String>,
-    /// The project files whose content is this node's code.
-    pub code_files: Vec<String>,
 }
 
 impl PlanNode {
@@ -201,6 +200,8 @@ pub struct Planner<'a> {
     pub python: &'a Path,
     /// The folder holding the `lh` package.
     pub harness: &'a Path,
+    /// What no function may exceed.
+    pub ceilings: &'a Ceilings,
 }
 
 fn loc(file: &str, line: u32, message: impl std::fmt::Display) -> String {
@@ -477,7 +478,7 @@ impl Planner<'_> {
                 problems.push(loc(&e.file, e.line, e.message));
             }
             for f in plan.functions {
-                match self.python_node(&project, &py_files, root, f) {
+                match self.python_node(&project, f) {
                     Ok(n) => nodes.push(n),
                     Err(p) => problems.extend(p),
                 }
@@ -574,8 +575,6 @@ impl Planner<'_> {
     fn python_node(
         &self,
         project: &ProjectFile,
-        py_files: &[String],
-        root: &Path,
         f: PyFunction,
     ) -> std::result::Result<PlanNode, Vec<String>> {
         let mut problems = Vec::new();
@@ -671,24 +670,39 @@ impl Planner<'_> {
         let timeout = get("timeout")
             .and_then(|v| v.as_str().map(String::from))
             .or(res.timeout);
-        let cpus = get("cpus").and_then(|v| v.as_f64()).or(res.cpus);
-        let memory_bytes = match memory.as_deref().map(parse_bytes) {
-            Some(Ok(b)) => Some(b),
-            Some(Err(e)) => {
+        let cpus = match get("cpus") {
+            Some(v) => match v.as_f64() {
+                Some(c) => Some(c),
+                None => {
+                    problems.push(loc(&f.file, f.line, format!("cpus {v} is not a number")));
+                    None
+                }
+            },
+            None => res.cpus,
+        };
+        let ceilings = self.ceilings;
+        let memory_bytes = match ceilings.memory(memory.as_deref()) {
+            Ok(b) => Some(b),
+            Err(e) => {
                 problems.push(loc(&f.file, f.line, e));
                 None
             }
-            None => Some(4 << 30),
         };
-        let timeout_secs = match timeout.as_deref().map(parse_duration) {
-            Some(Ok(d)) => d.as_secs().max(1),
-            Some(Err(e)) => {
+        let default_timeout = Duration::from_secs(DEFAULT_TIMEOUT_SECS);
+        let timeout_secs = match ceilings.timeout(timeout.as_deref(), default_timeout) {
+            Ok(d) => d.as_secs().max(1),
+            Err(e) => {
                 problems.push(loc(&f.file, f.line, e));
                 DEFAULT_TIMEOUT_SECS
             }
-            None => DEFAULT_TIMEOUT_SECS,
         };
-        let cpus_milli = cpus.map(|c| (c * 1000.0).round() as u32);
+        let cpus_milli = match ceilings.cpus(cpus) {
+            Ok(c) => c,
+            Err(e) => {
+                problems.push(loc(&f.file, f.line, e));
+                None
+            }
+        };
         let mut inputs = Vec::new();
         let mut params = BTreeMap::new();
         for i in f.inputs {
@@ -727,7 +741,6 @@ impl Planner<'_> {
                 cpus_milli,
                 timeout_secs,
             },
-            code_files: code_files(root, &f.file, py_files),
             file: f.file,
             line: f.line,
             inputs,
@@ -763,10 +776,12 @@ impl Planner<'_> {
             .resources
             .as_ref()
             .and_then(|r| r.timeout.as_deref());
-        let timeout_secs = match timeout.map(parse_duration) {
-            Some(Ok(d)) => d.as_secs().max(1),
-            Some(Err(e)) => return Err(vec![loc(PROJECT_FILE, 0, e)]),
-            None => DEFAULT_TIMEOUT_SECS,
+        let timeout_secs = match self
+            .ceilings
+            .timeout(timeout, Duration::from_secs(DEFAULT_TIMEOUT_SECS))
+        {
+            Ok(d) => d.as_secs().max(1),
+            Err(e) => return Err(vec![loc(PROJECT_FILE, 0, e)]),
         };
         let analysis = self.queries.analyze(&text).await.map_err(|e| {
             let msg = match e.code {
@@ -820,39 +835,8 @@ impl Planner<'_> {
             line: 1,
             inputs,
             params,
-            code_files: vec![file.to_string()],
         })
     }
-}
-
-/// The node's own file and the project modules it imports (by a plain scan of its
-/// `import` lines, enough to invalidate memoized outputs when a helper changes).
-fn code_files(root: &Path, file: &str, py_files: &[String]) -> Vec<String> {
-    let mut out = BTreeSet::from([file.to_string()]);
-    let mut todo = vec![file.to_string()];
-    while let Some(f) = todo.pop() {
-        let Ok(text) = std::fs::read_to_string(root.join(&f)) else {
-            continue;
-        };
-        for line in text.lines() {
-            let line = line.trim();
-            let module = line
-                .strip_prefix("import ")
-                .or_else(|| {
-                    line.strip_prefix("from ")
-                        .and_then(|l| l.split(" import").next())
-                })
-                .map(|m| m.split([',', ' ']).next().unwrap_or("").trim().to_string());
-            let Some(module) = module else { continue };
-            let path = module.replace('.', "/");
-            for candidate in [format!("{path}.py"), format!("{path}/__init__.py")] {
-                if py_files.contains(&candidate) && out.insert(candidate.clone()) {
-                    todo.push(candidate);
-                }
-            }
-        }
-    }
-    out.into_iter().collect()
 }
 
 /// An order where every node comes after the nodes it reads from; a cycle is an error
@@ -916,61 +900,5 @@ fn topological(nodes: &[PlanNode]) -> Result<Vec<usize>> {
             )]));
         }
         path.push(next);
-    }
-}
-
-/// `512m`, `2g`, `1.5GB`, `1073741824`.
-pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
-    let t = s.trim().to_ascii_lowercase();
-    let t = t.trim_end_matches('b');
-    let (num, mult) = match t.chars().last() {
-        Some('k') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('m') => (&t[..t.len() - 1], 1 << 20),
-        Some('g') => (&t[..t.len() - 1], 1 << 30),
-        Some('t') => (&t[..t.len() - 1], 1 << 40),
-        _ => (t, 1),
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("memory '{s}' is not a size such as 512m or 2g"))?;
-    if v <= 0.0 {
-        return Err(format!("memory '{s}' must be positive"));
-    }
-    Ok((v * mult as f64) as u64)
-}
-
-/// `90s`, `10m`, `1h`, `45` (seconds).
-pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
-    let t = s.trim().to_ascii_lowercase();
-    let (num, mult) = match t.chars().last() {
-        Some('s') => (&t[..t.len() - 1], 1.0),
-        Some('m') => (&t[..t.len() - 1], 60.0),
-        Some('h') => (&t[..t.len() - 1], 3600.0),
-        _ => (t.as_str(), 1.0),
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("timeout '{s}' is not a duration such as 90s, 10m or 1h"))?;
-    if v <= 0.0 {
-        return Err(format!("timeout '{s}' must be positive"));
-    }
-    Ok(Duration::from_secs_f64(v * mult))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_and_durations() {
-        assert_eq!(parse_bytes("2g"), Ok(2 << 30));
-        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
-        assert_eq!(parse_bytes("1.5GB"), Ok(3 << 29));
-        assert!(parse_bytes("lots").is_err());
-        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
-        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert!(parse_duration("-1").is_err());
     }
 }

@@ -91,14 +91,38 @@ pub struct ImportJob {
     pub author: String,
 }
 
-/// Where writes may read and spill.
+/// Where writes may read and spill, and how many run at once.
 #[derive(Debug, Clone)]
 pub struct ImportContext {
     pub uploads: PathBuf,
     /// Where pipeline functions leave their outputs.
     pub outputs: PathBuf,
+    /// Each write spills into a folder of its own under this one (DuckDB names its spill
+    /// files by a per-database counter and, closing, deletes every `duckdb_temp_*` file
+    /// of its folder: two writes sharing one would destroy each other's).
     pub spill: PathBuf,
     pub limits: DuckLimits,
+    /// One permit per write running (imports, SQL models, pipeline outputs alike): each
+    /// gets `limits.memory_limit`, so writes use at most that many times the memory.
+    pub writers: Arc<tokio::sync::Semaphore>,
+}
+
+impl ImportContext {
+    pub fn new(
+        uploads: PathBuf,
+        outputs: PathBuf,
+        spill: PathBuf,
+        limits: DuckLimits,
+        max_writers: usize,
+    ) -> ImportContext {
+        ImportContext {
+            uploads,
+            outputs,
+            spill,
+            limits,
+            writers: Arc::new(tokio::sync::Semaphore::new(max_writers.max(1))),
+        }
+    }
 }
 
 /// Rows of one Parquet data file (DuckDB rolls files at this size).
@@ -191,10 +215,37 @@ pub async fn write_table(
     // the thread removes its own files when it fails.
     let stop = Stop::default();
     let _stop_on_drop = StopOnDrop(stop.clone());
+    // A slot among the writes; the wait counts towards the write's time limit.
+    let permit = match ctx.writers.clone().try_acquire_owned() {
+        Ok(p) => p,
+        Err(_) => {
+            tracing::info!(table = %job.table, "write queued: every write slot is busy");
+            let acquire = ctx.writers.clone().acquire_owned();
+            let acquired = match job.timeout {
+                None => Ok(acquire.await),
+                Some(limit) => tokio::time::timeout(limit, acquire).await,
+            };
+            match acquired {
+                Ok(Ok(p)) => p,
+                Ok(Err(_)) => return Err(Error::internal("the server is shutting down")),
+                Err(_) => {
+                    return Err(Error::new(
+                        Kind::Timeout,
+                        Code::Timeout,
+                        format!(
+                            "{} waited for a write slot longer than its time limit; nothing was written",
+                            job.source.describe()
+                        ),
+                    ));
+                }
+            }
+        }
+    };
     let mut task = tokio::task::spawn_blocking({
         let (stop, data_dir, table_dir) = (stop.clone(), data_dir.clone(), table_dir.clone());
         let new_table = existing.is_none();
         move || {
+            let _permit = permit;
             let _finish = Finish(stop.clone());
             let out = plan.run(&stop);
             if out.is_err() {
@@ -329,6 +380,16 @@ struct Finish(Stop);
 impl Drop for Finish {
     fn drop(&mut self) {
         self.0.finish();
+    }
+}
+
+/// A write's own spill folder, removed with whatever DuckDB left in it once the write's
+/// database is closed (declare it before the connection, so it is dropped after).
+struct SpillDir(PathBuf);
+
+impl Drop for SpillDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -469,6 +530,11 @@ impl WritePlan {
         if let Some(parent) = self.data_dir.parent() {
             std::fs::create_dir_all(parent)?;
         }
+        let spill = SpillDir(
+            self.ctx
+                .spill
+                .join(format!("write-{}", Uuid::new_v4().simple())),
+        );
         let conn = duck::sandboxed(
             &[
                 self.ctx.uploads.as_path(),
@@ -476,7 +542,7 @@ impl WritePlan {
                 self.table_dir.as_path(),
                 self.warehouse_root.as_path(),
             ],
-            &self.ctx.spill,
+            &spill.0,
             &self.ctx.limits,
         )?;
         stop.attach(&conn)?;

@@ -1,6 +1,14 @@
-"""The worker harness: runs lh functions, one invocation after another.
+"""The worker harness: runs lh functions, one invocation after another, each in a
+fresh process.
 
     python -m lh._worker
+
+The worker is a warm parent that has imported what every call needs (pyarrow) and
+never runs user code itself: for each request it forks a child, which puts the
+project's folder first on `sys.path`, imports the function's module (so `import
+helper` at the top of a model works, and relative imports inside the project's
+packages), calls it and answers; then the child exits. No module, global, patched
+library or leftover process of one call reaches the next, whatever the call did.
 
 Requests arrive as JSON lines on stdin; answers go, one JSON line each, to the file
 descriptor the harness was given (LH_WORKER_FD, default: the original stdout). User
@@ -17,20 +25,41 @@ An answer:  {"id", "ok": true, "rows": n} for a model,
             {"id", "ok": false, "error": str, "traceback": str} when the function failed.
 """
 
+import importlib
 import importlib.util
 import json
 import os
+import select
+import signal
 import sys
-import time
 import traceback
 
 
-def load_function(path, name):
-    # A fresh module per invocation: runs never see each other's module state, and a
-    # changed file is read again.
-    spec = importlib.util.spec_from_file_location(f"lh_user_{abs(hash((path, time.time_ns())))}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def module_name(root, path):
+    """The dotted name of `path` inside the project folder `root` (`models/orders.py`
+    is `models.orders`), or None when it cannot be imported by name."""
+    rel = os.path.relpath(path, root)
+    if rel.startswith(".."):
+        return None
+    parts = rel[:-3].split(os.sep) if rel.endswith(".py") else None
+    if not parts or not all(p.isidentifier() for p in parts):
+        return None
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) or None
+
+
+def load_function(root, path, name):
+    """Imports the function's module as the project sees it (its dotted name under the
+    project folder, so that its package's relative imports work), else from its file."""
+    dotted = module_name(root, path) if root else None
+    if dotted is not None:
+        module = importlib.import_module(dotted)
+    else:
+        spec = importlib.util.spec_from_file_location("lh_user_module", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
     fn = getattr(module, name, None)
     if fn is None:
         raise LookupError(f"{os.path.basename(path)} has no function {name}")
@@ -76,14 +105,17 @@ def write_table(table, path):
 
 
 def invoke(req):
-    fn = load_function(req["file"], req["function"])
+    root = req.get("root")
+    if root:
+        # The project's own modules before anything else, and before the model's
+        # module loads; the worker's folder (the parent's sys.path[0]) is not code.
+        sys.path[:] = [root] + [p for p in sys.path[1:] if p != root]
+        os.chdir(root)
+    fn = load_function(root, req["file"], req["function"])
     kwargs = {}
     for arg, path in req.get("inputs", {}).items():
         kwargs[arg] = read_table(path)
     kwargs.update(req.get("params", {}))
-    root = req.get("root")
-    if root and root not in sys.path:
-        sys.path.insert(0, root)
     result = fn(**kwargs)
     if req["kind"] == "expectation":
         if hasattr(result, "item") and not isinstance(result, (list, dict)):
@@ -100,8 +132,112 @@ def invoke(req):
     return {"rows": table.num_rows}
 
 
+def child(req, out):
+    """The call, in the forked child: answers through `out`, then exits."""
+    me = os.getpid()
+    try:
+        answer = {"id": req["id"], "ok": True, **invoke(req)}
+    except (Exception, SystemExit, KeyboardInterrupt) as e:  # the function's failure is the answer
+        if os.getpid() != me:
+            os._exit(1)  # a process the function forked: only the call's process answers
+        # The traceback starts at the user's code, not in this harness.
+        frames = e.__traceback__
+        while frames is not None and frames.tb_frame.f_code.co_filename == __file__:
+            frames = frames.tb_next
+        tb = "".join(traceback.format_exception(type(e), e, frames))
+        answer = {"id": req["id"], "ok": False, "error": f"{type(e).__name__}: {e}", "traceback": tb}
+    if os.getpid() != me:
+        os._exit(0)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    data = (json.dumps(answer) + "\n").encode()
+    while data:
+        data = data[os.write(out, data):]
+    os._exit(0)
+
+
+def oom_kills():
+    """How many processes the kernel killed for memory in this worker's cgroup (a
+    container's memory limit), or None where no such counter can be read."""
+    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        try:
+            with open(path) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def describe_status(status, ooms_before):
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        after = oom_kills()
+        if sig == signal.SIGKILL and ooms_before is not None and after is not None and after > ooms_before:
+            return "ran out of memory: it used more than its memory limit and was killed"
+        if sig == signal.SIGKILL:
+            return "was killed (signal 9), most likely for using too much memory"
+        return f"was killed by signal {sig}"
+    return f"exited with status {os.waitstatus_to_exitcode(status)} without answering"
+
+
+def call(req, answers):
+    """Runs one request in a fresh child; its answer (or why it gave none)."""
+    ooms_before = oom_kills()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            os.setpgid(0, 0)  # the call and whatever it starts: one group, stopped after
+            # The call cannot read the next requests nor write answers of its own.
+            os.close(answers)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+            sys.stdin = open(os.devnull)
+            child(req, w)
+        finally:
+            os._exit(1)
+    os.close(w)
+    chunks, status = [], None
+    while True:
+        ready, _, _ = select.select([r], [], [], 0.05)
+        if ready:
+            chunk = os.read(r, 1 << 16)
+            if chunk:
+                chunks.append(chunk)
+                continue
+            break  # the answer is complete
+        if status is not None:
+            break  # the call's process is gone; something it started holds the pipe
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = st
+    os.close(r)
+    if status is None:
+        _, status = os.waitpid(pid, 0)
+    # Nothing the call started outlives it.
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    text = b"".join(chunks).decode("utf-8", "replace").strip()
+    try:
+        answer = json.loads(text)
+        if answer.get("id") == req["id"]:
+            return answer
+    except ValueError:
+        pass
+    return {"id": req["id"], "ok": False, "error": f"the function's process {describe_status(status, ooms_before)}", "traceback": ""}
+
+
 def main():
-    worker_pid = os.getpid()
     fd = int(os.environ.get("LH_WORKER_FD", "0") or 0)
     if fd > 0:
         answers = os.fdopen(fd, "w", buffering=1)
@@ -109,27 +245,17 @@ def main():
         answers = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
         # User prints must not corrupt the answers: stdout becomes stderr.
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    import pyarrow  # noqa: F401  (loaded once, so that invocations do not pay for it)
+    # Loaded once in the parent, so that calls do not pay for them.
+    import pyarrow  # noqa: F401
+    import pyarrow.ipc  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
     answers.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
     for line in sys.stdin:
         if not line.strip():
             continue
         req = json.loads(line)
         print(f"--- lh: {req.get('kind')} {req.get('function')} ---", file=sys.stderr, flush=True)
-        try:
-            out = invoke(req)
-            answer = {"id": req["id"], "ok": True, **out}
-            if os.getpid() != worker_pid:
-                os._exit(0)  # a process the function forked: only the worker answers
-        except (Exception, SystemExit) as e:  # the function's failure is the answer
-            # The traceback starts at the user's code, not in this harness.
-            frames = e.__traceback__
-            while frames is not None and frames.tb_frame.f_code.co_filename == __file__:
-                frames = frames.tb_next
-            tb = "".join(traceback.format_exception(type(e), e, frames))
-            if os.getpid() != worker_pid:
-                os._exit(1)
-            answer = {"id": req["id"], "ok": False, "error": f"{type(e).__name__}: {e}", "traceback": tb}
+        answer = call(req, answers.fileno())
         sys.stderr.flush()
         answers.write(json.dumps(answer) + "\n")
 

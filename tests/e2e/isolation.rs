@@ -1,0 +1,411 @@
+//! Pipelines you can trust: each wrong result that was once published is a regression
+//! test named for its cause, and each way a function could reach beyond its inputs is an
+//! attack that must fail cleanly, with nothing published. On both runtimes.
+
+use crate::runs::{PROJECT, node, orders, project, run_json, server};
+
+crate::both_runtimes!(
+    a_helper_imported_at_the_top_of_a_model_is_found_because_the_root_is_on_sys_path_first,
+    a_changed_helper_is_read_again_because_every_call_starts_from_fresh_module_state,
+    any_changed_file_of_the_project_reruns_python_nodes_because_the_key_is_the_whole_snapshot,
+    a_function_cannot_change_what_later_calls_write,
+    a_function_sees_only_its_own_project_code,
+    resource_strings_are_parsed_strictly_and_bounded_by_the_server,
+    a_function_cannot_fill_tmp_without_bound,
+);
+
+fn value(lh: &lh_e2e::Lh, sql: &str) -> serde_json::Value {
+    lh.rows(sql, "main")[0]["v"].clone()
+}
+
+const TOP_IMPORT: &str = r#"
+import lh
+import helper
+import pyarrow as pa
+
+@lh.model()
+def m(o=lh.Model("raw.orders", columns=["id"])):
+    return pa.table({"v": [helper.value()]})
+"#;
+
+/// Once: `ModuleNotFoundError: No module named 'helper'`, since the project's folder
+/// was put on `sys.path` only after the model's module had been loaded.
+fn a_helper_imported_at_the_top_of_a_model_is_found_because_the_root_is_on_sys_path_first(
+    runtime: &str,
+) {
+    let server = server(runtime);
+    let lh = server.lh();
+    orders(&lh);
+    let dir = project(
+        &lh,
+        "top",
+        &[
+            ("lh_project.yml", PROJECT),
+            ("m.py", TOP_IMPORT),
+            ("helper.py", "def value():\n    return 1\n"),
+        ],
+    );
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+    assert_eq!(value(&lh, "select v from analytics.m"), 1);
+}
+
+/// Once: the node ran again after `helper.py` changed, yet published the old value: the
+/// warm worker kept the module of the earlier code in `sys.modules`.
+fn a_changed_helper_is_read_again_because_every_call_starts_from_fresh_module_state(runtime: &str) {
+    let server = server(runtime);
+    let lh = server.lh();
+    orders(&lh);
+    let model = r#"
+import lh
+import pyarrow as pa
+
+@lh.model()
+def m(o=lh.Model("raw.orders", columns=["id"])):
+    import helper
+    return pa.table({"v": [helper.value()]})
+"#;
+    let dir = project(
+        &lh,
+        "inner",
+        &[
+            ("lh_project.yml", PROJECT),
+            ("m.py", model),
+            ("helper.py", "def value():\n    return 1\n"),
+        ],
+    );
+    let d = dir.to_str().unwrap();
+    let (code, run) = run_json(&lh, &[d]);
+    assert_eq!(code, 0, "{run}");
+    assert_eq!(value(&lh, "select v from analytics.m"), 1);
+    std::fs::write(dir.join("helper.py"), "def value():\n    return 2\n").unwrap();
+    let (code, run) = run_json(&lh, &[d]);
+    assert_eq!(code, 0, "{run}");
+    assert_eq!(node(&run, "analytics.m")["status"], "done");
+    assert_eq!(value(&lh, "select v from analytics.m"), 2);
+}
+
+/// Once: `from pkg import helper` changed and the node was reported `cached` with the
+/// old value: the key held only the files a scan of `import` lines found. Every kind of
+/// dependency a scan misses is here: `from pkg import mod`, the second name of `import
+/// os, helper`, a relative import inside a package, and a data file the function opens.
+fn any_changed_file_of_the_project_reruns_python_nodes_because_the_key_is_the_whole_snapshot(
+    runtime: &str,
+) {
+    let server = server(runtime);
+    let lh = server.lh();
+    orders(&lh);
+    let model = r#"
+import lh
+import pyarrow as pa
+
+@lh.model()
+def m(o=lh.Model("raw.orders", columns=["id"])):
+    from pkg import helper
+    import os, second
+    from pkg.sub import uses_relative
+    factor = int(open("data/factor.txt").read())
+    return pa.table({"v": [(helper.value() + second.value() + uses_relative.value()) * factor]})
+"#;
+    let dir = project(
+        &lh,
+        "deps",
+        &[
+            ("lh_project.yml", PROJECT),
+            ("m.py", model),
+            ("pkg/__init__.py", ""),
+            ("pkg/helper.py", "def value():\n    return 1\n"),
+            ("second.py", "def value():\n    return 10\n"),
+            ("pkg/sub/__init__.py", ""),
+            ("pkg/sub/uses_relative.py", "from ..rel import value\n"),
+            ("pkg/rel.py", "def value():\n    return 100\n"),
+            ("data/factor.txt", "1\n"),
+        ],
+    );
+    let d = dir.to_str().unwrap();
+    let (code, run) = run_json(&lh, &[d]);
+    assert_eq!(code, 0, "{run}");
+    assert_eq!(value(&lh, "select v from analytics.m"), 111);
+    let (_, again) = run_json(&lh, &[d]);
+    assert_eq!(
+        node(&again, "analytics.m")["status"],
+        "cached",
+        "unchanged code is reused"
+    );
+    for (file, text, want) in [
+        ("pkg/helper.py", "def value():\n    return 2\n", 112),
+        ("second.py", "def value():\n    return 20\n", 122),
+        ("pkg/rel.py", "def value():\n    return 200\n", 222),
+        ("data/factor.txt", "3\n", 666),
+    ] {
+        std::fs::write(dir.join(file), text).unwrap();
+        let (code, run) = run_json(&lh, &[d]);
+        assert_eq!(code, 0, "{file}: {run}");
+        assert_eq!(node(&run, "analytics.m")["status"], "done", "{file}");
+        assert_eq!(value(&lh, "select v from analytics.m"), want, "{file}");
+    }
+}
+
+/// Once: a warm worker kept a call's Python state, so a function could replace the
+/// harness's `write_table` (or patch a library) and change what every later function
+/// of every user wrote. The patching call changes only its own output; the next call in
+/// the same warm worker (the same project and environment) and other projects' calls
+/// write what they computed.
+fn a_function_cannot_change_what_later_calls_write(runtime: &str) {
+    let server = server(runtime);
+    let lh = server.lh();
+    orders(&lh);
+    let models = r#"
+import lh
+import pyarrow as pa
+import pyarrow.compute as pc
+import sys
+
+def evil(table, path):
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"v": [666]}), path)
+
+@lh.model()
+def patches(o=lh.Model("raw.orders", columns=["id"])):
+    for name in ("__main__", "lh._worker"):
+        m = sys.modules.get(name)
+        if m is not None and hasattr(m, "write_table"):
+            m.write_table = evil
+    pc.sum = lambda *a, **k: pa.scalar(666)
+    sys.modules["lh"].Model = None
+    return pa.table({"v": [1]})
+
+@lh.model()
+def later(p=lh.Model("patches"), o=lh.Model("raw.orders", columns=["id"])):
+    return pa.table({"v": [pc.sum(o["id"]).as_py()]})
+"#;
+    let victim = r#"
+import lh
+import pyarrow as pa
+import pyarrow.compute as pc
+
+@lh.model()
+def victim(o=lh.Model("raw.orders", columns=["id"])):
+    return pa.table({"v": [pc.sum(o["id"]).as_py()]})
+"#;
+    let a = project(
+        &lh,
+        "patcher",
+        &[("lh_project.yml", PROJECT), ("m.py", models)],
+    );
+    let b = project(
+        &lh,
+        "victim",
+        &[
+            (
+                "lh_project.yml",
+                "name: other\nnamespace: victims\npython: \"3.11\"\n",
+            ),
+            ("m.py", victim),
+        ],
+    );
+    for _ in 0..2 {
+        let (code, run) = run_json(&lh, &[a.to_str().unwrap(), "--no-cache"]);
+        assert_eq!(code, 0, "{run}");
+        assert_eq!(
+            value(&lh, "select v from analytics.later"),
+            10,
+            "1+2+3+4: the patches of the call before did not reach this one"
+        );
+        let (code, run) = run_json(&lh, &[b.to_str().unwrap(), "--no-cache"]);
+        assert_eq!(code, 0, "{run}");
+        assert_eq!(value(&lh, "select v from victims.victim"), 10);
+    }
+}
+
+/// Once: the whole code folder was mounted into every worker, so any function could
+/// read every project's code.
+fn a_function_sees_only_its_own_project_code(runtime: &str) {
+    let server = server(runtime);
+    let lh = server.lh();
+    orders(&lh);
+    let secret = project(
+        &lh,
+        "secret",
+        &[
+            (
+                "lh_project.yml",
+                "name: secret\nnamespace: secret\npython: \"3.11\"\n",
+            ),
+            (
+                "m.py",
+                "import lh\nimport pyarrow as pa\nTOKEN = 'hunter2-secret'\n@lh.model()\ndef s(o=lh.Model(\"raw.orders\", columns=[\"id\"])):\n    return pa.table({\"v\": [1]})\n",
+            ),
+        ],
+    );
+    let (code, run) = run_json(&lh, &[secret.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+    let snoop = r#"
+import lh
+import os
+import pyarrow as pa
+
+@lh.model()
+def snoop(o=lh.Model("raw.orders", columns=["id"])):
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = []
+    for top in {os.path.dirname(here), "/", "/lh", "/tmp"}:
+        for root, dirs, files in os.walk(top):
+            if root.startswith(("/proc", "/sys", "/usr", "/dev")):
+                dirs[:] = []
+                continue
+            for f in files:
+                if f.endswith(".py"):
+                    try:
+                        if ("hunter2" + "-secret").encode() in open(os.path.join(root, f), "rb").read():
+                            found.append(os.path.join(root, f))
+                    except OSError:
+                        pass
+    return pa.table({"v": [len(found)], "where": [",".join(found)]})
+"#;
+    let s = project(
+        &lh,
+        "snoop",
+        &[("lh_project.yml", PROJECT), ("m.py", snoop)],
+    );
+    let (code, run) = run_json(&lh, &[s.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+    let rows = lh.rows("select v, \"where\" from analytics.snoop", "main");
+    assert_eq!(
+        rows[0]["v"], 0,
+        "another project's code was visible: {}",
+        rows[0]
+    );
+}
+
+/// Once: `memory="0.5"` parsed to 0 bytes (Docker's "no limit"), and `nan`, `inf` or
+/// `1e30h` made the server answer 500; nothing capped what a project asked for.
+fn resource_strings_are_parsed_strictly_and_bounded_by_the_server(runtime: &str) {
+    let server = lh_e2e::Server::start_with(&[
+        "--env-cache",
+        &crate::runs::env_cache(),
+        "--runtime",
+        runtime,
+        "--max-function-memory",
+        "2g",
+        "--max-function-timeout",
+        "1h",
+        "--max-function-cpus",
+        "1",
+    ]);
+    let lh = server.lh();
+    orders(&lh);
+    let before = lh.head("main");
+    for (resources, want) in [
+        (r#"memory="0.5""#, "less than one byte"),
+        (r#"memory="16m""#, "less than a function needs"),
+        (r#"memory="nan""#, "is not a size"),
+        (r#"memory="inf""#, "is not a size"),
+        (r#"memory="1e30""#, "is not a size"),
+        (r#"memory="3g""#, "--max-function-memory"),
+        (r#"timeout="nan""#, "is not a duration"),
+        (r#"timeout="1e30h""#, "is not a duration"),
+        (r#"timeout="2h""#, "--max-function-timeout"),
+        (r#"timeout="0.1s""#, "shorter than a second"),
+        ("cpus=4", "--max-function-cpus"),
+        ("cpus=0", "not a number of cores"),
+    ] {
+        let model = format!(
+            "import lh\nimport pyarrow as pa\n@lh.model()\n@lh.resources({resources})\ndef m(o=lh.Model(\"raw.orders\", columns=[\"id\"])):\n    return o\n"
+        );
+        let dir = project(&lh, "res", &[("lh_project.yml", PROJECT), ("m.py", &model)]);
+        let run = lh.run(&["run", dir.to_str().unwrap()]);
+        let err = run.fails(5);
+        assert!(err.contains(want), "{resources}: {err}");
+        assert!(err.contains("m.py:"), "{resources}: names the place: {err}");
+    }
+    assert_eq!(lh.head("main"), before, "nothing was published");
+    // Within the ceilings, a run goes through.
+    let ok = "import lh\n@lh.model()\n@lh.resources(memory=\"512m\", timeout=\"30s\", cpus=0.5)\ndef m(o=lh.Model(\"raw.orders\", columns=[\"id\"])):\n    return o\n";
+    let dir = project(&lh, "res", &[("lh_project.yml", PROJECT), ("m.py", ok)]);
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+}
+
+/// Once: the process runtime's /tmp was an unbounded tmpfs, so one function could take
+/// the host's memory through it.
+fn a_function_cannot_fill_tmp_without_bound(runtime: &str) {
+    let server = server(runtime);
+    let lh = server.lh();
+    orders(&lh);
+    let model = r#"
+import lh
+
+@lh.model()
+def fills(o=lh.Model("raw.orders", columns=["id"])):
+    with open("/tmp/fill", "wb") as f:
+        for _ in range(2048):
+            f.write(b"x" * (1 << 20))
+    return o
+"#;
+    let dir = project(&lh, "fill", &[("lh_project.yml", PROJECT), ("m.py", model)]);
+    let before = lh.head("main");
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 8, "{run}");
+    let err = node(&run, "analytics.fills")["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("No space left on device"), "{err}");
+    assert_eq!(lh.head("main"), before, "nothing was published");
+}
+
+/// Once: concurrent writes shared one DuckDB spill folder, and DuckDB names spill files
+/// by a per-database counter and deletes every `duckdb_temp_*` file of its folder when
+/// it closes: four spilling SQL models at once crashed the whole server. Each write now
+/// spills into a folder of its own; every row of every output is checked.
+#[test]
+fn concurrent_spilling_writes_keep_their_own_spill_files() {
+    let server = lh_e2e::Server::start_with(&[
+        "--env-cache",
+        &crate::runs::env_cache(),
+        "--runtime",
+        "process",
+        "--duckdb-memory",
+        "100MB",
+        "--max-concurrent-writes",
+        "4",
+        "--run-parallelism",
+        "4",
+    ]);
+    let lh = server.lh();
+    const N: u64 = 3_000_000;
+    let mut files = vec![("lh_project.yml", PROJECT.to_string())];
+    for k in 1..=4 {
+        files.push((
+            ["s1.sql", "s2.sql", "s3.sql", "s4.sql"][k - 1],
+            format!(
+                "SELECT i, i * {k} AS v, md5(i::VARCHAR) AS pad FROM range({N}) t(i) ORDER BY pad\n"
+            ),
+        ));
+    }
+    let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+    let dir = project(&lh, "spill", &files);
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+    for k in 1..=4u64 {
+        let rows = lh.rows(
+            &format!(
+                "select count(*) as n, count(distinct i) as d, sum(v)::VARCHAR as s, \
+                 sum((v <> i * {k})::INT) as wrong, sum((pad <> md5(i::VARCHAR))::INT) as badpad \
+                 from analytics.s{k}"
+            ),
+            "main",
+        );
+        let r = &rows[0];
+        assert_eq!(r["n"], N, "s{k}: {r}");
+        assert_eq!(r["d"], N, "s{k}: {r}");
+        assert_eq!(r["s"], (k * N * (N - 1) / 2).to_string(), "s{k}: {r}");
+        assert_eq!(r["wrong"], 0, "s{k}: {r}");
+        assert_eq!(r["badpad"], 0, "s{k}: {r}");
+    }
+    assert!(
+        server.log().contains("listening"),
+        "the server is still the same one"
+    );
+}

@@ -114,6 +114,7 @@ codes! {
     UnsupportedType = "unsupported_type",
     UnsupportedWarehouse = "unsupported_warehouse",
     UploadFailed = "upload_failed",
+    UploadTooLarge = "upload_too_large",
     UploadNotFound = "upload_not_found",
 }
 

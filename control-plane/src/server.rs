@@ -61,6 +61,8 @@ pub struct ServerConfig {
     /// How many writes (imports, SQL models, pipeline outputs) run at once, each with
     /// `duckdb_memory`; the others wait.
     pub max_concurrent_writes: usize,
+    /// The largest file an upload (`lh table import`) may stage.
+    pub max_upload_bytes: u64,
     /// What no pipeline function may exceed (memory, CPU share, time).
     pub function_ceilings: crate::runs::limits::Ceilings,
 }
@@ -95,6 +97,7 @@ impl ServerConfig {
             runtime: RuntimeChoice::Auto,
             max_workers: 8,
             max_concurrent_writes: 2,
+            max_upload_bytes: 64 << 30,
             function_ceilings: crate::runs::limits::Ceilings::for_this_machine(),
         }
     }
@@ -194,6 +197,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         queries,
         import,
         uploads,
+        max_upload_bytes: config.max_upload_bytes,
         runs,
         namespaces,
         info,

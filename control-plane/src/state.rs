@@ -21,6 +21,8 @@ pub struct AppState {
     pub queries: Arc<QueryEngine>,
     pub import: ImportContext,
     pub uploads: PathBuf,
+    /// The largest file an upload may stage.
+    pub max_upload_bytes: u64,
     pub runs: Arc<RunService>,
     /// The Iceberg REST catalog's namespaces.
     pub namespaces: Arc<Namespaces>,

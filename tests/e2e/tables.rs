@@ -263,6 +263,34 @@ fn bad_imports_change_nothing() {
     assert!(walk(&server.data_dir().join("uploads")).is_empty());
 }
 
+/// An upload larger than `lh server --max-upload` is refused (413, exit 7) and nothing
+/// of it is kept; one within the limit goes through.
+#[test]
+fn an_upload_above_the_servers_limit_is_refused_and_nothing_is_kept() {
+    let server = Server::start_with(&["--max-upload", "64k"]);
+    let lh = server.lh();
+    let mut big = String::from("id,pad\n");
+    for i in 0..4000 {
+        big.push_str(&format!("{i},{}\n", "x".repeat(40)));
+    }
+    let csv = lh.file("big.csv", &big);
+    let run = lh.run(&["table", "import", "raw.big", csv.to_str().unwrap()]);
+    let err = run.fails(7);
+    assert!(
+        err.contains("larger than the largest upload this server takes"),
+        "{err}"
+    );
+    let uploads = server.data_dir().join("uploads");
+    assert!(
+        std::fs::read_dir(&uploads).map_or(true, |mut d| d.next().is_none()),
+        "nothing of the upload is kept"
+    );
+    lh.run(&["query", "select * from raw.big"]).fails(3);
+    let small = lh.file("small.csv", ORDERS);
+    lh.run(&["table", "import", "raw.small", small.to_str().unwrap()])
+        .ok();
+}
+
 #[test]
 fn remove_a_table() {
     let server = Server::start();

@@ -15,7 +15,7 @@ use lh_api::{
 use tokio::io::AsyncWriteExt;
 
 use super::params::query_pairs;
-use crate::error::{Code, Error, pointer};
+use crate::error::{Code, Error, Kind, pointer};
 use crate::http::{ApiResult, author};
 use crate::state::AppState;
 use crate::tables::write::{self as import, ImportJob};
@@ -109,7 +109,7 @@ async fn gc(State(s): State<AppState>, Json(req): Json<GcRequest>) -> ApiResult<
 /// Stages a file for an import (`?name=orders.csv`; the body is the file).
 #[utoipa::path(post, path = "/api/v1/uploads", params(("name" = String, Query)),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
-    responses((status = 201, body = Upload)))]
+    responses((status = 201, body = Upload), (status = 413, body = lh_api::ErrorBody)))]
 async fn upload(
     State(s): State<AppState>,
     RawQuery(q): RawQuery,
@@ -121,6 +121,7 @@ async fn upload(
     let dir = import::upload_dir(&s.uploads, &id);
     tokio::fs::create_dir_all(&dir).await.map_err(Error::from)?;
     let path = dir.join(&file_name);
+    let max = s.max_upload_bytes;
     let result = async {
         let mut f = tokio::fs::File::create(&path).await?;
         let mut stream = body.into_data_stream();
@@ -128,14 +129,30 @@ async fn upload(
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(std::io::Error::other)?;
             bytes += chunk.len() as u64;
+            if bytes > max {
+                return Ok(None);
+            }
             f.write_all(&chunk).await?;
         }
         f.flush().await?;
-        Ok::<u64, std::io::Error>(bytes)
+        Ok::<Option<u64>, std::io::Error>(Some(bytes))
     }
     .await;
     match result {
-        Ok(bytes) => Ok((StatusCode::CREATED, Json(Upload { id, bytes }))),
+        Ok(Some(bytes)) => Ok((StatusCode::CREATED, Json(Upload { id, bytes }))),
+        Ok(None) => {
+            let _ = tokio::fs::remove_dir_all(&dir).await;
+            Err(Error::new(
+                Kind::TooLarge,
+                Code::UploadTooLarge,
+                format!(
+                    "'{name}' is larger than the largest upload this server takes ({} bytes); nothing was kept",
+                    max
+                ),
+            )
+            .with_hint("the server's limit is `lh server --max-upload`")
+            .into())
+        }
         Err(e) => {
             let _ = tokio::fs::remove_dir_all(&dir).await;
             Err(Error::bad_request(

@@ -43,6 +43,9 @@ pub struct ServerArgs {
     /// wait. Writes use at most this many times --duckdb-memory
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub max_concurrent_writes: usize,
+    /// The largest file `lh table import` may upload (larger ones are refused, 413)
+    #[arg(long, default_value = "64g", value_name = "SIZE", value_parser = parse_size)]
+    pub max_upload: u64,
     /// DuckDB's memory limit per query or import
     #[arg(long, default_value = "4GB", value_name = "SIZE")]
     pub duckdb_memory: String,
@@ -138,6 +141,7 @@ fn config(args: ServerArgs) -> ServerConfig {
     config.max_concurrent_queries = args.max_concurrent_queries.max(1);
     config.duckdb_memory = args.duckdb_memory;
     config.max_concurrent_writes = args.max_concurrent_writes.max(1);
+    config.max_upload_bytes = args.max_upload;
     config.env_cache = args.env_cache;
     if let Some(n) = args.run_parallelism {
         config.run_parallelism = n.max(1);

@@ -111,11 +111,11 @@ pub struct EnvCache {
 
 impl EnvCache {
     /// Environments under `root` (`root/<key>`), uv's cache in `root/.uv-cache`. `uv` is
-    /// the uv binary (found on PATH when `None`).
+    /// the uv binary (looked up on PATH at each build when `None`).
     pub fn new(root: PathBuf, uv: Option<PathBuf>) -> EnvCache {
         EnvCache {
             root,
-            uv: uv.or_else(|| find_on_path("uv")),
+            uv,
             building: Mutex::new(HashMap::new()),
         }
     }
@@ -151,7 +151,9 @@ impl EnvCache {
     }
 
     async fn build(&self, spec: &EnvSpec, key: &str, dir: &Path) -> Result<(), RunnerError> {
-        let uv = self.uv.clone().ok_or_else(|| {
+        // Looked up when needed, not once at start: uv installed while the server runs
+        // is found by the next build.
+        let uv = self.uv.clone().or_else(|| find_on_path("uv")).ok_or_else(|| {
             RunnerError::Environment(
                 "uv is needed to build Python environments and is not on PATH (pip install uv)"
                     .into(),

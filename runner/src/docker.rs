@@ -198,7 +198,12 @@ impl DockerLauncher {
         ContainerCreateBody {
             image: Some(self.image(&env.python_version)),
             user: Some("1000:1000".into()),
-            env: Some(vec![format!("PYTHONPATH={ENV}"), "HOME=/tmp".into()]),
+            // The container's /tmp is its own: the harness empties it between calls.
+            env: Some(vec![
+                format!("PYTHONPATH={ENV}"),
+                "HOME=/tmp".into(),
+                "LH_PRIVATE_TMP=1".into(),
+            ]),
             working_dir: Some(WORK.into()),
             attach_stdin: Some(true),
             attach_stdout: Some(true),

@@ -153,12 +153,16 @@ impl EnvCache {
     async fn build(&self, spec: &EnvSpec, key: &str, dir: &Path) -> Result<(), RunnerError> {
         // Looked up when needed, not once at start: uv installed while the server runs
         // is found by the next build.
-        let uv = self.uv.clone().or_else(|| find_on_path("uv")).ok_or_else(|| {
-            RunnerError::Environment(
-                "uv is needed to build Python environments and is not on PATH (pip install uv)"
-                    .into(),
-            )
-        })?;
+        let uv = self
+            .uv
+            .clone()
+            .or_else(|| find_on_path("uv"))
+            .ok_or_else(|| {
+                RunnerError::Environment(
+                    "uv is needed to build Python environments and is not on PATH (pip install uv)"
+                        .into(),
+                )
+            })?;
         std::fs::create_dir_all(&self.root)?;
         let tmp = self
             .root

@@ -81,7 +81,11 @@ impl ProcessLauncher {
                 let mut c = Command::new(bwrap);
                 let p = |x: &Path| x.display().to_string();
                 // /tmp first: binds under it come after and stay visible.
+                // No capability inside: a server started as root would otherwise give
+                // its functions every capability in their namespaces (ptrace of the
+                // worker, reading its descriptors through /proc).
                 c.args(["--die-with-parent", "--new-session", "--unshare-all"]);
+                c.args(["--cap-drop", "ALL"]);
                 c.args(["--size", &TMP_BYTES.to_string(), "--tmpfs", "/tmp"]);
                 for sys in ["/usr", "/bin", "/lib", "/lib64", "/sbin"] {
                     c.args(["--ro-bind-try", sys, sys]);
@@ -120,6 +124,8 @@ impl ProcessLauncher {
                     "PYTHONUNBUFFERED",
                     "1",
                 ]);
+                // The worker's /tmp is its own: the harness empties it between calls.
+                c.args(["--setenv", "LH_PRIVATE_TMP", "1"]);
                 c.args(["--setenv", "LANG", "C.UTF-8", "--"]);
                 c.args(&inner);
                 c

@@ -12,6 +12,7 @@ crate::both_runtimes!(
     a_function_sees_only_its_own_project_code,
     resource_strings_are_parsed_strictly_and_bounded_by_the_server,
     a_function_cannot_fill_tmp_without_bound,
+    a_call_can_neither_reach_its_worker_nor_leave_processes_or_files_behind,
 );
 
 fn value(lh: &lh_e2e::Lh, sql: &str) -> serde_json::Value {
@@ -410,4 +411,72 @@ fn concurrent_spilling_writes_keep_their_own_spill_files() {
         server.log().contains("listening"),
         "the server is still the same one"
     );
+}
+
+/// Attacks on the warm worker itself (found in review): a call writing a forged answer
+/// or reading the next request through `/proc/<worker>/fd`, a process it started in a
+/// session of its own surviving the call, a file it left in /tmp or the worker's folder.
+/// The worker is not dumpable (its descriptors are closed to its calls), it is the
+/// subreaper of whatever a call starts and kills it after the call, and it empties its
+/// scratch space between calls. `later` runs in the same warm worker after `leave`.
+fn a_call_can_neither_reach_its_worker_nor_leave_processes_or_files_behind(runtime: &str) {
+    let server = server(runtime);
+    let lh = server.lh();
+    orders(&lh);
+    let models = r#"
+import json, os, subprocess, time
+import lh
+import pyarrow as pa
+
+@lh.model()
+def leave(o=lh.Model("raw.orders", columns=["id"])):
+    opened = 0
+    for fd in range(0, 32):
+        try:
+            with open(f"/proc/{os.getppid()}/fd/{fd}", "w") as f:
+                f.write(json.dumps({"id": "x", "ok": True, "rows": 999}) + "\n")
+                opened += 1
+        except OSError:
+            pass
+    if os.fork() == 0:
+        os.setsid()
+        os.execvp("sleep", ["sleep", "30"])
+    with open("/tmp/left-behind", "w") as f:
+        f.write("x")
+    with open(os.path.join(os.environ.get("HOME", "/tmp"), "home-left-behind"), "w") as f:
+        f.write("x")
+    return pa.table({"v": [opened]})
+
+@lh.model()
+def later(l=lh.Model("leave"), o=lh.Model("raw.orders", columns=["id"])):
+    sleepers = 0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if open(f"/proc/{pid}/cmdline", "rb").read().startswith(b"sleep\0"):
+                    sleepers += 1
+            except OSError:
+                pass
+    files = int(os.path.exists("/tmp/left-behind"))
+    return pa.table({"v": [sleepers * 10 + files]})
+"#;
+    let dir = project(
+        &lh,
+        "reach",
+        &[("lh_project.yml", PROJECT), ("m.py", models)],
+    );
+    for _ in 0..2 {
+        let (code, run) = run_json(&lh, &[dir.to_str().unwrap(), "--no-cache"]);
+        assert_eq!(code, 0, "{run}");
+        assert_eq!(
+            value(&lh, "select v from analytics.leave"),
+            0,
+            "no descriptor of the worker opened"
+        );
+        assert_eq!(
+            value(&lh, "select v from analytics.later"),
+            0,
+            "no process and no /tmp file of the call before"
+        );
+    }
 }

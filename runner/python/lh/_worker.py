@@ -32,6 +32,7 @@ import os
 import select
 import signal
 import sys
+import time
 import traceback
 
 
@@ -186,6 +187,115 @@ def describe_status(status, ooms_before):
     return f"exited with status {os.waitstatus_to_exitcode(status)} without answering"
 
 
+# The most an answer may weigh (the runner refuses longer lines too).
+MAX_ANSWER = 16 << 20
+# How long a call's pipe is read after its process exited (a process it started may
+# still hold the pipe).
+GRACE = 0.5
+
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def prctl(option, value):
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def children():
+    """The pids of this process's children (the calls' leftovers, once reparented)."""
+    pids = set()
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/children") as f:
+                pids.update(int(p) for p in f.read().split())
+    except OSError:
+        me = os.getpid()
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
+                            pids.add(int(entry))
+                except (OSError, ValueError, IndexError):
+                    pass
+    return pids
+
+
+def kill_leftovers():
+    """Kills and reaps every process a call left: as this process is their subreaper,
+    whatever a call started (even in a session or group of its own) ends up its child."""
+    for _ in range(1000):
+        pids = children()
+        if not pids:
+            break
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for p in pids:
+            try:
+                os.waitpid(p, 0)
+            except ChildProcessError:
+                pass
+
+
+def mount_points():
+    """Where something is mounted in this process's view (bind mounts of the sandbox)."""
+    points = set()
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 4:
+                    points.add(fields[4].replace("\\040", " "))
+    except OSError:
+        pass
+    return points
+
+
+def clear_dir(top, keep, mounts):
+    """Empties `top`, except entries starting with `keep`, mount points and the folders
+    that lead to one (the sandbox binds the worker's folder, its code and its environment
+    under paths that may start in /tmp): those are walked, never removed."""
+    import shutil
+    try:
+        entries = os.listdir(top)
+    except OSError:
+        return
+    for name in entries:
+        if keep and name.startswith(keep):
+            continue
+        path = os.path.join(top, name)
+        if path in mounts:
+            continue
+        if any(m.startswith(path + "/") for m in mounts):
+            if os.path.isdir(path) and not os.path.islink(path):
+                clear_dir(path, (), mounts)
+            continue
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+def clear_scratch(work):
+    """Removes what a call left in the worker's folder (invocation folders excepted: the
+    runner moves them) and in /tmp when it is the worker's own (LH_PRIVATE_TMP, set by
+    the sandboxes; never the host's), so that no file passes from one call to the next."""
+    mounts = mount_points()
+    clear_dir(work, ("inv-",), mounts)
+    if os.environ.get("LH_PRIVATE_TMP") == "1":
+        clear_dir("/tmp", (), mounts)
+
+
 def call(req, answers):
     """Runs one request in a fresh child; its answer (or why it gave none)."""
     ooms_before = oom_kills()
@@ -195,8 +305,10 @@ def call(req, answers):
         os.close(r)
         try:
             os.setpgid(0, 0)  # the call and whatever it starts: one group, stopped after
-            # The call cannot read the next requests nor write answers of its own.
+            # The call cannot read the next requests nor write answers of its own (the
+            # parent is not dumpable: its descriptors are closed to /proc/<ppid>/fd).
             os.close(answers)
+            prctl(PR_SET_DUMPABLE, 1)
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
             os.close(null)
@@ -205,28 +317,34 @@ def call(req, answers):
         finally:
             os._exit(1)
     os.close(w)
-    chunks, status = [], None
+    chunks, size, status, exited = [], 0, None, None
     while True:
+        if status is None:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status, exited = st, time.monotonic()
+        elif time.monotonic() - exited > GRACE:
+            break  # the call's process is gone; something it started holds the pipe
         ready, _, _ = select.select([r], [], [], 0.05)
         if ready:
             chunk = os.read(r, 1 << 16)
-            if chunk:
-                chunks.append(chunk)
-                continue
-            break  # the answer is complete
-        if status is not None:
-            break  # the call's process is gone; something it started holds the pipe
-        done, st = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status = st
+            if not chunk:
+                break  # the answer is complete
+            size += len(chunk)
+            if size > MAX_ANSWER:
+                chunks = []
+                break
+            chunks.append(chunk)
     os.close(r)
-    if status is None:
-        _, status = os.waitpid(pid, 0)
-    # Nothing the call started outlives it.
+    # Nothing the call started outlives it: its group, then whatever escaped the group
+    # (reparented to this process, its subreaper).
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    if status is None:
+        _, status = os.waitpid(pid, 0)
+    kill_leftovers()
     text = b"".join(chunks).decode("utf-8", "replace").strip()
     try:
         answer = json.loads(text)
@@ -245,6 +363,14 @@ def main():
         answers = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
         # User prints must not corrupt the answers: stdout becomes stderr.
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    # The worker's folder is not code: nothing is imported from it.
+    work = os.getcwd()
+    if sys.path and sys.path[0] in ("", work):
+        sys.path.pop(0)
+    # Calls cannot reach into this process through /proc (its descriptors, its
+    # memory), and what they start and leave is reparented here, to be stopped.
+    prctl(PR_SET_DUMPABLE, 0)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
     # Loaded once in the parent, so that calls do not pay for them.
     import pyarrow  # noqa: F401
     import pyarrow.ipc  # noqa: F401
@@ -256,6 +382,7 @@ def main():
         req = json.loads(line)
         print(f"--- lh: {req.get('kind')} {req.get('function')} ---", file=sys.stderr, flush=True)
         answer = call(req, answers.fileno())
+        clear_scratch(work)
         sys.stderr.flush()
         answers.write(json.dumps(answer) + "\n")
 

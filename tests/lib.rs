@@ -52,11 +52,12 @@ pub struct Server {
     child: Child,
     log: PathBuf,
     args: Vec<String>,
+    envs: Vec<(String, String)>,
 }
 
 /// Starts `lh server` on `<dir>/data` with extra flags; its log is appended to `log`.
 /// Returns the child and the URL it listens on.
-fn spawn(dir: &Path, args: &[String], log: &Path) -> (Child, String) {
+fn spawn(dir: &Path, args: &[String], envs: &[(String, String)], log: &Path) -> (Child, String) {
     let data = dir.join("data");
     let log_file = std::fs::OpenOptions::new()
         .create(true)
@@ -68,6 +69,7 @@ fn spawn(dir: &Path, args: &[String], log: &Path) -> (Child, String) {
         .arg(&data)
         .args(args)
         .env("LH_LOG", "info")
+        .envs(envs.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -103,16 +105,26 @@ impl Server {
     /// Starts a server on the embedded default (SQLite, local warehouse) in a fresh
     /// temporary directory, with extra flags.
     pub fn start_with(args: &[&str]) -> Server {
+        Server::start_with_env(args, &[])
+    }
+
+    /// Like [`Server::start_with`], with extra variables in the server's environment.
+    pub fn start_with_env(args: &[&str], envs: &[(&str, &str)]) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
         let log = dir.path().join("server.log");
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        let (child, url) = spawn(dir.path(), &args, &log);
+        let envs: Vec<(String, String)> = envs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (child, url) = spawn(dir.path(), &args, &envs, &log);
         Server {
             dir,
             url,
             child,
             log,
             args,
+            envs,
         }
     }
 
@@ -128,7 +140,7 @@ impl Server {
         if let Ok(None) = self.child.try_wait() {
             self.terminate();
         }
-        let (child, url) = spawn(self.dir.path(), &self.args, &self.log);
+        let (child, url) = spawn(self.dir.path(), &self.args, &self.envs, &self.log);
         self.child = child;
         self.url = url;
     }

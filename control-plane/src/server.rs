@@ -281,6 +281,7 @@ async fn runs_service(
             .clone()
             .unwrap_or_else(|| data_dir.join("envs")),
         None,
+        config.sandbox,
     );
     let svc = RunService::new(
         catalog.clone(),

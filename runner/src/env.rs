@@ -106,16 +106,50 @@ struct EnvInfo {
 pub struct EnvCache {
     root: PathBuf,
     uv: Option<PathBuf>,
+    /// Build in a bubblewrap sandbox (refuse to build without it).
+    sandbox: bool,
     building: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// The variables a build sees of the server's environment: where the package index is
+/// and how to reach it, nothing else (no catalog URL, no cloud credentials).
+const INDEX_VARS: &[&str] = &[
+    "UV_INDEX",
+    "UV_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_EXTRA_INDEX_URL",
+    "UV_FIND_LINKS",
+    "UV_INDEX_STRATEGY",
+    "UV_NATIVE_TLS",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "https_proxy",
+    "http_proxy",
+    "all_proxy",
+    "no_proxy",
+];
+
+/// Whether a build step may reach the network: only the steps in which no code of a
+/// package runs (uv creating the virtualenv, uv installing wheels) do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Net {
+    Index,
+    None,
 }
 
 impl EnvCache {
     /// Environments under `root` (`root/<key>`), uv's cache in `root/.uv-cache`. `uv` is
-    /// the uv binary (looked up on PATH at each build when `None`).
-    pub fn new(root: PathBuf, uv: Option<PathBuf>) -> EnvCache {
+    /// the uv binary (looked up on PATH at each build when `None`). With `sandbox`, every
+    /// build runs in bubblewrap (see [`EnvCache::build`]).
+    pub fn new(root: PathBuf, uv: Option<PathBuf>, sandbox: bool) -> EnvCache {
         EnvCache {
             root,
             uv,
+            sandbox,
             building: Mutex::new(HashMap::new()),
         }
     }
@@ -150,6 +184,14 @@ impl EnvCache {
         Ok((env, true))
     }
 
+    /// Builds the environment of `spec` into `dir`, from wheels only, so that nothing of
+    /// a package runs while the build can reach the network; then inspects it and writes
+    /// its lock with the network gone. With the sandbox, every step runs in bubblewrap:
+    /// no capability, the system read-only, only the build folder (and, for the steps
+    /// with the network, uv's cache) writable, none of the server's variables but the
+    /// package index's. The finished environment is read-only. A hostile package (a
+    /// `.pth` file runs at every interpreter start) thus runs only inside the sandbox, on
+    /// no network, and can change nothing but its own environment.
     async fn build(&self, spec: &EnvSpec, key: &str, dir: &Path) -> Result<(), RunnerError> {
         // Looked up when needed, not once at start: uv installed while the server runs
         // is found by the next build.
@@ -163,38 +205,51 @@ impl EnvCache {
                         .into(),
                 )
             })?;
+        let bwrap = if self.sandbox {
+            Some(find_on_path("bwrap").ok_or_else(|| {
+                RunnerError::Sandbox(
+                    "Python environments are built in a bubblewrap sandbox, which is not installed (apt-get install bubblewrap)".into(),
+                )
+            })?)
+        } else {
+            None
+        };
         std::fs::create_dir_all(&self.root)?;
+        let cache = self.root.join(".uv-cache");
+        std::fs::create_dir_all(&cache)?;
         let tmp = self
             .root
             .join(format!(".build-{key}-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&tmp)?;
+        let step = |program: &Path, args: &[&str], net: Net| -> Command {
+            self.command(bwrap.as_deref(), &uv, &tmp, &cache, program, args, net)
+        };
         let result = async {
-            let uv_cmd = |args: &[&str]| {
-                let mut c = Command::new(&uv);
-                c.args(args)
-                    .env("UV_CACHE_DIR", self.root.join(".uv-cache"))
-                    .env("UV_PYTHON_DOWNLOADS", "never")
-                    .env("UV_NO_PROGRESS", "1")
-                    .kill_on_drop(true);
-                c
-            };
             let tmp_s = tmp.display().to_string();
-            run(&mut uv_cmd(&["venv", "--quiet", "--no-project", "--python", &spec.python, &tmp_s]), "create the virtualenv").await?;
-            let py = tmp.join("bin/python").display().to_string();
+            run(&mut step(&uv, &["venv", "--quiet", "--no-project", "--allow-existing", "--python", &spec.python, &tmp_s], Net::Index), "create the virtualenv").await?;
+            let py = tmp.join("bin/python");
+            let py_s = py.display().to_string();
             let reqs = spec.requirements()?;
-            let mut args = vec!["pip", "install", "--quiet", "--python", &py];
+            let mut args = vec!["pip", "install", "--quiet", "--only-binary", ":all:", "--python", &py_s];
             args.extend(reqs.iter().map(String::as_str));
-            run(&mut uv_cmd(&args), "install the packages").await?;
+            run(&mut step(&uv, &args, Net::Index), "install the packages (wheels only)").await?;
             let info = run(
-                Command::new(&py).args([
+                &mut step(&py, &[
                     "-c",
                     "import json, sys, sysconfig; print(json.dumps({'base_prefix': sys.base_prefix, 'python_version': '%d.%d.%d' % sys.version_info[:3], 'purelib': sysconfig.get_paths()['purelib']}))",
-                ]),
+                ], Net::None),
                 "inspect the interpreter",
             )
             .await?;
-            let v: serde_json::Value = serde_json::from_str(info.trim())
+            let v: serde_json::Value = serde_json::from_str(info.trim().lines().last().unwrap_or_default())
                 .map_err(|e| RunnerError::Environment(format!("cannot read the interpreter's answer: {e}")))?;
             let purelib = PathBuf::from(v["purelib"].as_str().unwrap_or_default());
+            if !purelib.starts_with(&tmp) {
+                return Err(RunnerError::Environment(format!(
+                    "the interpreter placed its packages outside the environment ({})",
+                    purelib.display()
+                )));
+            }
             for (path, text) in HARNESS {
                 let p = purelib.join(path);
                 if let Some(d) = p.parent() {
@@ -202,29 +257,167 @@ impl EnvCache {
                 }
                 std::fs::write(p, text)?;
             }
-            let lock = run(&mut uv_cmd(&["pip", "freeze", "--python", &py]), "list the packages").await?;
+            let lock = run(&mut step(&uv, &["pip", "freeze", "--python", &py_s], Net::None), "list the packages").await?;
             std::fs::write(tmp.join("lh-lock.txt"), lock)?;
             let info = EnvInfo {
                 base_prefix: PathBuf::from(v["base_prefix"].as_str().unwrap_or_default()),
                 python_version: v["python_version"].as_str().unwrap_or_default().to_string(),
             };
             std::fs::write(tmp.join("lh-env.json"), serde_json::to_vec(&info).unwrap_or_default())?;
+            read_only(&tmp)?;
             // Environments are moved into place whole: a reader sees none or all of it.
             // Another process may have built the same one meanwhile: then keep theirs.
             if let Err(e) = std::fs::rename(&tmp, dir) {
                 if load(key, dir)?.is_none() {
                     return Err(e.into());
                 }
-                let _ = std::fs::remove_dir_all(&tmp);
+                remove_env(&tmp);
             }
             Ok::<(), RunnerError>(())
         }
         .await;
         if result.is_err() {
-            let _ = std::fs::remove_dir_all(&tmp);
+            remove_env(&tmp);
         }
         result
     }
+
+    /// One build step: `program args`, in the sandbox when there is one.
+    #[allow(clippy::too_many_arguments)]
+    fn command(
+        &self,
+        bwrap: Option<&Path>,
+        uv: &Path,
+        build: &Path,
+        cache: &Path,
+        program: &Path,
+        args: &[&str],
+        net: Net,
+    ) -> Command {
+        let mut vars: Vec<(String, String)> = vec![
+            ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+            ("HOME".into(), "/tmp".into()),
+            ("LANG".into(), "C.UTF-8".into()),
+            ("UV_PYTHON_DOWNLOADS".into(), "never".into()),
+            ("UV_NO_PROGRESS".into(), "1".into()),
+            ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+        ];
+        match net {
+            Net::Index => vars.push(("UV_CACHE_DIR".into(), cache.display().to_string())),
+            Net::None => {
+                vars.push(("UV_NO_CACHE".into(), "1".into()));
+                vars.push(("UV_OFFLINE".into(), "1".into()));
+            }
+        }
+        for name in INDEX_VARS {
+            if let Ok(v) = std::env::var(name) {
+                vars.push((name.to_string(), v));
+            }
+        }
+        let mut cmd = match bwrap {
+            None => {
+                let mut c = Command::new(program);
+                c.args(args).env_clear();
+                c
+            }
+            Some(bwrap) => {
+                let p = |x: &Path| x.display().to_string();
+                let mut c = Command::new(bwrap);
+                c.args([
+                    "--die-with-parent",
+                    "--new-session",
+                    "--unshare-all",
+                    "--cap-drop",
+                    "ALL",
+                ]);
+                if net == Net::Index {
+                    c.arg("--share-net");
+                }
+                c.args(["--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]);
+                for sys in ["/usr", "/bin", "/lib", "/lib64", "/sbin"] {
+                    c.args(["--ro-bind-try", sys, sys]);
+                }
+                for etc in [
+                    "/etc/ld.so.cache",
+                    "/etc/localtime",
+                    "/etc/ssl",
+                    "/etc/ca-certificates",
+                    "/etc/pki",
+                    "/etc/resolv.conf",
+                    "/etc/hosts",
+                    "/etc/nsswitch.conf",
+                    "/etc/host.conf",
+                ] {
+                    c.args(["--ro-bind-try", etc, etc]);
+                }
+                c.args(["--ro-bind", &p(uv), &p(uv)]);
+                // Local package folders the index settings name (find-links).
+                for name in ["UV_FIND_LINKS", "SSL_CERT_FILE", "SSL_CERT_DIR"] {
+                    if let Ok(v) = std::env::var(name) {
+                        for part in v.split([',', ' ']) {
+                            let path = Path::new(part.trim_start_matches("file://"));
+                            if path.is_absolute() && path.exists() {
+                                c.args(["--ro-bind", &p(path), &p(path)]);
+                            }
+                        }
+                    }
+                }
+                c.args(["--bind", &p(build), &p(build)]);
+                if net == Net::Index {
+                    c.args(["--bind", &p(cache), &p(cache)]);
+                }
+                c.args(["--chdir", "/tmp", "--clearenv"]);
+                for (k, v) in &vars {
+                    c.args(["--setenv", k, v]);
+                }
+                c.arg("--").arg(program).args(args);
+                vars.clear();
+                c
+            }
+        };
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        cmd.stdin(std::process::Stdio::null()).kill_on_drop(true);
+        cmd
+    }
+}
+
+/// Makes a built environment read-only and readable by every user, files and folders.
+fn read_only(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let ty = entry.file_type()?;
+        if ty.is_symlink() {
+            continue;
+        }
+        if ty.is_dir() {
+            read_only(&entry.path())?;
+        }
+        // Readable by all (a container's unprivileged user reads it), writable by none.
+        let exec = if ty.is_dir() { 0o111 } else { 0 };
+        let mode = (entry.metadata()?.permissions().mode() | 0o444 | exec) & !0o222;
+        std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
+}
+
+/// Removes an environment folder, read-only or not.
+pub fn remove_env(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    fn writable(dir: &Path) {
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    writable(&e.path());
+                }
+            }
+        }
+    }
+    writable(dir);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn load(key: &str, dir: &Path) -> Result<Option<Env>, RunnerError> {

@@ -25,7 +25,7 @@ async fn fixture() -> Fixture {
     let envs = std::env::var_os("LH_TEST_ENV_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("lh-test-envs"));
-    let cache = EnvCache::new(envs, None);
+    let cache = EnvCache::new(envs, None, true);
     let spec = EnvSpec {
         python: "3.11".into(),
         packages: BTreeMap::new(),

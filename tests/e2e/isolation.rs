@@ -13,6 +13,7 @@ crate::both_runtimes!(
     resource_strings_are_parsed_strictly_and_bounded_by_the_server,
     a_function_cannot_fill_tmp_without_bound,
     a_call_can_neither_reach_its_worker_nor_leave_processes_or_files_behind,
+    a_hostile_package_runs_nothing_on_the_host_and_sees_no_secret,
 );
 
 fn value(lh: &lh_e2e::Lh, sql: &str) -> serde_json::Value {
@@ -479,4 +480,122 @@ def later(l=lh.Model("leave"), o=lh.Model("raw.orders", columns=["id"])):
             "no process and no /tmp file of the call before"
         );
     }
+}
+
+/// Writes a package index folder (for `UV_FIND_LINKS`) holding a wheel whose `.pth`
+/// file runs at every interpreter start, writing the server's `AWS_SECRET_ACCESS_KEY` to
+/// `marker` on the host, and a source distribution whose `setup.py` does the same.
+fn hostile_index(dir: &std::path::Path, marker: &std::path::Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let script = r#"
+import base64, hashlib, io, sys, tarfile, zipfile
+out, marker = sys.argv[1], sys.argv[2]
+payload = f"import os; open({marker!r}, 'a').write(os.environ.get('AWS_SECRET_ACCESS_KEY', '-') + chr(10))"
+files = {
+    "evilpkg/__init__.py": "VALUE = 7\n",
+    "evilpkg.pth": payload + "\n",
+    "evilpkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: evilpkg\nVersion: 1.0\n",
+    "evilpkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: lh-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = []
+for name, text in files.items():
+    digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+    record.append(f"{name},sha256={digest},{len(text.encode())}")
+record.append("evilpkg-1.0.dist-info/RECORD,,")
+files["evilpkg-1.0.dist-info/RECORD"] = "\n".join(record) + "\n"
+with zipfile.ZipFile(f"{out}/evilpkg-1.0-py3-none-any.whl", "w") as z:
+    for name, text in files.items():
+        z.writestr(name, text)
+setup = payload + "\nfrom setuptools import setup\nsetup(name='sdistpkg', version='1.0')\n"
+with tarfile.open(f"{out}/sdistpkg-1.0.tar.gz", "w:gz") as t:
+    for name, text in {"sdistpkg-1.0/setup.py": setup, "sdistpkg-1.0/PKG-INFO": "Metadata-Version: 2.1\nName: sdistpkg\nVersion: 1.0\n"}.items():
+        data = text.encode()
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+"#;
+    let out = std::process::Command::new(lh_e2e::python())
+        .args(["-c", script])
+        .arg(dir)
+        .arg(marker)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Once: environments were built on the host with the server's whole environment, so a
+/// package's `.pth` file (or a source distribution's `setup.py`) ran on the host as the
+/// server's user and saw its secrets. Builds now take wheels only and run in the
+/// sandbox, with only the package index's settings; the `.pth` then runs only in
+/// sandboxes that cannot reach the host's files.
+fn a_hostile_package_runs_nothing_on_the_host_and_sees_no_secret(runtime: &str) {
+    let scratch = tempfile::tempdir().unwrap();
+    let index = scratch.path().join("index");
+    let marker = scratch.path().join("pwned");
+    hostile_index(&index, &marker);
+    let envs = scratch.path().join("envs");
+    let server = lh_e2e::Server::start_with_env(
+        &["--env-cache", envs.to_str().unwrap(), "--runtime", runtime],
+        &[
+            ("UV_FIND_LINKS", index.to_str().unwrap()),
+            ("AWS_SECRET_ACCESS_KEY", "topsecret-123"),
+        ],
+    );
+    let lh = server.lh();
+    orders(&lh);
+    let before = lh.head("main");
+    let model = r#"
+import os
+import lh
+import pyarrow as pa
+
+@lh.model()
+@lh.python(packages={"evilpkg": "1.0"})
+def uses(o=lh.Model("raw.orders", columns=["id"])):
+    import evilpkg
+    secret = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
+    return pa.table({"v": [evilpkg.VALUE], "secret": [secret]})
+"#;
+    let dir = project(&lh, "evil", &[("lh_project.yml", PROJECT), ("m.py", model)]);
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+    let rows = lh.rows("select v, secret from analytics.uses", "main");
+    assert_eq!(rows[0]["v"], 7);
+    assert_eq!(rows[0]["secret"], "", "the function saw no secret");
+    assert!(
+        !marker.exists(),
+        "the package's .pth ran on the host: {:?}",
+        std::fs::read_to_string(&marker)
+    );
+
+    // A source distribution is not built (wheels only): a clear error, nothing ran.
+    let sdist = r#"
+import lh
+import pyarrow as pa
+
+@lh.model()
+@lh.python(packages={"sdistpkg": "1.0"})
+def built(o=lh.Model("raw.orders", columns=["id"])):
+    return pa.table({"v": [1]})
+"#;
+    let dir = project(
+        &lh,
+        "sdist",
+        &[("lh_project.yml", PROJECT), ("m.py", sdist)],
+    );
+    let head = lh.head("main");
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 8, "{run}");
+    let err = node(&run, "analytics.built")["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("wheels only"), "{err}");
+    assert!(!marker.exists(), "setup.py ran on the host");
+    assert_eq!(lh.head("main"), head, "nothing was published");
+    assert_ne!(before, head);
 }

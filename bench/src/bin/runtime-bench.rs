@@ -72,7 +72,7 @@ async fn main() -> Result<()> {
     let (warm_n, cold_n) = (arg("--warm", 100), arg("--cold", 10));
     let dir = tempfile::tempdir()?;
     let cache = cache_dir();
-    let (env, _) = EnvCache::new(cache.join("bench-envs"), None)
+    let (env, _) = EnvCache::new(cache.join("bench-envs"), None, true)
         .get(&EnvSpec {
             python: "3.11".into(),
             packages: BTreeMap::new(),

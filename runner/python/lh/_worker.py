@@ -109,8 +109,8 @@ def invoke(req):
     root = req.get("root")
     if root:
         # The project's own modules before anything else, and before the model's
-        # module loads; the worker's folder (the parent's sys.path[0]) is not code.
-        sys.path[:] = [root] + [p for p in sys.path[1:] if p != root]
+        # module loads (the parent took its own folder off sys.path already).
+        sys.path[:] = [root] + [p for p in sys.path if p != root]
         os.chdir(root)
     fn = load_function(root, req["file"], req["function"])
     kwargs = {}

@@ -109,6 +109,7 @@ pub struct EnvCache {
     /// Build in a bubblewrap sandbox (refuse to build without it).
     sandbox: bool,
     building: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    provisioning: tokio::sync::Mutex<()>,
 }
 
 /// The variables a build sees of the server's environment: where the package index is
@@ -143,7 +144,8 @@ enum Net {
 
 impl EnvCache {
     /// Environments under `root` (`root/<key>`), uv's cache in `root/.uv-cache`. `uv` is
-    /// the uv binary (looked up on PATH at each build when `None`). With `sandbox`, every
+    /// the uv binary (looked up on PATH at each build when `None`, and provisioned into
+    /// `root/.tools` when PATH has none: see `tools.rs`). With `sandbox`, every
     /// build runs in bubblewrap (see [`EnvCache::build`]).
     pub fn new(root: PathBuf, uv: Option<PathBuf>, sandbox: bool) -> EnvCache {
         EnvCache {
@@ -151,6 +153,7 @@ impl EnvCache {
             uv,
             sandbox,
             building: Mutex::new(HashMap::new()),
+            provisioning: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -195,16 +198,14 @@ impl EnvCache {
     async fn build(&self, spec: &EnvSpec, key: &str, dir: &Path) -> Result<(), RunnerError> {
         // Looked up when needed, not once at start: uv installed while the server runs
         // is found by the next build.
-        let uv = self
-            .uv
-            .clone()
-            .or_else(|| find_on_path("uv"))
-            .ok_or_else(|| {
-                RunnerError::Environment(
-                    "uv is needed to build Python environments and is not on PATH (pip install uv)"
-                        .into(),
-                )
-            })?;
+        let uv = match self.uv.clone().or_else(|| find_on_path("uv")) {
+            Some(uv) => uv,
+            None => {
+                // One provisioning at a time; the others find it done.
+                let _one = self.provisioning.lock().await;
+                crate::tools::provision_uv(&self.root.join(".tools")).await?
+            }
+        };
         let bwrap = if self.sandbox {
             Some(find_on_path("bwrap").ok_or_else(|| {
                 RunnerError::Sandbox(

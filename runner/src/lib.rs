@@ -26,6 +26,7 @@ pub mod pooled;
 pub mod process;
 pub mod protocol;
 mod runtime;
+pub mod tools;
 pub mod worker;
 
 pub use env::{Env, EnvCache, EnvSpec};

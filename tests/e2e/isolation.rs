@@ -599,3 +599,39 @@ def built(o=lh.Model("raw.orders", columns=["id"])):
     assert_eq!(lh.head("main"), head, "nothing was published");
     assert_ne!(before, head);
 }
+
+/// Once: on a fresh machine the README's pipeline example failed with "uv is needed …
+/// and is not on PATH", and kept failing after `pip install uv` until the server
+/// restarted. The server now provisions its pinned uv from the package index the first
+/// time it needs one (here: a server whose PATH has no uv, and an empty cache).
+#[test]
+fn a_server_without_uv_provisions_its_own() {
+    let scratch = tempfile::tempdir().unwrap();
+    let envs = scratch.path().join("envs");
+    let server = lh_e2e::Server::start_with_env(
+        &[
+            "--env-cache",
+            envs.to_str().unwrap(),
+            "--runtime",
+            "process",
+        ],
+        &[("PATH", "/usr/local/bin:/usr/bin:/bin")],
+    );
+    let lh = server.lh();
+    orders(&lh);
+    let dir = project(
+        &lh,
+        "fresh",
+        &[
+            ("lh_project.yml", PROJECT),
+            ("m.py", TOP_IMPORT),
+            ("helper.py", "def value():\n    return 5\n"),
+        ],
+    );
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}\n{}", server.log());
+    assert_eq!(value(&lh, "select v from analytics.m"), 5);
+    let uv = envs.join(".tools").join("uv-0.13.9").join("uv");
+    assert!(uv.is_file(), "uv was provisioned into the cache's tools");
+    assert!(server.log().contains("provisioned uv"), "{}", server.log());
+}

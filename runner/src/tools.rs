@@ -89,8 +89,8 @@ pub async fn provision_uv(tools: &Path) -> Result<PathBuf, RunnerError> {
         let err = String::from_utf8_lossy(&out.stderr);
         let last = err
             .lines()
-            .filter(|l| !l.trim().is_empty())
-            .last()
+            .rev()
+            .find(|l| !l.trim().is_empty())
             .unwrap_or("");
         return Err(RunnerError::Environment(format!(
             "uv is not on PATH and provisioning uv {UV_VERSION} from {index} failed: {last} \

@@ -133,9 +133,49 @@ def invoke(req):
     return {"rows": table.num_rows}
 
 
+def site_dirs():
+    """Where the environment's packages are (never the project, never a scratch folder)."""
+    import site
+    dirs = [p for p in site.getsitepackages() + os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
+
+
+def imported_packages(before):
+    """The modules of the environment's packages a call imported that the parent has not:
+    the parent imports them after the call, so that later calls start with them."""
+    dirs = site_dirs()
+    names = []
+    for name, module in list(sys.modules.items()):
+        if name in before or len(names) >= 500:
+            continue
+        origin = getattr(module, "__file__", None)
+        if origin and os.path.realpath(origin).startswith(dirs):
+            names.append(name)
+    return names
+
+
+def preload(names):
+    """Imports, in the parent, the environment's modules calls used: only names found in
+    the environment's package folders (the parent has no project on its path)."""
+    dirs = site_dirs()
+    for name in names[:500]:
+        if not isinstance(name, str) or name in sys.modules:
+            continue
+        if not all(part.isidentifier() for part in name.split(".")):
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+            origin = spec.origin if spec else None
+            if origin and os.path.realpath(origin).startswith(dirs):
+                importlib.import_module(name)
+        except BaseException:  # a module that fails to import stays for the calls to import
+            pass
+
+
 def child(req, out):
     """The call, in the forked child: answers through `out`, then exits."""
     me = os.getpid()
+    before = set(sys.modules)
     try:
         answer = {"id": req["id"], "ok": True, **invoke(req)}
     except (Exception, SystemExit, KeyboardInterrupt) as e:  # the function's failure is the answer
@@ -149,6 +189,10 @@ def child(req, out):
         answer = {"id": req["id"], "ok": False, "error": f"{type(e).__name__}: {e}", "traceback": tb}
     if os.getpid() != me:
         os._exit(0)
+    try:
+        answer["preload"] = imported_packages(before)
+    except Exception:
+        pass
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -348,7 +392,7 @@ def call(req, answers):
     text = b"".join(chunks).decode("utf-8", "replace").strip()
     try:
         answer = json.loads(text)
-        if answer.get("id") == req["id"]:
+        if isinstance(answer, dict) and answer.get("id") == req["id"]:
             return answer
     except ValueError:
         pass
@@ -375,6 +419,7 @@ def main():
     import pyarrow  # noqa: F401
     import pyarrow.ipc  # noqa: F401
     import pyarrow.parquet  # noqa: F401
+    import pyarrow.compute  # noqa: F401
     answers.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
     for line in sys.stdin:
         if not line.strip():
@@ -383,8 +428,11 @@ def main():
         print(f"--- lh: {req.get('kind')} {req.get('function')} ---", file=sys.stderr, flush=True)
         answer = call(req, answers.fileno())
         clear_scratch(work)
+        modules = answer.pop("preload", None)
         sys.stderr.flush()
         answers.write(json.dumps(answer) + "\n")
+        if isinstance(modules, list):
+            preload(modules)
 
 
 if __name__ == "__main__":

@@ -466,6 +466,10 @@ pub struct RunNode {
     /// The node's output came from an earlier run (memoization or `--from-failed`).
     #[serde(default)]
     pub cached: bool,
+    /// Why a model's output was or was not reused: the run it came from, or the parts of
+    /// its key (code, environment, parameters, inputs) that changed since the last time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     #[serde(default)]
     pub error: Option<String>,
     #[serde(default)]

@@ -14,6 +14,7 @@ crate::both_runtimes!(
     a_function_cannot_fill_tmp_without_bound,
     a_call_can_neither_reach_its_worker_nor_leave_processes_or_files_behind,
     a_hostile_package_runs_nothing_on_the_host_and_sees_no_secret,
+    planted_links_and_runaway_filters_fail_cleanly,
 );
 
 fn value(lh: &lh_e2e::Lh, sql: &str) -> serde_json::Value {
@@ -134,6 +135,11 @@ def m(o=lh.Model("raw.orders", columns=["id"])):
         "cached",
         "unchanged code is reused"
     );
+    let reason = node(&again, "analytics.m")["reason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(reason.starts_with("reused: the output of run "), "{reason}");
     for (file, text, want) in [
         ("pkg/helper.py", "def value():\n    return 2\n", 112),
         ("second.py", "def value():\n    return 20\n", 122),
@@ -144,6 +150,18 @@ def m(o=lh.Model("raw.orders", columns=["id"])):
         let (code, run) = run_json(&lh, &[d]);
         assert_eq!(code, 0, "{file}: {run}");
         assert_eq!(node(&run, "analytics.m")["status"], "done", "{file}");
+        let reason = node(&run, "analytics.m")["reason"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            reason.starts_with("ran: code changed (snapshot "),
+            "{file}: {reason}"
+        );
+        assert!(
+            !reason.contains("input"),
+            "{file}: only the code changed: {reason}"
+        );
         assert_eq!(value(&lh, "select v from analytics.m"), want, "{file}");
     }
 }
@@ -634,4 +652,83 @@ fn a_server_without_uv_provisions_its_own() {
     let uv = envs.join(".tools").join("uv-0.13.9").join("uv");
     assert!(uv.is_file(), "uv was provisioned into the cache's tools");
     assert!(server.log().contains("provisioned uv"), "{}", server.log());
+}
+
+/// A function that finds its invocation folder (through the sandbox's mounts) and plants
+/// links where its output is written (to a file of its choosing), and one whose input
+/// filter would run for hours: the first gets a regular output file of its own rows, the
+/// second stops at the function's timeout; nothing of either is published.
+fn planted_links_and_runaway_filters_fail_cleanly(runtime: &str) {
+    let server = server(runtime);
+    let lh = server.lh();
+    orders(&lh);
+    let planter = r#"
+import glob, os
+import lh
+import pyarrow as pa
+
+@lh.model()
+def planted(o=lh.Model("raw.orders", columns=["id"])):
+    folders = []
+    for line in open("/proc/self/mountinfo"):
+        point = line.split()[4]
+        if point == "/lh/work" or "/workers/worker-" in point:
+            folders += glob.glob(os.path.join(point, "inv-*"))
+    planted = 0
+    for inv in folders:
+        for name in ("out.parquet", "out.parquet.tmp"):
+            try:
+                os.symlink("/tmp/elsewhere.parquet", os.path.join(inv, name))
+                planted += 1
+            except OSError:
+                pass
+    return pa.table({"v": [planted]})
+"#;
+    let dir = project(
+        &lh,
+        "planter",
+        &[("lh_project.yml", PROJECT), ("m.py", planter)],
+    );
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+    let rows = lh.rows("select v from analytics.planted", "main");
+    assert_eq!(rows.len(), 1);
+    assert!(
+        rows[0]["v"].as_i64().unwrap() >= 2,
+        "the links were planted: {}",
+        rows[0]
+    );
+
+    let runaway = r#"
+import lh
+
+@lh.model()
+@lh.resources(timeout="3s")
+def slow(o=lh.Model("raw.orders", columns=["id"], filter="id < (SELECT count(*) FROM range(1000000000000))")):
+    return o
+"#;
+    let dir = project(
+        &lh,
+        "runaway",
+        &[("lh_project.yml", PROJECT), ("m.py", runaway)],
+    );
+    let before = lh.head("main");
+    let started = std::time::Instant::now();
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 8, "{run}");
+    let err = node(&run, "analytics.slow")["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("ran past the function's timeout of 3 s"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "stopped, not run out"
+    );
+    assert_eq!(lh.head("main"), before, "nothing was published");
+    // The server still answers queries: the filter's slot was given back.
+    lh.run(&["query", "select count(*) from raw.orders"]).ok();
 }

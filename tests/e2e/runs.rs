@@ -164,10 +164,18 @@ def ids_present(data=lh.Model("clean", columns=["id"])):
     // A parameter change reruns what uses it.
     let (_, changed) = run_json(&lh, &[d, "--param", "min_amount=5"]);
     assert_eq!(node(&changed, "analytics.clean")["status"], "done");
+    assert_eq!(
+        node(&changed, "analytics.clean")["reason"],
+        "ran: parameters changed"
+    );
     assert_eq!(lh.rows("select n from analytics.totals", "main")[0]["n"], 2);
     // --no-cache runs everything.
     let (_, fresh) = run_json(&lh, &[d, "--no-cache", "--param", "min_amount=5"]);
     assert_eq!(node(&fresh, "analytics.totals")["status"], "done");
+    assert_eq!(
+        node(&fresh, "analytics.totals")["reason"],
+        "ran: --no-cache"
+    );
     // A change of a SQL model reruns it; a Python function can read any file of its
     // project, so its key is the whole code snapshot and it reruns too.
     std::fs::write(dir.join("totals.sql"), "select count(*) as n, sum(amount) as total, max(amount) as top from clean where amount >= $min_amount\n").unwrap();

@@ -448,6 +448,9 @@ pub async fn runs(client: &Client, settings: &Settings, cmd: RunsCommand) -> Cli
                     format!("  <- {}", n.inputs.join(", "))
                 };
                 writeln!(out, "{}{inputs}", node_line(n, width))?;
+                if let Some(r) = &n.reason {
+                    writeln!(out, "    {r}")?;
+                }
                 if let Some(e) = &n.error {
                     writeln!(out, "    {e}")?;
                 }

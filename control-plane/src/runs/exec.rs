@@ -354,7 +354,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         ),
         Lang::Sql { .. } => None,
     };
-    let fingerprint = fingerprint(
+    let (fingerprint, parts) = fingerprint(
         shared,
         node,
         &inputs,
@@ -363,17 +363,39 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         current.as_ref(),
     )?;
     rec.fingerprint = Some(fingerprint.clone());
+    let parts_json = serde_json::to_string(&parts).unwrap_or_default();
 
     // Reuse: the replayed run's output (--from-failed), or a memoized one.
     let reused = match shared.reuse.get(&node.name) {
-        Some(p) => Some(p.clone()),
-        None if !shared.no_cache => svc
-            .store
-            .memo_get(&fingerprint)
-            .await?
-            .filter(|(t, _)| *t == table)
-            .map(|(_, p)| p),
-        None => None,
+        Some(p) => {
+            rec.reason = Some("reused: the output of the replayed run (--from-failed)".into());
+            Some(p.clone())
+        }
+        None if !shared.no_cache => {
+            match svc
+                .store
+                .memo_get(&fingerprint)
+                .await?
+                .filter(|(t, _, _)| *t == table)
+            {
+                Some((_, p, run)) => {
+                    rec.reason = Some(format!(
+                        "reused: the output of run {} (same code, environment, parameters and inputs)",
+                        &run[..run.len().min(12)]
+                    ));
+                    Some(p)
+                }
+                None => {
+                    let before = svc.store.memo_latest_parts(&table).await?;
+                    rec.reason = Some(why_not_reused(before.as_deref(), &parts));
+                    None
+                }
+            }
+        }
+        None => {
+            rec.reason = Some("ran: --no-cache".into());
+            None
+        }
     };
     if let Some(p) = reused {
         let p = catalog_pointer(&p);
@@ -492,9 +514,21 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
                     return Err(Error::internal("a model answered like an expectation"));
                 }
             }
+            // The function's process wrote into this folder: its output must be a
+            // regular file of the folder, never a link planted to make the server read
+            // something else (another table's files, a file of the host).
+            let out = work.join("out.parquet");
+            if !std::fs::symlink_metadata(&out).is_ok_and(|m| m.file_type().is_file()) {
+                let _ = std::fs::remove_dir_all(&work);
+                rec.status = NodeStatus::Failed;
+                rec.error = Some(
+                    "the function's output is not a regular file (a link or a folder was put in its place); nothing was read".into(),
+                );
+                return Ok(());
+            }
             let source = Source::Files {
                 format: lh_api::FileFormat::Parquet,
-                files: vec![work.join("out.parquet")],
+                files: vec![out],
                 names: vec![format!("the output of {}", node.name)],
             };
             (source, Some(work))
@@ -529,7 +563,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         .get_table(&format!("@{}", written.commit), &table)
         .await?;
     svc.store
-        .memo_put(&fingerprint, &table, &pointer(&p), &shared.id)
+        .memo_put(&fingerprint, &table, &pointer(&p), &shared.id, &parts_json)
         .await?;
     rec.status = NodeStatus::Done;
     rec.rows = Some(written.rows);
@@ -641,6 +675,9 @@ fn catalog_pointer(p: &TablePointer) -> lh_catalog::TablePointer {
 /// calls functions and the writer of outputs), the environment's lock, the parameters,
 /// and the snapshots of its inputs with their columns and filter; for an appending
 /// model, also the snapshot it appends to.
+///
+/// Also returns the key's parts by name (a short hash each), which the memo table keeps
+/// so that a later miss can say what changed.
 fn fingerprint(
     shared: &Shared,
     node: &PlanNode,
@@ -648,7 +685,7 @@ fn fingerprint(
     params: &BTreeMap<String, serde_json::Value>,
     env_key: Option<&str>,
     current: Option<&lh_catalog::TablePointer>,
-) -> Result<String> {
+) -> Result<(String, BTreeMap<String, String>)> {
     let inputs: Vec<serde_json::Value> = node
         .inputs
         .iter()
@@ -682,11 +719,71 @@ fn fingerprint(
         } => current.map(|p| p.metadata_location.clone()),
         _ => None,
     };
+    let short =
+        |v: &serde_json::Value| blake3::hash(v.to_string().as_bytes()).to_hex()[..12].to_string();
+    let mut parts = BTreeMap::from([
+        (
+            "lh version".to_string(),
+            env!("CARGO_PKG_VERSION").to_string(),
+        ),
+        (
+            "code".to_string(),
+            match code {
+                Some(snapshot) => format!("snapshot {}", &snapshot[..snapshot.len().min(12)]),
+                None => short(&detail),
+            },
+        ),
+        ("function".to_string(), short(&detail)),
+        (
+            "environment".to_string(),
+            env_key.unwrap_or("-").to_string(),
+        ),
+        ("parameters".to_string(), short(&serde_json::json!(params))),
+        ("materialization".to_string(), materialize.clone()),
+        (
+            "the table appended to".to_string(),
+            short(&serde_json::json!(previous)),
+        ),
+    ]);
+    for (i, v) in node.inputs.iter().zip(&inputs) {
+        parts.insert(format!("input {}", i.table), short(v));
+    }
     let doc = serde_json::json!({
         "v": 2, "lh": env!("CARGO_PKG_VERSION"), "node": node.name, "lang": lang, "detail": detail, "code": code, "env": env_key,
         "params": params, "inputs": inputs, "materialize": materialize, "previous": previous,
     });
-    Ok(blake3::hash(doc.to_string().as_bytes())
-        .to_hex()
-        .to_string())
+    Ok((
+        blake3::hash(doc.to_string().as_bytes())
+            .to_hex()
+            .to_string(),
+        parts,
+    ))
+}
+
+/// Why a model ran instead of reusing an output: the parts of its key that differ from
+/// those of the newest memoized output of its table (`before`, JSON), or that there is
+/// none.
+fn why_not_reused(before: Option<&str>, now: &BTreeMap<String, String>) -> String {
+    let Some(before) =
+        before.and_then(|b| serde_json::from_str::<BTreeMap<String, String>>(b).ok())
+    else {
+        return "ran: no earlier output of this model".into();
+    };
+    let mut changed: Vec<String> = Vec::new();
+    for (k, v) in now {
+        match before.get(k) {
+            Some(old) if old == v => {}
+            Some(old) if k == "code" => changed.push(format!("code changed ({old} -> {v})")),
+            Some(_) => changed.push(format!("{k} changed")),
+            None => changed.push(format!("{k} is new")),
+        }
+    }
+    for k in before.keys().filter(|k| !now.contains_key(*k)) {
+        changed.push(format!("{k} is gone"));
+    }
+    if changed.is_empty() {
+        // The same parts under another key: an output of an older lh or another project.
+        return "ran: no earlier output with the same key".into();
+    }
+    format!("ran: {}", changed.join(", "))
 }

@@ -211,6 +211,7 @@ impl RunService {
                     finished_at: None,
                     rows: None,
                     cached: false,
+                    reason: None,
                     error: None,
                     traceback: None,
                     detail: None,

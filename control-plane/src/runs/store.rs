@@ -40,6 +40,8 @@ pub struct NodeRecord {
     pub finished_at: Option<DateTime<Utc>>,
     pub rows: Option<u64>,
     pub cached: bool,
+    /// Why the output was or was not reused.
+    pub reason: Option<String>,
     pub fingerprint: Option<String>,
     pub output: Option<TablePointer>,
     pub error: Option<String>,
@@ -71,6 +73,7 @@ impl NodeRecord {
             finished_at: None,
             rows: None,
             cached: false,
+            reason: None,
             fingerprint: None,
             output: None,
             error: None,
@@ -130,8 +133,8 @@ impl RunStore {
 
     async fn insert_node(&self, run: &str, n: &NodeRecord) -> Result<()> {
         sqlx::query(
-            "INSERT INTO lh_run_nodes (run_id, node, position, kind, language, location, inputs, status, started_at, finished_at, rows_written, cached, fingerprint, output, error, traceback, detail, log)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+            "INSERT INTO lh_run_nodes (run_id, node, position, kind, language, location, inputs, status, started_at, finished_at, rows_written, cached, fingerprint, output, error, traceback, detail, log, cache_reason)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
         )
         .bind(run)
         .bind(&n.name)
@@ -151,6 +154,7 @@ impl RunStore {
         .bind(n.traceback.clone())
         .bind(n.detail.clone())
         .bind(&n.log)
+        .bind(n.reason.clone())
         .execute(&self.pool)
         .await
         .map_err(db)?;
@@ -160,8 +164,8 @@ impl RunStore {
     /// Records a node's new state.
     pub async fn update_node(&self, run: &str, n: &NodeRecord) -> Result<()> {
         sqlx::query(
-            "UPDATE lh_run_nodes SET status = $1, started_at = $2, finished_at = $3, rows_written = $4, cached = $5, fingerprint = $6, output = $7, error = $8, traceback = $9, detail = $10, log = $11
-             WHERE run_id = $12 AND node = $13",
+            "UPDATE lh_run_nodes SET status = $1, started_at = $2, finished_at = $3, rows_written = $4, cached = $5, fingerprint = $6, output = $7, error = $8, traceback = $9, detail = $10, log = $11, cache_reason = $12
+             WHERE run_id = $13 AND node = $14",
         )
         .bind(n.status.as_str())
         .bind(n.started_at.map(micros))
@@ -174,6 +178,7 @@ impl RunStore {
         .bind(n.traceback.clone())
         .bind(n.detail.clone())
         .bind(&n.log)
+        .bind(n.reason.clone())
         .bind(run)
         .bind(&n.name)
         .execute(&self.pool)
@@ -277,7 +282,7 @@ impl RunStore {
 
     async fn nodes(&self, id: &str) -> Result<Vec<RunNode>> {
         let rows = sqlx::query(
-            "SELECT node, kind, language, location, inputs, status, started_at, finished_at, rows_written, cached, output, error, traceback, detail FROM lh_run_nodes WHERE run_id = $1 ORDER BY position",
+            "SELECT node, kind, language, location, inputs, status, started_at, finished_at, rows_written, cached, output, error, traceback, detail, cache_reason FROM lh_run_nodes WHERE run_id = $1 ORDER BY position",
         )
         .bind(id)
         .fetch_all(&self.pool)
@@ -302,6 +307,7 @@ impl RunStore {
                 error: r.get(11),
                 traceback: r.get(12),
                 detail: r.get(13),
+                reason: r.get(14),
             })
             .collect())
     }
@@ -373,16 +379,35 @@ impl RunStore {
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
-    pub async fn memo_get(&self, fingerprint: &str) -> Result<Option<(String, TablePointer)>> {
-        let row = sqlx::query("SELECT table_name, pointer FROM lh_memo WHERE fingerprint = $1")
-            .bind(fingerprint)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db)?;
+    /// The memoized output of `fingerprint`: its table, pointer and the run that made it.
+    pub async fn memo_get(
+        &self,
+        fingerprint: &str,
+    ) -> Result<Option<(String, TablePointer, String)>> {
+        let row =
+            sqlx::query("SELECT table_name, pointer, run_id FROM lh_memo WHERE fingerprint = $1")
+                .bind(fingerprint)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db)?;
         Ok(row.and_then(|r| {
             let p: String = r.get(1);
-            serde_json::from_str(&p).ok().map(|p| (r.get(0), p))
+            serde_json::from_str(&p)
+                .ok()
+                .map(|p| (r.get(0), p, r.get(2)))
         }))
+    }
+
+    /// The key parts of the newest memoized output of `table` (JSON), if any.
+    pub async fn memo_latest_parts(&self, table: &str) -> Result<Option<String>> {
+        let row = sqlx::query(
+            "SELECT parts FROM lh_memo WHERE table_name = $1 AND parts IS NOT NULL ORDER BY created_at DESC LIMIT 1",
+        )
+        .bind(table)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(row.map(|r| r.get(0)))
     }
 
     pub async fn memo_put(
@@ -391,18 +416,20 @@ impl RunStore {
         table: &str,
         pointer: &TablePointer,
         run: &str,
+        parts: &str,
     ) -> Result<()> {
         // Another run may have stored the same fingerprint: either output is right.
         let exists = self.memo_get(fingerprint).await?.is_some();
         if exists {
             return Ok(());
         }
-        let r = sqlx::query("INSERT INTO lh_memo (fingerprint, table_name, pointer, run_id, created_at) VALUES ($1, $2, $3, $4, $5)")
+        let r = sqlx::query("INSERT INTO lh_memo (fingerprint, table_name, pointer, run_id, created_at, parts) VALUES ($1, $2, $3, $4, $5, $6)")
             .bind(fingerprint)
             .bind(table)
             .bind(serde_json::to_string(pointer).unwrap_or_default())
             .bind(run)
             .bind(micros(Utc::now()))
+            .bind(parts)
             .execute(&self.pool)
             .await;
         match r {

@@ -95,6 +95,15 @@ def to_arrow(value):
 def write_table(table, path):
     """Writes a model's result: Parquet for `.parquet` (what lh imports), else Arrow IPC."""
     tmp = path + ".tmp"
+    # Whatever the function put there (a link to elsewhere, say) goes first: the output
+    # is a new regular file.
+    for p in (tmp, path):
+        if os.path.lexists(p):
+            if os.path.isdir(p) and not os.path.islink(p):
+                import shutil
+                shutil.rmtree(p)
+            else:
+                os.unlink(p)
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
         pq.write_table(table, tmp, compression="snappy")

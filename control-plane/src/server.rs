@@ -63,6 +63,8 @@ pub struct ServerConfig {
     pub max_concurrent_writes: usize,
     /// The largest file an upload (`lh table import`) may stage.
     pub max_upload_bytes: u64,
+    /// The most the Python environment cache keeps.
+    pub env_cache_bytes: u64,
     /// What no pipeline function may exceed (memory, CPU share, time).
     pub function_ceilings: crate::runs::limits::Ceilings,
 }
@@ -98,6 +100,7 @@ impl ServerConfig {
             max_workers: 8,
             max_concurrent_writes: 2,
             max_upload_bytes: 64 << 30,
+            env_cache_bytes: 20 << 30,
             function_ceilings: crate::runs::limits::Ceilings::for_this_machine(),
         }
     }
@@ -298,6 +301,8 @@ async fn runs_service(
             planner_python: config.planner_python.clone(),
             work_root: work.join("invocations"),
             ceilings: config.function_ceilings,
+            env_cache_bytes: config.env_cache_bytes,
+            env_keep_recent: (config.worker_idle * 2).max(Duration::from_secs(3600)),
         },
         harness,
     )

@@ -166,6 +166,7 @@ impl EnvCache {
     pub async fn get(&self, spec: &EnvSpec) -> Result<(Env, bool), RunnerError> {
         let key = spec.key()?;
         let dir = self.root.join(&key);
+        self.mark_used(&key);
         if let Some(env) = load(&key, &dir)? {
             return Ok((env, false));
         }
@@ -185,6 +186,29 @@ impl EnvCache {
         let env = load(&key, &dir)?
             .ok_or_else(|| RunnerError::Environment("the built environment vanished".into()))?;
         Ok((env, true))
+    }
+
+    /// Records that environment `key` is used now (`.used/<key>`'s modification time; the
+    /// environment itself is read-only).
+    fn mark_used(&self, key: &str) {
+        let used = self.root.join(".used");
+        let _ = std::fs::create_dir_all(&used);
+        let _ = std::fs::write(used.join(key), b"");
+    }
+
+    /// Evicts the environments used least recently until the cache holds at most
+    /// `max_bytes`, never one used within `keep_recent` (warm workers may run on it) and
+    /// never one being built. Returns how many went and how many bytes they held.
+    pub async fn evict(&self, max_bytes: u64, keep_recent: std::time::Duration) -> (usize, u64) {
+        let root = self.root.clone();
+        let building: Vec<String> = self
+            .building
+            .lock()
+            .map(|b| b.keys().cloned().collect())
+            .unwrap_or_default();
+        tokio::task::spawn_blocking(move || evict(&root, max_bytes, keep_recent, &building))
+            .await
+            .unwrap_or((0, 0))
     }
 
     /// Builds the environment of `spec` into `dir`, from wheels only, so that nothing of
@@ -384,6 +408,62 @@ impl EnvCache {
     }
 }
 
+fn evict(
+    root: &Path,
+    max_bytes: u64,
+    keep_recent: std::time::Duration,
+    building: &[String],
+) -> (usize, u64) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return (0, 0);
+    };
+    let mut envs = Vec::new();
+    for e in entries.flatten() {
+        let key = e.file_name().to_string_lossy().into_owned();
+        if key.len() != 32 || !key.chars().all(|c| c.is_ascii_hexdigit()) {
+            continue;
+        }
+        let used = std::fs::metadata(root.join(".used").join(&key))
+            .or_else(|_| e.metadata())
+            .and_then(|m| m.modified())
+            .unwrap_or(std::time::UNIX_EPOCH);
+        envs.push((used, key, size_of(&e.path())));
+    }
+    let mut total: u64 = envs.iter().map(|e| e.2).sum();
+    envs.sort();
+    let (mut removed, mut freed) = (0, 0);
+    for (used, key, bytes) in envs {
+        if total <= max_bytes {
+            break;
+        }
+        let recent = used.elapsed().map_or(true, |age| age < keep_recent);
+        if recent || building.contains(&key) {
+            continue;
+        }
+        remove_env(&root.join(&key));
+        let _ = std::fs::remove_file(root.join(".used").join(&key));
+        total = total.saturating_sub(bytes);
+        removed += 1;
+        freed += bytes;
+    }
+    (removed, freed)
+}
+
+/// The bytes of the files under `dir` (links not followed).
+fn size_of(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => size_of(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
+}
+
 /// Makes a built environment read-only and readable by every user, files and folders.
 fn read_only(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
@@ -465,6 +545,52 @@ pub fn find_on_path(name: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fake built environment of `bytes`, last used `age` ago.
+    fn fake_env(root: &Path, key: &str, bytes: usize, age: std::time::Duration) {
+        let dir = root.join(key);
+        std::fs::create_dir_all(dir.join("lib")).unwrap();
+        std::fs::write(dir.join("lib/blob"), vec![0u8; bytes]).unwrap();
+        std::fs::write(dir.join("lh-env.json"), b"{}").unwrap();
+        read_only(&dir).unwrap();
+        std::fs::create_dir_all(root.join(".used")).unwrap();
+        let used = root.join(".used").join(key);
+        std::fs::write(&used, b"").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&used)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - age)
+            .unwrap();
+    }
+
+    #[test]
+    fn eviction_takes_the_least_recently_used_first_and_spares_recent_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let hour = std::time::Duration::from_secs(3600);
+        let (a, b, c, d) = (
+            "a".repeat(32),
+            "b".repeat(32),
+            "c".repeat(32),
+            "d".repeat(32),
+        );
+        fake_env(root, &a, 1000, hour * 30);
+        fake_env(root, &b, 1000, hour * 20);
+        fake_env(root, &c, 1000, hour * 10);
+        fake_env(root, &d, 1000, std::time::Duration::ZERO);
+        // Under its size: nothing goes.
+        assert_eq!(evict(root, 10_000, hour, &[]).0, 0);
+        // Above: the oldest go until it fits; one being built stays.
+        let (removed, freed) = evict(root, 2_100, hour, std::slice::from_ref(&a));
+        assert_eq!(removed, 2, "b and c went, a is being built");
+        assert!(freed >= 2000);
+        assert!(root.join(&a).exists() && root.join(&d).exists());
+        assert!(!root.join(&b).exists() && !root.join(&c).exists());
+        // The one used just now is never evicted, even above the size.
+        evict(root, 0, hour, &[]);
+        assert!(root.join(&d).exists() && !root.join(&a).exists());
+    }
 
     #[test]
     fn keys_follow_the_package_set() {

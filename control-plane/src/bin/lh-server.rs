@@ -52,6 +52,10 @@ pub struct ServerArgs {
     /// Where Python environments are built and kept [default: DATA_DIR/envs]
     #[arg(long, env = env_vars::LH_ENV_CACHE, value_name = "DIR")]
     pub env_cache: Option<PathBuf>,
+    /// The most the Python environment cache keeps; the environments used least recently
+    /// go first (none used within the last hour)
+    #[arg(long, default_value = "20g", value_name = "SIZE", value_parser = parse_size)]
+    pub env_cache_size: u64,
     /// Pipeline nodes running at once [default: the number of cores]
     #[arg(long, value_name = "N")]
     pub run_parallelism: Option<usize>,
@@ -142,6 +146,7 @@ fn config(args: ServerArgs) -> ServerConfig {
     config.duckdb_memory = args.duckdb_memory;
     config.max_concurrent_writes = args.max_concurrent_writes.max(1);
     config.max_upload_bytes = args.max_upload;
+    config.env_cache_bytes = args.env_cache_size;
     config.env_cache = args.env_cache;
     if let Some(n) = args.run_parallelism {
         config.run_parallelism = n.max(1);

@@ -37,6 +37,37 @@ impl CodeStore {
         Ok(p)
     }
 
+    /// Removes the snapshots no run refers to (`keep`), once untouched for `grace` (an
+    /// upload's run starts right after it), and unfinished unpackings as old. Returns how
+    /// many went. Blocking.
+    pub fn sweep(
+        &self,
+        keep: &std::collections::HashSet<String>,
+        grace: std::time::Duration,
+    ) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let snapshot = name.len() == 64 && name.chars().all(|c| c.is_ascii_hexdigit());
+            if !(snapshot || name.starts_with(".tmp-")) || keep.contains(&name) {
+                continue;
+            }
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= grace);
+            if old && std::fs::remove_dir_all(e.path()).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
+    }
+
     /// Unpacks a tar archive into a snapshot and returns its hash (blocking).
     pub fn store_tar(&self, tar: &Path) -> Result<String> {
         let file = std::fs::File::open(tar)?;
@@ -95,6 +126,8 @@ impl CodeStore {
         let hash = h.finalize().to_hex().to_string();
         let dest = self.root.join(&hash);
         if dest.is_dir() {
+            // Used again: the sweep measures its age from now.
+            touch(&dest);
             return Ok(hash);
         }
         let tmp = self
@@ -124,5 +157,50 @@ impl CodeStore {
             return Err(e.into());
         }
         Ok(hash)
+    }
+}
+
+/// Sets a folder's modification time to now.
+fn touch(dir: &Path) {
+    if let Ok(f) = std::fs::File::open(dir) {
+        let _ = f.set_modified(std::time::SystemTime::now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn snapshot(store: &CodeStore, text: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let tar = dir.path().join("p.tar");
+        let mut b = tar::Builder::new(std::fs::File::create(&tar).unwrap());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(text.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, "m.py", text.as_bytes()).unwrap();
+        b.finish().unwrap();
+        drop(b);
+        store.store_tar(&tar).unwrap()
+    }
+
+    #[test]
+    fn the_sweep_keeps_what_runs_use_and_what_is_recent() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CodeStore::new(dir.path().join("code")).unwrap();
+        let used = snapshot(&store, "a = 1\n");
+        let unused = snapshot(&store, "a = 2\n");
+        let keep = HashSet::from([used.clone()]);
+        assert_eq!(store.sweep(&keep, Duration::from_secs(3600)), 0, "recent");
+        assert_eq!(store.sweep(&keep, Duration::ZERO), 1);
+        assert!(store.path(&used).is_ok());
+        assert!(store.path(&unused).is_err());
+        // Uploading it again brings it back, fresh.
+        assert_eq!(snapshot(&store, "a = 2\n"), unused);
+        assert_eq!(store.sweep(&keep, Duration::from_secs(3600)), 0);
     }
 }

@@ -47,6 +47,10 @@ pub struct RunConfig {
     pub work_root: PathBuf,
     /// What no function may exceed.
     pub ceilings: limits::Ceilings,
+    /// The most the environment cache keeps (least recently used go first).
+    pub env_cache_bytes: u64,
+    /// Environments used this recently are never evicted (warm workers may use them).
+    pub env_keep_recent: Duration,
 }
 
 pub struct RunService {
@@ -125,6 +129,9 @@ impl RunService {
                     let Some(svc) = weak.upgrade() else { return };
                     if let Err(e) = svc.expire_branches().await {
                         tracing::warn!("cannot expire run branches: {e}");
+                    }
+                    if let Err(e) = svc.sweep_code_and_environments().await {
+                        tracing::warn!("cannot sweep code snapshots and environments: {e}");
                     }
                 }
                 tokio::time::sleep(every).await;
@@ -347,6 +354,36 @@ impl RunService {
             param_values: Some(old.params.clone()),
         };
         self.start(start).await
+    }
+
+    /// Removes the code snapshots no run refers to, and the environments used least
+    /// recently while the cache is above its size.
+    async fn sweep_code_and_environments(&self) -> Result<()> {
+        let keep = self.store.code_hashes().await?;
+        let code = self.code.root().to_path_buf();
+        let removed = tokio::task::spawn_blocking(move || {
+            CodeStore::new(code).map(|c| c.sweep(&keep, Duration::from_secs(24 * 3600)))
+        })
+        .await
+        .map_err(|e| Error::internal(format!("sweep task failed: {e}")))??;
+        if removed > 0 {
+            tracing::info!(
+                snapshots = removed,
+                "removed code snapshots no run refers to"
+            );
+        }
+        let (envs, bytes) = self
+            .envs
+            .evict(self.config.env_cache_bytes, self.config.env_keep_recent)
+            .await;
+        if envs > 0 {
+            tracing::info!(
+                environments = envs,
+                bytes,
+                "evicted environments used least recently"
+            );
+        }
+        Ok(())
     }
 
     async fn expire_branches(&self) -> Result<()> {

@@ -379,6 +379,15 @@ impl RunStore {
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
+    /// The code snapshots that runs refer to.
+    pub async fn code_hashes(&self) -> Result<std::collections::HashSet<String>> {
+        let rows = sqlx::query("SELECT DISTINCT code_hash FROM lh_runs")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
     /// The memoized output of `fingerprint`: its table, pointer and the run that made it.
     pub async fn memo_get(
         &self,

@@ -25,6 +25,10 @@ pub struct EnvSpec {
     pub python: String,
     /// Package name to version (`2.2.3`, or a specifier such as `>=2,<3`).
     pub packages: BTreeMap<String, String>,
+    /// Build packages that have no wheel from their source distribution (a project opts
+    /// in; the build still runs in the sandbox). Wheels only otherwise.
+    #[serde(default)]
+    pub source_builds: bool,
 }
 
 impl EnvSpec {
@@ -66,6 +70,9 @@ impl EnvSpec {
         let mut h = blake3::Hasher::new();
         h.update(b"lh-env-v1\n");
         h.update(format!("python={}\n", self.python).as_bytes());
+        if self.source_builds {
+            h.update(b"source-builds\n");
+        }
         for r in self.requirements()? {
             h.update(r.as_bytes());
             h.update(b"\n");
@@ -255,9 +262,17 @@ impl EnvCache {
             let py = tmp.join("bin/python");
             let py_s = py.display().to_string();
             let reqs = spec.requirements()?;
-            let mut args = vec!["pip", "install", "--quiet", "--only-binary", ":all:", "--python", &py_s];
+            let mut args = vec!["pip", "install", "--quiet", "--python", &py_s];
+            if !spec.source_builds {
+                args.extend(["--only-binary", ":all:"]);
+            }
             args.extend(reqs.iter().map(String::as_str));
-            run(&mut step(&uv, &args, Net::Index), "install the packages (wheels only)").await?;
+            let what = if spec.source_builds {
+                "install the packages (source builds allowed, in the sandbox)"
+            } else {
+                "install the packages (wheels only; a package without a wheel needs `source_builds: true` in lh_project.yml)"
+            };
+            run(&mut step(&uv, &args, Net::Index), what).await?;
             let info = run(
                 &mut step(&py, &[
                     "-c",
@@ -597,10 +612,12 @@ mod tests {
         let a = EnvSpec {
             python: "3.11".into(),
             packages: BTreeMap::from([("pandas".into(), "2.2.3".into())]),
+            source_builds: false,
         };
         let b = EnvSpec {
             python: "3.11".into(),
             packages: BTreeMap::from([("pandas".into(), "2.2.2".into())]),
+            source_builds: false,
         };
         assert_ne!(a.key().unwrap(), b.key().unwrap());
         assert_eq!(a.key().unwrap(), a.clone().key().unwrap());
@@ -611,6 +628,7 @@ mod tests {
         let c = EnvSpec {
             python: "3.11".into(),
             packages: BTreeMap::from([("polars".into(), ">=1,<2".into())]),
+            source_builds: false,
         };
         assert_eq!(
             c.requirements().unwrap(),
@@ -619,6 +637,7 @@ mod tests {
         let bad = EnvSpec {
             python: "3.11".into(),
             packages: BTreeMap::from([("x; rm -rf /".into(), "1".into())]),
+            source_builds: false,
         };
         assert!(bad.requirements().is_err());
     }

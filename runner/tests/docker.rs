@@ -72,6 +72,7 @@ async fn fixture() -> Fixture {
         .get(&EnvSpec {
             python: "3.11".into(),
             packages: BTreeMap::new(),
+            source_builds: false,
         })
         .await
         .expect("build the environment (is uv on PATH?)");

@@ -29,6 +29,7 @@ async fn fixture() -> Fixture {
     let spec = EnvSpec {
         python: "3.11".into(),
         packages: BTreeMap::new(),
+        source_builds: false,
     };
     let (env, _) = cache
         .get(&spec)

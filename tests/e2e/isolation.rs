@@ -616,6 +616,22 @@ def built(o=lh.Model("raw.orders", columns=["id"])):
     assert!(!marker.exists(), "setup.py ran on the host");
     assert_eq!(lh.head("main"), head, "nothing was published");
     assert_ne!(before, head);
+
+    // A project that opts in builds it from source: in the sandbox, so its setup.py
+    // still cannot reach the host.
+    let opted = format!("{PROJECT}source_builds: true\n");
+    let dir = project(
+        &lh,
+        "sdist-ok",
+        &[("lh_project.yml", &opted), ("m.py", sdist)],
+    );
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+    assert!(
+        run["environments"].to_string().contains("sdistpkg==1.0"),
+        "{run}"
+    );
+    assert!(!marker.exists(), "setup.py ran on the host");
 }
 
 /// Once: on a fresh machine the README's pipeline example failed with "uv is needed …
@@ -659,7 +675,14 @@ fn a_server_without_uv_provisions_its_own() {
 /// filter would run for hours: the first gets a regular output file of its own rows, the
 /// second stops at the function's timeout; nothing of either is published.
 fn planted_links_and_runaway_filters_fail_cleanly(runtime: &str) {
-    let server = server(runtime);
+    let server = lh_e2e::Server::start_with(&[
+        "--env-cache",
+        &crate::runs::env_cache(),
+        "--runtime",
+        runtime,
+        "--max-concurrent-queries",
+        "1",
+    ]);
     let lh = server.lh();
     orders(&lh);
     let planter = r#"
@@ -731,4 +754,54 @@ def slow(o=lh.Model("raw.orders", columns=["id"], filter="id < (SELECT count(*) 
     assert_eq!(lh.head("main"), before, "nothing was published");
     // The server still answers queries: the filter's slot was given back.
     lh.run(&["query", "select count(*) from raw.orders"]).ok();
+
+    // The same filter under a long timeout, cancelled while it runs: the run ends at
+    // once, and the query slot comes back (the server allows one query at a time).
+    let patient = runaway.replace("timeout=\"3s\"", "timeout=\"30m\"");
+    let dir = project(
+        &lh,
+        "cancelled",
+        &[("lh_project.yml", PROJECT), ("m.py", &patient)],
+    );
+    let run = lh.run(&["run", dir.to_str().unwrap(), "--detach"]);
+    let id = run.ok().trim().to_string();
+    for _ in 0..200 {
+        let r: serde_json::Value =
+            serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
+        if r["nodes"][0]["status"] == "running" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let cancelled_at = std::time::Instant::now();
+    let cancel = lh.run(&["runs", "cancel", &id[..12]]);
+    assert!(cancel.stderr.contains("cancelled"), "{}", cancel.stderr);
+    assert!(cancelled_at.elapsed() < std::time::Duration::from_secs(20));
+    let r: serde_json::Value =
+        serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
+    assert_eq!(r["status"], "cancelled", "{r}");
+    assert_eq!(lh.head("main"), before, "nothing was published");
+    let mut query = lh
+        .command(&[
+            "query",
+            "select count(*) as n from raw.orders",
+            "-o",
+            "json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = query.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = query.kill();
+            panic!("the query waited for a slot the cancelled filter kept");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success());
 }

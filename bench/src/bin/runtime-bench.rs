@@ -76,6 +76,7 @@ async fn main() -> Result<()> {
         .get(&EnvSpec {
             python: "3.11".into(),
             packages: BTreeMap::new(),
+            source_builds: false,
         })
         .await?;
     let code = dir.path().join("code");

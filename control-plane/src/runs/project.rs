@@ -30,6 +30,9 @@ pub struct ProjectFile {
     /// Packages of every Python function (name to version).
     #[serde(default)]
     pub packages: BTreeMap<String, String>,
+    /// Build packages without a wheel from source (in the sandbox); wheels only otherwise.
+    #[serde(default)]
+    pub source_builds: bool,
     #[serde(default)]
     pub parameters: BTreeMap<String, ParamDecl>,
     /// Default limits of Python functions.
@@ -656,7 +659,11 @@ impl Planner<'_> {
                 )),
             }
         }
-        let env = EnvSpec { python, packages };
+        let env = EnvSpec {
+            python,
+            packages,
+            source_builds: project.source_builds,
+        };
         if let Err(e) = env.requirements() {
             problems.push(loc(&f.file, f.line, e));
         }

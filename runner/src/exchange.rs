@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::error::RunnerError;
 use crate::protocol::{Answer, Invocation, Outcome};
+use crate::runtime::Limits;
 use crate::worker::{Launcher, Worker, tail};
 
 /// How an exchange ended.
@@ -28,14 +29,27 @@ pub(crate) enum Exchanged {
 /// The worker's input was closed: it was gone before the call.
 struct NotSent;
 
-/// Runs `inv`, whose folder is `work`, on `worker` within `timeout`.
+/// How often the size of a worker's folder is measured during a call.
+const DISK_CHECK_EVERY: Duration = Duration::from_millis(200);
+
+/// How a call ended before its answer.
+enum Stopped {
+    /// It ran past its timeout.
+    Timeout,
+    /// It wrote more than its disk limit into the worker's folder.
+    Disk(u64),
+}
+
+/// Runs `inv`, whose folder is `work`, on `worker` within `limits` (its timeout, and the
+/// most it may write into the worker's folder, measured as it runs).
 pub(crate) async fn exchange<L: Launcher>(
     launcher: &L,
     worker: &mut Worker<L::Handle>,
     work: &Path,
     inv: &Invocation,
-    timeout: Duration,
+    limits: &Limits,
 ) -> Result<Exchanged, RunnerError> {
+    let timeout = limits.timeout;
     let folder = format!("inv-{}", inv.id);
     let line = request(launcher, worker, work, inv, &folder)?;
     // The invocation's folder moves into the worker's own folder for the call.
@@ -46,18 +60,37 @@ pub(crate) async fn exchange<L: Launcher>(
         return Err(e.into());
     }
     let log_start = worker.log().len();
-    let reply = tokio::time::timeout(timeout, async {
+    let folder = worker.dir.clone();
+    let watch = async {
+        let Some(max) = limits.disk_bytes else {
+            return std::future::pending::<Stopped>().await;
+        };
+        loop {
+            tokio::time::sleep(DISK_CHECK_EVERY).await;
+            let dir = folder.clone();
+            let used = tokio::task::spawn_blocking(move || dir_size(&dir))
+                .await
+                .unwrap_or(0);
+            if used > max {
+                return Stopped::Disk(max);
+            }
+        }
+    };
+    let call = async {
         worker.send(&line).await.map_err(|_| NotSent)?;
         Ok(worker.answer(&inv.id).await)
-    })
-    .await;
+    };
+    let reply = tokio::select! {
+        r = tokio::time::timeout(timeout, call) => r.map_err(|_| Stopped::Timeout),
+        stopped = watch => Err(stopped),
+    };
     let answer = match reply {
         Ok(Err(NotSent)) => {
             let _ = std::fs::rename(&inside, work);
             return Ok(Exchanged::NotSent);
         }
         Ok(Ok(answer)) => Ok(answer),
-        Err(elapsed) => Err(elapsed),
+        Err(stopped) => Err(stopped),
     };
     // Give the log reader a moment to drain what the function printed last.
     tokio::time::sleep(Duration::from_millis(2)).await;
@@ -85,7 +118,17 @@ pub(crate) async fn exchange<L: Launcher>(
                 false,
             )
         }
-        Err(_) => (Outcome::timed_out(timeout), false),
+        Err(Stopped::Timeout) => (Outcome::timed_out(timeout), false),
+        Err(Stopped::Disk(max)) => (
+            Outcome::Failed {
+                error: format!(
+                    "wrote more than {} MiB into its folder and was stopped",
+                    max >> 20
+                ),
+                traceback: String::new(),
+            },
+            false,
+        ),
     };
     Ok(Exchanged::Done {
         outcome,
@@ -122,4 +165,19 @@ fn request<L: Launcher>(
         *p = view(p);
     }
     Ok(serde_json::to_string(&req).map_err(|e| RunnerError::Worker(e.to_string()))? + "\n")
+}
+
+/// The bytes of the regular files under `dir` (links not followed).
+fn dir_size(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_size(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
 }

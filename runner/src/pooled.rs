@@ -79,14 +79,7 @@ impl<L: Launcher> Runtime for PooledRuntime<L> {
         // A warm worker killed between invocations costs one retry, not a failure.
         for _ in 0..2 {
             let (mut worker, cold) = self.pool.checkout(&key, env, limits).await?;
-            let done = exchange(
-                self.pool.launcher(),
-                &mut worker,
-                work,
-                &inv,
-                limits.timeout,
-            )
-            .await;
+            let done = exchange(self.pool.launcher(), &mut worker, work, &inv, limits).await;
             match done {
                 Ok(Exchanged::Done {
                     outcome,

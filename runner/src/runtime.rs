@@ -21,6 +21,9 @@ pub struct Limits {
     /// CPU share (not enforced by the process runtime).
     pub cpus_milli: Option<u32>,
     pub timeout: Duration,
+    /// The most a call may write into its worker's folder (its output, its inputs and
+    /// whatever else it writes there); a call past it is stopped.
+    pub disk_bytes: Option<u64>,
 }
 
 impl Default for Limits {
@@ -29,6 +32,7 @@ impl Default for Limits {
             memory_bytes: Some(4 << 30),
             cpus_milli: None,
             timeout: Duration::from_secs(600),
+            disk_bytes: None,
         }
     }
 }

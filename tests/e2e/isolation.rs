@@ -15,6 +15,7 @@ crate::both_runtimes!(
     a_call_can_neither_reach_its_worker_nor_leave_processes_or_files_behind,
     a_hostile_package_runs_nothing_on_the_host_and_sees_no_secret,
     planted_links_and_runaway_filters_fail_cleanly,
+    a_function_cannot_fill_its_folder_without_bound,
 );
 
 fn value(lh: &lh_e2e::Lh, sql: &str) -> serde_json::Value {
@@ -804,4 +805,94 @@ def slow(o=lh.Model("raw.orders", columns=["id"], filter="id < (SELECT count(*) 
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
     assert!(status.success());
+}
+
+/// Once: the folder where a function's inputs and output cross had no bound, so one
+/// function could fill the server's disk. A call writing past `lh server
+/// --max-function-disk` is stopped; the next call gets a fresh worker.
+fn a_function_cannot_fill_its_folder_without_bound(runtime: &str) {
+    let server = lh_e2e::Server::start_with(&[
+        "--env-cache",
+        &crate::runs::env_cache(),
+        "--runtime",
+        runtime,
+        "--max-function-disk",
+        "100m",
+    ]);
+    let lh = server.lh();
+    orders(&lh);
+    let model = r#"
+import os, time
+import lh
+
+@lh.model()
+def fills(o=lh.Model("raw.orders", columns=["id"])):
+    folder = None
+    for line in open("/proc/self/mountinfo"):
+        point = line.split()[4]
+        if point == "/lh/work" or "/workers/worker-" in point:
+            folder = point
+    with open(os.path.join(folder, "fill"), "wb") as f:
+        for _ in range(1024):
+            f.write(b"x" * (8 << 20))
+            f.flush()
+            time.sleep(0.01)
+    return o
+
+@lh.model()
+def after(f=lh.Model("fills"), o=lh.Model("raw.orders", columns=["id"])):
+    return o
+"#;
+    let dir = project(&lh, "disk", &[("lh_project.yml", PROJECT), ("m.py", model)]);
+    let before = lh.head("main");
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 8, "{run}");
+    let err = node(&run, "analytics.fills")["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("wrote more than 100 MiB into its folder and was stopped"),
+        "{err}"
+    );
+    assert_eq!(lh.head("main"), before, "nothing was published");
+    // The server's folders soon hold nothing of it (the stopped worker's folder is
+    // removed once it has exited).
+    let biggest = || {
+        let mut biggest = 0u64;
+        let mut stack = vec![server.data_dir().join("work")];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                if let Ok(m) = e.metadata() {
+                    if m.is_dir() {
+                        stack.push(e.path());
+                    } else {
+                        biggest = biggest.max(m.len());
+                    }
+                }
+            }
+        }
+        biggest
+    };
+    let mut left = biggest();
+    for _ in 0..100 {
+        if left < 100 << 20 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        left = biggest();
+    }
+    assert!(left < 100 << 20, "a file of {left} bytes stayed");
+    // A well-behaved project runs right after.
+    let ok = project(
+        &lh,
+        "ok",
+        &[
+            ("lh_project.yml", PROJECT),
+            ("m.py", TOP_IMPORT),
+            ("helper.py", "def value():\n    return 3\n"),
+        ],
+    );
+    let (code, run) = run_json(&lh, &[ok.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
 }

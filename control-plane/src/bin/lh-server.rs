@@ -78,6 +78,10 @@ pub struct ServerArgs {
     /// The most cores a pipeline function may ask for [default: all of this machine's]
     #[arg(long, value_name = "N", value_parser = parse_cpus)]
     pub max_function_cpus: Option<u32>,
+    /// The most a pipeline function may write into its folder (its output, its inputs and
+    /// any other file) before it is stopped [default: 10g]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_function_disk: Option<u64>,
     /// The longest a pipeline function may ask to run [default: 6h]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub max_function_timeout: Option<Duration>,
@@ -165,6 +169,9 @@ fn config(args: ServerArgs) -> ServerConfig {
     }
     if let Some(c) = args.max_function_cpus {
         config.function_ceilings.cpus_milli = c;
+    }
+    if let Some(d) = args.max_function_disk {
+        config.function_ceilings.disk_bytes = d;
     }
     if let Some(t) = args.max_function_timeout {
         config.function_ceilings.timeout = t;

@@ -638,6 +638,9 @@ async fn invoke_in(
             .await?;
         files.insert(arg.clone(), path);
     }
+    // The function's own limits, and the server's bound on what it may write.
+    let mut limits = node.lang.limits();
+    limits.disk_bytes = Some(svc.config.ceilings.disk_bytes);
     let inv = Invocation {
         id: uuid::Uuid::new_v4().simple().to_string(),
         kind,
@@ -650,7 +653,7 @@ async fn invoke_in(
     };
     let result = svc
         .runtime
-        .invoke(&env, &node.lang.limits(), work, inv)
+        .invoke(&env, &limits, work, inv)
         .await
         .map_err(|e| {
             Error::bad_request(Code::RuntimeFailed, format!("cannot run the function: {e}"))

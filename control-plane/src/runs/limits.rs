@@ -16,10 +16,12 @@ pub struct Ceilings {
     pub memory_bytes: u64,
     pub cpus_milli: u32,
     pub timeout: Duration,
+    /// The most a call may write into its worker's folder (its inputs count).
+    pub disk_bytes: u64,
 }
 
 impl Ceilings {
-    /// Half of this machine's memory, all of its cores, six hours.
+    /// Half of this machine's memory, all of its cores, six hours, 10 GiB written.
     pub fn for_this_machine() -> Ceilings {
         let memory = total_memory().map_or(DEFAULT_MEMORY, |m| (m / 2).max(MIN_MEMORY));
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
@@ -27,6 +29,7 @@ impl Ceilings {
             memory_bytes: memory,
             cpus_milli: cores.saturating_mul(1000),
             timeout: Duration::from_secs(6 * 3600),
+            disk_bytes: 10 << 30,
         }
     }
 
@@ -255,6 +258,7 @@ mod tests {
             memory_bytes: 2 << 30,
             cpus_milli: 2000,
             timeout: Duration::from_secs(3600),
+            disk_bytes: 1 << 30,
         };
         assert_eq!(c.memory(None), Ok(2 << 30), "the default is capped");
         assert_eq!(c.memory(Some("512m")), Ok(512 << 20));

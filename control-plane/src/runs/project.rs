@@ -141,6 +141,7 @@ impl Lang {
                 memory_bytes: *memory_bytes,
                 cpus_milli: *cpus_milli,
                 timeout: Duration::from_secs(*timeout_secs),
+                disk_bytes: None,
             },
             Lang::Sql { timeout_secs, .. } => Limits {
                 timeout: Duration::from_secs(*timeout_secs),

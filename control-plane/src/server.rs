@@ -302,7 +302,9 @@ async fn runs_service(
             work_root: work.join("invocations"),
             ceilings: config.function_ceilings,
             env_cache_bytes: config.env_cache_bytes,
-            env_keep_recent: (config.worker_idle * 2).max(Duration::from_secs(3600)),
+            // Longer than any call may run: an environment in use is never evicted.
+            env_keep_recent: config.function_ceilings.timeout
+                + (config.worker_idle * 2).max(Duration::from_secs(3600)),
         },
         harness,
     )

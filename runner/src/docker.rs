@@ -188,6 +188,15 @@ impl DockerLauncher {
             memory_swap: Some(memory),
             nano_cpus: limits.cpus_milli.map(|m| i64::from(m) * 1_000_000),
             pids_limit: Some(self.config.pids_limit),
+            // No one file larger than the call's disk limit (one unlinked while open
+            // escapes the folder's measure, not this).
+            ulimits: limits.disk_bytes.map(|b| {
+                vec![bollard::models::ResourcesUlimits {
+                    name: Some("fsize".into()),
+                    soft: Some(b as i64),
+                    hard: Some(b as i64),
+                }]
+            }),
             tmpfs: Some(HashMap::from([(
                 "/tmp".to_string(),
                 format!("rw,nosuid,nodev,size={TMP_BYTES}"),
@@ -360,12 +369,18 @@ impl Launcher for DockerLauncher {
 }
 
 /// The site-packages folder of an environment (mounted as the container's PYTHONPATH).
+/// Only real folders count: a link there (a package could plant one) would mount a host
+/// folder into the container.
 fn site_packages(env: &Path) -> Result<PathBuf, RunnerError> {
+    let real = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_dir());
     let lib = env.join("lib");
-    for e in std::fs::read_dir(&lib)? {
-        let p = e?.path().join("site-packages");
-        if p.is_dir() {
-            return Ok(p);
+    if real(&lib) {
+        for e in std::fs::read_dir(&lib)? {
+            let e = e?;
+            let p = e.path().join("site-packages");
+            if real(&e.path()) && real(&p) {
+                return Ok(p);
+            }
         }
     }
     Err(RunnerError::Environment(format!(

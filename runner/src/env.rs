@@ -189,7 +189,12 @@ impl EnvCache {
         if let Some(env) = load(&key, &dir)? {
             return Ok((env, false));
         }
-        self.build(spec, &key, &dir).await?;
+        let built = self.build(spec, &key, &dir).await;
+        // The key is no longer being built (eviction spares keys in this map).
+        if let Ok(mut b) = self.building.lock() {
+            b.remove(&key);
+        }
+        built?;
         let env = load(&key, &dir)?
             .ok_or_else(|| RunnerError::Environment("the built environment vanished".into()))?;
         Ok((env, true))
@@ -253,14 +258,36 @@ impl EnvCache {
             .root
             .join(format!(".build-{key}-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&tmp)?;
-        let step = |program: &Path, args: &[&str], net: Net| -> Command {
-            self.command(bwrap.as_deref(), &uv, &tmp, &cache, program, args, net)
+        let step = |program: &Path, args: &[&str], net: Net, cache: &Path| -> Command {
+            self.command(bwrap.as_deref(), &uv, &tmp, cache, program, args, net)
         };
         let result = async {
             let tmp_s = tmp.display().to_string();
-            run(&mut step(&uv, &["venv", "--quiet", "--no-project", "--allow-existing", "--python", &spec.python, &tmp_s], Net::Index), "create the virtualenv").await?;
+            run(&mut step(&uv, &["venv", "--quiet", "--no-project", "--allow-existing", "--python", &spec.python, &tmp_s], Net::Index, &cache), "create the virtualenv").await?;
             let py = tmp.join("bin/python");
             let py_s = py.display().to_string();
+            // Inspected before any package is installed: what a package's `.pth` could
+            // say about the interpreter later is never asked.
+            let info = run(
+                &mut step(&py, &[
+                    "-I",
+                    "-c",
+                    "import json, sys, sysconfig; print(json.dumps({'base_prefix': sys.base_prefix, 'python_version': '%d.%d.%d' % sys.version_info[:3], 'purelib': sysconfig.get_paths()['purelib']}))",
+                ], Net::None, &cache),
+                "inspect the interpreter",
+            )
+            .await?;
+            let v: serde_json::Value = serde_json::from_str(info.trim().lines().last().unwrap_or_default())
+                .map_err(|e| RunnerError::Environment(format!("cannot read the interpreter's answer: {e}")))?;
+            let purelib = PathBuf::from(v["purelib"].as_str().unwrap_or_default());
+            let inside = purelib.starts_with(&tmp)
+                && purelib.components().all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::RootDir));
+            if !inside {
+                return Err(RunnerError::Environment(format!(
+                    "the interpreter placed its packages outside the environment ({})",
+                    purelib.display()
+                )));
+            }
             let reqs = spec.requirements()?;
             let mut args = vec!["pip", "install", "--quiet", "--python", &py_s];
             if !spec.source_builds {
@@ -272,38 +299,30 @@ impl EnvCache {
             } else {
                 "install the packages (wheels only; a package without a wheel needs `source_builds: true` in lh_project.yml)"
             };
-            run(&mut step(&uv, &args, Net::Index), what).await?;
-            let info = run(
-                &mut step(&py, &[
-                    "-c",
-                    "import json, sys, sysconfig; print(json.dumps({'base_prefix': sys.base_prefix, 'python_version': '%d.%d.%d' % sys.version_info[:3], 'purelib': sysconfig.get_paths()['purelib']}))",
-                ], Net::None),
-                "inspect the interpreter",
-            )
-            .await?;
-            let v: serde_json::Value = serde_json::from_str(info.trim().lines().last().unwrap_or_default())
-                .map_err(|e| RunnerError::Environment(format!("cannot read the interpreter's answer: {e}")))?;
-            let purelib = PathBuf::from(v["purelib"].as_str().unwrap_or_default());
-            if !purelib.starts_with(&tmp) {
-                return Err(RunnerError::Environment(format!(
-                    "the interpreter placed its packages outside the environment ({})",
-                    purelib.display()
-                )));
+            // A source build runs the package's code: with a cache of its own, so that it
+            // cannot change what other environments link from the shared one.
+            let private = spec
+                .source_builds
+                .then(|| self.root.join(format!(".build-cache-{}", uuid::Uuid::new_v4().simple())));
+            if let Some(p) = &private {
+                std::fs::create_dir_all(p)?;
             }
-            for (path, text) in HARNESS {
-                let p = purelib.join(path);
-                if let Some(d) = p.parent() {
-                    std::fs::create_dir_all(d)?;
-                }
-                std::fs::write(p, text)?;
+            let installed = run(&mut step(&uv, &args, Net::Index, private.as_ref().unwrap_or(&cache)), what).await;
+            if let Some(p) = &private {
+                let _ = std::fs::remove_dir_all(p);
             }
-            let lock = run(&mut step(&uv, &["pip", "freeze", "--python", &py_s], Net::None), "list the packages").await?;
-            std::fs::write(tmp.join("lh-lock.txt"), lock)?;
+            installed?;
+            let lock = run(&mut step(&uv, &["pip", "freeze", "--python", &py_s], Net::None, &cache), "list the packages").await?;
+            // From here on the folder holds what packages' code may have touched: the
+            // harness and lh's files are written only through real folders of the
+            // environment, replacing whatever sits at their paths, never following a link.
+            place_harness(&tmp, &purelib)?;
+            write_new(&tmp.join("lh-lock.txt"), lock.as_bytes())?;
             let info = EnvInfo {
                 base_prefix: PathBuf::from(v["base_prefix"].as_str().unwrap_or_default()),
                 python_version: v["python_version"].as_str().unwrap_or_default().to_string(),
             };
-            std::fs::write(tmp.join("lh-env.json"), serde_json::to_vec(&info).unwrap_or_default())?;
+            write_new(&tmp.join("lh-env.json"), &serde_json::to_vec(&info).unwrap_or_default())?;
             read_only(&tmp)?;
             // Environments are moved into place whole: a reader sees none or all of it.
             // Another process may have built the same one meanwhile: then keep theirs.
@@ -349,9 +368,12 @@ impl EnvCache {
                 vars.push(("UV_OFFLINE".into(), "1".into()));
             }
         }
-        for name in INDEX_VARS {
-            if let Ok(v) = std::env::var(name) {
-                vars.push((name.to_string(), v));
+        // The index's settings (credentials in its URL, say) only where uv reaches it.
+        if net == Net::Index {
+            for name in INDEX_VARS {
+                if let Ok(v) = std::env::var(name) {
+                    vars.push((name.to_string(), v));
+                }
             }
         }
         let mut cmd = match bwrap {
@@ -455,7 +477,12 @@ fn evict(
         if recent || building.contains(&key) {
             continue;
         }
-        remove_env(&root.join(&key));
+        // Out of the way at once (a reader sees all of it or none), then removed.
+        let trash = root.join(format!(".trash-{key}"));
+        if std::fs::rename(root.join(&key), &trash).is_err() {
+            continue;
+        }
+        remove_env(&trash);
         let _ = std::fs::remove_file(root.join(".used").join(&key));
         total = total.saturating_sub(bytes);
         removed += 1;
@@ -477,6 +504,65 @@ fn size_of(dir: &Path) -> u64 {
             _ => 0,
         })
         .sum()
+}
+
+/// Whether `path` is a real folder (not a link) at every step below `root`.
+fn real_folders(root: &Path, path: &Path) -> bool {
+    let Ok(rel) = path.strip_prefix(root) else {
+        return false;
+    };
+    let mut at = root.to_path_buf();
+    for c in rel.components() {
+        at.push(c);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_dir() => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Removes whatever is at `path` (a link is removed, not followed).
+fn clear_path(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes a new file at `path`, replacing whatever was there, never through a link.
+fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    clear_path(path)?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?
+        .write_all(bytes)
+}
+
+/// Writes the harness (the `lh` package) into the environment's `purelib`, replacing any
+/// `lh` a package installed there.
+fn place_harness(env: &Path, purelib: &Path) -> Result<(), RunnerError> {
+    if !real_folders(env, purelib) {
+        return Err(RunnerError::Environment(format!(
+            "a package replaced the environment's package folder {} with a link",
+            purelib.display()
+        )));
+    }
+    clear_path(&purelib.join("lh"))?;
+    for (path, text) in HARNESS {
+        let p = purelib.join(path);
+        if let Some(d) = p.parent()
+            && !d.exists()
+        {
+            std::fs::create_dir(d)?;
+        }
+        write_new(&p, text.as_bytes())?;
+    }
+    Ok(())
 }
 
 /// Makes a built environment read-only and readable by every user, files and folders.

@@ -70,7 +70,7 @@ pub(crate) async fn exchange<L: Launcher>(
             let dir = folder.clone();
             let used = tokio::task::spawn_blocking(move || dir_size(&dir))
                 .await
-                .unwrap_or(0);
+                .unwrap_or(u64::MAX);
             if used > max {
                 return Stopped::Disk(max);
             }
@@ -167,17 +167,31 @@ fn request<L: Launcher>(
     Ok(serde_json::to_string(&req).map_err(|e| RunnerError::Worker(e.to_string()))? + "\n")
 }
 
-/// The bytes of the regular files under `dir` (links not followed).
+/// The bytes allocated to the files under `dir` (links not followed, each inode once,
+/// so hard links and sparse files count as what they hold); a folder that cannot be
+/// read counts as full (a call must not hide its files from the measure).
 fn dir_size(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => dir_size(&e.path()),
-            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
-            _ => 0,
-        })
-        .sum()
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = match std::fs::read_dir(&d) {
+            Ok(e) => e,
+            Err(_) if d == dir => return 0, // the worker's folder is gone: nothing to count
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(_) => return u64::MAX,
+        };
+        for e in entries.flatten() {
+            let Ok(m) = e.path().symlink_metadata() else {
+                continue;
+            };
+            if m.is_dir() {
+                stack.push(e.path());
+            } else if m.is_file() && seen.insert((m.dev(), m.ino())) {
+                total = total.saturating_add(m.blocks().saturating_mul(512));
+            }
+        }
+    }
+    total
 }

@@ -68,8 +68,19 @@ impl PooledRuntime<ProcessLauncher> {
 impl ProcessLauncher {
     fn command(&self, env: &Env, code: &Path, limits: &Limits, dir: &Path) -> Command {
         let mut inner: Vec<String> = Vec::new();
+        // The address space, and the size of any one file (a file unlinked while open
+        // escapes the folder's measure, not this).
+        let mut rlimits: Vec<String> = Vec::new();
         if let Some(bytes) = limits.memory_bytes {
-            inner.extend(["prlimit".into(), format!("--as={bytes}"), "--".into()]);
+            rlimits.push(format!("--as={bytes}"));
+        }
+        if let Some(bytes) = limits.disk_bytes {
+            rlimits.push(format!("--fsize={bytes}"));
+        }
+        if !rlimits.is_empty() {
+            inner.push("prlimit".into());
+            inner.extend(rlimits);
+            inner.push("--".into());
         }
         inner.extend([
             env.python.display().to_string(),

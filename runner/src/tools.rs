@@ -67,9 +67,10 @@ pub async fn provision_uv(tools: &Path) -> Result<PathBuf, RunnerError> {
     let index = std::env::var("UV_INDEX_URL")
         .or_else(|_| std::env::var("PIP_INDEX_URL"))
         .unwrap_or_else(|_| "https://pypi.org/simple".into());
+    let shown = without_credentials(&index);
     tracing::info!(
         version = UV_VERSION,
-        index = %index,
+        index = %shown,
         into = %dir.display(),
         "uv is not on PATH: provisioning lh's own from the package index"
     );
@@ -93,10 +94,36 @@ pub async fn provision_uv(tools: &Path) -> Result<PathBuf, RunnerError> {
             .find(|l| !l.trim().is_empty())
             .unwrap_or("");
         return Err(RunnerError::Environment(format!(
-            "uv is not on PATH and provisioning uv {UV_VERSION} from {index} failed: {last} \
+            "uv is not on PATH and provisioning uv {UV_VERSION} from {shown} failed: {last} \
              (install it with `pip install uv`, or set UV_INDEX_URL)"
         )));
     }
     tracing::info!(uv = %uv.display(), "provisioned uv {UV_VERSION}");
     Ok(uv)
+}
+
+/// An index URL as it may be shown: without a user or password.
+fn without_credentials(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://{host}{path}"),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn credentials_are_not_shown() {
+        use super::without_credentials as w;
+        assert_eq!(
+            w("https://u:p@idx.example/simple"),
+            "https://idx.example/simple"
+        );
+        assert_eq!(w("https://pypi.org/simple"), "https://pypi.org/simple");
+        assert_eq!(w("https://tok@idx.example"), "https://idx.example");
+    }
 }

@@ -512,7 +512,9 @@ out, marker = sys.argv[1], sys.argv[2]
 payload = f"import os; open({marker!r}, 'a').write(os.environ.get('AWS_SECRET_ACCESS_KEY', '-') + chr(10))"
 files = {
     "evilpkg/__init__.py": "VALUE = 7\n",
-    "evilpkg.pth": payload + "\n",
+    # The first line makes the interpreter claim the host's root as its base: an
+    # environment inspected after installing would then mount "/" into every worker.
+    "evilpkg.pth": "import sys; sys.base_prefix = '/'\n" + payload + "\n",
     "evilpkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: evilpkg\nVersion: 1.0\n",
     "evilpkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: lh-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
 }
@@ -567,6 +569,8 @@ fn a_hostile_package_runs_nothing_on_the_host_and_sees_no_secret(runtime: &str) 
     let lh = server.lh();
     orders(&lh);
     let before = lh.head("main");
+    let host_secret = scratch.path().join("host-secret.txt");
+    std::fs::write(&host_secret, "host-only").unwrap();
     let model = r#"
 import os
 import lh
@@ -577,14 +581,26 @@ import pyarrow as pa
 def uses(o=lh.Model("raw.orders", columns=["id"])):
     import evilpkg
     secret = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
+    try:
+        secret += open("HOST_SECRET").read()
+    except OSError:
+        pass
     return pa.table({"v": [evilpkg.VALUE], "secret": [secret]})
-"#;
-    let dir = project(&lh, "evil", &[("lh_project.yml", PROJECT), ("m.py", model)]);
+"#
+    .replace("HOST_SECRET", host_secret.to_str().unwrap());
+    let dir = project(
+        &lh,
+        "evil",
+        &[("lh_project.yml", PROJECT), ("m.py", &model)],
+    );
     let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
     assert_eq!(code, 0, "{run}");
     let rows = lh.rows("select v, secret from analytics.uses", "main");
     assert_eq!(rows[0]["v"], 7);
-    assert_eq!(rows[0]["secret"], "", "the function saw no secret");
+    assert_eq!(
+        rows[0]["secret"], "",
+        "the function saw no secret, and no host file (the package claimed '/' as its base)"
+    );
     assert!(
         !marker.exists(),
         "the package's .pth ran on the host: {:?}",
@@ -851,8 +867,10 @@ def after(f=lh.Model("fills"), o=lh.Model("raw.orders", columns=["id"])):
         .as_str()
         .unwrap()
         .to_string();
+    // Stopped by the folder's measure, or by the file-size limit that backs it.
     assert!(
-        err.contains("wrote more than 100 MiB into its folder and was stopped"),
+        err.contains("wrote more than 100 MiB into its folder and was stopped")
+            || err.contains("File too large"),
         "{err}"
     );
     assert_eq!(lh.head("main"), before, "nothing was published");

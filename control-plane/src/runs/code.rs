@@ -55,13 +55,27 @@ impl CodeStore {
             if !(snapshot || name.starts_with(".tmp-")) || keep.contains(&name) {
                 continue;
             }
-            let old = e
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age >= grace);
-            if old && std::fs::remove_dir_all(e.path()).is_ok() {
+            let old = |p: &Path| {
+                std::fs::metadata(p)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age >= grace)
+            };
+            if !old(&e.path()) {
+                continue;
+            }
+            // Out of the way first: an upload of the same code from now on unpacks it
+            // anew; one that touched it just before is seen by the second look.
+            let aside = self.root.join(format!(".sweep-{name}"));
+            if std::fs::rename(e.path(), &aside).is_err() {
+                continue;
+            }
+            if !old(&aside) {
+                let _ = std::fs::rename(&aside, e.path());
+                continue;
+            }
+            if std::fs::remove_dir_all(&aside).is_ok() {
                 removed += 1;
             }
         }

@@ -454,9 +454,23 @@ fn evict(
     let Ok(entries) = std::fs::read_dir(root) else {
         return (0, 0);
     };
+    let day = std::time::Duration::from_secs(24 * 3600);
     let mut envs = Vec::new();
     for e in entries.flatten() {
         let key = e.file_name().to_string_lossy().into_owned();
+        // What failed or interrupted builds and evictions left, once a day old.
+        if [".build-", ".trash-"].iter().any(|p| key.starts_with(p)) {
+            let stale = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > day);
+            if stale {
+                remove_env(&e.path());
+            }
+            continue;
+        }
         if key.len() != 32 || !key.chars().all(|c| c.is_ascii_hexdigit()) {
             continue;
         }

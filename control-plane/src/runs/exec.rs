@@ -553,6 +553,11 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
             Lang::Python { .. } => None,
         },
     };
+    if svc.import.writers.available_permits() == 0 {
+        rec.log.push_str(
+            "[lh] every write slot of the server is busy (--max-concurrent-writes): this output waits for one\n",
+        );
+    }
     let written = write_table(&svc.tables, &svc.import, job).await;
     if let Some(w) = work {
         let _ = std::fs::remove_dir_all(w);

@@ -6,10 +6,10 @@
 //!
 //! Isolation: no network, a read-only root filesystem, an unprivileged user, no
 //! capabilities, no new privileges, memory (without swap), CPU and process-count
-//! limits, a private /tmp of bounded size; the environment (built by uv on the host)
-//! and the container's own code snapshot (no other project's code) are mounted
-//! read-only; each container has one writable folder, where an invocation's inputs and
-//! output cross. Containers carry labels, so that a server restarted after a crash
+//! limits, a private /tmp of bounded size, no file larger than the call's disk limit;
+//! the environment (built by uv in the build sandbox) and the container's own code
+//! snapshot (no other project's code) are mounted read-only; each container has one
+//! writable folder, where an invocation's inputs and output cross. Containers carry labels, so that a server restarted after a crash
 //! removes the ones it left.
 
 use std::collections::HashMap;

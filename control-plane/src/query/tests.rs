@@ -691,3 +691,72 @@ async fn commit_catalogs_are_reused_bounded_and_right() {
     );
     assert_eq!(attached(&engine, "q_"), 0);
 }
+
+/// Writes share a bounded number of slots: with every slot taken, an import waits (and
+/// a write with a time limit gives up, writing nothing); freed, it goes through. The
+/// spill folder of each write is its own and gone afterwards.
+#[tokio::test]
+async fn writes_wait_for_a_slot_and_leave_no_spill_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tables, _engine, mut ctx) = setup(dir.path()).await;
+    ctx.writers = Arc::new(tokio::sync::Semaphore::new(1));
+    let held = ctx.writers.clone().acquire_owned().await.unwrap();
+
+    // A write with a time limit gives up while the slot is taken.
+    let path = ctx.uploads.join("a.csv");
+    std::fs::write(&path, "id\n1\n2\n").unwrap();
+    let job = crate::tables::write::WriteJob {
+        branch: "main".into(),
+        table: "ns.t".into(),
+        mode: ImportMode::Create,
+        source: crate::tables::write::Source::Files {
+            format: FileFormat::Csv,
+            files: vec![path.clone()],
+            names: vec!["a.csv".into()],
+        },
+        author: "t".into(),
+        message: None,
+        properties: Default::default(),
+        timeout: Some(Duration::from_millis(300)),
+    };
+    let err = crate::tables::write::write_table(&tables, &ctx, job.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Code::Timeout);
+    assert!(
+        err.message.contains("waited for a write slot"),
+        "{}",
+        err.message
+    );
+    let main = tables.catalog.resolve("main").await.unwrap();
+    assert!(tables.load(&main.commit, "ns.t").await.unwrap().is_none());
+
+    // An import without a limit waits, and goes through once the slot is free.
+    let waiting = tokio::spawn({
+        let (tables, ctx) = (tables.clone(), ctx.clone());
+        async move {
+            import_file(
+                &tables,
+                &ctx,
+                "ns.t",
+                "b.csv",
+                "id\n1\n2\n",
+                ImportMode::Create,
+            )
+            .await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "it waits for the slot");
+    drop(held);
+    tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("it went through once the slot was free")
+        .unwrap();
+    let main = tables.catalog.resolve("main").await.unwrap();
+    assert!(tables.load(&main.commit, "ns.t").await.unwrap().is_some());
+    let left: Vec<_> = std::fs::read_dir(&ctx.spill)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "spill folders left: {left:?}");
+}

@@ -347,11 +347,18 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
     };
     let table = node.name.clone();
     let current = svc.catalog.table_in(&head, &table).await?;
+    // A Python model's environment is part of its key by what is installed in it (its
+    // lock), not only by what the project asked for: a range such as `>=1,<2` may
+    // resolve to another version once an evicted environment is built again.
     let env_key = match &node.lang {
-        Lang::Python { env, .. } => Some(
-            env.key()
-                .map_err(|e| Error::bad_request(Code::BadEnvironment, e.to_string()))?,
-        ),
+        Lang::Python { env, .. } => {
+            let (built, _) = built_env(shared, env, rec).await?;
+            Some(format!(
+                "{} lock {}",
+                built.key,
+                &blake3::hash(built.lock.as_bytes()).to_hex()[..16]
+            ))
+        }
         Lang::Sql { .. } => None,
     };
     let (fingerprint, parts) = fingerprint(
@@ -609,20 +616,7 @@ async fn invoke_in(
     let Lang::Python { function, env, .. } = &node.lang else {
         return Err(Error::internal("not a Python node"));
     };
-    let started = std::time::Instant::now();
-    let (env, built) = svc.envs.get(env).await.map_err(|e| {
-        Error::bad_request(
-            Code::EnvironmentFailed,
-            format!("cannot build the Python environment: {e}"),
-        )
-    })?;
-    if built {
-        rec.log.push_str(&format!(
-            "[lh] built Python environment {} in {:.1} s\n",
-            env.key,
-            started.elapsed().as_secs_f64()
-        ));
-    }
+    let (env, _) = built_env(shared, env, rec).await?;
     if let Ok(mut e) = shared.envs.lock() {
         e.insert(env.key.clone(), env.lock.clone());
     }
@@ -665,6 +659,29 @@ async fn invoke_in(
         })?;
     rec.log.push_str(&result.log);
     Ok(result.outcome)
+}
+
+/// The environment of `spec`, built if needed (said in the node's log).
+async fn built_env(
+    shared: &Shared,
+    spec: &lh_runner::EnvSpec,
+    rec: &mut NodeRecord,
+) -> Result<(lh_runner::Env, bool)> {
+    let started = std::time::Instant::now();
+    let (env, built) = shared.svc.envs.get(spec).await.map_err(|e| {
+        Error::bad_request(
+            Code::EnvironmentFailed,
+            format!("cannot build the Python environment: {e}"),
+        )
+    })?;
+    if built {
+        rec.log.push_str(&format!(
+            "[lh] built Python environment {} in {:.1} s\n",
+            env.key,
+            started.elapsed().as_secs_f64()
+        ));
+    }
+    Ok((env, built))
 }
 
 fn catalog_pointer(p: &TablePointer) -> lh_catalog::TablePointer {

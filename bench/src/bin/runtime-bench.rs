@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use lh_bench::{Samples, Server, cache_dir, lh_bin, ms};
 use lh_runner::docker::{DockerConfig, DockerRuntime, connect};
+use lh_runner::process::{ProcessConfig, ProcessRuntime};
 use lh_runner::{EnvCache, EnvSpec, Invocation, InvocationKind, Limits, Outcome, Runtime};
 
 const CODE: &str = "def identity(t):\n    return t\n";
@@ -139,6 +140,30 @@ async fn main() -> Result<()> {
         std::fs::remove_dir_all(&work)?;
     }
     rt.shutdown().await;
+    // Warm on the process runtime: one bubblewrap-sandboxed worker, one call after another.
+    let process = ProcessRuntime::new(ProcessConfig {
+        work_root: dir.path().join("workers"),
+        sandbox: true,
+        idle_timeout: Duration::from_secs(600),
+        max_idle: 2,
+    })?;
+    let mut warm_process = Samples::new();
+    for n in 0..=warm_n {
+        let (work, inv) = invocation(dir.path(), &snap, 30_000 + n)?;
+        let start = Instant::now();
+        let r = process.invoke(&env, &limits, &work, inv).await?;
+        let t = start.elapsed();
+        anyhow::ensure!(
+            matches!(r.outcome, Outcome::Model { rows: 100 }),
+            "{:?}",
+            r.outcome
+        );
+        if n > 0 {
+            warm_process.push(t);
+        }
+        std::fs::remove_dir_all(&work)?;
+    }
+    process.shutdown().await;
     // Baseline: `docker run` of the same function, one request on stdin.
     let site = std::fs::read_dir(env.dir.join("lib"))?
         .next()
@@ -198,6 +223,12 @@ async fn main() -> Result<()> {
         ms(warm.percentile(50.0)),
         ms(warm.percentile(99.0)),
         warm.len()
+    );
+    println!(
+        "| warm process worker (bubblewrap) | {} | {} | {} |",
+        ms(warm_process.percentile(50.0)),
+        ms(warm_process.percentile(99.0)),
+        warm_process.len()
     );
     println!(
         "| cold container (create, start, Python, pyarrow) | {} | {} | {} |",

@@ -2,7 +2,7 @@
 //! test named for its cause, and each way a function could reach beyond its inputs is an
 //! attack that must fail cleanly, with nothing published. On both runtimes.
 
-use crate::runs::{PROJECT, node, orders, project, run_json, server};
+use crate::runs::{PROJECT, node, orders, project, run_json, server, server_with};
 
 crate::both_runtimes!(
     a_helper_imported_at_the_top_of_a_model_is_found_because_the_root_is_on_sys_path_first,
@@ -302,18 +302,17 @@ def snoop(o=lh.Model("raw.orders", columns=["id"])):
 /// Once: `memory="0.5"` parsed to 0 bytes (Docker's "no limit"), and `nan`, `inf` or
 /// `1e30h` made the server answer 500; nothing capped what a project asked for.
 fn resource_strings_are_parsed_strictly_and_bounded_by_the_server(runtime: &str) {
-    let server = lh_e2e::Server::start_with(&[
-        "--env-cache",
-        &crate::runs::env_cache(),
-        "--runtime",
+    let server = server_with(
         runtime,
-        "--max-function-memory",
-        "2g",
-        "--max-function-timeout",
-        "1h",
-        "--max-function-cpus",
-        "1",
-    ]);
+        &[
+            "--max-function-memory",
+            "2g",
+            "--max-function-timeout",
+            "1h",
+            "--max-function-cpus",
+            "1",
+        ],
+    );
     let lh = server.lh();
     orders(&lh);
     let before = lh.head("main");
@@ -382,18 +381,17 @@ def fills(o=lh.Model("raw.orders", columns=["id"])):
 /// spills into a folder of its own; every row of every output is checked.
 #[test]
 fn concurrent_spilling_writes_keep_their_own_spill_files() {
-    let server = lh_e2e::Server::start_with(&[
-        "--env-cache",
-        &crate::runs::env_cache(),
-        "--runtime",
+    let server = server_with(
         "process",
-        "--duckdb-memory",
-        "100MB",
-        "--max-concurrent-writes",
-        "4",
-        "--run-parallelism",
-        "4",
-    ]);
+        &[
+            "--duckdb-memory",
+            "100MB",
+            "--max-concurrent-writes",
+            "4",
+            "--run-parallelism",
+            "4",
+        ],
+    );
     let lh = server.lh();
     const N: u64 = 3_000_000;
     let mut files = vec![("lh_project.yml", PROJECT.to_string())];
@@ -692,14 +690,7 @@ fn a_server_without_uv_provisions_its_own() {
 /// filter would run for hours: the first gets a regular output file of its own rows, the
 /// second stops at the function's timeout; nothing of either is published.
 fn planted_links_and_runaway_filters_fail_cleanly(runtime: &str) {
-    let server = lh_e2e::Server::start_with(&[
-        "--env-cache",
-        &crate::runs::env_cache(),
-        "--runtime",
-        runtime,
-        "--max-concurrent-queries",
-        "1",
-    ]);
+    let server = server_with(runtime, &["--max-concurrent-queries", "1"]);
     let lh = server.lh();
     orders(&lh);
     let planter = r#"
@@ -827,14 +818,7 @@ def slow(o=lh.Model("raw.orders", columns=["id"], filter="id < (SELECT count(*) 
 /// function could fill the server's disk. A call writing past `lh server
 /// --max-function-disk` is stopped; the next call gets a fresh worker.
 fn a_function_cannot_fill_its_folder_without_bound(runtime: &str) {
-    let server = lh_e2e::Server::start_with(&[
-        "--env-cache",
-        &crate::runs::env_cache(),
-        "--runtime",
-        runtime,
-        "--max-function-disk",
-        "100m",
-    ]);
+    let server = server_with(runtime, &["--max-function-disk", "100m"]);
     let lh = server.lh();
     orders(&lh);
     let model = r#"

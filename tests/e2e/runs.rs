@@ -16,7 +16,15 @@ pub(crate) fn env_cache() -> String {
 }
 
 pub(crate) fn server(runtime: &str) -> Server {
-    Server::start_with(&["--env-cache", &env_cache(), "--runtime", runtime])
+    server_with(runtime, &[])
+}
+
+/// A server on `runtime` with the suite's environment cache and `extra` flags.
+pub(crate) fn server_with(runtime: &str, extra: &[&str]) -> Server {
+    let cache = env_cache();
+    let mut args = vec!["--env-cache", cache.as_str(), "--runtime", runtime];
+    args.extend_from_slice(extra);
+    Server::start_with(&args)
 }
 
 /// Every pipeline test runs on both runtimes: `process` and `docker`.

@@ -59,6 +59,35 @@ fn invocation(dir: &Path, code: &Path, n: usize) -> Result<(PathBuf, Invocation)
     ))
 }
 
+/// `n` warm calls on `rt` (after a first that may start the worker), timed.
+async fn warm_calls(
+    rt: &dyn Runtime,
+    env: &lh_runner::Env,
+    limits: &Limits,
+    dir: &Path,
+    snap: &Path,
+    first: usize,
+    n: usize,
+) -> Result<Samples> {
+    let mut warm = Samples::new();
+    for i in 0..=n {
+        let (work, inv) = invocation(dir, snap, first + i)?;
+        let start = Instant::now();
+        let r = rt.invoke(env, limits, &work, inv).await?;
+        let t = start.elapsed();
+        anyhow::ensure!(
+            matches!(r.outcome, Outcome::Model { rows: 100 }),
+            "{:?}",
+            r.outcome
+        );
+        if i > 0 {
+            warm.push(t);
+        }
+        std::fs::remove_dir_all(&work)?;
+    }
+    Ok(warm)
+}
+
 fn arg(name: &str, default: usize) -> usize {
     let args: Vec<String> = std::env::args().collect();
     args.iter()
@@ -109,22 +138,7 @@ async fn main() -> Result<()> {
         memory_bytes: Some(1 << 30),
         ..Limits::default()
     };
-    let mut warm = Samples::new();
-    for n in 0..=warm_n {
-        let (work, inv) = invocation(dir.path(), &snap, n)?;
-        let start = Instant::now();
-        let r = rt.invoke(&env, &limits, &work, inv).await?;
-        let t = start.elapsed();
-        anyhow::ensure!(
-            matches!(r.outcome, Outcome::Model { rows: 100 }),
-            "{:?}",
-            r.outcome
-        );
-        if n > 0 {
-            warm.push(t);
-        }
-        std::fs::remove_dir_all(&work)?;
-    }
+    let warm = warm_calls(rt.as_ref(), &env, &limits, dir.path(), &snap, 0, warm_n).await?;
     // Cold: a new container each time (distinct limits make distinct pools).
     let mut cold = Samples::new();
     for n in 0..cold_n {
@@ -147,22 +161,16 @@ async fn main() -> Result<()> {
         idle_timeout: Duration::from_secs(600),
         max_idle: 2,
     })?;
-    let mut warm_process = Samples::new();
-    for n in 0..=warm_n {
-        let (work, inv) = invocation(dir.path(), &snap, 30_000 + n)?;
-        let start = Instant::now();
-        let r = process.invoke(&env, &limits, &work, inv).await?;
-        let t = start.elapsed();
-        anyhow::ensure!(
-            matches!(r.outcome, Outcome::Model { rows: 100 }),
-            "{:?}",
-            r.outcome
-        );
-        if n > 0 {
-            warm_process.push(t);
-        }
-        std::fs::remove_dir_all(&work)?;
-    }
+    let warm_process = warm_calls(
+        process.as_ref(),
+        &env,
+        &limits,
+        dir.path(),
+        &snap,
+        30_000,
+        warm_n,
+    )
+    .await?;
     process.shutdown().await;
     // Baseline: `docker run` of the same function, one request on stdin.
     let site = std::fs::read_dir(env.dir.join("lib"))?

@@ -83,6 +83,27 @@ impl Drop for InterruptOnDrop {
     }
 }
 
+/// Awaits DuckDB's work `task` on the connection `handle` interrupts, for at most
+/// `timeout`: past it the work is interrupted and the error says what ran too long
+/// (`late`); a caller that goes away interrupts it too.
+async fn interruptible<T>(
+    handle: Arc<duckdb::InterruptHandle>,
+    timeout: Duration,
+    task: impl Future<Output = Result<T>>,
+    late: impl FnOnce() -> String,
+) -> Result<T> {
+    let mut guard = InterruptOnDrop(Some(handle.clone()));
+    let out = match tokio::time::timeout(timeout, task).await {
+        Ok(r) => r,
+        Err(_) => {
+            handle.interrupt();
+            Err(Error::new(Kind::Timeout, Code::Timeout, late()))
+        }
+    };
+    guard.0 = None;
+    out
+}
+
 impl QueryEngine {
     pub fn new(tables: Arc<Tables>, limits: QueryLimits, spill: PathBuf) -> Result<QueryEngine> {
         let conn = duck::sandboxed(&[tables.warehouse.root()], &spill, &limits.duck)?;
@@ -156,13 +177,7 @@ impl QueryEngine {
                 &missing,
             )
             .await?;
-        let _permit = self.permits.acquire().await.map_err(|_| {
-            Error::new(
-                Kind::Unavailable,
-                Code::ShuttingDown,
-                "the server is shutting down",
-            )
-        })?;
+        let _permit = self.slot().await?;
         let database = self.database.clone();
         let session = blocking(move || {
             let session = Session::in_commit(&database, catalog)?;
@@ -171,7 +186,6 @@ impl QueryEngine {
         })
         .await?;
         let handle = session.conn.interrupt_handle();
-        let mut guard = InterruptOnDrop(Some(handle.clone()));
         let out = path.to_path_buf();
         let label = table.to_string();
         let task = blocking(move || {
@@ -198,22 +212,13 @@ impl QueryEngine {
                 .map_err(|e| Error::internal(format!("cannot write {}: {e}", out.display())))?;
             Ok(rows)
         });
-        let out = match tokio::time::timeout(timeout, task).await {
-            Ok(r) => r,
-            Err(_) => {
-                handle.interrupt();
-                Err(Error::new(
-                    Kind::Timeout,
-                    Code::Timeout,
-                    format!(
-                        "reading input '{table}' ran past the function's timeout of {} s and was stopped",
-                        timeout.as_secs()
-                    ),
-                ))
-            }
-        };
-        guard.0 = None;
-        out
+        interruptible(handle, timeout, task, || {
+            format!(
+                "reading input '{table}' ran past the function's timeout of {} s and was stopped",
+                timeout.as_secs()
+            )
+        })
+        .await
     }
 
     /// DuckDB's reading of a query: the tables, parameters and CTEs it names. Runs no
@@ -239,13 +244,7 @@ impl QueryEngine {
         max_rows: Option<u64>,
     ) -> Result<QueryOutput> {
         let timeout = timeout.map_or(self.limits.timeout, |t| t.min(self.limits.timeout));
-        let _permit = self.permits.acquire().await.map_err(|_| {
-            Error::new(
-                Kind::Unavailable,
-                Code::ShuttingDown,
-                "the server is shutting down",
-            )
-        })?;
+        let _permit = self.slot().await?;
         let resolved = self.tables.catalog.resolve(at).await?;
         let catalog = self.commit_catalog(&resolved.commit.id)?;
 
@@ -275,31 +274,32 @@ impl QueryEngine {
             .await?;
 
         let handle = session.conn.interrupt_handle();
-        let mut guard = InterruptOnDrop(Some(handle.clone()));
         let max_bytes = self.limits.max_result_bytes;
         let text = sql.to_string();
         let task = blocking(move || execute(session, &views, &text, max_bytes, max_rows));
-        let out = match tokio::time::timeout(timeout, task).await {
-            Ok(r) => r,
-            Err(_) => {
-                handle.interrupt();
-                Err(Error::new(
-                    Kind::Timeout,
-                    Code::Timeout,
-                    format!(
-                        "the query ran past its timeout of {} ms and was stopped",
-                        timeout.as_millis()
-                    ),
-                ))
-            }
-        };
-        guard.0 = None;
-        let (schema, batches, truncated) = out?;
+        let (schema, batches, truncated) = interruptible(handle, timeout, task, || {
+            format!(
+                "the query ran past its timeout of {} ms and was stopped",
+                timeout.as_millis()
+            )
+        })
+        .await?;
         Ok(QueryOutput {
             commit: resolved.commit.id,
             schema,
             batches,
             truncated,
+        })
+    }
+
+    /// One of the engine's query slots (queries and pipeline inputs alike), waited for.
+    async fn slot(&self) -> Result<tokio::sync::SemaphorePermit<'_>> {
+        self.permits.acquire().await.map_err(|_| {
+            Error::new(
+                Kind::Unavailable,
+                Code::ShuttingDown,
+                "the server is shutting down",
+            )
         })
     }
 

@@ -2,7 +2,9 @@
 //! test named for its cause, and each way a function could reach beyond its inputs is an
 //! attack that must fail cleanly, with nothing published. On both runtimes.
 
-use crate::runs::{PROJECT, node, orders, project, run_json, server, server_with};
+use crate::runs::{
+    PROJECT, node, orders, project, run_json, server, server_with, start_until_running,
+};
 
 crate::both_runtimes!(
     a_helper_imported_at_the_top_of_a_model_is_found_because_the_root_is_on_sys_path_first,
@@ -771,16 +773,7 @@ def slow(o=lh.Model("raw.orders", columns=["id"], filter="id < (SELECT count(*) 
         "cancelled",
         &[("lh_project.yml", PROJECT), ("m.py", &patient)],
     );
-    let run = lh.run(&["run", dir.to_str().unwrap(), "--detach"]);
-    let id = run.ok().trim().to_string();
-    for _ in 0..200 {
-        let r: serde_json::Value =
-            serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
-        if r["nodes"][0]["status"] == "running" {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let id = start_until_running(&lh, &dir);
     std::thread::sleep(std::time::Duration::from_millis(500));
     let cancelled_at = std::time::Instant::now();
     let cancel = lh.run(&["runs", "cancel", &id[..12]]);

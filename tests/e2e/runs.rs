@@ -93,6 +93,22 @@ pub(crate) fn run_json(lh: &Lh, args: &[&str]) -> (i32, serde_json::Value) {
     (run.code, v)
 }
 
+/// Starts the project in `dir` detached and waits until its first node runs; its id.
+pub(crate) fn start_until_running(lh: &Lh, dir: &Path) -> String {
+    let run = lh.run(&["run", dir.to_str().unwrap(), "--detach"]);
+    let id = run.ok().trim().to_string();
+    assert_eq!(id.len(), 32, "{}", run.stdout);
+    for _ in 0..200 {
+        let r: serde_json::Value =
+            serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
+        if r["nodes"][0]["status"] == "running" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    id
+}
+
 pub(crate) fn node<'a>(run: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     run["nodes"]
         .as_array()
@@ -660,18 +676,8 @@ fn cancelling_a_run_publishes_nothing_and_old_branches_expire(runtime: &str) {
         ],
     );
     let before = lh.head("main");
-    let run = lh.run(&["run", dir.to_str().unwrap(), "--detach"]);
-    let id = run.ok().trim().to_string();
-    assert_eq!(id.len(), 32, "{}", run.stdout);
     // Wait until the node runs, then cancel.
-    for _ in 0..200 {
-        let r: serde_json::Value =
-            serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
-        if r["nodes"][0]["status"] == "running" {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let id = start_until_running(&lh, &dir);
     let cancel = lh.run(&["runs", "cancel", &id[..12]]);
     assert!(cancel.stderr.contains("cancelled"), "{}", cancel.stderr);
     let r: serde_json::Value =

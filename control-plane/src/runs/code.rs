@@ -11,6 +11,7 @@ use crate::error::{Code, Error, Result};
 pub const MAX_PROJECT_BYTES: u64 = 64 << 20;
 const MAX_FILES: usize = 20_000;
 
+#[derive(Debug, Clone)]
 pub struct CodeStore {
     root: PathBuf,
 }

@@ -350,17 +350,17 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
     // A Python model's environment is part of its key by what is installed in it (its
     // lock), not only by what the project asked for: a range such as `>=1,<2` may
     // resolve to another version once an evicted environment is built again.
-    let env_key = match &node.lang {
-        Lang::Python { env, .. } => {
-            let (built, _) = built_env(shared, env, rec).await?;
-            Some(format!(
-                "{} lock {}",
-                built.key,
-                &blake3::hash(built.lock.as_bytes()).to_hex()[..16]
-            ))
-        }
+    let python_env = match &node.lang {
+        Lang::Python { env, .. } => Some(built_env(shared, env, rec).await?.0),
         Lang::Sql { .. } => None,
     };
+    let env_key = python_env.as_ref().map(|built| {
+        format!(
+            "{} lock {}",
+            built.key,
+            &blake3::hash(built.lock.as_bytes()).to_hex()[..16]
+        )
+    });
     let (fingerprint, parts) = fingerprint(
         shared,
         node,
@@ -499,6 +499,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
                 &params,
                 rec,
                 &work,
+                python_env,
             )
             .await;
             let outcome = match outcome {
@@ -596,13 +597,15 @@ async fn invoke(
         shared.id,
         uuid::Uuid::new_v4().simple()
     ));
-    let out = invoke_in(shared, node, head, kind, params, rec, &work).await;
+    let out = invoke_in(shared, node, head, kind, params, rec, &work, None).await;
     let _ = std::fs::remove_dir_all(&work);
     out
 }
 
-/// Builds (or finds) the node's environment, writes its inputs, and calls the function
-/// in the runtime. The invocation's folder is `work`.
+/// Builds (or finds) the node's environment, unless the caller has it already (`env`),
+/// writes its inputs, and calls the function in the runtime. The invocation's folder is
+/// `work`.
+#[allow(clippy::too_many_arguments)]
 async fn invoke_in(
     shared: &Shared,
     node: &PlanNode,
@@ -611,12 +614,21 @@ async fn invoke_in(
     params: &BTreeMap<String, serde_json::Value>,
     rec: &mut NodeRecord,
     work: &std::path::Path,
+    env: Option<lh_runner::Env>,
 ) -> Result<Outcome> {
     let svc = &shared.svc;
-    let Lang::Python { function, env, .. } = &node.lang else {
+    let Lang::Python {
+        function,
+        env: spec,
+        ..
+    } = &node.lang
+    else {
         return Err(Error::internal("not a Python node"));
     };
-    let (env, _) = built_env(shared, env, rec).await?;
+    let env = match env {
+        Some(env) => env,
+        None => built_env(shared, spec, rec).await?.0,
+    };
     if let Ok(mut e) = shared.envs.lock() {
         e.insert(env.key.clone(), env.lock.clone());
     }

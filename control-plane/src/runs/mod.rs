@@ -146,7 +146,7 @@ impl RunService {
 
     /// Stores an uploaded project archive as a code snapshot.
     pub async fn store_code(&self, tar: PathBuf) -> Result<String> {
-        let code = CodeStore::new(self.code.root().to_path_buf())?;
+        let code = self.code.clone();
         tokio::task::spawn_blocking(move || code.store_tar(&tar))
             .await
             .map_err(|e| Error::internal(format!("code task failed: {e}")))?
@@ -360,12 +360,11 @@ impl RunService {
     /// recently while the cache is above its size.
     async fn sweep_code_and_environments(&self) -> Result<()> {
         let keep = self.store.code_hashes().await?;
-        let code = self.code.root().to_path_buf();
-        let removed = tokio::task::spawn_blocking(move || {
-            CodeStore::new(code).map(|c| c.sweep(&keep, Duration::from_secs(24 * 3600)))
-        })
-        .await
-        .map_err(|e| Error::internal(format!("sweep task failed: {e}")))??;
+        let code = self.code.clone();
+        let removed =
+            tokio::task::spawn_blocking(move || code.sweep(&keep, Duration::from_secs(24 * 3600)))
+                .await
+                .map_err(|e| Error::internal(format!("sweep task failed: {e}")))?;
         if removed > 0 {
             tracing::info!(
                 snapshots = removed,

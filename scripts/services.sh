@@ -105,6 +105,95 @@ bubblewrap() {
     apt_install bubblewrap
 }
 
+# A real S3 server on loopback for the suite's S3 warehouse: s3s-fs (a Rust S3 server
+# over a folder, from crates.io), whose objects the tests can see and age in that folder
+# as they do a local warehouse's files. Built once into the cache.
+S3_PORT=39014
+s3() {
+    local cache="${LH_CACHE_DIR:-$HOME/.cache/lh}"
+    local bin="$cache/tools/s3s-fs/bin/s3s-fs"
+    local root="$cache/s3s-fs-data"
+    if [ ! -x "$bin" ]; then
+        log "building s3s-fs 0.14.1 (the test S3 server) into $cache/tools"
+        cargo install -q s3s-fs@0.14.1 --features binary --locked --root "$cache/tools/s3s-fs" >&2
+    fi
+    if ! curl -s -o /dev/null "http://127.0.0.1:$S3_PORT/"; then
+        log "starting s3s-fs on 127.0.0.1:$S3_PORT"
+        rm -rf "$root"
+        mkdir -p "$root/lhb"
+        nohup "$bin" --host 127.0.0.1 --port "$S3_PORT" --access-key lh-test-key \
+            --secret-key lh-test-secret "$root" >"$cache/s3s-fs.log" 2>&1 &
+        for _ in $(seq 1 60); do
+            curl -s -o /dev/null "http://127.0.0.1:$S3_PORT/" && break
+            sleep 0.2
+        done
+        curl -s -o /dev/null "http://127.0.0.1:$S3_PORT/" || { log "s3s-fs did not start (see $cache/s3s-fs.log)"; exit 1; }
+    fi
+    mkdir -p "$root/lhb"
+    echo "export LH_TEST_S3_ENDPOINT=http://127.0.0.1:$S3_PORT"
+    echo "export LH_TEST_S3_BUCKET=lhb"
+    echo "export LH_TEST_S3_KEY=lh-test-key"
+    echo "export LH_TEST_S3_SECRET=lh-test-secret"
+    echo "export LH_TEST_S3_ROOT=$root"
+    echo "export LH_TEST_S3S_FS=$bin"
+}
+
+# Garage (a production S3 store, from crates.io), single node on loopback, for what a
+# folder-backed server cannot show: per-key permissions (a read-only key) and the S3
+# benchmarks. Its first build takes long (see BENCHMARKS.md); it is kept in the cache.
+GARAGE_VERSION=2.5.0
+GARAGE_RW_SECRET=1111111111111111111111111111111111111111111111111111111111111111
+GARAGE_RO_SECRET=2222222222222222222222222222222222222222222222222222222222222222
+garage() {
+    local cache="${LH_CACHE_DIR:-$HOME/.cache/lh}"
+    local bin="$cache/tools/garage/bin/garage"
+    local dir="$cache/garage"
+    if [ ! -x "$bin" ]; then
+        log "building garage $GARAGE_VERSION (the S3 store of the permission tests and benchmarks) into $cache/tools"
+        cargo install -q "garage@$GARAGE_VERSION" --locked --root "$cache/tools/garage" >&2
+    fi
+    local g=("$bin" -c "$dir/garage.toml")
+    if ! curl -s -o /dev/null "http://127.0.0.1:39900/"; then
+        log "starting garage on 127.0.0.1:39900"
+        rm -rf "$dir"
+        mkdir -p "$dir"
+        {
+            echo "metadata_dir = \"$dir/meta\""
+            echo "data_dir = \"$dir/data\""
+            echo 'db_engine = "sqlite"'
+            echo 'replication_factor = 1'
+            echo 'rpc_bind_addr = "127.0.0.1:39901"'
+            echo 'rpc_public_addr = "127.0.0.1:39901"'
+            echo "rpc_secret = \"$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')\""
+            echo '[s3_api]'
+            echo 's3_region = "garage"'
+            echo 'api_bind_addr = "127.0.0.1:39900"'
+            echo 'root_domain = ".s3.garage.localhost"'
+        } >"$dir/garage.toml"
+        nohup "${g[@]}" server >"$cache/garage.log" 2>&1 &
+        local id=""
+        for _ in $(seq 1 100); do
+            id=$("${g[@]}" status 2>/dev/null | awk '/NO ROLE ASSIGNED/ {print $1; exit}' || true)
+            [ -n "$id" ] && break
+            sleep 0.2
+        done
+        [ -n "$id" ] || { log "garage did not start (see $cache/garage.log)"; exit 1; }
+        "${g[@]}" layout assign -z dc1 -c 1G "$id" >/dev/null
+        "${g[@]}" layout apply --version 1 >/dev/null
+        "${g[@]}" key import --yes -n lh-rw GK00000000000000000000000a "$GARAGE_RW_SECRET" >/dev/null
+        "${g[@]}" key import --yes -n lh-ro GK00000000000000000000000b "$GARAGE_RO_SECRET" >/dev/null
+        "${g[@]}" bucket create lh-garage >/dev/null
+        "${g[@]}" bucket allow --read --write --owner lh-garage --key lh-rw >/dev/null
+        "${g[@]}" bucket allow --read lh-garage --key lh-ro >/dev/null
+    fi
+    echo "export LH_TEST_GARAGE_ENDPOINT=http://127.0.0.1:39900"
+    echo "export LH_TEST_GARAGE_BUCKET=lh-garage"
+    echo "export LH_TEST_GARAGE_KEY=GK00000000000000000000000a"
+    echo "export LH_TEST_GARAGE_SECRET=$GARAGE_RW_SECRET"
+    echo "export LH_TEST_GARAGE_RO_KEY=GK00000000000000000000000b"
+    echo "export LH_TEST_GARAGE_RO_SECRET=$GARAGE_RO_SECRET"
+}
+
 for svc in "$@"; do
     case "$svc" in
         postgres) postgres ;;
@@ -113,6 +202,8 @@ for svc in "$@"; do
         java) java_runtime ;;
         dbt) dbt ;;
         docker) docker_engine ;;
+        s3) s3 ;;
+        garage) garage ;;
         *) log "unknown service $svc"; exit 2 ;;
     esac
 done

@@ -45,6 +45,73 @@ pub fn python() -> String {
     })
 }
 
+/// Which warehouse the suite's servers use: the local folder (the default), or, with
+/// `LH_TEST_WAREHOUSE=s3`, a fresh prefix of the test bucket on the S3 server that
+/// `scripts/services.sh s3` starts (a real S3 server over a folder, s3s-fs: tests see
+/// and age the objects through that folder, as they do a local warehouse's files).
+/// `make test` runs the end-to-end suite once with each.
+#[derive(Debug, Clone)]
+pub enum TestWarehouse {
+    Local,
+    S3(S3Server),
+}
+
+/// The test S3 server, from the variables `scripts/services.sh s3` prints. A missing
+/// one fails the test, it never skips.
+#[derive(Debug, Clone)]
+pub struct S3Server {
+    pub endpoint: String,
+    pub bucket: String,
+    pub key: String,
+    pub secret: String,
+    /// The folder s3s-fs keeps the bucket's objects in (`<root>/<bucket>/<key>`).
+    pub root: PathBuf,
+}
+
+impl S3Server {
+    pub fn from_env() -> S3Server {
+        let get = |k: &str| {
+            std::env::var(k).unwrap_or_else(|_| {
+                panic!(
+                    "{k} is not set: the S3 tests need the S3 server that \
+                     `scripts/services.sh s3` starts (make test does)"
+                )
+            })
+        };
+        S3Server {
+            endpoint: get("LH_TEST_S3_ENDPOINT"),
+            bucket: get("LH_TEST_S3_BUCKET"),
+            key: get("LH_TEST_S3_KEY"),
+            secret: get("LH_TEST_S3_SECRET"),
+            root: PathBuf::from(get("LH_TEST_S3_ROOT")),
+        }
+    }
+
+    /// The environment that points the server's S3 client at this server.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("AWS_ACCESS_KEY_ID".into(), self.key.clone()),
+            ("AWS_SECRET_ACCESS_KEY".into(), self.secret.clone()),
+            ("AWS_ENDPOINT_URL".into(), self.endpoint.clone()),
+            ("AWS_REGION".into(), "us-east-1".into()),
+        ]
+    }
+}
+
+impl TestWarehouse {
+    pub fn from_env() -> TestWarehouse {
+        match std::env::var("LH_TEST_WAREHOUSE").as_deref() {
+            Err(_) | Ok("" | "local") => TestWarehouse::Local,
+            Ok("s3") => TestWarehouse::S3(S3Server::from_env()),
+            Ok(other) => panic!("LH_TEST_WAREHOUSE={other}: expected local or s3"),
+        }
+    }
+
+    pub fn is_s3(&self) -> bool {
+        matches!(self, TestWarehouse::S3(_))
+    }
+}
+
 /// A running `lh server`, stopped (SIGTERM, then SIGKILL) when dropped.
 pub struct Server {
     pub dir: tempfile::TempDir,
@@ -53,6 +120,30 @@ pub struct Server {
     log: PathBuf,
     args: Vec<String>,
     envs: Vec<(String, String)>,
+    /// The folder the warehouse's files are in: the local warehouse, or the S3
+    /// server's folder of the server's prefix.
+    warehouse_dir: PathBuf,
+    pub warehouse: TestWarehouse,
+}
+
+/// A short name part unique across test processes: base 36 of the time and a counter.
+fn uuid_like() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
+    let mut n = ((nanos / 1_000_000) * 7 + N.fetch_add(1, Ordering::Relaxed))
+        % (36u64.pow(4) - 36u64.pow(3))
+        + 36u64.pow(3);
+    let mut out = Vec::new();
+    while n > 0 {
+        out.push(b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize]);
+        n /= 36;
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// Starts `lh server` on `<dir>/data` with extra flags; its log is appended to `log`.
@@ -112,11 +203,33 @@ impl Server {
     pub fn start_with_env(args: &[&str], envs: &[(&str, &str)]) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
         let log = dir.path().join("server.log");
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        let envs: Vec<(String, String)> = envs
+        let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let mut envs: Vec<(String, String)> = envs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
+        let warehouse = TestWarehouse::from_env();
+        let own = args.iter().any(|a| a.starts_with("--warehouse"));
+        let warehouse_dir = match (&warehouse, own) {
+            (TestWarehouse::S3(s3), false) => {
+                // Short: s3s-fs keeps each key, base64-encoded, in a file name of its own
+                // (at most 255 bytes): keys of 132 characters fit, pyiceberg's longest
+                // here are 129.
+                let prefix = format!("w{}", uuid_like());
+                args.extend([
+                    "--warehouse".to_string(),
+                    format!("s3://{}/{prefix}", s3.bucket),
+                    "--s3-path-style".to_string(),
+                ]);
+                // The S3 server's key wins over a test's planted AWS_* variables.
+                for (k, v) in s3.env() {
+                    envs.retain(|(e, _)| *e != k);
+                    envs.push((k, v));
+                }
+                s3.root.join(&s3.bucket).join(prefix)
+            }
+            _ => dir.path().join("data").join("warehouse"),
+        };
         let (child, url) = spawn(dir.path(), &args, &envs, &log);
         Server {
             dir,
@@ -125,7 +238,15 @@ impl Server {
             log,
             args,
             envs,
+            warehouse_dir,
+            warehouse,
         }
+    }
+
+    /// The folder the warehouse's files are in (on S3, as the S3 server keeps them):
+    /// tests read, add and age files there.
+    pub fn warehouse_dir(&self) -> PathBuf {
+        self.warehouse_dir.clone()
     }
 
     /// Kills the server with SIGKILL, as a crash would, and waits for it.
@@ -331,6 +452,21 @@ pub fn redact(text: &str, temp: &Path) -> String {
     let mut s = text.replace(&temp.display().to_string(), "[TMP]");
     if let Ok(canon) = temp.canonicalize() {
         s = s.replace(&canon.display().to_string(), "[TMP]");
+    }
+    // The warehouse, local or S3 (whose settings `lh info` adds a line for): one
+    // snapshot for both.
+    static WAREHOUSE: OnceLock<Regex> = OnceLock::new();
+    let warehouse = WAREHOUSE.get_or_init(|| {
+        Regex::new(r"s3://[a-z0-9.-]+/w[0-9a-z]+|file://\[TMP\]/data/warehouse").unwrap()
+    });
+    s = warehouse.replace_all(&s, "[WAREHOUSE]").into_owned();
+    s = s
+        .lines()
+        .filter(|l| !l.starts_with("s3 endpoint "))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>();
+    if !text.ends_with('\n') {
+        s.pop();
     }
     for (re, with) in rules {
         s = re.replace_all(&s, *with).into_owned();

@@ -75,6 +75,26 @@ pub struct ServerInfo {
     /// Where Python functions run, with the pool's state.
     #[serde(default)]
     pub runtime: String,
+    /// An S3 warehouse's bucket and how it is reached (never a secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<StorageInfo>,
+}
+
+/// How the server reaches an S3 warehouse: no secret, only where the key came from.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct StorageInfo {
+    pub bucket: String,
+    pub prefix: String,
+    pub endpoint: String,
+    pub region: String,
+    pub path_style: bool,
+    /// `environment` or `profile NAME`.
+    pub credentials_from: String,
+    /// Whether the Iceberg REST catalog gives clients credentials
+    /// (`X-Iceberg-Access-Delegation: vended-credentials`).
+    pub vends_credentials: bool,
+    /// The read cache of data files on the server's disk, in bytes.
+    pub cache_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -603,4 +623,10 @@ pub struct GcResponse {
     pub removed_folders: u64,
     /// The first of them (at most 1000), relative to the warehouse.
     pub removed: Vec<String>,
+    /// Table versions some commit points at that could not be read, with why: their
+    /// table folders are left whole (`protected_files` files), the rest is collected.
+    #[serde(default)]
+    pub unreadable: Vec<String>,
+    #[serde(default)]
+    pub protected_files: u64,
 }

@@ -21,7 +21,7 @@ use crate::runs::{RunConfig, RunService};
 use crate::state::AppState;
 use crate::tables::Tables;
 use crate::tables::write::ImportContext;
-use crate::warehouse::Warehouse;
+use crate::warehouse::{Warehouse, WarehouseOptions};
 use lh_runner::docker::{DockerConfig, DockerRuntime};
 use lh_runner::process::{ProcessConfig, ProcessRuntime};
 use lh_runner::{EnvCache, Runtime, Unavailable};
@@ -67,6 +67,15 @@ pub struct ServerConfig {
     pub env_cache_bytes: u64,
     /// What no pipeline function may exceed (memory, CPU share, time).
     pub function_ceilings: crate::runs::limits::Ceilings,
+    /// Path-style addressing for an S3 warehouse.
+    pub s3_path_style: bool,
+    /// The most an S3 warehouse's read cache keeps on disk.
+    pub cache_bytes: u64,
+    /// The longest one S3 request may take.
+    pub s3_timeout: Duration,
+    /// Whether the Iceberg REST catalog hands clients the warehouse's S3 credentials
+    /// when they ask (`X-Iceberg-Access-Delegation: vended-credentials`).
+    pub vend_credentials: bool,
 }
 
 /// Which runtime runs Python functions.
@@ -102,6 +111,10 @@ impl ServerConfig {
             max_upload_bytes: 64 << 30,
             env_cache_bytes: 20 << 30,
             function_ceilings: crate::runs::limits::Ceilings::for_this_machine(),
+            s3_path_style: false,
+            cache_bytes: 20 << 30,
+            s3_timeout: Duration::from_secs(30),
+            vend_credentials: true,
         }
     }
 }
@@ -126,11 +139,23 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         .warehouse
         .clone()
         .unwrap_or_else(|| data_dir.join("warehouse").display().to_string());
-    let warehouse = Warehouse::open(&warehouse_loc).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let options = WarehouseOptions {
+        s3_path_style: config.s3_path_style,
+        local_dir: data_dir.join("s3"),
+        cache_bytes: config.cache_bytes,
+        s3_timeout: config.s3_timeout,
+    };
+    let warehouse = Warehouse::open_with(&warehouse_loc, &options)
+        .await
+        .map_err(|e| match &e.hint {
+            Some(h) => anyhow::anyhow!("{e}\nhint: {h}"),
+            None => anyhow::anyhow!("{e}"),
+        })?;
     // The warehouse holds table files only: `lh gc` and every other server sharing it
     // take what is in it for lh's tables.
-    let warehouse_root = warehouse.root().canonicalize()?;
-    if data_dir.starts_with(&warehouse_root) {
+    if let Some(warehouse_root) = warehouse.local_root()
+        && data_dir.starts_with(warehouse_root)
+    {
         anyhow::bail!(
             "the warehouse {} contains the data directory {}: give each its own folder \
              (the default warehouse is <data-dir>/warehouse)",
@@ -155,6 +180,16 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         query_timeout_ms: config.query_timeout.as_millis() as u64,
         max_result_bytes: config.max_result_bytes,
         runtime: String::new(),
+        storage: warehouse.s3().map(|b| lh_api::StorageInfo {
+            bucket: b.settings.bucket.clone(),
+            prefix: b.settings.prefix.clone(),
+            endpoint: b.settings.endpoint_or_default(),
+            region: b.settings.region.clone(),
+            path_style: b.settings.path_style,
+            credentials_from: b.settings.credentials_from.clone(),
+            vends_credentials: config.vend_credentials,
+            cache_bytes: config.cache_bytes,
+        }),
     };
     let tables = Arc::new(Tables::new(catalog.clone(), warehouse));
     let queries = Arc::new(

@@ -136,12 +136,33 @@ fn info_shows_server_storage_and_active_branch() {
             .unwrap()
             .starts_with("sqlite:")
     );
-    assert!(
-        v["server"]["warehouse"]
-            .as_str()
-            .unwrap()
-            .starts_with("file://")
-    );
+    let warehouse = v["server"]["warehouse"].as_str().unwrap();
+    match &server.warehouse {
+        lh_e2e::TestWarehouse::Local => {
+            assert!(warehouse.starts_with("file://"), "{v}");
+            assert!(v["server"].get("storage").is_none(), "{v}");
+        }
+        // The bucket and how it is reached; never the secret, in any format.
+        lh_e2e::TestWarehouse::S3(s3) => {
+            assert!(
+                warehouse.starts_with(&format!("s3://{}/w", s3.bucket)),
+                "{v}"
+            );
+            let st = &v["server"]["storage"];
+            assert_eq!(st["endpoint"], s3.endpoint.as_str(), "{v}");
+            assert_eq!(st["bucket"], s3.bucket.as_str(), "{v}");
+            assert_eq!(st["path_style"], true, "{v}");
+            assert_eq!(st["credentials_from"], "environment", "{v}");
+            let text = lh.run(&["info"]).ok().to_string();
+            assert!(
+                text.contains(&format!("s3 endpoint    {}", s3.endpoint)),
+                "{text}"
+            );
+            for out in [text, v.to_string(), server.log()] {
+                assert!(!out.contains(&s3.secret), "the secret shows: {out}");
+            }
+        }
+    }
 }
 
 #[test]

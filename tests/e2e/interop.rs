@@ -4,9 +4,15 @@
 use lh_e2e::{Server, python};
 
 const READ: &str = r#"
-import json, sys
+import json, os, sys
 from pyiceberg.table import StaticTable
-t = StaticTable.from_metadata(sys.argv[1])
+# An S3 warehouse: the endpoint and key from the environment the test passes.
+props = {}
+if os.environ.get("AWS_ENDPOINT_URL"):
+    props = {"s3.endpoint": os.environ["AWS_ENDPOINT_URL"], "s3.region": os.environ["AWS_REGION"],
+             "s3.access-key-id": os.environ["AWS_ACCESS_KEY_ID"],
+             "s3.secret-access-key": os.environ["AWS_SECRET_ACCESS_KEY"], "s3.force-virtual-addressing": "false"}
+t = StaticTable.from_metadata(sys.argv[1], properties=props)
 rows = t.scan().to_arrow().sort_by("id").to_pylist()
 def plain(v):
     return v.isoformat() if hasattr(v, "isoformat") else (str(v) if v.__class__.__name__ == "Decimal" else v)
@@ -43,6 +49,10 @@ fn pyiceberg_reads_what_lh_wrote() {
         .to_string();
     let out = std::process::Command::new(python())
         .args(["-c", READ, &location])
+        .envs(match &server.warehouse {
+            lh_e2e::TestWarehouse::S3(s3) => s3.env(),
+            lh_e2e::TestWarehouse::Local => vec![],
+        })
         .output()
         .expect("run python");
     assert!(

@@ -9,6 +9,7 @@ mod query;
 mod refs;
 mod rest;
 mod runs;
+mod s3;
 mod tables;
 
 /// Snapshot of a command's output with run-to-run details replaced.

@@ -207,7 +207,7 @@ fn bad_sql_and_unknown_tables() {
 fn the_sandbox_refuses_escapes() {
     let server = Server::start();
     let lh = orders(&server);
-    let warehouse = server.data_dir().join("warehouse");
+    let warehouse = server.warehouse_dir();
     let escapes = [
         "select * from read_csv('/etc/passwd')".to_string(),
         "select * from read_text('/etc/hostname')".to_string(),

@@ -701,9 +701,19 @@ fn cancelling_a_run_publishes_nothing_and_old_branches_expire(runtime: &str) {
 }
 
 /// The folders of `analytics.slow` in the warehouse (a new table's folder holds its
-/// data folder while the model runs).
+/// data folder while the model runs); on S3, where nothing reaches the bucket before
+/// the upload, the writes' staging folders on the server.
 pub(crate) fn slow_table_dirs(server: &Server) -> Vec<String> {
-    let ns = server.data_dir().join("warehouse").join("analytics");
+    if server.warehouse.is_s3() {
+        return std::fs::read_dir(server.data_dir().join("s3").join("staging"))
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+    }
+    let ns = server.warehouse_dir().join("analytics");
     std::fs::read_dir(ns)
         .map(|rd| {
             rd.filter_map(|e| e.ok())

@@ -144,7 +144,7 @@ fn bad_imports_change_nothing() {
     lh.run(&["table", "import", "raw.orders", csv.to_str().unwrap()])
         .ok();
     let before = lh.head("main");
-    let warehouse_files = || walk(&server.data_dir().join("warehouse")).len();
+    let warehouse_files = || walk(&server.warehouse_dir()).len();
     let files_before = warehouse_files();
 
     let malformed = lh.file(

@@ -243,7 +243,23 @@ pub async fn info(client: &Client, settings: &Settings) -> CliResult<()> {
         .unwrap_or_else(|| server.default_branch.clone());
     // Other engines' catalog URI: the Iceberg REST catalog, with a ref as the warehouse.
     let iceberg_rest = format!("{}/iceberg", client.endpoint().trim_end_matches('/'));
-    let lines = [
+    let storage = server.storage.as_ref().map(|s| {
+        format!(
+            "{} ({}, region {}{}; credentials from the {}; {}; read cache {})",
+            s.endpoint,
+            s.bucket,
+            s.region,
+            if s.path_style { ", path style" } else { "" },
+            s.credentials_from,
+            if s.vends_credentials {
+                "vended to REST clients that ask"
+            } else {
+                "not vended to REST clients"
+            },
+            output::bytes(s.cache_bytes)
+        )
+    });
+    let mut lines = vec![
         (
             "server",
             format!("{} (lh {})", client.endpoint(), server.version),
@@ -260,6 +276,9 @@ pub async fn info(client: &Client, settings: &Settings) -> CliResult<()> {
         ("runtime", server.runtime.clone()),
         ("iceberg rest", format!("{iceberg_rest} (warehouse: a ref)")),
     ];
+    if let Some(s) = storage {
+        lines.insert(3, ("s3 endpoint", s));
+    }
     let out = InfoOut {
         endpoint: client.endpoint(),
         iceberg_rest: &iceberg_rest,

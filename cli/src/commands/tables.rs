@@ -270,6 +270,16 @@ pub async fn gc(client: &Client, settings: &Settings, args: GcArgs) -> CliResult
             output::count(r.foreign_files as usize, "file")
         );
     }
+    if !r.unreadable.is_empty() {
+        eprintln!(
+            "warning: {} could not be read, so their table folders were left whole ({}):",
+            output::count(r.unreadable.len(), "table version"),
+            output::count(r.protected_files as usize, "file")
+        );
+        for u in &r.unreadable {
+            eprintln!("  {u}");
+        }
+    }
     Ok(())
 }
 

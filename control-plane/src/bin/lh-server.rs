@@ -27,9 +27,27 @@ pub struct ServerArgs {
     /// [default: sqlite:DATA_DIR/catalog.db]
     #[arg(long, env = env_vars::LH_CATALOG_URL, value_name = "URL")]
     pub catalog: Option<String>,
-    /// Where table files go: a folder or file:// URL [default: DATA_DIR/warehouse]
+    /// Where table files go: a folder, a file:// URL, or an S3-compatible bucket
+    /// (s3://BUCKET/PREFIX; credentials, region and endpoint from the standard AWS
+    /// variables and ~/.aws files) [default: DATA_DIR/warehouse]
     #[arg(long, env = env_vars::LH_WAREHOUSE, value_name = "URL")]
     pub warehouse: Option<String>,
+    /// Address the S3 bucket path-style (ENDPOINT/BUCKET/KEY), as MinIO, Garage and
+    /// other stores on one host need
+    #[arg(long)]
+    pub s3_path_style: bool,
+    /// The most an S3 warehouse's read cache of data files keeps on this server's disk
+    /// (in DATA_DIR/s3/cache); the least recently used go first
+    #[arg(long, default_value = "20g", value_name = "SIZE", value_parser = parse_size)]
+    pub cache_size: u64,
+    /// The longest one request to the S3 warehouse may take (it is retried 3 times
+    /// within as long again)
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    pub s3_timeout: Duration,
+    /// Give Iceberg REST clients no S3 credentials, even when they ask
+    /// (X-Iceberg-Access-Delegation: vended-credentials): they bring their own
+    #[arg(long)]
+    pub no_vend_credentials: bool,
     /// The longest a query may run, in seconds
     #[arg(long, default_value_t = 300, value_name = "SECONDS")]
     pub query_timeout: u64,
@@ -144,6 +162,10 @@ fn config(args: ServerArgs) -> ServerConfig {
     }
     config.catalog_url = args.catalog;
     config.warehouse = args.warehouse;
+    config.s3_path_style = args.s3_path_style;
+    config.cache_bytes = args.cache_size;
+    config.s3_timeout = args.s3_timeout;
+    config.vend_credentials = !args.no_vend_credentials;
     config.query_timeout = Duration::from_secs(args.query_timeout.max(1));
     config.max_result_bytes = args.max_result_bytes;
     config.max_concurrent_queries = args.max_concurrent_queries.max(1);

@@ -36,6 +36,7 @@ use tokio::sync::Semaphore;
 use crate::duck::{self, DuckLimits, quote_ident};
 use crate::error::{Code, Error, Kind, Result};
 use crate::tables::Tables;
+use crate::warehouse::cache::Pins;
 use commits::{CommitCatalog, Session, View, connect};
 use sql::TableRef;
 use view::{view_name, view_sql};
@@ -106,7 +107,9 @@ async fn interruptible<T>(
 
 impl QueryEngine {
     pub fn new(tables: Arc<Tables>, limits: QueryLimits, spill: PathBuf) -> Result<QueryEngine> {
-        let conn = duck::sandboxed(&[tables.warehouse.root()], &spill, &limits.duck)?;
+        let readable = tables.warehouse.readable_dirs();
+        let readable: Vec<&std::path::Path> = readable.iter().map(|p| p.as_path()).collect();
+        let conn = duck::sandboxed(&readable, &spill, &limits.duck)?;
         duck::lock(&conn)?;
         Ok(QueryEngine {
             tables,
@@ -169,7 +172,7 @@ impl QueryEngine {
                 format!("input table '{table}' not found"),
             )
         };
-        let views = self
+        let (views, _pins) = self
             .views(
                 commit,
                 Some(&catalog),
@@ -269,7 +272,7 @@ impl QueryEngine {
             )
             .with_hint(format!("`lh table ls --ref {at}` lists the tables"))
         };
-        let views = self
+        let (views, _pins) = self
             .views(&resolved.commit, Some(&catalog), &refs, &missing)
             .await?;
 
@@ -326,8 +329,9 @@ impl QueryEngine {
         catalog: Option<&CommitCatalog>,
         names: &[TableRef],
         missing: &(dyn Fn(&str) -> Error + Sync),
-    ) -> Result<Vec<View>> {
+    ) -> Result<(Vec<View>, Pins)> {
         let mut views = Vec::new();
+        let mut pins = Pins::none();
         for parts in names {
             if parts.len() < 2 {
                 continue;
@@ -352,14 +356,18 @@ impl QueryEngine {
             };
             let view = view_name(parts);
             if !catalog.is_some_and(|c| c.has_view(&view)) {
-                let files = self.tables.file_groups(&table).await?;
+                let files = self.tables.file_groups(&table, &mut pins).await?;
                 views.push(View {
                     sql: view_sql(parts, &table, &files),
                     name: view,
                 });
+            } else {
+                // The view reads local paths: on S3, the read cache keeps them while
+                // the statement runs (fetching any evicted since).
+                self.tables.pin_files(&table, &mut pins).await?;
             }
         }
-        Ok(views)
+        Ok((views, pins))
     }
 }
 

@@ -52,6 +52,7 @@ async fn set_schema(tables: &Tables, t: &LoadedTable, schema: Schema) {
     .metadata;
     let location = tables
         .write_metadata(&evolved, Some(&t.pointer.metadata_location))
+        .await
         .unwrap();
     tables
         .commit_table(
@@ -393,6 +394,7 @@ async fn commit_files(tables: &Tables, table: &str, files: Vec<iceberg::spec::Da
             .metadata;
     let location = tables
         .write_metadata(&next, Some(&t.pointer.metadata_location))
+        .await
         .unwrap();
     tables
         .commit_table(
@@ -472,7 +474,7 @@ async fn create_table(
     .build()
     .unwrap()
     .metadata;
-    let metadata_location = tables.write_metadata(&created, None).unwrap();
+    let metadata_location = tables.write_metadata(&created, None).await.unwrap();
     tables
         .commit_table(
             "main",

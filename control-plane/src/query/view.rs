@@ -131,13 +131,37 @@ pub fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> St
             );
         }
         let mut body = format!("SELECT {} FROM {rows} AS __lh_rows", names.join(", "));
-        if positions {
+        if positions && files.objects.is_empty() {
             body.push_str(&format!(
                 " ANTI JOIN (\
                  SELECT regexp_replace(file_path, '^file:(//localhost|//)?', '') AS file, pos \
                  FROM read_parquet([{}])) AS __lh_deletes \
                  ON __lh_deletes.file = __lh_rows.{p}file AND __lh_deletes.pos = __lh_rows.{p}pos",
                 list(&files.position_deletes)
+            ));
+        } else if positions {
+            // S3: a delete names the object (`s3://bucket/key`, or `s3a://`); the rows
+            // come from the read cache's local copy of it.
+            let map: Vec<String> = files
+                .objects
+                .iter()
+                .map(|(local, object)| {
+                    format!(
+                        "({}, {})",
+                        quote_literal(&local.display().to_string()),
+                        quote_literal(object)
+                    )
+                })
+                .collect();
+            body.push_str(&format!(
+                " ANTI JOIN (\
+                 SELECT __lh_map.local AS file, __lh_d.pos AS pos \
+                 FROM read_parquet([{}]) AS __lh_d \
+                 JOIN (VALUES {}) AS __lh_map(local, object) \
+                 ON __lh_map.object = regexp_replace(__lh_d.file_path, '^s3[an]?://', '')) AS __lh_deletes \
+                 ON __lh_deletes.file = __lh_rows.{p}file AND __lh_deletes.pos = __lh_rows.{p}pos",
+                list(&files.position_deletes),
+                map.join(", ")
             ));
         }
         if equalities {

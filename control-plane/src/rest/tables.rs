@@ -14,7 +14,7 @@ use lh_catalog::CommitMeta;
 use super::names::{At, at, branch, ident_name, namespace, no_table, table_name};
 use super::types::{
     Body, CommitTable, CommitTransaction, CreateTable, DropQuery, LoadTableResult, MetricsReport,
-    Page, Params, Register, Rename, TableIdent, bad_request, loaded, served,
+    Page, Params, Register, Rename, TableIdent, bad_request, loaded, served, storage_config,
 };
 use crate::error::{Code, Error, Kind};
 use crate::http::{IcebergResult, author_or};
@@ -56,6 +56,7 @@ pub async fn list_tables(
 pub async fn load_table(
     State(s): State<AppState>,
     Path((prefix, ns, table)): Path<(String, String, String)>,
+    headers: HeaderMap,
 ) -> IcebergResult<Json<LoadTableResult>> {
     let a = at(&s, &prefix).await?;
     let name = table_name(&namespace(&ns)?, &table)?;
@@ -67,6 +68,7 @@ pub async fn load_table(
     Ok(loaded(
         Some(t.pointer.metadata_location.clone()),
         &t.metadata,
+        storage_config(&s, &headers),
     ))
 }
 
@@ -295,7 +297,7 @@ pub async fn create_table(
     )?;
     if req.stage_create {
         // Nothing is stored: the client commits the table later (assert-create).
-        return Ok(loaded(None, &metadata));
+        return Ok(loaded(None, &metadata, storage_config(&s, &headers)));
     }
     let put = Put {
         table: name.clone(),
@@ -317,6 +319,7 @@ pub async fn create_table(
     Ok(loaded(
         Some(v.pointer.metadata_location.clone()),
         &v.metadata,
+        storage_config(&s, &headers),
     ))
 }
 
@@ -428,5 +431,9 @@ pub async fn register_table(
         .await
         .map_err(already_exists(&name))?;
     let v = &done.versions[0];
-    Ok(loaded(Some(req.metadata_location), &v.metadata))
+    Ok(loaded(
+        Some(v.pointer.metadata_location.clone()),
+        &v.metadata,
+        storage_config(&s, &headers),
+    ))
 }

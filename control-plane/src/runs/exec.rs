@@ -448,6 +448,8 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         ("lh.run".to_string(), shared.id.clone()),
         ("lh.node".to_string(), node.name.clone()),
     ]);
+    // The files a SQL model's views read stay in the read cache until its write ends.
+    let mut input_pins = crate::warehouse::cache::Pins::none();
     let (source, work) = match &node.lang {
         Lang::Sql { sql, .. } => {
             // The same views as queries read, made in the write's own database.
@@ -460,13 +462,9 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
                 })
                 .collect();
             let missing = |_: &str| Error::internal("input vanished");
-            let mut setup: Vec<String> = svc
-                .queries
-                .views(&head, None, &names, &missing)
-                .await?
-                .into_iter()
-                .map(|v| v.sql)
-                .collect();
+            let (views, pins) = svc.queries.views(&head, None, &names, &missing).await?;
+            input_pins = pins;
+            let mut setup: Vec<String> = views.into_iter().map(|v| v.sql).collect();
             // A table the SQL names without a namespace is exposed under its bare name too.
             for (inp, parts) in node.inputs.iter().zip(&names) {
                 if let (true, [_, table]) = (inp.bare, parts.as_slice()) {
@@ -567,6 +565,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         );
     }
     let written = write_table(&svc.tables, &svc.import, job).await;
+    drop(input_pins);
     if let Some(w) = work {
         let _ = std::fs::remove_dir_all(w);
     }

@@ -165,9 +165,15 @@ impl Tables {
     /// folders (DuckDB).
     pub fn new_table(&self, name: &str, t: NewTable) -> Result<TableMetadata> {
         let uuid = Uuid::now_v7();
-        let location = t
-            .location
-            .unwrap_or_else(|| self.warehouse.new_table_location(name, &uuid));
+        // Stored in the one spelling the server reads back (`file://localhost/p` is
+        // `file:///p`).
+        let location = match t.location {
+            Some(l) => self
+                .warehouse
+                .canonical(&l)
+                .map_err(|_| outside(format!("location '{l}' is outside the warehouse")))?,
+            None => self.warehouse.new_table_location(name, &uuid),
+        };
         self.warehouse
             .prepare_table_location(&location)
             .map_err(|_| outside(format!("location '{location}' is outside the warehouse")))?;
@@ -191,7 +197,7 @@ impl Tables {
 
     /// Writes a new metadata file for `metadata` (the next version after `previous`)
     /// and returns its location.
-    pub fn write_metadata(
+    pub async fn write_metadata(
         &self,
         metadata: &TableMetadata,
         previous: Option<&str>,
@@ -209,7 +215,7 @@ impl Tables {
         };
         let json = serde_json::to_vec(metadata)
             .map_err(|e| Error::internal(format!("cannot encode table metadata: {e}")))?;
-        self.warehouse.write_durable(&location, &json)?;
+        self.warehouse.write_durable(&location, &json).await?;
         self.metadata
             .insert(location.clone(), Arc::new(metadata.clone()));
         Ok(location)
@@ -242,15 +248,16 @@ impl Transaction<'_> {
     /// Checks a change and writes its files; nothing is committed yet.
     pub async fn stage(&mut self, change: Change) -> Result<()> {
         match change {
-            Change::Put(p) => self.put(p),
+            Change::Put(p) => self.put(p).await,
             Change::Register {
                 table,
                 expected,
                 metadata_location,
             } => {
-                self.tables
+                let metadata_location = self
+                    .tables
                     .warehouse
-                    .local_path(&metadata_location)
+                    .canonical(&metadata_location)
                     .map_err(|_| {
                         outside(format!("'{metadata_location}' is outside the warehouse"))
                     })?;
@@ -296,7 +303,7 @@ impl Transaction<'_> {
         }
     }
 
-    fn put(&mut self, p: Put) -> Result<()> {
+    async fn put(&mut self, p: Put) -> Result<()> {
         let name = p.table.as_str();
         let current = p.current.as_ref().map(|t| t.metadata.as_ref());
         for r in &p.requirements {
@@ -322,16 +329,30 @@ impl Transaction<'_> {
             (Base::Made(m), _) if p.updates.is_empty() => *m,
             (Base::Made(m), _) => next_metadata(*m, previous.clone(), p.updates)?,
         };
-        self.tables
+        let canonical = self
+            .tables
             .warehouse
-            .local_path(metadata.location())
+            .canonical(metadata.location())
             .map_err(|_| {
                 outside(format!(
                     "location '{}' is outside the warehouse",
                     metadata.location()
                 ))
             })?;
-        let location = self.tables.write_metadata(&metadata, previous.as_deref())?;
+        // Every location is stored in the spelling the server reads back.
+        let metadata = if canonical == metadata.location() {
+            metadata
+        } else {
+            TableMetadataBuilder::new_from_metadata(metadata, previous.clone())
+                .set_location(canonical)
+                .build()
+                .map_err(invalid_update)?
+                .metadata
+        };
+        let location = self
+            .tables
+            .write_metadata(&metadata, previous.as_deref())
+            .await?;
         self.written.push(location.clone());
         let pointer = pointer_of(&location, &metadata);
         self.ops.push(TableOp::Put {
@@ -385,7 +406,7 @@ impl Transaction<'_> {
             if let TableUpdate::AddSnapshot { snapshot } = u {
                 self.tables
                     .warehouse
-                    .local_path(snapshot.manifest_list())
+                    .key(snapshot.manifest_list())
                     .map_err(|_| {
                         outside(format!(
                             "manifest list '{}' is outside the warehouse",
@@ -437,8 +458,14 @@ impl Transaction<'_> {
             )
         })?;
         let uuid = uuid.unwrap_or_else(Uuid::now_v7);
-        let location =
-            location.unwrap_or_else(|| self.tables.warehouse.new_table_location(name, &uuid));
+        let location = match location {
+            Some(l) => self
+                .tables
+                .warehouse
+                .canonical(&l)
+                .map_err(|_| outside(format!("location '{l}' is outside the warehouse")))?,
+            None => self.tables.warehouse.new_table_location(name, &uuid),
+        };
         let mut b = first_metadata(
             schema,
             spec.unwrap_or_else(|| UnboundPartitionSpec::builder().build()),
@@ -485,11 +512,7 @@ impl Transaction<'_> {
 impl Tables {
     /// Removes metadata files no commit points at.
     fn remove_written(&self, written: &[String]) {
-        for location in written {
-            if let Ok(p) = self.warehouse.local_path(location) {
-                let _ = std::fs::remove_file(p);
-            }
-        }
+        self.warehouse.remove_files(written);
     }
 }
 

@@ -6,11 +6,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use futures::StreamExt;
 use iceberg::spec::{DataContentType, DataFileFormat};
 
 use super::stats::{self, PhysicalColumn};
 use super::{LoadedTable, Tables, snapshot};
 use crate::error::{Code, Error, Result};
+use crate::warehouse::cache::Pins;
 
 /// The files a table's current snapshot reads: its data files, and the delete files
 /// (merge-on-read) that remove rows of them: position deletes (as Spark and Trino write
@@ -18,7 +20,8 @@ use crate::error::{Code, Error, Result};
 #[derive(Debug, Clone, Default)]
 pub struct LiveFiles {
     pub data: Vec<LiveFile>,
-    pub position_deletes: Vec<String>,
+    /// Position delete files: location and size.
+    pub position_deletes: Vec<(String, u64)>,
     pub equality_deletes: Vec<EqualityDelete>,
     pub totals: FileTotals,
 }
@@ -38,6 +41,8 @@ pub struct FileTotals {
 #[derive(Debug, Clone)]
 pub struct LiveFile {
     pub url: String,
+    /// Its size in bytes, as the manifest says.
+    pub size: u64,
     /// Its data sequence number.
     pub sequence: i64,
     /// Its partition: spec id and partition tuple.
@@ -72,6 +77,7 @@ fn partition_key(spec_id: i32, partition: &iceberg::spec::Struct) -> String {
 #[derive(Debug, Clone)]
 pub struct EqualityDelete {
     pub url: String,
+    pub size: u64,
     pub sequence: i64,
     pub partition: Option<String>,
     pub field_ids: Vec<i32>,
@@ -91,6 +97,9 @@ pub struct TableFiles {
     /// Each data file's data sequence number and partition, when equality deletes need
     /// them.
     pub data: Vec<(PathBuf, i64, String)>,
+    /// On S3, when position deletes name data files: each data file's local path with
+    /// its object as `bucket/key` (what a delete's `file_path` names, scheme removed).
+    pub objects: Vec<(PathBuf, String)>,
 }
 
 /// An equality delete file, with its columns (as a data file's) and what decides which
@@ -151,12 +160,13 @@ impl Tables {
                 match (e.content_type(), e.file_format()) {
                     (DataContentType::Data, DataFileFormat::Parquet) => out.data.push(LiveFile {
                         url: e.file_path().to_string(),
+                        size: df.file_size_in_bytes(),
                         sequence,
                         partition,
                     }),
-                    (DataContentType::PositionDeletes, DataFileFormat::Parquet) => {
-                        out.position_deletes.push(e.file_path().to_string())
-                    }
+                    (DataContentType::PositionDeletes, DataFileFormat::Parquet) => out
+                        .position_deletes
+                        .push((e.file_path().to_string(), df.file_size_in_bytes())),
                     (DataContentType::PositionDeletes, DataFileFormat::Puffin) => {
                         return Err(unsupported("deletion vectors".into())
                             .with_hint("rewrite its data files (Spark: rewrite_data_files)"));
@@ -185,6 +195,7 @@ impl Tables {
                             .is_none_or(|spec| spec.is_unpartitioned());
                         out.equality_deletes.push(EqualityDelete {
                             url: e.file_path().to_string(),
+                            size: df.file_size_in_bytes(),
                             sequence,
                             partition: (!global).then_some(partition),
                             field_ids,
@@ -208,22 +219,80 @@ impl Tables {
         Ok(out)
     }
 
-    /// The live data files of a table, grouped by their physical columns, as local paths:
-    /// what its view reads. Footers are read once per file.
-    pub async fn file_groups(&self, t: &LoadedTable) -> Result<TableFiles> {
+    /// Makes every live file of a table readable on this machine (for an S3
+    /// warehouse: in the read cache, fetched as need be, several at once) and keeps it
+    /// so while `pins` lives: a view made earlier reads these paths.
+    pub async fn pin_files(&self, t: &LoadedTable, pins: &mut Pins) -> Result<()> {
+        if self.warehouse.cache().is_none() {
+            return Ok(());
+        }
         let files = self.live_files(t).await?;
+        self.readable_all(&files, pins).await?;
+        Ok(())
+    }
+
+    /// The local paths of the live files: data files, position deletes, equality
+    /// deletes, in that order.
+    async fn readable_all(&self, files: &LiveFiles, pins: &mut Pins) -> Result<Vec<PathBuf>> {
+        let all: Vec<(&str, u64)> = files
+            .data
+            .iter()
+            .map(|f| (f.url.as_str(), f.size))
+            .chain(files.position_deletes.iter().map(|(u, s)| (u.as_str(), *s)))
+            .chain(
+                files
+                    .equality_deletes
+                    .iter()
+                    .map(|d| (d.url.as_str(), d.size)),
+            )
+            .collect();
+        if self.warehouse.cache().is_none() {
+            return all
+                .iter()
+                .map(|(u, _)| self.warehouse.local_path(u))
+                .collect();
+        }
+        let fetches: Vec<_> = all
+            .into_iter()
+            .map(|(u, size)| {
+                let (warehouse, u) = (self.warehouse.clone(), u.to_string());
+                async move {
+                    let mut p = Pins::none();
+                    let path = warehouse.readable(&u, size, &mut p).await?;
+                    Ok::<_, Error>((path, p))
+                }
+            })
+            .collect();
+        let fetched: Vec<Result<(PathBuf, Pins)>> =
+            futures::stream::iter(fetches).buffered(8).collect().await;
+        let mut out = Vec::with_capacity(fetched.len());
+        for f in fetched {
+            let (path, p) = f?;
+            pins.extend(p);
+            out.push(path);
+        }
+        Ok(out)
+    }
+
+    /// The live data files of a table, grouped by their physical columns, as local paths:
+    /// what its view reads, readable while `pins` lives. Footers are read once per file.
+    pub async fn file_groups(&self, t: &LoadedTable, pins: &mut Pins) -> Result<TableFiles> {
+        let files = self.live_files(t).await?;
+        let local = self.readable_all(&files, pins).await?;
+        let (data_paths, rest) = local.split_at(files.data.len());
+        let (position_paths, equality_paths) = rest.split_at(files.position_deletes.len());
         let mut paths = Vec::with_capacity(files.data.len());
         let mut unknown = Vec::new();
-        for f in &files.data {
-            let p = self.warehouse.local_path(&f.url)?;
+        for p in data_paths {
+            let p = p.clone();
             if self.columns.get(&p).is_none() {
                 unknown.push(p.clone());
             }
             paths.push(p);
         }
         let mut equality_deletes = Vec::with_capacity(files.equality_deletes.len());
-        for d in &files.equality_deletes {
-            let p = self.warehouse.local_path(&d.url)?;
+        for (d, p) in files.equality_deletes.iter().zip(equality_paths) {
+            let p = p.clone();
             if self.columns.get(&p).is_none() {
                 unknown.push(p.clone());
             }
@@ -259,11 +328,24 @@ impl Tables {
                 None => groups.push((cols, vec![p])),
             }
         }
-        let position_deletes = files
-            .position_deletes
-            .iter()
-            .map(|f| self.warehouse.local_path(f))
-            .collect::<Result<_>>()?;
+        let position_deletes = position_paths.to_vec();
+        let objects = match self.warehouse.s3() {
+            Some(b) if !position_deletes.is_empty() => data_paths
+                .iter()
+                .zip(&files.data)
+                .filter_map(|(p, f)| {
+                    let key = self.warehouse.key(&f.url).ok()?;
+                    let prefix = &b.settings.prefix;
+                    let full = if prefix.is_empty() {
+                        key
+                    } else {
+                        format!("{prefix}/{key}")
+                    };
+                    Some((p.clone(), format!("{}/{full}", b.settings.bucket)))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         let equality_deletes = equality_deletes
             .into_iter()
             .map(|(p, d)| {
@@ -281,6 +363,7 @@ impl Tables {
             position_deletes,
             equality_deletes,
             data,
+            objects,
         })
     }
 }

@@ -24,7 +24,13 @@
 //! and registrations hold, so that none of them can point at a file as it goes (other
 //! servers sharing the catalog can, within that short window: they are protected by the
 //! grace period only). A table version that cannot be read stops the collection with
-//! nothing removed.
+//! nothing removed in its table folder; the rest of the warehouse is collected, and the
+//! response names the version.
+//!
+//! On S3 the same rules apply to object keys: the sweep lists the warehouse's prefix,
+//! an object's age is its Last-Modified, and there are no folders to prune. Keys are
+//! seen as paths below a virtual root (`/`), so that both backends share the marking
+//! and the table-folder rules.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -69,29 +75,49 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
         )
     })?;
     let cutoff = SystemTime::now() - older_than;
-    let root = std::fs::canonicalize(tables.warehouse.root())?;
+    let root = match tables.warehouse.local_root() {
+        Some(r) => std::fs::canonicalize(r)?,
+        None => PathBuf::from("/"),
+    };
 
-    let mut mark = Mark::new(tables);
+    let mut mark = Mark::new(tables, root.clone());
     let mut seen = tables.catalog.all_metadata_locations().await?;
-    mark.add_tables(&seen).await?;
-    let (found, folders) = {
-        let root = root.clone();
-        tokio::task::spawn_blocking(move || scan(&root))
-            .await
-            .map_err(|e| Error::internal(format!("the warehouse scan failed: {e}")))??
+    mark.add_tables(&seen).await;
+    let (found, folders) = match tables.warehouse.local_root() {
+        Some(_) => {
+            let root = root.clone();
+            tokio::task::spawn_blocking(move || scan(&root))
+                .await
+                .map_err(|e| Error::internal(format!("the warehouse scan failed: {e}")))??
+        }
+        None => {
+            let objects = tables.warehouse.list("").await?;
+            let found = objects
+                .into_iter()
+                .map(|o| Found {
+                    path: root.join(&o.key),
+                    modified: o.modified,
+                    bytes: o.size,
+                })
+                .collect();
+            (found, Vec::new())
+        }
     };
 
     // From here to the last removal no REST commit or registration lands on this server.
     let _gate = tables.commit_gate.write().await;
     let now = tables.catalog.all_metadata_locations().await?;
     let new: BTreeSet<String> = now.difference(&seen).cloned().collect();
-    mark.add_tables(&new).await?;
+    mark.add_tables(&new).await;
     seen.extend(new);
     let busy: Vec<PathBuf> = tables
         .in_flight
         .folders()
         .iter()
-        .map(|p| mark.real(p))
+        .map(|k| {
+            let p = root.join(k);
+            mark.real(&p)
+        })
         .collect();
 
     let mut resp = GcResponse {
@@ -106,11 +132,15 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
         removed_bytes: 0,
         removed_folders: 0,
         removed: Vec::new(),
+        unreadable: mark.unreadable.clone(),
+        protected_files: 0,
     };
     let mut doomed = Vec::new();
     let mut live_tables = HashSet::new();
     for f in found {
-        if mark.live.contains(&f.path) {
+        if mark.protected.iter().any(|p| f.path.starts_with(p)) {
+            resp.protected_files += 1;
+        } else if mark.live.contains(&f.path) {
             resp.live_files += 1;
             if let Some(t) = table_folder(&root, &f.path) {
                 live_tables.insert(t);
@@ -131,7 +161,29 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
             resp.removed.push(rel.display().to_string());
         }
     }
-    if !req.dry_run {
+    if !req.dry_run && tables.warehouse.local_root().is_none() {
+        let keys = doomed
+            .iter()
+            .filter_map(|f| f.path.strip_prefix(&root).ok())
+            .filter_map(|k| k.to_str().map(str::to_string))
+            .collect();
+        tables.warehouse.remove_keys(keys).await.map_err(|e| {
+            let mut err = Error::new(
+                e.kind,
+                Code::Storage,
+                format!(
+                    "garbage collection could not remove every file: {}",
+                    e.message
+                ),
+            );
+            err.hint = Some(
+                "the warehouse's key needs permission to delete objects; what was removed \
+                 stays removed, run lh gc again once it may"
+                    .into(),
+            );
+            err
+        })?;
+    } else if !req.dry_run {
         let prune = Prune {
             root: root.clone(),
             cutoff,
@@ -158,26 +210,27 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
     Ok(resp)
 }
 
-/// The folders writes of this server are filling, each counted once per write.
+/// The table folders writes of this server are filling (by their key in the
+/// warehouse), each counted once per write.
 #[derive(Default)]
-pub struct InFlight(Mutex<HashMap<PathBuf, usize>>);
+pub struct InFlight(Mutex<HashMap<String, usize>>);
 
 impl InFlight {
-    /// Marks `dir` busy until the guard is dropped.
-    pub fn enter(&self, dir: &Path) -> InFlightGuard<'_> {
+    /// Marks the folder `key` busy until the guard is dropped.
+    pub fn enter(&self, key: &str) -> InFlightGuard<'_> {
         *self
             .0
             .lock()
             .expect("in-flight lock")
-            .entry(dir.to_path_buf())
+            .entry(key.to_string())
             .or_default() += 1;
         InFlightGuard {
             set: self,
-            dir: dir.to_path_buf(),
+            dir: key.to_string(),
         }
     }
 
-    fn folders(&self) -> Vec<PathBuf> {
+    fn folders(&self) -> Vec<String> {
         self.0
             .lock()
             .expect("in-flight lock")
@@ -189,7 +242,7 @@ impl InFlight {
 
 pub struct InFlightGuard<'a> {
     set: &'a InFlight,
-    dir: PathBuf,
+    dir: String,
 }
 
 impl Drop for InFlightGuard<'_> {
@@ -295,10 +348,15 @@ impl Prune {
     }
 }
 
-/// The files some table version reaches, as local paths.
+/// The files some table version reaches, as local paths (on S3: keys below `/`).
 struct Mark<'a> {
     tables: &'a Tables,
+    root: PathBuf,
     live: HashSet<PathBuf>,
+    /// Table versions that could not be read, with the error.
+    unreadable: Vec<String>,
+    /// The table folders of those: nothing in them is removed.
+    protected: Vec<PathBuf>,
     lists: HashSet<String>,
     manifests: HashSet<String>,
     /// Real paths of folders, by the path they were named with.
@@ -306,10 +364,13 @@ struct Mark<'a> {
 }
 
 impl<'a> Mark<'a> {
-    fn new(tables: &'a Tables) -> Self {
+    fn new(tables: &'a Tables, root: PathBuf) -> Self {
         Mark {
             tables,
+            root,
             live: HashSet::new(),
+            unreadable: Vec::new(),
+            protected: Vec::new(),
             lists: HashSet::new(),
             manifests: HashSet::new(),
             folders: HashMap::new(),
@@ -320,35 +381,56 @@ impl<'a> Mark<'a> {
         real_path(&mut self.folders, path)
     }
 
+    /// The paths `location` names in this warehouse: local spellings (other schemes
+    /// name no local file), or an S3 key below the virtual root.
+    fn paths(&mut self, location: &str) -> Vec<PathBuf> {
+        if self.tables.warehouse.local_root().is_none() {
+            return self
+                .tables
+                .warehouse
+                .key(location)
+                .map(|k| self.root.join(k))
+                .into_iter()
+                .collect();
+        }
+        local_spellings(location)
+            .into_iter()
+            .map(|p| self.real(&p))
+            .collect()
+    }
+
     fn add(&mut self, location: &str) {
-        // Other schemes (`s3://`...) name no file of the local warehouse.
-        for p in local_spellings(location) {
-            let real = self.real(&p);
-            self.live.insert(real);
+        for p in self.paths(location) {
+            self.live.insert(p);
         }
     }
 
-    async fn add_tables(&mut self, locations: &BTreeSet<String>) -> Result<()> {
+    /// Marks what each table version reaches. A version that cannot be read (a file
+    /// lost or damaged) keeps its whole table folder: what it reaches is unknown.
+    async fn add_tables(&mut self, locations: &BTreeSet<String>) {
         for location in locations {
-            self.add_table(location).await.map_err(|e| {
-                Error::new(
-                    Kind::Conflict,
-                    Code::GcUnreadable,
-                    format!(
-                        "garbage collection stopped, nothing was removed: {}",
-                        e.message
-                    ),
-                )
-                .with_hint("a table version some commit points at cannot be read: restore the file (the commits that use it cannot be read either until then)")
-            })?;
+            if let Err(e) = self.add_table(location).await {
+                tracing::warn!(%location, error = %e.message, "gc: a table version cannot be read; its table folder is kept");
+                self.unreadable.push(format!("{location}: {}", e.message));
+                for p in self.paths(location) {
+                    if let Some(folder) = table_folder(&self.root, &p) {
+                        self.protected.push(folder);
+                    }
+                }
+            }
         }
-        Ok(())
     }
 
     async fn add_table(&mut self, location: &str) -> Result<()> {
         let io = self.tables.warehouse.io();
         // Read directly: thousands of old versions would flood the metadata cache.
-        let m = TableMetadata::read_from(io, location)
+        // Through the canonical spelling, which the FileIO reads.
+        let readable = self
+            .tables
+            .warehouse
+            .canonical(location)
+            .unwrap_or_else(|_| location.to_string());
+        let m = TableMetadata::read_from(io, &readable)
             .await
             .map_err(|e| Error::internal(format!("cannot read {location}: {e}")))?;
         self.add(location);

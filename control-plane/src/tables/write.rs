@@ -28,7 +28,7 @@ use super::types::{assignable, display_type, duckdb_field_ids, duckdb_type};
 use super::{LoadedTable, Tables, require_branch, stats};
 use crate::duck::{self, DuckLimits, quote_ident, quote_literal};
 use crate::error::{Code, Error, Kind, Result};
-use crate::warehouse::sync_files;
+use crate::warehouse::Staged;
 
 /// Where the rows come from.
 #[derive(Debug, Clone)]
@@ -194,8 +194,12 @@ pub async fn write_table(
         None => tables.warehouse.new_table_location(&job.table, &table_uuid),
     };
     let data_url = format!("{location}/data/{}", Uuid::now_v7().simple());
-    let table_dir = tables.warehouse.local_path(&location)?;
-    let data_dir = tables.warehouse.local_path(&data_url)?;
+    let table_key = tables.warehouse.key(&location)?;
+    // The table's folder on this machine (a local warehouse), removed again when a new
+    // table's write fails.
+    let table_dir = tables.warehouse.local_path(&location).ok();
+    // Where DuckDB writes the data files: their folder, or (S3) a staging folder.
+    let data_dir = tables.warehouse.write_dir(&data_url)?;
 
     let plan = WritePlan {
         job: job.clone(),
@@ -203,13 +207,12 @@ pub async fn write_table(
         base: existing.as_ref().map(|t| (*t.metadata).clone()),
         location: location.clone(),
         table_uuid,
-        table_dir: table_dir.clone(),
         data_dir: data_dir.clone(),
         data_url,
-        warehouse_root: tables.warehouse.root().to_path_buf(),
+        readable: tables.warehouse.readable_dirs(),
     };
     // Garbage collection leaves the folders this write fills alone until it is over.
-    let _busy = tables.in_flight.enter(&table_dir);
+    let _busy = tables.in_flight.enter(&table_key);
     // DuckDB's work runs on a blocking thread, which outlives this future when it is
     // dropped (a cancelled run, a client that went away): dropping interrupts it, and
     // the thread removes its own files when it fails.
@@ -250,8 +253,8 @@ pub async fn write_table(
             let out = plan.run(&stop);
             if out.is_err() {
                 let _ = std::fs::remove_dir_all(&data_dir);
-                if new_table {
-                    let _ = std::fs::remove_dir_all(&table_dir);
+                if let (true, Some(t)) = (new_table, &table_dir) {
+                    let _ = std::fs::remove_dir_all(t);
                 }
             }
             out
@@ -300,18 +303,22 @@ pub async fn write_table(
         },
     };
     let written = joined.map_err(|e| Error::internal(format!("import task failed: {e}")))?;
-    let cleanup = |snapshot_files: Vec<String>| {
+    let cleanup = |mut files: Vec<String>, data: &[Staged]| {
         let _ = std::fs::remove_dir_all(&data_dir);
-        if existing.is_none() {
-            let _ = std::fs::remove_dir_all(&table_dir);
+        if let (None, Some(t)) = (&existing, &table_dir) {
+            let _ = std::fs::remove_dir_all(t);
         }
-        for url in snapshot_files {
-            if let Ok(p) = tables.warehouse.local_path(&url) {
-                let _ = std::fs::remove_file(p);
-            }
-        }
+        // On S3 the data files were uploaded: they go too.
+        files.extend(data.iter().map(|f| f.location.clone()));
+        tables.warehouse.remove_files(&files);
     };
     let written = written?;
+    // The data files reach the warehouse before any commit can name them.
+    let staged = written.staged.clone();
+    if let Err(e) = tables.warehouse.publish(&data_dir, &staged).await {
+        cleanup(vec![], &[]);
+        return Err(e);
+    }
 
     let outcome = commit_write(tables, &job, existing.as_ref(), written).await;
     match outcome {
@@ -320,7 +327,7 @@ pub async fn write_table(
         // commit reaches, `lh gc` removes later).
         Err((e, _)) if e.commit_state_unknown() => Err(e),
         Err((e, files)) => {
-            cleanup(files);
+            cleanup(files, &staged);
             Err(e)
         }
     }
@@ -420,6 +427,8 @@ struct Written {
     /// The metadata to add the snapshot to (new for a create, evolved for a replace).
     base: TableMetadata,
     files: Vec<iceberg::spec::DataFile>,
+    /// The data files as DuckDB wrote them, to publish before the commit.
+    staged: Vec<Staged>,
     rows: u64,
     bytes: u64,
 }
@@ -518,11 +527,10 @@ struct WritePlan {
     base: Option<TableMetadata>,
     location: String,
     table_uuid: Uuid,
-    table_dir: PathBuf,
     data_dir: PathBuf,
     data_url: String,
-    /// Queries read tables anywhere in the warehouse.
-    warehouse_root: PathBuf,
+    /// Where DuckDB reads tables (a SQL model's inputs): the warehouse, or its read cache.
+    readable: Vec<PathBuf>,
 }
 
 impl WritePlan {
@@ -535,16 +543,13 @@ impl WritePlan {
                 .spill
                 .join(format!("write-{}", Uuid::new_v4().simple())),
         );
-        let conn = duck::sandboxed(
-            &[
-                self.ctx.uploads.as_path(),
-                self.ctx.outputs.as_path(),
-                self.table_dir.as_path(),
-                self.warehouse_root.as_path(),
-            ],
-            &spill.0,
-            &self.ctx.limits,
-        )?;
+        let mut allowed = vec![
+            self.ctx.uploads.as_path(),
+            self.ctx.outputs.as_path(),
+            self.data_dir.as_path(),
+        ];
+        allowed.extend(self.readable.iter().map(|p| p.as_path()));
+        let conn = duck::sandboxed(&allowed, &spill.0, &self.ctx.limits)?;
         stop.attach(&conn)?;
         let src = match &self.job.source {
             Source::Files { format, files, .. } => source_sql(*format, files, None),
@@ -647,6 +652,7 @@ impl WritePlan {
         };
         paths.sort();
         let mut files = Vec::with_capacity(paths.len());
+        let mut staged = Vec::with_capacity(paths.len());
         let mut bytes = 0;
         for p in &paths {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
@@ -654,13 +660,15 @@ impl WritePlan {
             let df = stats::data_file(p, &url, &schema, base.default_partition_spec())?;
             bytes += df.file_size_in_bytes();
             files.push(df);
-        }
-        if !paths.is_empty() {
-            sync_files(&self.data_dir, &paths)?;
+            staged.push(Staged {
+                path: p.clone(),
+                location: url,
+            });
         }
         Ok(Written {
             base,
             files,
+            staged,
             rows,
             bytes,
         })

@@ -1,0 +1,331 @@
+//! The iceberg crate's FileIO over the S3 bucket: metadata files, manifest lists and
+//! manifests are read and written through it (data files go through the warehouse's
+//! upload and read cache instead).
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use iceberg::io::{
+    FileIO, FileIOBuilder, FileMetadata, FileRead, FileWrite, InputFile, OutputFile, Storage,
+    StorageConfig, StorageFactory,
+};
+use serde::{Deserialize, Serialize};
+
+use super::s3::Bucket;
+
+/// A FileIO whose every path is an object of `bucket`.
+pub fn file_io(bucket: Bucket) -> FileIO {
+    FileIOBuilder::new(Arc::new(S3Factory {
+        storage: S3Storage {
+            bucket: Some(bucket),
+        },
+    }))
+    .build()
+}
+
+/// A storage factory for clients of an lh REST catalog (the iceberg crate's REST client
+/// included): the bucket is reached with the `s3.*` properties the catalog's table
+/// config carries (vended credentials, endpoint, region, path style).
+pub fn client_storage_factory() -> Arc<dyn StorageFactory> {
+    Arc::new(S3FromProps)
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct S3FromProps;
+
+#[typetag::serde]
+impl StorageFactory for S3FromProps {
+    fn build(&self, config: &StorageConfig) -> iceberg::Result<Arc<dyn Storage>> {
+        let get = |k: &str| config.get(k).cloned();
+        let missing = |k: &str| {
+            iceberg::Error::new(
+                iceberg::ErrorKind::DataInvalid,
+                format!("no {k} in the config"),
+            )
+        };
+        let settings = super::s3::S3Settings {
+            bucket: String::new(),
+            prefix: String::new(),
+            region: get("s3.region").unwrap_or_else(|| "us-east-1".into()),
+            endpoint: get("s3.endpoint"),
+            path_style: get("s3.path-style-access").is_some_and(|v| v == "true"),
+            access_key_id: get("s3.access-key-id").ok_or_else(|| missing("s3.access-key-id"))?,
+            secret_access_key: get("s3.secret-access-key")
+                .ok_or_else(|| missing("s3.secret-access-key"))?,
+            session_token: get("s3.session-token"),
+            credentials_from: "vended".into(),
+            timeout: std::time::Duration::from_secs(30),
+        };
+        Ok(Arc::new(PerBucket {
+            settings,
+            buckets: Default::default(),
+        }))
+    }
+}
+
+/// Objects of any bucket, each bucket's client made on first use.
+#[derive(Debug, Serialize, Deserialize)]
+struct PerBucket {
+    #[serde(skip, default = "unset")]
+    settings: super::s3::S3Settings,
+    #[serde(skip)]
+    buckets: std::sync::Mutex<std::collections::HashMap<String, S3Storage>>,
+}
+
+fn unset() -> super::s3::S3Settings {
+    super::s3::S3Settings {
+        bucket: String::new(),
+        prefix: String::new(),
+        region: String::new(),
+        endpoint: None,
+        path_style: false,
+        access_key_id: String::new(),
+        secret_access_key: String::new(),
+        session_token: None,
+        credentials_from: String::new(),
+        timeout: std::time::Duration::from_secs(30),
+    }
+}
+
+impl PerBucket {
+    fn storage(&self, location: &str) -> iceberg::Result<S3Storage> {
+        let (bucket, _) = super::s3::parse_url(location).ok_or_else(|| {
+            iceberg::Error::new(
+                iceberg::ErrorKind::DataInvalid,
+                format!("'{location}' is not an s3:// location"),
+            )
+        })?;
+        let mut all = self.buckets.lock().expect("bucket lock");
+        if let Some(s) = all.get(&bucket) {
+            return Ok(s.clone());
+        }
+        let mut settings = self.settings.clone();
+        settings.bucket = bucket.clone();
+        let b = Bucket::connect(settings).map_err(err)?;
+        let s = S3Storage { bucket: Some(b) };
+        all.insert(bucket, s.clone());
+        Ok(s)
+    }
+}
+
+#[async_trait]
+#[typetag::serde]
+impl Storage for PerBucket {
+    async fn exists(&self, path: &str) -> iceberg::Result<bool> {
+        self.storage(path)?.exists(path).await
+    }
+    async fn metadata(&self, path: &str) -> iceberg::Result<FileMetadata> {
+        self.storage(path)?.metadata(path).await
+    }
+    async fn read(&self, path: &str) -> iceberg::Result<Bytes> {
+        self.storage(path)?.read(path).await
+    }
+    async fn reader(&self, path: &str) -> iceberg::Result<Box<dyn FileRead>> {
+        self.storage(path)?.reader(path).await
+    }
+    async fn write(&self, path: &str, bs: Bytes) -> iceberg::Result<()> {
+        self.storage(path)?.write(path, bs).await
+    }
+    async fn writer(&self, path: &str) -> iceberg::Result<Box<dyn FileWrite>> {
+        self.storage(path)?.writer(path).await
+    }
+    async fn delete(&self, path: &str) -> iceberg::Result<()> {
+        self.storage(path)?.delete(path).await
+    }
+    async fn delete_prefix(&self, path: &str) -> iceberg::Result<()> {
+        self.storage(path)?.delete_prefix(path).await
+    }
+    async fn delete_stream(&self, mut paths: BoxStream<'static, String>) -> iceberg::Result<()> {
+        while let Some(p) = paths.next().await {
+            self.delete(&p).await?;
+        }
+        Ok(())
+    }
+    fn new_input(&self, path: &str) -> iceberg::Result<InputFile> {
+        Ok(InputFile::new(
+            Arc::new(self.storage(path)?),
+            path.to_string(),
+        ))
+    }
+    fn new_output(&self, path: &str) -> iceberg::Result<OutputFile> {
+        Ok(OutputFile::new(
+            Arc::new(self.storage(path)?),
+            path.to_string(),
+        ))
+    }
+}
+
+fn err(e: crate::error::Error) -> iceberg::Error {
+    iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.message)
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct S3Factory {
+    storage: S3Storage,
+}
+
+#[typetag::serde]
+impl StorageFactory for S3Factory {
+    fn build(&self, _config: &StorageConfig) -> iceberg::Result<Arc<dyn Storage>> {
+        Ok(Arc::new(self.storage.clone()))
+    }
+}
+
+/// Serializable because iceberg's storages are; the client is not carried across.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct S3Storage {
+    #[serde(skip)]
+    bucket: Option<Bucket>,
+}
+
+impl S3Storage {
+    /// The bucket and the key below the warehouse prefix of `location`.
+    fn at(&self, location: &str) -> iceberg::Result<(&Bucket, String)> {
+        let bucket = self.bucket.as_ref().ok_or_else(|| {
+            iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                "the S3 client is not set up",
+            )
+        })?;
+        let key = super::object_key(&bucket.settings, location).ok_or_else(|| {
+            iceberg::Error::new(
+                iceberg::ErrorKind::DataInvalid,
+                format!(
+                    "'{location}' is outside the warehouse {}",
+                    bucket.settings.url()
+                ),
+            )
+        })?;
+        Ok((bucket, key))
+    }
+}
+
+#[async_trait]
+#[typetag::serde]
+impl Storage for S3Storage {
+    async fn exists(&self, path: &str) -> iceberg::Result<bool> {
+        let (b, key) = self.at(path)?;
+        b.exists(&key).await.map_err(err)
+    }
+
+    async fn metadata(&self, path: &str) -> iceberg::Result<FileMetadata> {
+        let (b, key) = self.at(path)?;
+        let o = b.head(&key).await.map_err(err)?;
+        Ok(FileMetadata { size: o.size })
+    }
+
+    async fn read(&self, path: &str) -> iceberg::Result<Bytes> {
+        let (b, key) = self.at(path)?;
+        b.get(&key).await.map_err(err)
+    }
+
+    async fn reader(&self, path: &str) -> iceberg::Result<Box<dyn FileRead>> {
+        let (b, key) = self.at(path)?;
+        Ok(Box::new(Reader {
+            bucket: b.clone(),
+            key,
+        }))
+    }
+
+    async fn write(&self, path: &str, bs: Bytes) -> iceberg::Result<()> {
+        let (b, key) = self.at(path)?;
+        b.put(&key, bs).await.map_err(err)?;
+        Ok(())
+    }
+
+    async fn writer(&self, path: &str) -> iceberg::Result<Box<dyn FileWrite>> {
+        let (b, key) = self.at(path)?;
+        Ok(Box::new(Writer {
+            bucket: b.clone(),
+            key,
+            buf: Some(BytesMut::new()),
+        }))
+    }
+
+    async fn delete(&self, path: &str) -> iceberg::Result<()> {
+        let (b, key) = self.at(path)?;
+        b.delete(&key).await.map_err(err)
+    }
+
+    async fn delete_prefix(&self, path: &str) -> iceberg::Result<()> {
+        let (b, key) = self.at(path)?;
+        let keys = b
+            .list(&key)
+            .await
+            .map_err(err)?
+            .into_iter()
+            .map(|o| o.key)
+            .collect();
+        b.delete_many(keys).await.map_err(err)
+    }
+
+    async fn delete_stream(&self, mut paths: BoxStream<'static, String>) -> iceberg::Result<()> {
+        while let Some(p) = paths.next().await {
+            self.delete(&p).await?;
+        }
+        Ok(())
+    }
+
+    fn new_input(&self, path: &str) -> iceberg::Result<InputFile> {
+        Ok(InputFile::new(Arc::new(self.clone()), path.to_string()))
+    }
+
+    fn new_output(&self, path: &str) -> iceberg::Result<OutputFile> {
+        Ok(OutputFile::new(Arc::new(self.clone()), path.to_string()))
+    }
+}
+
+struct Reader {
+    bucket: Bucket,
+    key: String,
+}
+
+#[async_trait]
+impl FileRead for Reader {
+    async fn read(&self, range: Range<u64>) -> iceberg::Result<Bytes> {
+        if range.is_empty() {
+            return Ok(Bytes::new());
+        }
+        let (bytes, _) = self
+            .bucket
+            .get_range(&self.key, range, None)
+            .await
+            .map_err(err)?;
+        Ok(bytes)
+    }
+}
+
+/// Metadata files and manifests are small: buffered, and put as one object on close,
+/// so that a failed write leaves no partial object.
+struct Writer {
+    bucket: Bucket,
+    key: String,
+    buf: Option<BytesMut>,
+}
+
+#[async_trait]
+impl FileWrite for Writer {
+    async fn write(&mut self, bs: Bytes) -> iceberg::Result<()> {
+        let buf = self.buf.as_mut().ok_or_else(|| {
+            iceberg::Error::new(iceberg::ErrorKind::Unexpected, "write after close")
+        })?;
+        buf.extend_from_slice(&bs);
+        Ok(())
+    }
+
+    async fn close(&mut self) -> iceberg::Result<()> {
+        let buf = self
+            .buf
+            .take()
+            .ok_or_else(|| iceberg::Error::new(iceberg::ErrorKind::Unexpected, "closed twice"))?;
+        self.bucket
+            .put(&self.key, buf.freeze())
+            .await
+            .map_err(err)?;
+        Ok(())
+    }
+}

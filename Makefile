@@ -3,9 +3,9 @@
 
 CARGO ?= cargo
 # Services the tests need, started (and installed) on demand; prints `export` lines.
-SERVICES = eval "$$(scripts/services.sh postgres python java bubblewrap docker)"
+SERVICES = eval "$$(scripts/services.sh postgres python java bubblewrap docker s3 garage)"
 
-.PHONY: libduckdb build test check fmt bench bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest openapi demo images
+.PHONY: libduckdb build test check fmt bench bench-s3 bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest openapi demo images
 
 ## DuckDB's official shared library, which the build links (see scripts/libduckdb.sh).
 libduckdb:
@@ -21,10 +21,12 @@ demo: libduckdb
 	PATH="$$($(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug:$$PATH" scripts/demo.sh
 
 ## The whole suite: unit, property, concurrency, crash and end-to-end tests, on SQLite
-## and PostgreSQL. The `lh` binary the end-to-end tests run is built with the same
+## and PostgreSQL; then the end-to-end suite again on an S3 warehouse (a real S3 server
+## on loopback). The `lh` binary the end-to-end tests run is built with the same
 ## targets (so the same dependency features) as the tests, so nothing compiles twice.
 test: libduckdb
-	$(SERVICES) && $(CARGO) build --workspace --all-targets && INSTA_UPDATE=no $(CARGO) test --workspace --no-fail-fast
+	$(SERVICES) && $(CARGO) build --workspace --all-targets && INSTA_UPDATE=no $(CARGO) test --workspace --no-fail-fast && \
+	LH_TEST_WAREHOUSE=s3 INSTA_UPDATE=no $(CARGO) test --workspace --test e2e --no-fail-fast
 
 ## Formatting and lints, as CI wants them.
 check: libduckdb
@@ -35,7 +37,12 @@ fmt:
 	$(CARGO) fmt --all
 
 ## Every benchmark of BENCHMARKS.md (long: the catalog runs alone take about an hour).
-bench: bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest
+bench: bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest bench-s3
+
+## Local folder against S3 (Garage on loopback): TPC-H import and queries, the jaffle shop.
+bench-s3: libduckdb
+	$(SERVICES) && $(CARGO) build -q -p lh-cli -p lh-control-plane -p lh-bench --bins && \
+	$(CARGO) run -q -p lh-bench --bin s3-bench -- $(S3_BENCH_ARGS)
 
 bench-rest: libduckdb
 	$(SERVICES) && $(CARGO) build -q -p lh-cli -p lh-control-plane -p lh-bench --bins && \

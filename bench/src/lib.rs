@@ -102,6 +102,16 @@ impl Server {
         dir: Option<&std::path::Path>,
         extra: &[&str],
     ) -> anyhow::Result<Server> {
+        Server::start_with_env(lh, dir, extra, &[])
+    }
+
+    /// Like [`Server::start`], with extra variables in the server's environment.
+    pub fn start_with_env(
+        lh: &std::path::Path,
+        dir: Option<&std::path::Path>,
+        extra: &[&str],
+        envs: &[(String, String)],
+    ) -> anyhow::Result<Server> {
         use anyhow::Context;
         use std::io::BufRead;
         let tmp = match dir {
@@ -117,6 +127,7 @@ impl Server {
             .args(["server", "--bind", "127.0.0.1:0", "--data-dir"])
             .arg(&data)
             .args(extra)
+            .envs(envs.iter().map(|(k, v)| (k, v)))
             .env("LH_LOG", "warn")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -159,4 +170,33 @@ impl Drop for Server {
             .status();
         let _ = self.child.wait();
     }
+}
+
+/// The TPC-H tables, smallest first.
+pub const TABLES: [&str; 8] = [
+    "region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem",
+];
+
+/// TPC-H Parquet files at `scale`, generated once into the cache.
+pub fn tpch_data(scale: &str) -> anyhow::Result<std::path::PathBuf> {
+    use anyhow::{Context, bail};
+    use std::process::Command;
+    let cache = cache_dir();
+    let dir = cache.join(format!("tpch-sf{scale}"));
+    if dir.join("lineitem.parquet").exists() {
+        return Ok(dir);
+    }
+    eprintln!("generating TPC-H scale {scale} into {}", dir.display());
+    let tmp = cache.join(format!("tpch-sf{scale}.tmp"));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let status = Command::new("tpchgen-cli")
+        .args(["parquet", "-s", scale, "--output-dir"])
+        .arg(&tmp)
+        .status()
+        .context("run tpchgen-cli (pip install tpchgen-cli)")?;
+    if !status.success() {
+        bail!("tpchgen-cli failed");
+    }
+    std::fs::rename(&tmp, &dir)?;
+    Ok(dir)
 }

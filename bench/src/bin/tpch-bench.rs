@@ -16,11 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use lh_bench::{Samples, Server, cache_dir, lh_bin, median, ms};
-
-const TABLES: [&str; 8] = [
-    "region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem",
-];
+use lh_bench::{Samples, Server, TABLES, lh_bin, median, ms, tpch_data};
 
 struct Args {
     scale: String,
@@ -45,28 +41,6 @@ fn parse_args() -> Result<Args> {
         }
     }
     Ok(a)
-}
-
-/// TPC-H Parquet files at `scale`, generated once into the cache.
-fn tpch_data(scale: &str) -> Result<PathBuf> {
-    let cache = cache_dir();
-    let dir = cache.join(format!("tpch-sf{scale}"));
-    if dir.join("lineitem.parquet").exists() {
-        return Ok(dir);
-    }
-    eprintln!("generating TPC-H scale {scale} into {}", dir.display());
-    let tmp = cache.join(format!("tpch-sf{scale}.tmp"));
-    let _ = std::fs::remove_dir_all(&tmp);
-    let status = Command::new("tpchgen-cli")
-        .args(["parquet", "-s", scale, "--output-dir"])
-        .arg(&tmp)
-        .status()
-        .context("run tpchgen-cli (pip install tpchgen-cli)")?;
-    if !status.success() {
-        bail!("tpchgen-cli failed");
-    }
-    std::fs::rename(&tmp, &dir)?;
-    Ok(dir)
 }
 
 fn lh_cmd(lh: &Path, server: &Server, args: &[&str]) -> Command {

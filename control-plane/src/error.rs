@@ -87,6 +87,7 @@ codes! {
     NotABranch = "not_a_branch",
     NotAllowed = "not_allowed",
     NotRunning = "not_running",
+    ObjectStore = "object_store",
     OutsideWarehouse = "outside_warehouse",
     PrefixNotFound = "prefix_not_found",
     PropertyConflict = "property_conflict",

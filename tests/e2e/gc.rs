@@ -323,10 +323,7 @@ fn locations_are_stored_canonically_and_an_unreadable_version_keeps_only_its_fol
         .into();
     let rest = format!("{}/iceberg/v1/main", server.url);
     let post = |path: &str, body: Value| -> (u16, Value) {
-        let mut r = http
-            .post(&format!("{rest}{path}"))
-            .send_json(body)
-            .unwrap();
+        let mut r = http.post(&format!("{rest}{path}")).send_json(body).unwrap();
         let status = r.status().as_u16();
         (status, r.body_mut().read_json().unwrap_or(Value::Null))
     };
@@ -358,8 +355,13 @@ fn locations_are_stored_canonically_and_an_unreadable_version_keeps_only_its_fol
     let wh = server.warehouse_dir();
     for t in ["t", "u"] {
         let csv = lh.file(&format!("{t}.csv"), "id\n1\n");
-        lh.run(&["table", "import", &format!("shop.{t}"), csv.to_str().unwrap()])
-            .ok();
+        lh.run(&[
+            "table",
+            "import",
+            &format!("shop.{t}"),
+            csv.to_str().unwrap(),
+        ])
+        .ok();
     }
     let folder = |t: &str| -> String {
         std::fs::read_dir(wh.join("shop"))
@@ -386,17 +388,18 @@ fn locations_are_stored_canonically_and_an_unreadable_version_keeps_only_its_fol
     let gc: Value = serde_json::from_str(out.ok()).unwrap();
     let unreadable = gc["unreadable"].as_array().unwrap();
     assert_eq!(unreadable.len(), 1, "{gc}");
-    assert!(
-        unreadable[0].as_str().unwrap().contains(&t_dir),
-        "{gc}"
-    );
+    assert!(unreadable[0].as_str().unwrap().contains(&t_dir), "{gc}");
     assert!(gc["protected_files"].as_u64().unwrap() >= 2, "{gc}");
-    assert!(wh.join(&kept).exists(), "the unreadable table's folder is kept whole");
+    assert!(
+        wh.join(&kept).exists(),
+        "the unreadable table's folder is kept whole"
+    );
     assert!(!wh.join(&gone).exists(), "gc went on with the other tables");
     let text = lh.run(&["gc", "--older-than", "1d"]);
     text.ok();
     assert!(
-        text.stderr.contains("could not be read, so their table folders were left whole"),
+        text.stderr
+            .contains("could not be read, so their table folders were left whole"),
         "{}",
         text.stderr
     );

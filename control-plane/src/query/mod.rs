@@ -172,14 +172,17 @@ impl QueryEngine {
                 format!("input table '{table}' not found"),
             )
         };
-        let (views, _pins) = self
-            .views(
+        let (views, _pins) = tokio::time::timeout(
+            timeout,
+            self.views(
                 commit,
                 Some(&catalog),
                 std::slice::from_ref(&parts),
                 &missing,
-            )
-            .await?;
+            ),
+        )
+        .await
+        .map_err(|_| fetch_timeout(timeout))??;
         let _permit = self.slot().await?;
         let database = self.database.clone();
         let session = blocking(move || {
@@ -272,9 +275,13 @@ impl QueryEngine {
             )
             .with_hint(format!("`lh table ls --ref {at}` lists the tables"))
         };
-        let (views, _pins) = self
-            .views(&resolved.commit, Some(&catalog), &refs, &missing)
-            .await?;
+        // On S3 making the views may fetch data files: that counts towards the timeout.
+        let (views, _pins) = tokio::time::timeout(
+            timeout,
+            self.views(&resolved.commit, Some(&catalog), &refs, &missing),
+        )
+        .await
+        .map_err(|_| fetch_timeout(timeout))??;
 
         let handle = session.conn.interrupt_handle();
         let max_bytes = self.limits.max_result_bytes;
@@ -421,6 +428,19 @@ fn execute(
         }
     }
     Ok((schema, batches, truncated))
+}
+
+fn fetch_timeout(timeout: Duration) -> Error {
+    Error::new(
+        Kind::Timeout,
+        Code::Timeout,
+        format!(
+            "fetching the tables' data files from the warehouse took longer than the \
+             timeout of {} ms",
+            timeout.as_millis()
+        ),
+    )
+    .with_hint("the next query finds what was fetched in the read cache")
 }
 
 fn input_error(table: &str, e: duckdb::Error) -> Error {

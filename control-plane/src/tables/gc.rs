@@ -116,7 +116,12 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
         .iter()
         .map(|k| {
             let p = root.join(k);
-            mark.real(&p)
+            // S3 keys below the virtual root are no paths of this machine.
+            if tables.warehouse.local_root().is_some() {
+                mark.real(&p)
+            } else {
+                p
+            }
         })
         .collect();
 
@@ -170,7 +175,7 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
         tables.warehouse.remove_keys(keys).await.map_err(|e| {
             let mut err = Error::new(
                 e.kind,
-                Code::Storage,
+                Code::ObjectStore,
                 format!(
                     "garbage collection could not remove every file: {}",
                     e.message
@@ -445,7 +450,7 @@ impl<'a> Mark<'a> {
         }
         for snap in m.snapshots() {
             let list = snap.manifest_list();
-            if !self.lists.insert(list.to_string()) {
+            if self.lists.contains(list) {
                 continue;
             }
             self.add(list);
@@ -453,7 +458,7 @@ impl<'a> Mark<'a> {
                 .await
                 .map_err(|e| Error::internal(format!("cannot read {list}: {}", e.message)))?;
             for mf in manifests {
-                if !self.manifests.insert(mf.manifest_path.clone()) {
+                if self.manifests.contains(&mf.manifest_path) {
                     continue;
                 }
                 self.add(&mf.manifest_path);
@@ -463,7 +468,11 @@ impl<'a> Mark<'a> {
                 for e in manifest.entries() {
                     self.add(e.file_path());
                 }
+                // Seen only once read whole: a version whose read failed leaves it
+                // for the next version that shares it.
+                self.manifests.insert(mf.manifest_path.clone());
             }
+            self.lists.insert(list.to_string());
         }
         Ok(())
     }

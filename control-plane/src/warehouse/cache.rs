@@ -64,6 +64,8 @@ pub struct ReadCache {
     state: Arc<Mutex<State>>,
     /// One lock per object being fetched: the second reader waits for the first.
     inflight: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Ranges in flight across every fetch: bounds the memory downloads hold.
+    ranges: tokio::sync::Semaphore,
     stats: Mutex<CacheStats>,
 }
 
@@ -177,6 +179,7 @@ impl ReadCache {
             bucket,
             state: Arc::new(Mutex::new(state)),
             inflight: Mutex::default(),
+            ranges: tokio::sync::Semaphore::new(RANGES_IN_FLIGHT * 2),
             stats: Mutex::default(),
         };
         cache.evict();
@@ -230,14 +233,17 @@ impl ReadCache {
         let fetched = {
             let _one = lock.lock().await;
             // Another reader may have fetched it while this one waited.
-            match self.try_pin(&n, key, size).await? {
-                Some(path) => Ok(path),
-                None => self.fetch(&n, key, size).await,
+            match self.try_pin(&n, key, size).await {
+                Ok(Some(path)) => Ok(path),
+                Ok(None) => self.fetch(&n, key, size).await,
+                Err(e) => Err(e),
             }
         };
         {
+            // The map's entry goes with its last user (checked under the map's lock).
             let mut inflight = self.inflight.lock().expect("inflight lock");
-            if Arc::strong_count(&lock) <= 2 {
+            drop(lock);
+            if inflight.get(&n).is_some_and(|l| Arc::strong_count(l) == 1) {
                 inflight.remove(&n);
             }
         }
@@ -278,23 +284,18 @@ impl ReadCache {
             remove_entry_files(&e.path);
         }
         drop(s);
-        object?;
+        // Changed, gone or not answering: fetching says which, clearly.
         Ok(None)
     }
 
     async fn fetch(&self, n: &str, key: &str, size: u64) -> Result<PathBuf> {
-        let tmp = self
-            .dir
-            .join("tmp")
-            .join(uuid::Uuid::new_v4().simple().to_string());
-        let out = self.download(key, size, &tmp).await;
-        let etag = match out {
-            Ok(etag) => etag,
-            Err(e) => {
-                let _ = tokio::fs::remove_file(&tmp).await;
-                return Err(e);
-            }
-        };
+        let tmp = TempFile(
+            self.dir
+                .join("tmp")
+                .join(uuid::Uuid::new_v4().simple().to_string()),
+        );
+        // Removed if the download fails or its caller goes away.
+        let etag = self.download(key, size, &tmp.0).await?;
         let path = self.dir.join("objects").join(&n[..2]).join(n);
         if let Some(parent) = path.parent() {
             tokio::fs::create_dir_all(parent).await?;
@@ -302,7 +303,8 @@ impl ReadCache {
         if let Some(t) = &etag {
             tokio::fs::write(path.with_extension("etag"), t).await?;
         }
-        tokio::fs::rename(&tmp, &path).await?;
+        tokio::fs::rename(&tmp.0, &path).await?;
+        std::mem::forget(tmp);
         let mut st = self.stats.lock().expect("stats lock");
         st.fetches += 1;
         st.fetched_bytes += size;
@@ -341,7 +343,10 @@ impl ReadCache {
             return Ok(o.etag);
         }
         let first = 0..size.min(RANGE_BYTES);
-        let (bytes, meta) = self.bucket.get_range(key, first, None).await?;
+        let (bytes, meta) = {
+            let _slot = self.ranges.acquire().await.map_err(|_| short(key))?;
+            self.bucket.get_range(key, first, None).await?
+        };
         check_size(key, size, meta.size)?;
         file.write_all(&bytes).await?;
         let etag = meta.e_tag;
@@ -352,8 +357,10 @@ impl ReadCache {
             .into_iter()
             .map(|r| {
                 let (bucket, key, etag) = (self.bucket.clone(), key.to_string(), etag.clone());
+                let ranges = &self.ranges;
                 async move {
                     let want = r.end - r.start;
+                    let _slot = ranges.acquire().await.map_err(|_| short(&key))?;
                     let (b, _) = bucket.get_range(&key, r, etag.as_deref()).await?;
                     if b.len() as u64 != want {
                         return Err(short(&key));
@@ -367,6 +374,8 @@ impl ReadCache {
             file.write_all(&b?).await?;
         }
         file.flush().await?;
+        // On disk before it is named: a crash must not leave a full-size file of zeros.
+        file.sync_all().await?;
         let written = file.metadata().await?.len();
         if written != size {
             return Err(short(key));
@@ -379,9 +388,13 @@ impl ReadCache {
     pub fn adopt(&self, key: &str, local: &Path, size: u64, etag: Option<String>) {
         let n = name(key, size);
         let path = self.dir.join("objects").join(&n[..2]).join(&n);
-        let moved = path
-            .parent()
-            .is_some_and(|p| std::fs::create_dir_all(p).is_ok())
+        let synced = std::fs::File::open(local)
+            .and_then(|f| f.sync_all())
+            .is_ok();
+        let moved = synced
+            && path
+                .parent()
+                .is_some_and(|p| std::fs::create_dir_all(p).is_ok())
             && etag
                 .as_ref()
                 .is_none_or(|t| std::fs::write(path.with_extension("etag"), t).is_ok())
@@ -423,6 +436,15 @@ impl ReadCache {
     }
 }
 
+/// A download in progress, removed when dropped (a failure, a caller gone).
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 fn remove_entry_files(path: &Path) {
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(path.with_extension("etag"));
@@ -442,7 +464,7 @@ fn check_size(key: &str, manifest: u64, object: u64) -> Result<()> {
 fn short(key: &str) -> Error {
     Error::new(
         Kind::Unavailable,
-        Code::Storage,
+        Code::ObjectStore,
         format!("the S3 server sent fewer bytes of {key} than asked for"),
     )
 }

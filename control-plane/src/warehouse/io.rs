@@ -17,15 +17,25 @@ use serde::{Deserialize, Serialize};
 
 use super::s3::Bucket;
 
-/// A FileIO whose every path is an object of `bucket`.
+/// A FileIO whose every path is an object of `bucket`. Metadata files, manifest lists
+/// and manifests never change once written, so the small ones the server writes or
+/// reads are kept in memory: a write that reads back what the previous one wrote (a
+/// pipeline's next node, the next query's view) makes no round trip.
 pub fn file_io(bucket: Bucket) -> FileIO {
     FileIOBuilder::new(Arc::new(S3Factory {
         storage: S3Storage {
             bucket: Some(bucket),
+            small: Some(Arc::new(quick_cache::sync::Cache::new(SMALL_ENTRIES))),
         },
     }))
     .build()
 }
+
+/// Objects up to this size are kept in memory, at most this many (64 MiB at worst).
+const SMALL_BYTES: usize = 256 << 10;
+const SMALL_ENTRIES: usize = 256;
+
+type SmallCache = quick_cache::sync::Cache<String, Bytes>;
 
 /// A storage factory for clients of an lh REST catalog (the iceberg crate's REST client
 /// included): the bucket is reached with the `s3.*` properties the catalog's table
@@ -106,7 +116,10 @@ impl PerBucket {
         let mut settings = self.settings.clone();
         settings.bucket = bucket.clone();
         let b = Bucket::connect(settings).map_err(err)?;
-        let s = S3Storage { bucket: Some(b) };
+        let s = S3Storage {
+            bucket: Some(b),
+            small: None,
+        };
         all.insert(bucket, s.clone());
         Ok(s)
     }
@@ -180,9 +193,23 @@ impl StorageFactory for S3Factory {
 struct S3Storage {
     #[serde(skip)]
     bucket: Option<Bucket>,
+    #[serde(skip)]
+    small: Option<Arc<SmallCache>>,
 }
 
 impl S3Storage {
+    fn cached(&self, path: &str) -> Option<Bytes> {
+        self.small.as_ref()?.get(path)
+    }
+
+    fn keep(&self, path: &str, bytes: &Bytes) {
+        if let Some(c) = &self.small
+            && bytes.len() <= SMALL_BYTES
+        {
+            c.insert(path.to_string(), bytes.clone());
+        }
+    }
+
     /// The bucket and the key below the warehouse prefix of `location`.
     fn at(&self, location: &str) -> iceberg::Result<(&Bucket, String)> {
         let bucket = self.bucket.as_ref().ok_or_else(|| {
@@ -213,14 +240,24 @@ impl Storage for S3Storage {
     }
 
     async fn metadata(&self, path: &str) -> iceberg::Result<FileMetadata> {
+        if let Some(bytes) = self.cached(path) {
+            return Ok(FileMetadata {
+                size: bytes.len() as u64,
+            });
+        }
         let (b, key) = self.at(path)?;
         let o = b.head(&key).await.map_err(err)?;
         Ok(FileMetadata { size: o.size })
     }
 
     async fn read(&self, path: &str) -> iceberg::Result<Bytes> {
+        if let Some(bytes) = self.cached(path) {
+            return Ok(bytes);
+        }
         let (b, key) = self.at(path)?;
-        b.get(&key).await.map_err(err)
+        let bytes = b.get(&key).await.map_err(err)?;
+        self.keep(path, &bytes);
+        Ok(bytes)
     }
 
     async fn reader(&self, path: &str) -> iceberg::Result<Box<dyn FileRead>> {
@@ -228,12 +265,14 @@ impl Storage for S3Storage {
         Ok(Box::new(Reader {
             bucket: b.clone(),
             key,
+            cached: self.cached(path),
         }))
     }
 
     async fn write(&self, path: &str, bs: Bytes) -> iceberg::Result<()> {
         let (b, key) = self.at(path)?;
-        b.put(&key, bs).await.map_err(err)?;
+        b.put(&key, bs.clone()).await.map_err(err)?;
+        self.keep(path, &bs);
         Ok(())
     }
 
@@ -243,6 +282,7 @@ impl Storage for S3Storage {
             bucket: b.clone(),
             key,
             buf: Some(BytesMut::new()),
+            keep: self.small.clone().map(|c| (c, path.to_string())),
         }))
     }
 
@@ -282,6 +322,7 @@ impl Storage for S3Storage {
 struct Reader {
     bucket: Bucket,
     key: String,
+    cached: Option<Bytes>,
 }
 
 #[async_trait]
@@ -289,6 +330,11 @@ impl FileRead for Reader {
     async fn read(&self, range: Range<u64>) -> iceberg::Result<Bytes> {
         if range.is_empty() {
             return Ok(Bytes::new());
+        }
+        if let Some(all) = &self.cached
+            && range.end <= all.len() as u64
+        {
+            return Ok(all.slice(range.start as usize..range.end as usize));
         }
         let (bytes, _) = self
             .bucket
@@ -305,6 +351,8 @@ struct Writer {
     bucket: Bucket,
     key: String,
     buf: Option<BytesMut>,
+    /// Where to keep the written bytes, when small.
+    keep: Option<(Arc<SmallCache>, String)>,
 }
 
 #[async_trait]
@@ -322,10 +370,16 @@ impl FileWrite for Writer {
             .buf
             .take()
             .ok_or_else(|| iceberg::Error::new(iceberg::ErrorKind::Unexpected, "closed twice"))?;
+        let bytes = buf.freeze();
         self.bucket
-            .put(&self.key, buf.freeze())
+            .put(&self.key, bytes.clone())
             .await
             .map_err(err)?;
+        if let Some((cache, path)) = &self.keep
+            && bytes.len() <= SMALL_BYTES
+        {
+            cache.insert(path.clone(), bytes);
+        }
         Ok(())
     }
 }

@@ -33,7 +33,7 @@ const MULTIPART_ABOVE: u64 = 16 << 20;
 /// The size of one part (S3 allows 10 000 parts; larger files get larger parts).
 const PART_BYTES: u64 = 16 << 20;
 /// Parts of one file in flight at once.
-const PARTS_IN_FLIGHT: usize = 4;
+const PARTS_IN_FLIGHT: usize = 8;
 
 /// Where the bucket is and how to reach it. Debug output never shows the secret.
 #[derive(Clone)]
@@ -148,7 +148,7 @@ impl S3Settings {
                     ),
                     _ => {
                         return Err(Error::bad_request(
-                            Code::Storage,
+                            Code::ObjectStore,
                             format!("no credentials for the S3 warehouse {url}"),
                         )
                         .with_hint(format!(
@@ -172,7 +172,7 @@ impl S3Settings {
                 .is_none_or(|u| !matches!(u.scheme(), "http" | "https") || u.host().is_none())
         {
             return Err(Error::bad_request(
-                Code::Storage,
+                Code::ObjectStore,
                 format!("the S3 endpoint '{e}' is not an http(s):// URL"),
             ));
         }
@@ -288,11 +288,11 @@ impl Bucket {
             // Virtual-hosted style on a custom endpoint: the bucket is part of the host.
             (Some(e), false) => {
                 let mut u = url::Url::parse(e).map_err(|err| {
-                    Error::bad_request(Code::Storage, format!("bad S3 endpoint {e}: {err}"))
+                    Error::bad_request(Code::ObjectStore, format!("bad S3 endpoint {e}: {err}"))
                 })?;
                 let host = format!("{}.{}", settings.bucket, u.host_str().unwrap_or_default());
                 u.set_host(Some(&host)).map_err(|err| {
-                    Error::bad_request(Code::Storage, format!("bad S3 endpoint {e}: {err}"))
+                    Error::bad_request(Code::ObjectStore, format!("bad S3 endpoint {e}: {err}"))
                 })?;
                 b = b
                     .with_endpoint(u.as_str().trim_end_matches('/'))
@@ -301,7 +301,10 @@ impl Bucket {
             (None, path_style) => b = b.with_virtual_hosted_style_request(!path_style),
         }
         let store = b.build().map_err(|e| {
-            Error::bad_request(Code::Storage, format!("cannot set up the S3 client: {e}"))
+            Error::bad_request(
+                Code::ObjectStore,
+                format!("cannot set up the S3 client: {e}"),
+            )
         })?;
         Ok(Bucket {
             settings,
@@ -365,7 +368,7 @@ impl Bucket {
                 Some("is the S3 server up and reachable? lh retried 3 times".to_string()),
             ),
         };
-        let mut err = Error::new(kind, Code::Storage, msg);
+        let mut err = Error::new(kind, Code::ObjectStore, msg);
         err.hint = hint;
         err
     }
@@ -411,6 +414,15 @@ impl Bucket {
             Ok(())
         }
         .await;
+        // Every part sent before completing: a failed one aborts the upload, so that no
+        // unfinished upload stays behind in the bucket.
+        let sent = match sent {
+            Ok(()) => w
+                .wait_for_capacity(0)
+                .await
+                .map_err(|e| self.error("cannot upload", key, e)),
+            Err(e) => Err(e),
+        };
         if let Err(e) = sent {
             let _ = w.abort().await;
             return Err(e);
@@ -528,13 +540,13 @@ impl Bucket {
     /// Checks at start-up that the key may write, read, list and remove in the
     /// warehouse, with a probe object; says which permission is missing.
     pub async fn probe(&self) -> Result<()> {
-        let key = format!(".lh-probe-{}", uuid::Uuid::new_v4().simple());
+        let key = format!(".lh-probe/{}", uuid::Uuid::new_v4().simple());
         let body = Bytes::from_static(b"lh probe");
         let step = |what: &'static str| {
             move |e: Error| {
                 let mut err = Error::new(
                     e.kind,
-                    Code::Storage,
+                    Code::ObjectStore,
                     format!(
                         "the S3 warehouse {} is not usable: {what} failed: {}",
                         self.settings.url(),
@@ -547,19 +559,19 @@ impl Bucket {
         };
         self.put(&key, body.clone()).await.map_err(step("write"))?;
         let read = self.get(&key).await.map_err(step("read"));
-        let listed = self.list("").await.map_err(step("list"));
+        let listed = self.list(".lh-probe").await.map_err(step("list"));
         let deleted = self.delete(&key).await.map_err(step("remove"));
         if read? != body {
             return Err(Error::new(
                 Kind::Unavailable,
-                Code::Storage,
+                Code::ObjectStore,
                 "the S3 warehouse returned other bytes than it was given",
             ));
         }
         if !listed?.iter().any(|o| o.key == key) {
             return Err(Error::new(
                 Kind::Unavailable,
-                Code::Storage,
+                Code::ObjectStore,
                 "the S3 warehouse does not list an object just written",
             ));
         }

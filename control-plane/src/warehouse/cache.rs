@@ -4,7 +4,8 @@
 //! reads each data file it needs from here. Data files never change once written, so an
 //! entry is named by its object key and size, and remembers the object's ETag: an entry
 //! found on disk at start-up is checked against the object (a HEAD) the first time it
-//! is used, and fetched again if the object changed. The cache is bounded
+//! is used, and fetched again if the object changed; after a reboot the cache starts
+//! empty (files are not flushed one by one). The cache is bounded
 //! (`--cache-size`): past its size the least recently used entries go, except those a
 //! query is reading (pinned). Concurrent fetches of one object share one download, and
 //! a large object is fetched as ranges, several at once. The server's own writes put
@@ -124,7 +125,19 @@ impl ReadCache {
     /// The cache in `dir`, with what an earlier run of the server left there.
     pub fn open(dir: &Path, capacity: u64, bucket: Bucket) -> Result<ReadCache> {
         let objects = dir.join("objects");
+        // Files are named without being flushed to disk (a flush per file costs more
+        // than most small queries): what a process crash leaves is whole, since the
+        // kernel keeps it, but after a reboot (a power loss, perhaps) the cache starts
+        // empty rather than trust files that may have lost their bytes.
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok();
+        let stamp = dir.join("boot_id");
+        if boot.is_none() || std::fs::read_to_string(&stamp).ok() != boot {
+            let _ = std::fs::remove_dir_all(&objects);
+        }
         std::fs::create_dir_all(&objects)?;
+        if let Some(b) = &boot {
+            std::fs::write(&stamp, b)?;
+        }
         let tmp = dir.join("tmp");
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp)?;
@@ -374,8 +387,6 @@ impl ReadCache {
             file.write_all(&b?).await?;
         }
         file.flush().await?;
-        // On disk before it is named: a crash must not leave a full-size file of zeros.
-        file.sync_all().await?;
         let written = file.metadata().await?.len();
         if written != size {
             return Err(short(key));

@@ -345,8 +345,27 @@ fn locations_are_stored_canonically_and_an_unreadable_version_keeps_only_its_fol
             .starts_with(&want),
         "{created}"
     );
+    // A location outside the warehouse (another bucket, another folder) is refused,
+    // and no table appears.
+    let outside = if server.warehouse.is_s3() {
+        "s3://some-other-bucket/gcx/b".to_string()
+    } else {
+        "file:///tmp/elsewhere/gcx/b".to_string()
+    };
+    let (s, refused) = post(
+        "/namespaces/gcx/tables",
+        json!({"name": "b", "location": outside,
+               "schema": {"type": "struct", "schema-id": 0,
+                          "fields": [{"id": 1, "name": "id", "required": false, "type": "long"}]}}),
+    );
+    assert!((400..500).contains(&s), "{s} {refused}");
+    assert!(
+        refused.to_string().contains("outside the warehouse"),
+        "{refused}"
+    );
     server.restart();
     let lh = server.lh();
+    lh.run(&["table", "show", "gcx.b"]).fails(3);
     let show: Value =
         serde_json::from_str(lh.run(&["table", "show", "gcx.a", "-o", "json"]).ok()).unwrap();
     assert_eq!(show["location"], want.as_str(), "{show}");

@@ -46,6 +46,12 @@ fn aws_env(endpoint: &str, key: &str, secret: &str, region: &str) -> Vec<(String
     ]
 }
 
+/// A server on the S3 warehouse `args` name, reached with `env`.
+fn start_on(args: &[&str], env: &[(String, String)]) -> Server {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Server::start_with_env(args, &env)
+}
+
 fn prefix() -> String {
     format!(
         "f{}",
@@ -161,8 +167,7 @@ fn garage_holds_a_warehouse_end_to_end() {
     let g = garage();
     let wh = format!("s3://{}/{}", g.bucket, prefix());
     let env = aws_env(&g.endpoint, &g.rw.0, &g.rw.1, "garage");
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let server = Server::start_with_env(&["--warehouse", &wh, "--s3-path-style"], &env);
+    let server = start_on(&["--warehouse", &wh, "--s3-path-style"], &env);
     let lh = server.lh();
     let csv = lh.file("o.csv", "id,amount\n1,10\n2,20\n3,30\n");
     lh.run(&["table", "import", "raw.orders", csv.to_str().unwrap()])
@@ -285,8 +290,7 @@ fn an_import_while_the_s3_server_is_down_commits_nothing_and_a_retry_works() {
     let mut store = own_s3s_fs(root.path(), port);
     let endpoint = format!("http://127.0.0.1:{port}");
     let env = aws_env(&endpoint, "k1", "s1", "us-east-1");
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let server = Server::start_with_env(
+    let server = start_on(
         &[
             "--warehouse",
             "s3://lhb/down",
@@ -367,9 +371,7 @@ fn gc_reports_objects_the_store_refuses_to_delete() {
     let s3 = S3Server::from_env();
     let p = prefix();
     let wh = format!("s3://{}/{p}", s3.bucket);
-    let env = s3.env();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let server = Server::start_with_env(&["--warehouse", &wh, "--s3-path-style"], &env);
+    let server = start_on(&["--warehouse", &wh, "--s3-path-style"], &s3.env());
     let lh = server.lh();
     let csv = lh.file("o.csv", "id\n1\n");
     lh.run(&["table", "import", "raw.orders", csv.to_str().unwrap()])

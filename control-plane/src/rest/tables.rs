@@ -185,6 +185,7 @@ async fn stage(
         base: Base::AsRead,
         requirements: change.requirements,
         updates: change.updates,
+        files: Vec::new(),
     }))
     .await?;
     Ok(what)
@@ -305,6 +306,7 @@ pub async fn create_table(
         base: Base::Made(Box::new(metadata)),
         requirements: Vec::new(),
         updates: Vec::new(),
+        files: Vec::new(),
     };
     let done = commit(
         &s,

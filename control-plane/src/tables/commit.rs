@@ -72,6 +72,9 @@ pub struct Put {
     /// Checked against `current` before anything is written.
     pub requirements: Vec<TableRequirement>,
     pub updates: Vec<TableUpdate>,
+    /// Files the new version names that nobody wrote yet (a snapshot's manifests and
+    /// manifest list, made in memory): written with its metadata file, at once.
+    pub files: Vec<(String, bytes::Bytes)>,
 }
 
 /// What a put's updates apply to.
@@ -202,6 +205,17 @@ impl Tables {
         metadata: &TableMetadata,
         previous: Option<&str>,
     ) -> Result<String> {
+        self.write_version(metadata, previous, Vec::new()).await
+    }
+
+    /// [`Tables::write_metadata`], with `files` the version names written at the same
+    /// time (each a round trip on S3). If any write fails, what was written is removed.
+    async fn write_version(
+        &self,
+        metadata: &TableMetadata,
+        previous: Option<&str>,
+        mut files: Vec<(String, bytes::Bytes)>,
+    ) -> Result<String> {
         let location = match previous {
             // A registered table's files may be named in another way: start over at 0
             // (the name's uuid keeps it unique).
@@ -215,7 +229,17 @@ impl Tables {
         };
         let json = serde_json::to_vec(metadata)
             .map_err(|e| Error::internal(format!("cannot encode table metadata: {e}")))?;
-        self.warehouse.write_durable(&location, &json).await?;
+        for (f, _) in &files {
+            self.warehouse
+                .canonical(f)
+                .map_err(|_| outside(format!("file '{f}' is outside the warehouse")))?;
+        }
+        files.push((location.clone(), json.into()));
+        let all: Vec<String> = files.iter().map(|(l, _)| l.clone()).collect();
+        if let Err(e) = self.warehouse.write_durable(files).await {
+            self.warehouse.remove_files(&all);
+            return Err(e);
+        }
         self.metadata
             .insert(location.clone(), Arc::new(metadata.clone()));
         Ok(location)
@@ -349,10 +373,13 @@ impl Transaction<'_> {
                 .map_err(invalid_update)?
                 .metadata
         };
+        let files = p.files;
+        let others: Vec<String> = files.iter().map(|(l, _)| l.clone()).collect();
         let location = self
             .tables
-            .write_metadata(&metadata, previous.as_deref())
+            .write_version(&metadata, previous.as_deref(), files)
             .await?;
+        self.written.extend(others);
         self.written.push(location.clone());
         let pointer = pointer_of(&location, &metadata);
         self.ops.push(TableOp::Put {
@@ -630,6 +657,7 @@ mod tests {
             base: Base::AsRead,
             requirements: Vec::new(),
             updates,
+            files: Vec::new(),
         })
     }
 
@@ -650,6 +678,7 @@ mod tests {
             base: Base::Made(Box::new(m)),
             requirements: Vec::new(),
             updates: Vec::new(),
+            files: Vec::new(),
         });
         let made = t
             .commit("main", vec![create], CommitMeta::new("t", "create"))

@@ -427,8 +427,9 @@ impl<'a> Mark<'a> {
     }
 
     async fn add_table(&mut self, location: &str) -> Result<()> {
-        let io = self.tables.warehouse.io();
-        // Read directly: thousands of old versions would flood the metadata cache.
+        // Read directly (the store as it is, not the server's memory of it): thousands of
+        // old versions would flood the metadata caches.
+        let io = self.tables.warehouse.io_direct();
         // Through the canonical spelling, which the FileIO reads.
         let readable = self
             .tables

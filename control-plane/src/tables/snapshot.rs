@@ -45,11 +45,12 @@ pub async fn manifests_of(
 }
 
 /// A produced snapshot: the table updates that add it and make it current (not yet
-/// applied), and the files written.
+/// applied), and the files to write.
 pub struct Produced {
     pub updates: Vec<TableUpdate>,
-    /// The manifests and manifest list, for clean-up if the commit fails.
-    pub written: Vec<String>,
+    /// The new manifests and the manifest list (location and bytes), written by no one
+    /// yet: the commit writes them with the metadata file that names them, at once.
+    pub files: Vec<(String, bytes::Bytes)>,
 }
 
 /// lh writes unpartitioned Iceberg v2 tables (its data files carry no partition
@@ -107,9 +108,11 @@ pub async fn produce(
     let spec = base.default_partition_spec().as_ref().clone();
 
     let previous = current_manifests(io, base).await?;
+    // What this snapshot adds is made in memory (see `Produced::files`).
+    let (out, captured) = crate::warehouse::io::capture_io();
     let mut summary = SnapshotSummaryCollector::default();
     let mut manifests: Vec<ManifestFile> = Vec::new();
-    let mut written = Vec::new();
+    let mut pending = Vec::new();
     match op {
         SnapshotOp::Append => manifests.extend(previous),
         SnapshotOp::Overwrite => {
@@ -136,7 +139,7 @@ pub async fn produce(
                     let w = match writers.entry(spec_id) {
                         std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
                         std::collections::btree_map::Entry::Vacant(v) => {
-                            let out = io.new_output(format!(
+                            let out = out.new_output(format!(
                                 "{meta_dir}/{commit}-m-deleted-{spec_id}.avro"
                             ))?;
                             v.insert(
@@ -159,20 +162,16 @@ pub async fn produce(
                     )?;
                 }
             }
-            for (_, w) in writers {
-                let m = w.write_manifest_file().await?;
-                written.push(m.manifest_path.clone());
-                manifests.push(m);
-            }
+            pending.extend(writers.into_values());
         }
     }
     let mut added_records = 0u64;
     let mut added_bytes = 0u64;
     let added_files = added.len() as u64;
     if !added.is_empty() {
-        let out = io.new_output(format!("{meta_dir}/{commit}-m-added.avro"))?;
+        let added_out = out.new_output(format!("{meta_dir}/{commit}-m-added.avro"))?;
         let mut writer =
-            ManifestWriterBuilder::new(out, Some(snapshot_id), schema.clone(), spec.clone())
+            ManifestWriterBuilder::new(added_out, Some(snapshot_id), schema.clone(), spec.clone())
                 .build_v2_data();
         for df in added {
             added_records += df.record_count();
@@ -180,17 +179,17 @@ pub async fn produce(
             summary.add_file(&df, schema.clone(), base.default_partition_spec().clone());
             writer.add_file(df, seq)?;
         }
-        let m = writer.write_manifest_file().await?;
-        written.push(m.manifest_path.clone());
-        manifests.push(m);
+        pending.push(writer);
+    }
+    for w in pending {
+        manifests.push(w.write_manifest_file().await?);
     }
 
     let list_path = format!("{meta_dir}/snap-{snapshot_id}-0-{commit}.avro");
-    let out = io.new_output(&list_path)?.writer().await?;
-    let mut list = ManifestListWriter::v2(out, snapshot_id, base.current_snapshot_id(), seq);
+    let list_out = out.new_output(&list_path)?.writer().await?;
+    let mut list = ManifestListWriter::v2(list_out, snapshot_id, base.current_snapshot_id(), seq);
     list.add_manifests(manifests.into_iter())?;
     list.close().await?;
-    written.push(list_path.clone());
 
     // The totals: an append keeps every file of the previous snapshot (delete files
     // included) and adds its own; an overwrite leaves only its own.
@@ -247,7 +246,10 @@ pub async fn produce(
             ),
         },
     ];
-    Ok(Produced { updates, written })
+    Ok(Produced {
+        updates,
+        files: captured.take(),
+    })
 }
 
 /// A positive snapshot id not used by the table yet.

@@ -22,7 +22,7 @@ use lh_api::{FileFormat, ImportMode, ImportResponse};
 use lh_catalog::CommitMeta;
 use uuid::Uuid;
 
-use super::commit::{Base, Change, Put};
+use super::commit::{Base, Change, Put, Transaction};
 use super::snapshot::{self, SnapshotOp};
 use super::types::{assignable, display_type, duckdb_field_ids, duckdb_type};
 use super::{LoadedTable, Tables, require_branch, stats};
@@ -303,31 +303,46 @@ pub async fn write_table(
         },
     };
     let written = joined.map_err(|e| Error::internal(format!("import task failed: {e}")))?;
-    let cleanup = |mut files: Vec<String>, data: &[Staged]| {
+    let cleanup = |uploaded: &[Staged]| {
         let _ = std::fs::remove_dir_all(&data_dir);
         if let (None, Some(t)) = (&existing, &table_dir) {
             let _ = std::fs::remove_dir_all(t);
         }
         // On S3 the data files were uploaded: they go too.
-        files.extend(data.iter().map(|f| f.location.clone()));
+        let files: Vec<String> = uploaded.iter().map(|f| f.location.clone()).collect();
         tables.warehouse.remove_files(&files);
     };
     let written = written?;
-    // The data files reach the warehouse before any commit can name them.
+    // The data files reach the warehouse before any commit can name them. The table's
+    // new files (manifests, manifest list, metadata file) need only their statistics:
+    // they are made and written while the data files upload (on S3, round trips of
+    // their own), and the catalog commits once both are done.
     let staged = written.staged.clone();
-    if let Err(e) = tables.warehouse.publish(&data_dir, &staged).await {
-        cleanup(vec![], &[]);
-        return Err(e);
-    }
-
-    let outcome = commit_write(tables, &job, existing.as_ref(), written).await;
-    match outcome {
+    let (published, ready) = tokio::join!(
+        tables.warehouse.publish(&data_dir, &staged),
+        stage_write(tables, &job, existing.as_ref(), written)
+    );
+    let ready = match (published, ready) {
+        (Ok(()), Ok(r)) => r,
+        // A failed upload removed what it had uploaded; a staged transaction dropped
+        // here removes the files it wrote.
+        (Err(e), _) => {
+            cleanup(&[]);
+            return Err(e);
+        }
+        (Ok(()), Err(e)) => {
+            cleanup(&staged);
+            return Err(e);
+        }
+    };
+    match commit_staged(&job, ready).await {
         Ok(response) => Ok(response),
         // The catalog failed in a way that may have committed: the files stay (what no
         // commit reaches, `lh gc` removes later).
-        Err((e, _)) if e.commit_state_unknown() => Err(e),
-        Err((e, files)) => {
-            cleanup(files, &staged);
+        Err(e) if e.commit_state_unknown() => Err(e),
+        // Refused: the transaction removed its own files; the data files go too.
+        Err(e) => {
+            cleanup(&staged);
             Err(e)
         }
     }
@@ -433,36 +448,42 @@ struct Written {
     bytes: u64,
 }
 
-async fn commit_write(
-    tables: &Tables,
+/// A write ready for its catalog commit: its table files are written.
+enum Ready<'a> {
+    /// An append of no rows: no snapshot, no commit.
+    Nothing(ImportResponse),
+    Staged {
+        tx: Transaction<'a>,
+        meta: CommitMeta,
+        rows: u64,
+        files: u64,
+        bytes: u64,
+    },
+}
+
+/// Makes the write's snapshot (its manifests and manifest list, in memory) and stages
+/// the table's next version, which writes them with its metadata file.
+async fn stage_write<'a>(
+    tables: &'a Tables,
     job: &WriteJob,
     existing: Option<&LoadedTable>,
     w: Written,
-) -> std::result::Result<ImportResponse, (Error, Vec<String>)> {
+) -> Result<Ready<'a>> {
     let io = tables.warehouse.io();
-    let expected = existing.map(|t| &t.pointer);
     let n_files = w.files.len() as u64;
     if w.rows == 0 && job.mode == ImportMode::Append {
-        // Nothing to add: no snapshot, no commit.
-        let head = tables
-            .catalog
-            .resolve(&job.branch)
-            .await
-            .map_err(|e| (e.into(), vec![]))?;
-        return Ok(ImportResponse {
+        let head = tables.catalog.resolve(&job.branch).await?;
+        return Ok(Ready::Nothing(ImportResponse {
             table: job.table.clone(),
             commit: head.commit.id.to_hex(),
-            snapshot_id: expected.and_then(|p| p.snapshot_id),
+            snapshot_id: existing.and_then(|t| t.pointer.snapshot_id),
             rows: 0,
             files: 0,
             bytes: 0,
-        });
+        }));
     }
-    // The manifests and the manifest list, removed again if the commit is refused (the
-    // table service removes the metadata file it writes).
-    let mut written_files = Vec::new();
-    let updates = if w.rows == 0 && job.mode == ImportMode::Create {
-        Vec::new()
+    let (updates, files) = if w.rows == 0 && job.mode == ImportMode::Create {
+        (Vec::new(), Vec::new())
     } else {
         let op = match job.mode {
             ImportMode::Replace => SnapshotOp::Overwrite,
@@ -474,12 +495,9 @@ async fn commit_write(
             Source::Query { .. } => "lh.source",
         };
         props.insert(key.to_string(), job.source.describe());
-        let files = if w.rows == 0 { vec![] } else { w.files };
-        let produced = snapshot::produce(io, &w.base, op, files, props)
-            .await
-            .map_err(|e| (e, vec![]))?;
-        written_files = produced.written;
-        produced.updates
+        let added = if w.rows == 0 { vec![] } else { w.files };
+        let produced = snapshot::produce(io, &w.base, op, added, props).await?;
+        (produced.updates, produced.files)
     };
     let verb = match job.mode {
         ImportMode::Create => "create",
@@ -502,11 +520,31 @@ async fn commit_write(
         base: Base::Made(Box::new(w.base)),
         requirements: Vec::new(),
         updates,
+        files,
     };
-    let committed = tables
-        .commit(&job.branch, vec![Change::Put(put)], meta)
-        .await
-        .map_err(|e| (e, written_files))?;
+    let mut tx = tables.begin().await;
+    tx.stage(Change::Put(put)).await?;
+    Ok(Ready::Staged {
+        tx,
+        meta,
+        rows: w.rows,
+        files: if w.rows == 0 { 0 } else { n_files },
+        bytes: w.bytes,
+    })
+}
+
+async fn commit_staged(job: &WriteJob, ready: Ready<'_>) -> Result<ImportResponse> {
+    let (tx, meta, rows, files, bytes) = match ready {
+        Ready::Nothing(response) => return Ok(response),
+        Ready::Staged {
+            tx,
+            meta,
+            rows,
+            files,
+            bytes,
+        } => (tx, meta, rows, files, bytes),
+    };
+    let committed = tx.commit(&job.branch, meta).await?;
     Ok(ImportResponse {
         table: job.table.clone(),
         commit: committed.commit.id.to_hex(),
@@ -514,9 +552,9 @@ async fn commit_write(
             .versions
             .first()
             .and_then(|v| v.pointer.snapshot_id),
-        rows: w.rows,
-        files: if w.rows == 0 { 0 } else { n_files },
-        bytes: w.bytes,
+        rows,
+        files,
+        bytes,
     })
 }
 

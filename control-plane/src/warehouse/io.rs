@@ -21,14 +21,48 @@ use super::s3::Bucket;
 /// and manifests never change once written, so the small ones the server writes or
 /// reads are kept in memory: a write that reads back what the previous one wrote (a
 /// pipeline's next node, the next query's view) makes no round trip.
-pub fn file_io(bucket: Bucket) -> FileIO {
+pub fn file_io(bucket: Bucket) -> (FileIO, Remembered) {
+    let small = Arc::new(quick_cache::sync::Cache::new(SMALL_ENTRIES));
+    let io = FileIOBuilder::new(Arc::new(S3Factory {
+        storage: S3Storage {
+            bucket: Some(bucket),
+            small: Some(small.clone()),
+        },
+    }))
+    .build();
+    (io, Remembered(small))
+}
+
+/// A FileIO over `bucket` that keeps nothing in memory.
+pub fn file_io_direct(bucket: Bucket) -> FileIO {
     FileIOBuilder::new(Arc::new(S3Factory {
         storage: S3Storage {
             bucket: Some(bucket),
-            small: Some(Arc::new(quick_cache::sync::Cache::new(SMALL_ENTRIES))),
+            small: None,
         },
     }))
     .build()
+}
+
+/// The small files a [`file_io`] keeps in memory, for files written beside it.
+#[derive(Clone)]
+pub struct Remembered(Arc<SmallCache>);
+
+impl std::fmt::Debug for Remembered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remembered")
+            .field("entries", &self.0.len())
+            .finish()
+    }
+}
+
+impl Remembered {
+    /// Keeps `bytes`, written at `location`, when they are small.
+    pub fn keep(&self, location: &str, bytes: &Bytes) {
+        if bytes.len() <= SMALL_BYTES {
+            self.0.insert(location.to_string(), bytes.clone());
+        }
+    }
 }
 
 /// Objects up to this size are kept in memory, at most this many (64 MiB at worst).
@@ -380,6 +414,186 @@ impl FileWrite for Writer {
         {
             cache.insert(path.clone(), bytes);
         }
+        Ok(())
+    }
+}
+
+/// Files written to a [`capture_io`] FileIO, in the order they were closed.
+#[derive(Debug, Clone, Default)]
+pub struct Captured(Arc<std::sync::Mutex<Vec<(String, Bytes)>>>);
+
+impl Captured {
+    pub fn take(&self) -> Vec<(String, Bytes)> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn push(&self, path: &str, bytes: Bytes) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((path.to_string(), bytes));
+    }
+
+    fn get(&self, path: &str) -> Option<Bytes> {
+        let files = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        files
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, b)| b.clone())
+    }
+}
+
+/// A FileIO that writes nowhere: what the iceberg crate's writers write to it (a
+/// snapshot's manifests and manifest list) is kept in memory, for the caller to write
+/// at once with the metadata file that names them: on object storage one round trip
+/// instead of one per file, each waiting for the last.
+pub fn capture_io() -> (FileIO, Captured) {
+    let files = Captured::default();
+    let io = FileIOBuilder::new(Arc::new(CaptureFactory {
+        storage: CaptureStorage {
+            files: files.clone(),
+        },
+    }))
+    .build();
+    (io, files)
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CaptureFactory {
+    storage: CaptureStorage,
+}
+
+#[typetag::serde]
+impl StorageFactory for CaptureFactory {
+    fn build(&self, _config: &StorageConfig) -> iceberg::Result<Arc<dyn Storage>> {
+        Ok(Arc::new(self.storage.clone()))
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CaptureStorage {
+    #[serde(skip)]
+    files: Captured,
+}
+
+impl CaptureStorage {
+    fn captured(&self, path: &str) -> iceberg::Result<Bytes> {
+        self.files.get(path).ok_or_else(|| {
+            iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                format!(
+                    "'{path}' was not written here (a capturing FileIO reads only what it took)"
+                ),
+            )
+        })
+    }
+}
+
+#[async_trait]
+#[typetag::serde]
+impl Storage for CaptureStorage {
+    async fn exists(&self, path: &str) -> iceberg::Result<bool> {
+        Ok(self.files.get(path).is_some())
+    }
+
+    async fn metadata(&self, path: &str) -> iceberg::Result<FileMetadata> {
+        Ok(FileMetadata {
+            size: self.captured(path)?.len() as u64,
+        })
+    }
+
+    async fn read(&self, path: &str) -> iceberg::Result<Bytes> {
+        self.captured(path)
+    }
+
+    async fn reader(&self, path: &str) -> iceberg::Result<Box<dyn FileRead>> {
+        Ok(Box::new(CapturedReader(self.captured(path)?)))
+    }
+
+    async fn write(&self, path: &str, bs: Bytes) -> iceberg::Result<()> {
+        self.files.push(path, bs);
+        Ok(())
+    }
+
+    async fn writer(&self, path: &str) -> iceberg::Result<Box<dyn FileWrite>> {
+        Ok(Box::new(CaptureWriter {
+            files: self.files.clone(),
+            path: path.to_string(),
+            buf: Some(BytesMut::new()),
+        }))
+    }
+
+    async fn delete(&self, path: &str) -> iceberg::Result<()> {
+        self.files
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(p, _)| p != path);
+        Ok(())
+    }
+
+    async fn delete_prefix(&self, path: &str) -> iceberg::Result<()> {
+        self.files
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(p, _)| !p.starts_with(path));
+        Ok(())
+    }
+
+    async fn delete_stream(&self, mut paths: BoxStream<'static, String>) -> iceberg::Result<()> {
+        while let Some(p) = paths.next().await {
+            self.delete(&p).await?;
+        }
+        Ok(())
+    }
+
+    fn new_input(&self, path: &str) -> iceberg::Result<InputFile> {
+        Ok(InputFile::new(Arc::new(self.clone()), path.to_string()))
+    }
+
+    fn new_output(&self, path: &str) -> iceberg::Result<OutputFile> {
+        Ok(OutputFile::new(Arc::new(self.clone()), path.to_string()))
+    }
+}
+
+struct CapturedReader(Bytes);
+
+#[async_trait]
+impl FileRead for CapturedReader {
+    async fn read(&self, range: Range<u64>) -> iceberg::Result<Bytes> {
+        if range.end > self.0.len() as u64 || range.start > range.end {
+            return Err(iceberg::Error::new(
+                iceberg::ErrorKind::DataInvalid,
+                format!("range {range:?} is beyond {} bytes", self.0.len()),
+            ));
+        }
+        Ok(self.0.slice(range.start as usize..range.end as usize))
+    }
+}
+
+struct CaptureWriter {
+    files: Captured,
+    path: String,
+    buf: Option<BytesMut>,
+}
+
+#[async_trait]
+impl FileWrite for CaptureWriter {
+    async fn write(&mut self, bs: Bytes) -> iceberg::Result<()> {
+        let buf = self.buf.as_mut().ok_or_else(|| {
+            iceberg::Error::new(iceberg::ErrorKind::Unexpected, "write after close")
+        })?;
+        buf.extend_from_slice(&bs);
+        Ok(())
+    }
+
+    async fn close(&mut self) -> iceberg::Result<()> {
+        let buf = self
+            .buf
+            .take()
+            .ok_or_else(|| iceberg::Error::new(iceberg::ErrorKind::Unexpected, "closed twice"))?;
+        self.files.push(&self.path, buf.freeze());
         Ok(())
     }
 }

@@ -50,6 +50,8 @@ enum Backend {
         cache: Arc<ReadCache>,
         /// Data files written by DuckDB wait here until uploaded.
         staging: PathBuf,
+        /// The FileIO's small files in memory.
+        small: io::Remembered,
     },
 }
 
@@ -59,6 +61,9 @@ pub struct Warehouse {
     url: String,
     backend: Backend,
     io: FileIO,
+    /// The same, keeping nothing in memory: for reading the store as it is, through many
+    /// files read once (garbage collection).
+    io_direct: FileIO,
 }
 
 /// A file about to be uploaded: where it is staged and the location it gets.
@@ -96,6 +101,7 @@ impl Warehouse {
             url,
             backend: Backend::Local { root },
             io: FileIO::new_with_fs(),
+            io_direct: FileIO::new_with_fs(),
         })
     }
 
@@ -118,13 +124,16 @@ impl Warehouse {
             options.cache_bytes,
             bucket.clone(),
         )?;
+        let (file_io, small) = io::file_io(bucket.clone());
         Ok(Warehouse {
             url: bucket.settings.url(),
-            io: io::file_io(bucket.clone()),
+            io: file_io,
+            io_direct: io::file_io_direct(bucket.clone()),
             backend: Backend::S3 {
                 bucket: Box::new(bucket),
                 cache: Arc::new(cache),
                 staging,
+                small,
             },
         })
     }
@@ -135,6 +144,11 @@ impl Warehouse {
 
     pub fn io(&self) -> &FileIO {
         &self.io
+    }
+
+    /// [`Warehouse::io`] without its memory of small files.
+    pub fn io_direct(&self) -> &FileIO {
+        &self.io_direct
     }
 
     /// The folder of a local warehouse.
@@ -247,21 +261,27 @@ impl Warehouse {
         Ok(p)
     }
 
-    /// Writes a new file durably: on a local disk, data and then its folder reach the
-    /// disk before the catalog can point at it; on S3, the object exists once the put
-    /// returns.
-    pub async fn write_durable(&self, location: &str, bytes: &[u8]) -> Result<()> {
+    /// Writes files whole and durably, all at once: flushed to disk with their folders
+    /// in a local warehouse; on S3 each put (one round trip for them all) and kept in
+    /// the FileIO's memory when small, for the reads that follow.
+    pub async fn write_durable(&self, files: Vec<(String, bytes::Bytes)>) -> Result<()> {
         match &self.backend {
             Backend::Local { .. } => {
-                let path = self.local_path(location)?;
-                let bytes = bytes.to_vec();
-                tokio::task::spawn_blocking(move || write_file_durably(&path, &bytes))
+                let files = files
+                    .into_iter()
+                    .map(|(l, b)| Ok((self.local_path(&l)?, b)))
+                    .collect::<Result<Vec<_>>>()?;
+                tokio::task::spawn_blocking(move || write_files_durably(&files))
                     .await
                     .map_err(|e| Error::internal(format!("write task failed: {e}")))?
             }
-            Backend::S3 { bucket, .. } => {
-                let key = self.key(location)?;
-                bucket.put(&key, bytes::Bytes::from(bytes.to_vec())).await?;
+            Backend::S3 { bucket, small, .. } => {
+                let puts = files.into_iter().map(|(location, bytes)| async move {
+                    bucket.put(&self.key(&location)?, bytes.clone()).await?;
+                    small.keep(&location, &bytes);
+                    Ok::<_, Error>(())
+                });
+                futures::future::try_join_all(puts).await?;
                 Ok(())
             }
         }
@@ -428,14 +448,18 @@ pub fn object_key(settings: &S3Settings, location: &str) -> Option<String> {
     (!bad).then(|| key.to_string())
 }
 
-fn write_file_durably(path: &Path, bytes: &[u8]) -> Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+fn write_files_durably(files: &[(PathBuf, bytes::Bytes)]) -> Result<()> {
+    let mut dirs = std::collections::BTreeSet::new();
+    for (path, bytes) in files {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+            dirs.insert(dir);
+        }
+        let mut f = File::create(path)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
     }
-    let mut f = File::create(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    if let Some(dir) = path.parent() {
+    for dir in dirs {
         sync_dir(dir)?;
     }
     Ok(())

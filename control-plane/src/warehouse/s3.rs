@@ -257,6 +257,20 @@ impl std::fmt::Debug for Bucket {
     }
 }
 
+/// Runs one request to the store, logging what it was and how long it took (`LH_LOG=debug`).
+async fn timed<T>(op: &str, key: &str, request: impl Future<Output = Result<T>>) -> Result<T> {
+    let start = std::time::Instant::now();
+    let r = request.await;
+    tracing::debug!(
+        op,
+        key,
+        ms = start.elapsed().as_secs_f64() * 1000.0,
+        ok = r.is_ok(),
+        "s3 request"
+    );
+    r
+}
+
 impl Bucket {
     pub fn connect(settings: S3Settings) -> Result<Bucket> {
         let mut b = AmazonS3Builder::new()
@@ -274,6 +288,15 @@ impl Bucket {
                             .as_deref()
                             .is_some_and(|e| e.starts_with("http://")),
                     ),
+            )
+            // Over TLS the body is protected in transit; signing it too would hash every
+            // byte on both ends (as the AWS SDKs, lh leaves it unsigned there). A plain-HTTP
+            // endpoint keeps the signed payload, the only integrity check it has.
+            .with_unsigned_payload(
+                settings
+                    .endpoint
+                    .as_deref()
+                    .is_none_or(|e| e.starts_with("https://")),
             )
             .with_retry(RetryConfig {
                 backoff: BackoffConfig::default(),
@@ -374,75 +397,84 @@ impl Bucket {
     }
 
     pub async fn put(&self, key: &str, bytes: Bytes) -> Result<Option<String>> {
-        let r = self
-            .store
-            .put(&self.full(key)?, PutPayload::from_bytes(bytes))
-            .await
-            .map_err(|e| self.error("cannot write", key, e))?;
-        Ok(r.e_tag)
+        timed("put", key, async {
+            let r = self
+                .store
+                .put(&self.full(key)?, PutPayload::from_bytes(bytes))
+                .await
+                .map_err(|e| self.error("cannot write", key, e))?;
+            Ok(r.e_tag)
+        })
+        .await
     }
 
     /// Uploads a local file (in parts, several at once, when it is large); returns the
     /// object's ETag. A failed upload is aborted: no object appears.
     pub async fn upload(&self, key: &str, path: &Path) -> Result<Option<String>> {
-        let size = tokio::fs::metadata(path).await?.len();
-        if size <= MULTIPART_ABOVE {
-            let bytes = tokio::fs::read(path).await?;
-            return self.put(key, Bytes::from(bytes)).await;
-        }
-        let full = self.full(key)?;
-        let upload = self
-            .store
-            .put_multipart(&full)
-            .await
-            .map_err(|e| self.error("cannot start an upload of", key, e))?;
-        let part = PART_BYTES.max(size.div_ceil(9_000)) as usize;
-        let mut w = WriteMultipart::new_with_chunk_size(upload, part);
-        let mut file = tokio::fs::File::open(path).await?;
-        let mut buf = vec![0u8; 1 << 20];
-        let sent: Result<()> = async {
-            loop {
-                let n = file.read(&mut buf).await?;
-                if n == 0 {
-                    break;
-                }
-                w.wait_for_capacity(PARTS_IN_FLIGHT)
-                    .await
-                    .map_err(|e| self.error("cannot upload", key, e))?;
-                w.write(&buf[..n]);
+        timed("upload", key, async {
+            let size = tokio::fs::metadata(path).await?.len();
+            if size <= MULTIPART_ABOVE {
+                let bytes = tokio::fs::read(path).await?;
+                return self.put(key, Bytes::from(bytes)).await;
             }
-            Ok(())
-        }
-        .await;
-        // Every part sent before completing: a failed one aborts the upload, so that no
-        // unfinished upload stays behind in the bucket.
-        let sent = match sent {
-            Ok(()) => w
-                .wait_for_capacity(0)
+            let full = self.full(key)?;
+            let upload = self
+                .store
+                .put_multipart(&full)
                 .await
-                .map_err(|e| self.error("cannot upload", key, e)),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = sent {
-            let _ = w.abort().await;
-            return Err(e);
-        }
-        let r = w
-            .finish()
-            .await
-            .map_err(|e| self.error("cannot finish the upload of", key, e))?;
-        Ok(r.e_tag)
+                .map_err(|e| self.error("cannot start an upload of", key, e))?;
+            let part = PART_BYTES.max(size.div_ceil(9_000)) as usize;
+            let mut w = WriteMultipart::new_with_chunk_size(upload, part);
+            let mut file = tokio::fs::File::open(path).await?;
+            let mut buf = vec![0u8; 1 << 20];
+            let sent: Result<()> = async {
+                loop {
+                    let n = file.read(&mut buf).await?;
+                    if n == 0 {
+                        break;
+                    }
+                    w.wait_for_capacity(PARTS_IN_FLIGHT)
+                        .await
+                        .map_err(|e| self.error("cannot upload", key, e))?;
+                    w.write(&buf[..n]);
+                }
+                Ok(())
+            }
+            .await;
+            // Every part sent before completing: a failed one aborts the upload, so that no
+            // unfinished upload stays behind in the bucket.
+            let sent = match sent {
+                Ok(()) => w
+                    .wait_for_capacity(0)
+                    .await
+                    .map_err(|e| self.error("cannot upload", key, e)),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = sent {
+                let _ = w.abort().await;
+                return Err(e);
+            }
+            let r = w
+                .finish()
+                .await
+                .map_err(|e| self.error("cannot finish the upload of", key, e))?;
+            Ok(r.e_tag)
+        })
+        .await
     }
 
     pub async fn get(&self, key: &str) -> Result<Bytes> {
-        let r = self
-            .store
-            .get(&self.full(key)?)
-            .await
-            .map_err(|e| self.error("cannot read", key, e))?;
-        r.bytes()
-            .await
-            .map_err(|e| self.error("cannot read", key, e))
+        timed("get", key, async {
+            let r = self
+                .store
+                .get(&self.full(key)?)
+                .await
+                .map_err(|e| self.error("cannot read", key, e))?;
+            r.bytes()
+                .await
+                .map_err(|e| self.error("cannot read", key, e))
+        })
+        .await
     }
 
     /// Bytes `range` of `key`, only from the version with ETag `etag` when given.
@@ -452,39 +484,48 @@ impl Bucket {
         range: Range<u64>,
         etag: Option<&str>,
     ) -> Result<(Bytes, ObjectMeta)> {
-        let opts = GetOptions {
-            range: Some(GetRange::Bounded(range)),
-            if_match: etag.map(str::to_string),
-            ..Default::default()
-        };
-        let r = self
-            .store
-            .get_opts(&self.full(key)?, opts)
-            .await
-            .map_err(|e| self.error("cannot read", key, e))?;
-        let meta = r.meta.clone();
-        let bytes = r
-            .bytes()
-            .await
-            .map_err(|e| self.error("cannot read", key, e))?;
-        Ok((bytes, meta))
+        timed("get range", key, async {
+            let opts = GetOptions {
+                range: Some(GetRange::Bounded(range)),
+                if_match: etag.map(str::to_string),
+                ..Default::default()
+            };
+            let r = self
+                .store
+                .get_opts(&self.full(key)?, opts)
+                .await
+                .map_err(|e| self.error("cannot read", key, e))?;
+            let meta = r.meta.clone();
+            let bytes = r
+                .bytes()
+                .await
+                .map_err(|e| self.error("cannot read", key, e))?;
+            Ok((bytes, meta))
+        })
+        .await
     }
 
     pub async fn head(&self, key: &str) -> Result<Object> {
-        let m = self
-            .store
-            .head(&self.full(key)?)
-            .await
-            .map_err(|e| self.error("cannot look up", key, e))?;
-        Ok(self.object(m))
+        timed("head", key, async {
+            let m = self
+                .store
+                .head(&self.full(key)?)
+                .await
+                .map_err(|e| self.error("cannot look up", key, e))?;
+            Ok(self.object(m))
+        })
+        .await
     }
 
     pub async fn exists(&self, key: &str) -> Result<bool> {
-        match self.store.head(&self.full(key)?).await {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(e) => Err(self.error("cannot look up", key, e)),
-        }
+        timed("head", key, async {
+            match self.store.head(&self.full(key)?).await {
+                Ok(_) => Ok(true),
+                Err(object_store::Error::NotFound { .. }) => Ok(false),
+                Err(e) => Err(self.error("cannot look up", key, e)),
+            }
+        })
+        .await
     }
 
     fn object(&self, m: ObjectMeta) -> Object {
@@ -498,26 +539,32 @@ impl Bucket {
 
     /// Every object below `key_prefix` (a folder: `""` is the whole warehouse).
     pub async fn list(&self, key_prefix: &str) -> Result<Vec<Object>> {
-        let prefix = if key_prefix.is_empty() && self.settings.prefix.is_empty() {
-            None
-        } else {
-            Some(self.full(key_prefix.trim_end_matches('/'))?)
-        };
-        let found: Vec<ObjectMeta> = self
-            .store
-            .list(prefix.as_ref())
-            .try_collect()
-            .await
-            .map_err(|e| self.error("cannot list", key_prefix, e))?;
-        Ok(found.into_iter().map(|m| self.object(m)).collect())
+        timed("list", key_prefix, async {
+            let prefix = if key_prefix.is_empty() && self.settings.prefix.is_empty() {
+                None
+            } else {
+                Some(self.full(key_prefix.trim_end_matches('/'))?)
+            };
+            let found: Vec<ObjectMeta> = self
+                .store
+                .list(prefix.as_ref())
+                .try_collect()
+                .await
+                .map_err(|e| self.error("cannot list", key_prefix, e))?;
+            Ok(found.into_iter().map(|m| self.object(m)).collect())
+        })
+        .await
     }
 
     /// Removes an object; one that is not there is not an error.
     pub async fn delete(&self, key: &str) -> Result<()> {
-        match self.store.delete(&self.full(key)?).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(self.error("cannot remove", key, e)),
-        }
+        timed("delete", key, async {
+            match self.store.delete(&self.full(key)?).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(self.error("cannot remove", key, e)),
+            }
+        })
+        .await
     }
 
     /// Removes objects, several requests at once; the first error is returned after

@@ -100,6 +100,7 @@ pub struct NewTable {
 }
 
 /// A table's version as a commit left it.
+#[derive(Clone)]
 pub struct Version {
     pub table: String,
     pub pointer: TablePointer,
@@ -235,11 +236,13 @@ impl Tables {
                 .map_err(|_| outside(format!("file '{f}' is outside the warehouse")))?;
         }
         files.push((location.clone(), json.into()));
-        let all: Vec<String> = files.iter().map(|(l, _)| l.clone()).collect();
-        if let Err(e) = self.warehouse.write_durable(files).await {
-            self.warehouse.remove_files(&all);
-            return Err(e);
-        }
+        // Removed if the writes fail or the caller goes away while they run.
+        let pending = Uncommitted {
+            tables: self,
+            files: files.iter().map(|(l, _)| l.clone()).collect(),
+        };
+        self.warehouse.write_durable(files).await?;
+        pending.keep();
         self.metadata
             .insert(location.clone(), Arc::new(metadata.clone()));
         Ok(location)
@@ -328,6 +331,70 @@ impl Transaction<'_> {
     }
 
     async fn put(&mut self, p: Put) -> Result<()> {
+        let written = self.tables.write_put(p).await?;
+        self.adopt(written);
+        Ok(())
+    }
+
+    /// Takes a version written with [`Tables::write_put`] into this commit.
+    pub fn adopt(&mut self, mut w: WrittenPut<'_>) {
+        self.written.append(&mut w.pending.files);
+        self.ops.push(TableOp::Put {
+            table: w.version.table.clone(),
+            expected: w.expected.take(),
+            pointer: w.version.pointer.clone(),
+        });
+        self.versions.push(w.version.clone());
+    }
+
+    /// Makes the staged changes one commit on `branch`.
+    ///
+    /// From here on, the files written are removed only when the catalog answers that it
+    /// refused the commit. The catalog commits in a task of its own, so a caller that
+    /// goes away while it waits (a client gone, a cancelled run) may still see the
+    /// commit land: then the files must stay, and what no commit reaches is `lh gc`'s.
+    pub async fn commit(mut self, branch: &str, meta: CommitMeta) -> Result<Committed> {
+        let ops = std::mem::take(&mut self.ops);
+        let written = std::mem::take(&mut self.written);
+        match self.tables.catalog.commit(branch, ops, meta).await {
+            Ok(commit) => Ok(Committed {
+                commit,
+                versions: std::mem::take(&mut self.versions),
+            }),
+            Err(e) => {
+                let e = Error::from(e);
+                // Refused: nothing points at the files. Otherwise the commit may have
+                // landed, and what it points at stays.
+                if !e.commit_state_unknown() {
+                    self.tables.remove_written(&written);
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Tables {
+    /// Removes metadata files no commit points at.
+    fn remove_written(&self, written: &[String]) {
+        self.warehouse.remove_files(written);
+    }
+}
+
+impl Drop for Transaction<'_> {
+    /// The metadata files of a transaction abandoned before it asked for its commit.
+    fn drop(&mut self) {
+        self.tables.remove_written(&self.written);
+    }
+}
+
+impl Tables {
+    /// Checks a put and writes the table's next version: its metadata file with the
+    /// files it names, at once. Nothing is committed: a transaction adopts the result
+    /// ([`Transaction::adopt`]); dropped before, its files are removed. lh's own writes
+    /// call this outside a transaction, while their data files upload: the files are
+    /// new, which `lh gc` spares by their age.
+    pub async fn write_put(&self, p: Put) -> Result<WrittenPut<'_>> {
         let name = p.table.as_str();
         let current = p.current.as_ref().map(|t| t.metadata.as_ref());
         for r in &p.requirements {
@@ -353,16 +420,12 @@ impl Transaction<'_> {
             (Base::Made(m), _) if p.updates.is_empty() => *m,
             (Base::Made(m), _) => next_metadata(*m, previous.clone(), p.updates)?,
         };
-        let canonical = self
-            .tables
-            .warehouse
-            .canonical(metadata.location())
-            .map_err(|_| {
-                outside(format!(
-                    "location '{}' is outside the warehouse",
-                    metadata.location()
-                ))
-            })?;
+        let canonical = self.warehouse.canonical(metadata.location()).map_err(|_| {
+            outside(format!(
+                "location '{}' is outside the warehouse",
+                metadata.location()
+            ))
+        })?;
         // Every location is stored in the spelling the server reads back.
         let metadata = if canonical == metadata.location() {
             metadata
@@ -373,26 +436,24 @@ impl Transaction<'_> {
                 .map_err(invalid_update)?
                 .metadata
         };
-        let files = p.files;
-        let others: Vec<String> = files.iter().map(|(l, _)| l.clone()).collect();
+        let mut files: Vec<String> = p.files.iter().map(|(l, _)| l.clone()).collect();
         let location = self
-            .tables
-            .write_version(&metadata, previous.as_deref(), files)
+            .write_version(&metadata, previous.as_deref(), p.files)
             .await?;
-        self.written.extend(others);
-        self.written.push(location.clone());
+        files.push(location.clone());
         let pointer = pointer_of(&location, &metadata);
-        self.ops.push(TableOp::Put {
-            table: p.table.clone(),
+        Ok(WrittenPut {
+            pending: Uncommitted {
+                tables: self,
+                files,
+            },
             expected: p.current.map(|t| t.pointer),
-            pointer: pointer.clone(),
-        });
-        self.versions.push(Version {
-            table: p.table,
-            pointer,
-            metadata: Arc::new(metadata),
-        });
-        Ok(())
+            version: Version {
+                table: p.table,
+                pointer,
+                metadata: Arc::new(metadata),
+            },
+        })
     }
 
     /// lh's rules for any update: no client may delete files other refs read, and a
@@ -431,15 +492,12 @@ impl Transaction<'_> {
         // A snapshot's files stay in the warehouse: the server reads manifest lists.
         for u in updates {
             if let TableUpdate::AddSnapshot { snapshot } = u {
-                self.tables
-                    .warehouse
-                    .key(snapshot.manifest_list())
-                    .map_err(|_| {
-                        outside(format!(
-                            "manifest list '{}' is outside the warehouse",
-                            snapshot.manifest_list()
-                        ))
-                    })?;
+                self.warehouse.key(snapshot.manifest_list()).map_err(|_| {
+                    outside(format!(
+                        "manifest list '{}' is outside the warehouse",
+                        snapshot.manifest_list()
+                    ))
+                })?;
             }
         }
         Ok(())
@@ -487,11 +545,10 @@ impl Transaction<'_> {
         let uuid = uuid.unwrap_or_else(Uuid::now_v7);
         let location = match location {
             Some(l) => self
-                .tables
                 .warehouse
                 .canonical(&l)
                 .map_err(|_| outside(format!("location '{l}' is outside the warehouse")))?,
-            None => self.tables.warehouse.new_table_location(name, &uuid),
+            None => self.warehouse.new_table_location(name, &uuid),
         };
         let mut b = first_metadata(
             schema,
@@ -508,46 +565,34 @@ impl Transaction<'_> {
         }
         Ok(b.build().map_err(invalid_update)?.metadata)
     }
+}
 
-    /// Makes the staged changes one commit on `branch`.
-    ///
-    /// From here on, the files written are removed only when the catalog answers that it
-    /// refused the commit. The catalog commits in a task of its own, so a caller that
-    /// goes away while it waits (a client gone, a cancelled run) may still see the
-    /// commit land: then the files must stay, and what no commit reaches is `lh gc`'s.
-    pub async fn commit(mut self, branch: &str, meta: CommitMeta) -> Result<Committed> {
-        let ops = std::mem::take(&mut self.ops);
-        let written = std::mem::take(&mut self.written);
-        match self.tables.catalog.commit(branch, ops, meta).await {
-            Ok(commit) => Ok(Committed {
-                commit,
-                versions: std::mem::take(&mut self.versions),
-            }),
-            Err(e) => {
-                let e = Error::from(e);
-                // Refused: nothing points at the files. Otherwise the commit may have
-                // landed, and what it points at stays.
-                if !e.commit_state_unknown() {
-                    self.tables.remove_written(&written);
-                }
-                Err(e)
-            }
+/// Files written for a commit that has not happened: removed when this is dropped,
+/// unless kept.
+struct Uncommitted<'a> {
+    tables: &'a Tables,
+    files: Vec<String>,
+}
+
+impl Uncommitted<'_> {
+    fn keep(mut self) {
+        self.files.clear();
+    }
+}
+
+impl Drop for Uncommitted<'_> {
+    fn drop(&mut self) {
+        if !self.files.is_empty() {
+            self.tables.remove_written(&self.files);
         }
     }
 }
 
-impl Tables {
-    /// Removes metadata files no commit points at.
-    fn remove_written(&self, written: &[String]) {
-        self.warehouse.remove_files(written);
-    }
-}
-
-impl Drop for Transaction<'_> {
-    /// The metadata files of a transaction abandoned before it asked for its commit.
-    fn drop(&mut self) {
-        self.tables.remove_written(&self.written);
-    }
+/// A table version written by [`Tables::write_put`], not committed yet.
+pub struct WrittenPut<'a> {
+    pending: Uncommitted<'a>,
+    expected: Option<TablePointer>,
+    version: Version,
 }
 
 /// The builder of a table's first metadata, with the uuid lh chose; updates may follow.

@@ -90,8 +90,9 @@ pub fn check_writable(name: &str, metadata: &TableMetadata) -> Result<()> {
 }
 
 /// Produces a new snapshot of `base` and returns the updates that make it the current
-/// snapshot of the table's `main` branch. Writes the manifests and the manifest list;
-/// the caller commits the updates.
+/// snapshot of the table's `main` branch, with its new manifests and manifest list made
+/// in memory (`Produced::files`); the caller writes them with the metadata file and
+/// commits the updates.
 pub async fn produce(
     io: &FileIO,
     base: &TableMetadata,

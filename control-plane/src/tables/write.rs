@@ -22,7 +22,7 @@ use lh_api::{FileFormat, ImportMode, ImportResponse};
 use lh_catalog::CommitMeta;
 use uuid::Uuid;
 
-use super::commit::{Base, Change, Put, Transaction};
+use super::commit::{Base, Put, WrittenPut};
 use super::snapshot::{self, SnapshotOp};
 use super::types::{assignable, display_type, duckdb_field_ids, duckdb_type};
 use super::{LoadedTable, Tables, require_branch, stats};
@@ -324,8 +324,8 @@ pub async fn write_table(
     );
     let ready = match (published, ready) {
         (Ok(()), Ok(r)) => r,
-        // A failed upload removed what it had uploaded; a staged transaction dropped
-        // here removes the files it wrote.
+        // A failed upload removed what it had uploaded; a written version dropped here
+        // removes its files.
         (Err(e), _) => {
             cleanup(&[]);
             return Err(e);
@@ -335,7 +335,7 @@ pub async fn write_table(
             return Err(e);
         }
     };
-    match commit_staged(&job, ready).await {
+    match commit_staged(tables, &job, ready).await {
         Ok(response) => Ok(response),
         // The catalog failed in a way that may have committed: the files stay (what no
         // commit reaches, `lh gc` removes later).
@@ -453,7 +453,7 @@ enum Ready<'a> {
     /// An append of no rows: no snapshot, no commit.
     Nothing(ImportResponse),
     Staged {
-        tx: Transaction<'a>,
+        written: WrittenPut<'a>,
         meta: CommitMeta,
         rows: u64,
         files: u64,
@@ -461,8 +461,9 @@ enum Ready<'a> {
     },
 }
 
-/// Makes the write's snapshot (its manifests and manifest list, in memory) and stages
-/// the table's next version, which writes them with its metadata file.
+/// Makes the write's snapshot (its manifests and manifest list, in memory) and writes
+/// the table's next version with them. No transaction yet: `lh gc` waits for
+/// transactions, and this runs while the data files upload (which may take minutes).
 async fn stage_write<'a>(
     tables: &'a Tables,
     job: &WriteJob,
@@ -522,10 +523,9 @@ async fn stage_write<'a>(
         updates,
         files,
     };
-    let mut tx = tables.begin().await;
-    tx.stage(Change::Put(put)).await?;
+    let written = tables.write_put(put).await?;
     Ok(Ready::Staged {
-        tx,
+        written,
         meta,
         rows: w.rows,
         files: if w.rows == 0 { 0 } else { n_files },
@@ -533,17 +533,23 @@ async fn stage_write<'a>(
     })
 }
 
-async fn commit_staged(job: &WriteJob, ready: Ready<'_>) -> Result<ImportResponse> {
-    let (tx, meta, rows, files, bytes) = match ready {
+async fn commit_staged(
+    tables: &Tables,
+    job: &WriteJob,
+    ready: Ready<'_>,
+) -> Result<ImportResponse> {
+    let (written, meta, rows, files, bytes) = match ready {
         Ready::Nothing(response) => return Ok(response),
         Ready::Staged {
-            tx,
+            written,
             meta,
             rows,
             files,
             bytes,
-        } => (tx, meta, rows, files, bytes),
+        } => (written, meta, rows, files, bytes),
     };
+    let mut tx = tables.begin().await;
+    tx.adopt(written);
     let committed = tx.commit(&job.branch, meta).await?;
     Ok(ImportResponse {
         table: job.table.clone(),

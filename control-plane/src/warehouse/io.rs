@@ -57,6 +57,11 @@ impl std::fmt::Debug for Remembered {
 }
 
 impl Remembered {
+    /// Forgets `location` (a file removed).
+    pub fn forget(&self, location: &str) {
+        self.0.remove(location);
+    }
+
     /// Keeps `bytes`, written at `location`, when they are small.
     pub fn keep(&self, location: &str, bytes: &Bytes) {
         if bytes.len() <= SMALL_BYTES {

@@ -298,7 +298,10 @@ impl Warehouse {
                     }
                 }
             }
-            Backend::S3 { bucket, .. } => {
+            Backend::S3 { bucket, small, .. } => {
+                for l in locations {
+                    small.forget(l);
+                }
                 let keys: Vec<String> = locations.iter().filter_map(|l| self.key(l).ok()).collect();
                 if keys.is_empty() {
                     return;
@@ -452,6 +455,17 @@ fn write_files_durably(files: &[(PathBuf, bytes::Bytes)]) -> Result<()> {
     let mut dirs = std::collections::BTreeSet::new();
     for (path, bytes) in files {
         if let Some(dir) = path.parent() {
+            // A folder made here is named in its parent, which must reach the disk too.
+            let mut made = dir;
+            while !made.exists() {
+                match made.parent() {
+                    Some(p) => {
+                        dirs.insert(p);
+                        made = p;
+                    }
+                    None => break,
+                }
+            }
             std::fs::create_dir_all(dir)?;
             dirs.insert(dir);
         }

@@ -10,6 +10,7 @@ wall time of each append (write the data file, the manifests and commit), in ms.
 
 import argparse
 import json
+import os
 import time
 
 import pyarrow as pa
@@ -28,7 +29,7 @@ def main():
     a = ap.parse_args()
 
     catalogs = {
-        "lh": RestCatalog("lh", uri=a.uri, warehouse="main"),
+        "lh": RestCatalog("lh", uri=a.uri, warehouse="main", token=os.environ["LH_TOKEN"]),
         "sql": SqlCatalog("sql", uri=f"sqlite:///{a.dir}/pyiceberg.db", warehouse=f"file://{a.dir}/warehouse"),
     }
     schema = Schema(

@@ -2,7 +2,8 @@
 # The demo: a fresh lh server on the embedded default (SQLite catalog, local folder
 # warehouse) in a temporary directory, TPC-H data, a branch, a change, queries of both
 # refs, a diff, a merge, time travel to main before the merge, and DuckDB reading main
-# through lh's Iceberg REST catalog. Every command is printed as a user would type it.
+# through lh's Iceberg REST catalog. The server makes an admin token at its first start
+# and writes it into the profile in $LH_HOME, which `lh` then uses. Every command is printed as a user would type it.
 #
 #     make demo            (builds lh and installs tpchgen-cli first)
 #     LH_DEMO_SCALE=1 make demo
@@ -72,7 +73,10 @@ say "time travel: main before the merge, by its commit"
 run lh query "$REVENUE" --ref "main@$MAIN_BEFORE"
 run lh table show tpch.lineitem
 
-say "any engine on any ref: DuckDB attaches main through lh's Iceberg REST catalog"
+say "any engine on any ref: DuckDB attaches main through lh's Iceberg REST catalog, with a read-only token"
+printf '\033[36m$ export LH_TOKEN="$(lh token create --user duckdb --role reader)"\033[0m\n'
+LH_TOKEN="$("$LH" token create --user duckdb --role reader)"
+export LH_TOKEN
 run python3 scripts/demo_engine.py "$LH_ENDPOINT/iceberg" main "$REVENUE"
 
 say "done; the data is in $WORK (remove it with: rm -rf $WORK)"

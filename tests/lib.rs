@@ -160,6 +160,11 @@ fn spawn(dir: &Path, args: &[String], envs: &[(String, String)], log: &Path) -> 
         .arg(&data)
         .args(args)
         .env("LH_LOG", "info")
+        // The first admin token goes into the test CLI's profile, for the user the
+        // tests' commits are by.
+        .env("LH_HOME", dir.join("home"))
+        .env("USER", "tester")
+        .env_remove("LH_PROFILE")
         .envs(envs.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -258,10 +263,17 @@ impl Server {
     /// Starts the server again on the same data directory (after `kill` or `stop`); it
     /// listens on a new port: take a new `lh()`.
     pub fn restart(&mut self) {
+        self.restart_with(&[]);
+    }
+
+    /// [`Server::restart`] with flags added for this start only.
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        let mut args = self.args.clone();
+        args.extend(extra.iter().map(|a| a.to_string()));
         if let Ok(None) = self.child.try_wait() {
             self.terminate();
         }
-        let (child, url) = spawn(self.dir.path(), &self.args, &self.envs, &self.log);
+        let (child, url) = spawn(self.dir.path(), &args, &self.envs, &self.log);
         self.child = child;
         self.url = url;
     }
@@ -274,6 +286,24 @@ impl Server {
         self.dir.path().join("data")
     }
 
+    /// The admin token the server made at its first start (in the test CLI's profile).
+    pub fn token(&self) -> String {
+        let path = self.dir.path().join("home").join("config.yaml");
+        let file = lh_api::config_file::ConfigFile::load(&path).expect("the CLI's config file");
+        file.profiles
+            .get("default")
+            .and_then(|p| p.token.clone())
+            .unwrap_or_else(|| panic!("no admin token in {}", path.display()))
+    }
+
+    /// A new token for `user` with `role`, made with the admin token.
+    pub fn token_for(&self, user: &str, role: &str) -> String {
+        let out = self
+            .lh()
+            .run(&["token", "create", "--user", user, "--role", role]);
+        out.ok().trim().to_string()
+    }
+
     /// A CLI bound to this server, with its own home directory.
     pub fn lh(&self) -> Lh {
         let home = self.dir.path().join("home");
@@ -281,6 +311,7 @@ impl Server {
             endpoint: self.url.clone(),
             home,
             cwd: self.dir.path().to_path_buf(),
+            token: None,
         }
     }
 
@@ -326,6 +357,8 @@ pub struct Lh {
     pub endpoint: String,
     pub home: PathBuf,
     pub cwd: PathBuf,
+    /// `LH_TOKEN` (none: the profile's, the admin token the server made).
+    pub token: Option<String>,
 }
 
 /// What one `lh` command did.
@@ -382,8 +415,22 @@ impl Lh {
             .env("LH_HOME", &self.home)
             .env("LH_USER", "tester")
             .env_remove("LH_PROFILE")
+            .env_remove("LH_TOKEN")
             .env("NO_COLOR", "1");
+        if let Some(t) = &self.token {
+            c.env("LH_TOKEN", t);
+        }
         c
+    }
+
+    /// The same CLI with another token.
+    pub fn with_token(&self, token: &str) -> Lh {
+        Lh {
+            endpoint: self.endpoint.clone(),
+            home: self.home.clone(),
+            cwd: self.cwd.clone(),
+            token: Some(token.to_string()),
+        }
     }
 
     /// Writes a file in the CLI's working directory and returns its path.

@@ -18,8 +18,11 @@ pub const LH_BIND: &str = "LH_BIND";
 pub const LH_CATALOG_URL: &str = "LH_CATALOG_URL";
 /// `lh server --warehouse`.
 pub const LH_WAREHOUSE: &str = "LH_WAREHOUSE";
-/// The author recorded in commits [default: $USER].
+/// The author recorded in commits by a server started with `--no-auth` [default:
+/// $USER]; with authentication, the author is the token's user.
 pub const LH_USER: &str = "LH_USER";
+/// The bearer token `lh` sends (overrides the profile's).
+pub const LH_TOKEN: &str = "LH_TOKEN";
 /// Log filter for `lh server` (tracing's `EnvFilter` syntax) [default: info].
 pub const LH_LOG: &str = "LH_LOG";
 /// `lh server --env-cache`: where Python environments are built and kept.

@@ -2,6 +2,7 @@
 //! that both sides of every request are one definition. JSON field names are the API's
 //! contract: scripts read `lh --output json`, which prints these types.
 
+pub mod config_file;
 pub mod env_vars;
 
 use std::collections::BTreeMap;
@@ -78,6 +79,68 @@ pub struct ServerInfo {
     /// An S3 warehouse's bucket and how it is reached (never a secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage: Option<StorageInfo>,
+    /// How requests are authenticated (absent from servers before tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthInfo>,
+}
+
+/// How requests are authenticated, and who is asking.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AuthInfo {
+    /// `tokens` (bearer tokens), or `off` (`--no-auth`, on a loopback address only).
+    pub mode: String,
+    /// The identity of the request that asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+}
+
+/// `POST /api/v1/tokens`: a new bearer token.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct TokenCreate {
+    /// What the token is for [default: the user's name].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The user it authenticates (the author of its changes) [default: the caller].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// `reader`, `writer`, `maintainer` or `admin` [default: `reader`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// Seconds until it expires [default: never].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_in_secs: Option<u64>,
+}
+
+/// A token as listed: never its secret.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TokenInfo {
+    pub id: String,
+    pub name: String,
+    pub user: String,
+    pub role: String,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_at: Option<DateTime<Utc>>,
+    /// When it last authenticated a request (to the minute).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// A new token: the secret is in this answer and nowhere else.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TokenCreated {
+    pub token: String,
+    pub info: TokenInfo,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TokenList {
+    pub tokens: Vec<TokenInfo>,
 }
 
 /// How the server reaches an S3 warehouse: no secret, only where the key came from.

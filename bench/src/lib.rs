@@ -127,6 +127,9 @@ impl Server {
             .args(["server", "--bind", "127.0.0.1:0", "--data-dir"])
             .arg(&data)
             .args(extra)
+            // The first admin token goes into the benchmark CLI's profile.
+            .env("LH_HOME", dir.join("home"))
+            .env_remove("LH_PROFILE")
             .envs(envs.iter().map(|(k, v)| (k, v)))
             .env("LH_LOG", "warn")
             .stdout(std::process::Stdio::null())
@@ -150,6 +153,16 @@ impl Server {
             home: dir.join("home"),
             _tmp: tmp,
         })
+    }
+
+    /// The admin token the server made at its first start (in the CLI's profile).
+    pub fn token(&self) -> anyhow::Result<String> {
+        let path = self.home.join("config.yaml");
+        let file = lh_api::config_file::ConfigFile::load(&path).map_err(anyhow::Error::msg)?;
+        file.profiles
+            .get("default")
+            .and_then(|p| p.token.clone())
+            .ok_or_else(|| anyhow::anyhow!("no admin token in {}", path.display()))
     }
 
     /// The `lh` CLI pointed at this server.

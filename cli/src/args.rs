@@ -19,7 +19,8 @@ pub struct Cli {
 }
 
 pub const EXIT_CODES: &str = "Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict, \
-5 invalid input, 6 server unreachable, 7 query timeout or result too large, 8 run failed";
+5 invalid input, 6 server unreachable, 7 query timeout or result too large, 8 run failed, \
+9 not authenticated or not permitted";
 
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
@@ -78,6 +79,49 @@ pub enum Commands {
     Rerun(RerunArgs),
     /// Remove warehouse files no commit reaches (left by failed or refused writes)
     Gc(GcArgs),
+    /// Make, list and revoke the bearer tokens of users (admins only)
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a token; it is printed once and stored nowhere (only its hash is)
+    Create(TokenCreateArgs),
+    /// List tokens (never their secrets)
+    #[command(alias = "list")]
+    Ls,
+    /// Revoke a token: its next request is refused
+    Revoke {
+        /// The token's id (`lh token ls`)
+        id: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct TokenCreateArgs {
+    /// What the token is for [default: the user's name]
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The user it authenticates: the author of its changes [default: you]
+    #[arg(long)]
+    pub user: Option<String>,
+    /// reader (read and query), writer (+ imports, table changes, runs), maintainer
+    /// (+ merges, moving and deleting refs) or admin (+ tokens, gc)
+    #[arg(long, default_value = "reader")]
+    pub role: String,
+    /// When it expires: 90m, 36h, 30d [default: never]
+    #[arg(long, value_name = "AGE", value_parser = parse_lifetime)]
+    pub expires: Option<u64>,
+}
+
+/// A token's lifetime: `parse_age` without its lower bound.
+fn parse_lifetime(s: &str) -> Result<u64, String> {
+    let secs = parse_age(s)?;
+    if secs == 0 {
+        return Err(format!("'{s}' is no lifetime: it must be longer than 0"));
+    }
+    Ok(secs)
 }
 
 #[derive(Debug, Args)]

@@ -24,6 +24,8 @@ pub struct Client {
     http: reqwest::Client,
     endpoint: String,
     user: String,
+    /// Sent as `Authorization: Bearer` with every request.
+    token: Option<String>,
     /// The server's answer to `/info`, asked for once, when a command needs it.
     info: tokio::sync::OnceCell<ServerInfo>,
 }
@@ -37,7 +39,7 @@ pub struct QueryResult {
 }
 
 impl Client {
-    pub fn new(endpoint: &str, user: &str) -> CliResult<Client> {
+    pub fn new(endpoint: &str, user: &str, token: Option<&str>) -> CliResult<Client> {
         let http = reqwest::Client::builder()
             .connect_timeout(std::time::Duration::from_secs(5))
             .build()?;
@@ -45,6 +47,7 @@ impl Client {
             http,
             endpoint: endpoint.to_string(),
             user: user.to_string(),
+            token: token.map(str::to_string),
             info: tokio::sync::OnceCell::new(),
         })
     }
@@ -54,9 +57,15 @@ impl Client {
     }
 
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
-        self.http
+        let req = self
+            .http
             .request(method, format!("{}/api/v1{path}", self.endpoint))
-            .header("x-lh-user", &self.user)
+            // The author a server without authentication records.
+            .header("x-lh-user", &self.user);
+        match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
     }
 
     async fn send(&self, req: RequestBuilder) -> CliResult<Response> {
@@ -122,6 +131,18 @@ impl Client {
             .send(self.request(Method::DELETE, path).query(query))
             .await?;
         Ok(resp.json().await?)
+    }
+
+    pub async fn create_token(&self, req: &lh_api::TokenCreate) -> CliResult<lh_api::TokenCreated> {
+        self.post("/tokens", req).await
+    }
+
+    pub async fn list_tokens(&self) -> CliResult<lh_api::TokenList> {
+        self.get("/tokens", &[]).await
+    }
+
+    pub async fn revoke_token(&self, id: &str) -> CliResult<lh_api::TokenInfo> {
+        self.delete(&format!("/tokens/{}", segment(id)?), &[]).await
     }
 
     /// The server's version, catalog, warehouse, limits and default branch.

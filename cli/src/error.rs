@@ -15,6 +15,8 @@ pub enum Exit {
     Unreachable = 6,
     Limit = 7,
     RunFailed = 8,
+    /// No valid token (401), or the token's role may not (403).
+    Denied = 9,
 }
 
 #[derive(Debug)]
@@ -57,11 +59,13 @@ impl CliError {
 
     pub fn exit(&self) -> Exit {
         match self {
-            CliError::Api { status, .. } => match status {
+            CliError::Api { status, body } => match status {
                 404 => Exit::NotFound,
                 409 => Exit::Conflict,
                 400 | 422 => Exit::Invalid,
                 413 | 504 => Exit::Limit,
+                401 => Exit::Denied,
+                403 if body.error.kind == "permission_denied" => Exit::Denied,
                 _ => Exit::Error,
             },
             CliError::Unreachable { .. } => Exit::Unreachable,

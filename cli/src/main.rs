@@ -54,7 +54,11 @@ async fn run(cli: Cli) -> CliResult<()> {
         return commands::server::run(args);
     }
     let mut settings = settings::Settings::resolve(&cli.global)?;
-    let client = client::Client::new(&settings.endpoint, &settings.user)?;
+    let client = client::Client::new(
+        &settings.endpoint,
+        &settings.user,
+        settings.token.as_deref(),
+    )?;
     match cli.command {
         Commands::Server(_) => unreachable!("handled above"),
         Commands::Info => commands::refs::info(&client, &settings).await,
@@ -74,5 +78,6 @@ async fn run(cli: Cli) -> CliResult<()> {
         Commands::Run(args) => commands::runs::run(&client, &settings, args).await,
         Commands::Runs(cmd) => commands::runs::runs(&client, &settings, cmd).await,
         Commands::Rerun(args) => commands::runs::rerun(&client, &settings, args).await,
+        Commands::Token(cmd) => commands::tokens::run(&client, &settings, cmd).await,
     }
 }

@@ -1,5 +1,6 @@
 //! The whole HTTP application: lh's API (`api::router`) and the Iceberg REST catalog
-//! (`rest::router`) side by side, with the request-id, tracing and panic layers every
+//! (`rest::router`) side by side, with the guard (`auth::guard`: Host, Origin, token,
+//! permission), the body limit, and the request-id, tracing and panic layers every
 //! request goes through.
 
 use axum::Router;
@@ -11,10 +12,19 @@ use crate::state::AppState;
 
 pub fn app(state: AppState) -> Router {
     let request_id = HeaderName::from_static(lh_api::REQUEST_ID_HEADER);
+    let guard = state.guard.clone();
+    let max_body = guard.max_request_bytes;
     Router::new()
         .merge(crate::api::router())
         .merge(crate::rest::router())
         .with_state(state)
+        // Host, Origin, token and the route's permission, before any handler (after
+        // routing, which names the route).
+        .layer(axum::middleware::from_fn_with_state(
+            guard,
+            crate::auth::guard::guard,
+        ))
+        .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .layer(
             TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {
                 let id = req

@@ -12,8 +12,10 @@ use lh_api::TableConflict;
 pub enum Kind {
     NotFound,
     BadRequest,
+    /// No valid credentials: a token missing, malformed, unknown, expired or revoked.
+    Unauthenticated,
     /// Refused whatever the request says (a write to a tag or a fixed commit, through
-    /// the Iceberg REST catalog).
+    /// the Iceberg REST catalog), or to this identity (its role may not).
     Forbidden,
     Conflict,
     /// Well formed but contradicting itself (a property both set and removed).
@@ -71,6 +73,7 @@ codes! {
     GcRunning = "gc_running",
     GcUnreadable = "gc_unreadable",
     GraceTooShort = "grace_too_short",
+    HostNotAllowed = "host_not_allowed",
     Iceberg = "iceberg",
     Internal = "internal",
     Interrupted = "interrupted",
@@ -88,7 +91,9 @@ codes! {
     NotAllowed = "not_allowed",
     NotRunning = "not_running",
     ObjectStore = "object_store",
+    OriginNotAllowed = "origin_not_allowed",
     OutsideWarehouse = "outside_warehouse",
+    PermissionDenied = "permission_denied",
     PrefixNotFound = "prefix_not_found",
     PropertyConflict = "property_conflict",
     ReadOnly = "read_only",
@@ -107,6 +112,8 @@ codes! {
     Storage = "storage",
     TableNotFound = "table_not_found",
     Timeout = "timeout",
+    TokenNotFound = "token_not_found",
+    Unauthenticated = "unauthenticated",
     UnknownFormat = "unknown_format",
     UnknownParameter = "unknown_parameter",
     UnreadableMetadata = "unreadable_metadata",

@@ -19,6 +19,7 @@ pub fn status(kind: Kind) -> StatusCode {
     match kind {
         Kind::NotFound => StatusCode::NOT_FOUND,
         Kind::BadRequest => StatusCode::BAD_REQUEST,
+        Kind::Unauthenticated => StatusCode::UNAUTHORIZED,
         Kind::Forbidden => StatusCode::FORBIDDEN,
         Kind::Conflict => StatusCode::CONFLICT,
         Kind::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
@@ -63,8 +64,19 @@ impl IntoResponse for ApiError {
                 conflicts: e.conflicts,
             },
         };
-        (status, Json(body)).into_response()
+        with_challenge(status, (status, Json(body)).into_response())
     }
+}
+
+/// A 401 names the scheme it wants (RFC 6750).
+fn with_challenge(status: StatusCode, mut response: Response) -> Response {
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            axum::http::header::WWW_AUTHENTICATE,
+            axum::http::HeaderValue::from_static("Bearer realm=\"lh\""),
+        );
+    }
+    response
 }
 
 /// An error on its way to a client of the Iceberg REST catalog, in the spec's model:
@@ -91,6 +103,7 @@ fn iceberg_type(e: &Error) -> &'static str {
         (Kind::Conflict, Code::NamespaceNotEmpty) => "NamespaceNotEmptyException",
         (Kind::Conflict, _) => "CommitFailedException",
         (Kind::BadRequest, _) => "BadRequestException",
+        (Kind::Unauthenticated, _) => "NotAuthorizedException",
         (Kind::Forbidden, _) => "ForbiddenException",
         (Kind::Unprocessable, _) => "UnprocessableEntityException",
         (Kind::Unavailable, _) => "ServiceUnavailableException",
@@ -114,7 +127,7 @@ impl IntoResponse for IcebergError {
         let body = serde_json::json!({
             "error": { "message": e.message, "type": iceberg_type(&e), "code": status.as_u16() }
         });
-        (status, Json(body)).into_response()
+        with_challenge(status, (status, Json(body)).into_response())
     }
 }
 

@@ -76,6 +76,18 @@ pub struct ServerConfig {
     /// Whether the Iceberg REST catalog hands clients the warehouse's S3 credentials
     /// when they ask (`X-Iceberg-Access-Delegation: vended-credentials`).
     pub vend_credentials: bool,
+    /// Whether requests need a token; off (`--no-auth`) only on a loopback address.
+    pub auth: bool,
+    /// Host names served besides the loopback ones (on a loopback bind), or the only
+    /// ones served (elsewhere; none: any).
+    pub allowed_hosts: Vec<String>,
+    /// Origins whose web pages may call the server (CORS).
+    pub allowed_origins: Vec<String>,
+    /// The largest request body (JSON); uploads have their own limit.
+    pub max_request_bytes: usize,
+    /// Make a new admin token at start and write it to the local profile, even when
+    /// tokens exist (the way back in when the profile lost its token).
+    pub new_admin_token: bool,
 }
 
 /// Which runtime runs Python functions.
@@ -115,12 +127,24 @@ impl ServerConfig {
             cache_bytes: 20 << 30,
             s3_timeout: Duration::from_secs(30),
             vend_credentials: true,
+            auth: true,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            max_request_bytes: 16 << 20,
+            new_admin_token: false,
         }
     }
 }
 
 /// Opens the catalog and the warehouse and builds the application state.
 pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
+    if !config.auth && !config.bind.ip().is_loopback() {
+        anyhow::bail!(
+            "--no-auth is only allowed on a loopback address (127.0.0.1 or ::1), not {}: \
+             anyone who reaches the server could do anything",
+            config.bind
+        );
+    }
     std::fs::create_dir_all(&config.data_dir).with_context(|| {
         format!(
             "cannot create the data directory {}",
@@ -180,6 +204,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         query_timeout_ms: config.query_timeout.as_millis() as u64,
         max_result_bytes: config.max_result_bytes,
         runtime: String::new(),
+        auth: None,
         storage: warehouse.s3().map(|b| lh_api::StorageInfo {
             bucket: b.settings.bucket.clone(),
             prefix: b.settings.prefix.clone(),
@@ -219,6 +244,19 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let namespaces = Arc::new(Namespaces::new(db.clone(), catalog.clone()));
+    let tokens = config
+        .auth
+        .then(|| Arc::new(crate::auth::tokens::Tokens::new(db.clone())));
+    let guard = Arc::new(crate::auth::guard::Guard {
+        tokens: tokens.clone(),
+        allowed_hosts: crate::auth::guard::Guard::hosts_for(
+            config.bind.ip(),
+            &config.allowed_hosts,
+        ),
+        allowed_origins: config.allowed_origins.clone(),
+        routes: crate::auth::routes::all(),
+        max_request_bytes: config.max_request_bytes,
+    });
     let runs = runs_service(
         config,
         &data_dir,
@@ -239,6 +277,8 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         runs,
         namespaces,
         info,
+        tokens,
+        guard,
     })
 }
 
@@ -358,9 +398,18 @@ pub async fn serve(
         .await
         .with_context(|| format!("cannot listen on {}", config.bind))?;
     let addr = listener.local_addr()?;
+    let auth = match &state.tokens {
+        Some(tokens) => {
+            match crate::auth::bootstrap::first_admin(tokens, addr, config.new_admin_token).await? {
+                Some(written) => format!("tokens ({written})"),
+                None => "tokens".to_string(),
+            }
+        }
+        None => "off (--no-auth: every request is an admin; loopback only)".to_string(),
+    };
     tracing::info!(%addr, catalog = %state.info.catalog, warehouse = %state.info.warehouse, "lh server listening");
     eprintln!(
-        "lh server {} listening on http://{addr}\n  catalog:   {}\n  warehouse: {}",
+        "lh server {} listening on http://{addr}\n  catalog:   {}\n  warehouse: {}\n  auth:      {auth}",
         state.info.version, state.info.catalog, state.info.warehouse
     );
     let runtime = state.runs.runtime().clone();

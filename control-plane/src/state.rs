@@ -27,4 +27,8 @@ pub struct AppState {
     /// The Iceberg REST catalog's namespaces.
     pub namespaces: Arc<Namespaces>,
     pub info: lh_api::ServerInfo,
+    /// Bearer tokens; `None` with `--no-auth`.
+    pub tokens: Option<Arc<crate::auth::tokens::Tokens>>,
+    /// What every request is checked against first (`auth::guard`).
+    pub guard: Arc<crate::auth::guard::Guard>,
 }

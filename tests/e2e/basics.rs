@@ -101,6 +101,7 @@ fn a_server_that_is_not_running_is_a_clear_error() {
         endpoint: format!("http://127.0.0.1:{port}"),
         home: dir.path().join("home"),
         cwd: dir.path().to_path_buf(),
+        token: None,
     };
     for args in [&["branch", "ls"][..], &["query", "select 1"], &["info"]] {
         let run = lh.run(args);

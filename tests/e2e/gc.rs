@@ -322,8 +322,13 @@ fn locations_are_stored_canonically_and_an_unreadable_version_keeps_only_its_fol
         .build()
         .into();
     let rest = format!("{}/iceberg/v1/main", server.url);
+    let auth = format!("Bearer {}", server.token());
     let post = |path: &str, body: Value| -> (u16, Value) {
-        let mut r = http.post(&format!("{rest}{path}")).send_json(body).unwrap();
+        let mut r = http
+            .post(&format!("{rest}{path}"))
+            .header("Authorization", &auth)
+            .send_json(body)
+            .unwrap();
         let status = r.status().as_u16();
         (status, r.body_mut().read_json().unwrap_or(Value::Null))
     };

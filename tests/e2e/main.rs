@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `lh server` and `lh` CLI, in temporary directories.
 //! One test binary for all of them (each binary links DuckDB).
 
+mod auth;
 mod basics;
 mod gc;
 mod interop;

@@ -13,9 +13,40 @@ fn rest_uri(server: &Server) -> String {
     format!("{}/iceberg", server.url)
 }
 
-/// Runs one scenario of `rest_clients.py` and returns what it printed.
+/// Runs one scenario of `rest_clients.py` with the server's admin token and returns
+/// what it printed.
 #[track_caller]
 pub(crate) fn client(server: &Server, scenario: &str, warehouse: &str, args: &[&str]) -> Value {
+    client_as(server, &server.token(), scenario, warehouse, args)
+}
+
+/// [`client`] with another token (its user is the author of the scenario's commits).
+#[track_caller]
+pub(crate) fn client_as(
+    server: &Server,
+    token: &str,
+    scenario: &str,
+    warehouse: &str,
+    args: &[&str],
+) -> Value {
+    client_with(
+        server,
+        &[("LH_TEST_TOKEN", token)],
+        scenario,
+        warehouse,
+        args,
+    )
+}
+
+/// [`client`] with `envs` set for the scenario (`LH_TEST_TOKEN`, `LH_TEST_OAUTH`).
+#[track_caller]
+pub(crate) fn client_with(
+    server: &Server,
+    envs: &[(&str, &str)],
+    scenario: &str,
+    warehouse: &str,
+    args: &[&str],
+) -> Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/rest_clients.py");
     let out = std::process::Command::new(python())
         .arg(script)
@@ -23,6 +54,9 @@ pub(crate) fn client(server: &Server, scenario: &str, warehouse: &str, args: &[&
         .arg(rest_uri(server))
         .arg(warehouse)
         .args(args)
+        .env_remove("LH_TEST_TOKEN")
+        .env_remove("LH_TEST_OAUTH")
+        .envs(envs.iter().copied())
         .output()
         .expect("run python");
     assert!(
@@ -92,6 +126,7 @@ fn rust_client_read(
         let mut props = HashMap::from([
             ("uri".to_string(), rest_uri(server)),
             ("warehouse".to_string(), warehouse.to_string()),
+            ("token".to_string(), server.token()),
         ]);
         // On S3, with the credentials the catalog vends (lh's props-driven storage:
         // the iceberg crate has no S3 storage of its own).
@@ -158,7 +193,16 @@ fn pyiceberg_writes_a_branch_that_a_merge_publishes() {
     lh.run(&["branch", "create", "dev"]).ok();
     let before_dev = lh.head("main");
 
-    let py = client(&server, "pyiceberg_basics", "dev", &[]);
+    // As alice, a writer, whose token pyiceberg exchanges at the catalog's token
+    // endpoint (its `credential`) before anything else.
+    let alice = server.token_for("alice", "writer");
+    let py = client_with(
+        &server,
+        &[("LH_TEST_TOKEN", &alice), ("LH_TEST_OAUTH", "1")],
+        "pyiceberg_basics",
+        "dev",
+        &[],
+    );
     assert_eq!(py["namespaces"], json!([["shop"]]));
     assert_eq!(py["namespace_properties"], json!({"owner": "analytics"}));
     assert_eq!(py["tables"], json!([["shop", "orders"]]));
@@ -192,8 +236,8 @@ fn pyiceberg_writes_a_branch_that_a_merge_publishes() {
         "dev",
     );
     assert_eq!(ours, rows);
-    // Each write was one lh commit on dev, saying what it did, by the user the client
-    // named (`header.x-lh-user`); main did not move.
+    // Each write was one lh commit on dev, saying what it did, by the user of the
+    // client's token; main did not move.
     let commits = log(&lh, "dev");
     for m in [
         "create shop.orders",
@@ -269,11 +313,11 @@ fn pyiceberg_writes_a_branch_that_a_merge_publishes() {
     );
     let d = client(&server, "drop", "main", &["shop.orders", "purge"]);
     assert_eq!(d["exists_after"], false);
-    // A client that names no user commits as `iceberg-rest`.
+    // A client commits as its token's user (here the admin token's, made for `tester`).
     assert_eq!(
         log(&lh, "main")[0],
         (
-            "iceberg-rest".to_string(),
+            "tester".to_string(),
             "drop shop.orders (purge requested: files kept for other refs)".to_string()
         )
     );
@@ -421,10 +465,17 @@ fn duckdb_attaches_a_branch_reads_lh_tables_and_writes() {
 struct Http {
     agent: ureq::Agent,
     base: String,
+    /// `Authorization: Bearer` of every request (none: sent without).
+    token: Option<String>,
 }
 
 impl Http {
+    /// With the server's admin token.
     fn new(server: &Server) -> Http {
+        Http::with_token(server, Some(server.token()))
+    }
+
+    fn with_token(server: &Server, token: Option<String>) -> Http {
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .build()
@@ -432,7 +483,15 @@ impl Http {
         Http {
             agent,
             base: rest_uri(server),
+            token,
         }
+    }
+
+    fn auth(&self) -> String {
+        self.token
+            .as_ref()
+            .map(|t| format!("Bearer {t}"))
+            .unwrap_or_default()
     }
 
     /// A GET with the header that asks for vended credentials.
@@ -441,6 +500,7 @@ impl Http {
         let res = self
             .agent
             .get(&url)
+            .header("Authorization", self.auth())
             .header("X-Iceberg-Access-Delegation", "vended-credentials")
             .call()
             .unwrap_or_else(|e| panic!("GET {url}: {e}"));
@@ -449,12 +509,25 @@ impl Http {
 
     fn send(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         let url = format!("{}{path}", self.base);
+        let auth = self.auth();
         let res = match (method, body) {
-            ("GET", _) => self.agent.get(&url).call(),
-            ("HEAD", _) => self.agent.head(&url).call(),
-            ("DELETE", _) => self.agent.delete(&url).call(),
-            ("POST", Some(b)) => self.agent.post(&url).send_json(b),
-            ("POST", None) => self.agent.post(&url).send_empty(),
+            ("GET", _) => self.agent.get(&url).header("Authorization", &auth).call(),
+            ("HEAD", _) => self.agent.head(&url).header("Authorization", &auth).call(),
+            ("DELETE", _) => self
+                .agent
+                .delete(&url)
+                .header("Authorization", &auth)
+                .call(),
+            ("POST", Some(b)) => self
+                .agent
+                .post(&url)
+                .header("Authorization", &auth)
+                .send_json(b),
+            ("POST", None) => self
+                .agent
+                .post(&url)
+                .header("Authorization", &auth)
+                .send_empty(),
             _ => unreachable!(),
         }
         .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
@@ -974,6 +1047,7 @@ fn spark_writes_a_branch_that_a_merge_publishes() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/rest_spark.py");
     let out = std::process::Command::new(python())
         .args([script, &rest_uri(&server), "spark", "before-spark"])
+        .env("LH_TEST_TOKEN", server.token_for("spark-job", "writer"))
         .output()
         .expect("run python");
     assert!(

@@ -30,11 +30,18 @@ def rows_of(table, key="id"):
     return [{k: plain(v) for k, v in r.items()} for r in table.sort_by(key).to_pylist()]
 
 
-def catalog(uri, warehouse, user=None):
-    """A RestCatalog on the ref `warehouse`; `user` becomes the author of its commits."""
+def catalog(uri, warehouse):
+    """A RestCatalog on the ref `warehouse`, authenticated with the token in
+    LH_TEST_TOKEN (its user is the author of its commits): as `token`, or exchanged at
+    the catalog's token endpoint as a client `credential` when LH_TEST_OAUTH is set."""
     from pyiceberg.catalog.rest import RestCatalog
 
-    extra = {"header.x-lh-user": user} if user else {}
+    token = os.environ.get("LH_TEST_TOKEN")
+    extra = {}
+    if token and os.environ.get("LH_TEST_OAUTH"):
+        extra["credential"] = token
+    elif token:
+        extra["token"] = token
     return RestCatalog("lh", uri=uri, warehouse=warehouse, **extra)
 
 
@@ -44,7 +51,7 @@ def pyiceberg_basics(uri, warehouse):
     from pyiceberg.schema import Schema
     from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
-    cat = catalog(uri, warehouse, user="alice")
+    cat = catalog(uri, warehouse)
     cat.create_namespace("shop", {"owner": "analytics"})
     schema = Schema(
         NestedField(1, "id", LongType(), required=False),
@@ -195,10 +202,20 @@ def duckdb_connection():
     return connect()
 
 
+def attach(con, uri, warehouse):
+    """Attaches the ref `warehouse` as `lake`, with the token in LH_TEST_TOKEN."""
+    token = os.environ.get("LH_TEST_TOKEN", "")
+    if token:
+        con.execute(f"CREATE OR REPLACE SECRET lh_token (TYPE iceberg, TOKEN '{token}')")
+        con.execute(f"ATTACH '{warehouse}' AS lake (TYPE iceberg, ENDPOINT '{uri}', SECRET lh_token)")
+    else:
+        con.execute(f"ATTACH '{warehouse}' AS lake (TYPE iceberg, ENDPOINT '{uri}', AUTHORIZATION_TYPE 'none')")
+
+
 def duckdb_scenario(uri, warehouse, source):
     """ATTACH a branch, read a table lh imported, CREATE TABLE AS, INSERT, DELETE, UPDATE."""
     con = duckdb_connection()
-    con.execute(f"ATTACH '{warehouse}' AS lake (TYPE iceberg, ENDPOINT '{uri}', AUTHORIZATION_TYPE 'none')")
+    attach(con, uri, warehouse)
     tables = sorted(f"{r[1]}.{r[2]}" for r in con.sql("SHOW ALL TABLES").fetchall() if r[0] == "lake")
     con.execute("CREATE SCHEMA IF NOT EXISTS lake.shop")
     source_rows = con.sql(f"SELECT * FROM lake.{source} ORDER BY id").fetchall()
@@ -222,13 +239,13 @@ def duckdb_scenario(uri, warehouse, source):
 
 def duckdb_read(uri, warehouse, sql):
     con = duckdb_connection()
-    con.execute(f"ATTACH '{warehouse}' AS lake (TYPE iceberg, ENDPOINT '{uri}', AUTHORIZATION_TYPE 'none')")
+    attach(con, uri, warehouse)
     print(json.dumps({"rows": [[plain(v) for v in r] for r in con.sql(sql).fetchall()]}))
 
 
 def duckdb_write_error(uri, warehouse, sql):
     con = duckdb_connection()
-    con.execute(f"ATTACH '{warehouse}' AS lake (TYPE iceberg, ENDPOINT '{uri}', AUTHORIZATION_TYPE 'none')")
+    attach(con, uri, warehouse)
     try:
         con.execute(sql)
         print(json.dumps({"error": None}))

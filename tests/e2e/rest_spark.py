@@ -50,7 +50,7 @@ def session(uri, branch, frozen):
              .config(f"spark.sql.catalog.{name}.type", "rest")
              .config(f"spark.sql.catalog.{name}.uri", uri)
              .config(f"spark.sql.catalog.{name}.warehouse", warehouse)
-             .config(f"spark.sql.catalog.{name}.header.x-lh-user", "spark-job"))
+             .config(f"spark.sql.catalog.{name}.token", os.environ["LH_TEST_TOKEN"]))
     s = b.getOrCreate()
     s.sparkContext.setLogLevel("ERROR")
     return s

@@ -36,6 +36,7 @@ fn main() -> Result<()> {
         .arg(script)
         .arg(format!("{}/iceberg", server.url))
         .arg(scratch.path())
+        .env("LH_TOKEN", server.token()?)
         .args([
             "--commits",
             &commits.to_string(),

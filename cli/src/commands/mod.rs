@@ -5,3 +5,4 @@ pub mod refs;
 pub mod runs;
 pub mod server;
 pub mod tables;
+pub mod tokens;

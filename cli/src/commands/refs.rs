@@ -279,6 +279,14 @@ pub async fn info(client: &Client, settings: &Settings) -> CliResult<()> {
     if let Some(s) = storage {
         lines.insert(3, ("s3 endpoint", s));
     }
+    if let Some(a) = &server.auth {
+        let auth = match (a.mode.as_str(), &a.user, &a.role) {
+            ("off", ..) => "off (--no-auth: no token needed, loopback only)".to_string(),
+            (_, Some(user), Some(role)) => format!("token of user '{user}' (role {role})"),
+            (mode, ..) => mode.to_string(),
+        };
+        lines.insert(lines.len() - 1, ("auth", auth));
+    }
     let out = InfoOut {
         endpoint: client.endpoint(),
         iceberg_rest: &iceberg_rest,

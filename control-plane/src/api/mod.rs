@@ -9,6 +9,7 @@ mod query;
 mod refs;
 mod runs;
 mod tables;
+mod tokens;
 
 use axum::Router;
 
@@ -21,5 +22,6 @@ pub fn router() -> Router<AppState> {
         .merge(tables::router())
         .merge(query::router())
         .merge(runs::router())
+        .merge(tokens::router())
         .merge(openapi::router())
 }

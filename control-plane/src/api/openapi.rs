@@ -38,6 +38,9 @@ use crate::state::AppState;
         super::runs::run_logs,
         super::runs::cancel_run,
         super::runs::rerun,
+        super::tokens::create_token,
+        super::tokens::list_tokens,
+        super::tokens::revoke_token,
     )
 )]
 pub struct ApiDoc;

@@ -1,7 +1,7 @@
 //! Branches, tags, history, diffs and merges.
 
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use lh_api::{
@@ -11,8 +11,9 @@ use lh_api::{
 use lh_catalog::{CommitMeta, LogQuery, MergeOptions};
 
 use super::params::query_pairs;
+use crate::auth::Identity;
 use crate::error::{Code, Error, pointer};
-use crate::http::{ApiResult, author};
+use crate::http::ApiResult;
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -65,9 +66,14 @@ pub(crate) fn table_diff(d: lh_catalog::TableDiff) -> TableDiff {
 
 /// The server: version, storage, catalog and limits.
 #[utoipa::path(get, path = "/api/v1/info", responses((status = 200, body = lh_api::ServerInfo)))]
-async fn info(State(s): State<AppState>) -> Json<lh_api::ServerInfo> {
+async fn info(State(s): State<AppState>, identity: Identity) -> Json<lh_api::ServerInfo> {
     let mut info = s.info.clone();
     info.runtime = s.runs.runtime().describe();
+    info.auth = Some(lh_api::AuthInfo {
+        mode: if s.tokens.is_some() { "tokens" } else { "off" }.to_string(),
+        user: Some(identity.user),
+        role: Some(identity.role.as_str().to_string()),
+    });
     Json(info)
 }
 
@@ -246,14 +252,17 @@ async fn diff(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<Jso
     responses((status = 200, body = MergeResponse), (status = 409, body = lh_api::ErrorBody)))]
 async fn merge(
     State(s): State<AppState>,
-    headers: HeaderMap,
+    identity: Identity,
     Json(req): Json<MergeRequest>,
 ) -> ApiResult<Json<MergeResponse>> {
     let expected_head = match &req.expected_head {
         Some(e) => Some(s.catalog.resolve(&format!("@{e}")).await?.commit.id),
         None => None,
     };
-    let mut meta = CommitMeta::new(author(&headers), req.message.clone().unwrap_or_default());
+    let mut meta = CommitMeta::new(
+        identity.user.clone(),
+        req.message.clone().unwrap_or_default(),
+    );
     meta.properties = req.properties.clone();
     let out = s
         .catalog

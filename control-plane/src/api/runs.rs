@@ -1,14 +1,15 @@
 //! Pipeline runs: plan, start, follow, cancel, replay.
 
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use lh_api::{PlanResponse, RerunRequest, RunInfo, RunList, RunRequest};
 
 use super::params::query_pairs;
+use crate::auth::Identity;
 use crate::error::{Code, Error};
-use crate::http::{ApiResult, author};
+use crate::http::ApiResult;
 use crate::runs::RunStart;
 use crate::state::AppState;
 use crate::tables::write::upload_dir;
@@ -61,7 +62,7 @@ async fn plan_run(
     responses((status = 201, body = RunInfo), (status = 400, body = lh_api::ErrorBody)))]
 async fn start_run(
     State(s): State<AppState>,
-    headers: HeaderMap,
+    identity: Identity,
     Json(req): Json<RunRequest>,
 ) -> ApiResult<(StatusCode, Json<RunInfo>)> {
     let code = code_of(&s, &req.upload).await?;
@@ -69,7 +70,7 @@ async fn start_run(
         code_hash: code,
         target: req.reference,
         params: req.params,
-        author: author(&headers),
+        author: identity.user.clone(),
         no_cache: req.no_cache,
         strict: req.strict,
         rerun_of: None,
@@ -141,7 +142,7 @@ async fn cancel_run(State(s): State<AppState>, Path(id): Path<String>) -> ApiRes
     responses((status = 201, body = RunInfo), (status = 404, body = lh_api::ErrorBody)))]
 async fn rerun(
     State(s): State<AppState>,
-    headers: HeaderMap,
+    identity: Identity,
     Path(id): Path<String>,
     Json(req): Json<RerunRequest>,
 ) -> ApiResult<(StatusCode, Json<RunInfo>)> {
@@ -151,7 +152,7 @@ async fn rerun(
     };
     let run = s
         .runs
-        .rerun(&id, req.from_failed, code, &author(&headers))
+        .rerun(&id, req.from_failed, code, &identity.user.clone())
         .await?;
     Ok((StatusCode::CREATED, Json(run)))
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::StreamExt;
@@ -15,8 +15,9 @@ use lh_api::{
 use tokio::io::AsyncWriteExt;
 
 use super::params::query_pairs;
+use crate::auth::Identity;
 use crate::error::{Code, Error, Kind, pointer};
-use crate::http::{ApiResult, author};
+use crate::http::ApiResult;
 use crate::state::AppState;
 use crate::tables::write::{self as import, ImportJob};
 
@@ -83,13 +84,13 @@ async fn show_table(
     responses((status = 200, body = DropResponse), (status = 404, body = lh_api::ErrorBody)))]
 async fn drop_table(
     State(s): State<AppState>,
-    headers: HeaderMap,
+    identity: Identity,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<DropResponse>> {
     let commit = s
         .tables
-        .drop_table(&ref_param(&q), &name, &author(&headers))
+        .drop_table(&ref_param(&q), &name, &identity.user.clone())
         .await?;
     Ok(Json(DropResponse {
         table: name,
@@ -191,7 +192,7 @@ fn sanitize(name: &str) -> String {
     responses((status = 200, body = ImportResponse), (status = 400, body = lh_api::ErrorBody), (status = 409, body = lh_api::ErrorBody)))]
 async fn import_files(
     State(s): State<AppState>,
-    headers: HeaderMap,
+    identity: Identity,
     Path(name): Path<String>,
     Json(req): Json<ImportRequest>,
 ) -> ApiResult<Json<ImportResponse>> {
@@ -257,7 +258,7 @@ async fn import_files(
         format,
         files,
         names,
-        author: author(&headers),
+        author: identity.user.clone(),
     };
     let result = import::import(&s.tables, &s.import, job).await;
     for id in &req.uploads {

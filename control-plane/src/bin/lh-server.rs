@@ -103,6 +103,26 @@ pub struct ServerArgs {
     /// The longest a pipeline function may ask to run [default: 6h]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub max_function_timeout: Option<Duration>,
+    /// Answer requests without a token, every one as an admin (only on a loopback
+    /// address: the server refuses to start otherwise)
+    #[arg(long)]
+    pub no_auth: bool,
+    /// Serve this host name too (the Host header; repeatable). A loopback server
+    /// answers only to localhost, 127.0.0.1 and [::1] otherwise; a server on another
+    /// address answers to any name unless some are given
+    #[arg(long = "allowed-host", value_name = "NAME")]
+    pub allowed_hosts: Vec<String>,
+    /// Let web pages of this origin (scheme://host[:port]) call the server, with CORS
+    /// headers (repeatable); any other page's requests are refused
+    #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+    pub allowed_origins: Vec<String>,
+    /// The largest JSON request body (uploads have --max-upload)
+    #[arg(long, default_value = "16m", value_name = "SIZE", value_parser = parse_size)]
+    pub max_request: u64,
+    /// Make a new admin token at start and write it to the local profile
+    /// ($LH_HOME/config.yaml), even when tokens exist
+    #[arg(long)]
+    pub new_admin_token: bool,
     /// How long the branch of a failed run is kept, in seconds
     #[arg(long, default_value_t = 7 * 24 * 3600, value_name = "SECONDS")]
     pub run_branch_ttl: u64,
@@ -166,6 +186,11 @@ fn config(args: ServerArgs) -> ServerConfig {
     config.cache_bytes = args.cache_size;
     config.s3_timeout = args.s3_timeout;
     config.vend_credentials = !args.no_vend_credentials;
+    config.auth = !args.no_auth;
+    config.allowed_hosts = args.allowed_hosts;
+    config.allowed_origins = args.allowed_origins;
+    config.max_request_bytes = usize::try_from(args.max_request).unwrap_or(usize::MAX);
+    config.new_admin_token = args.new_admin_token;
     config.query_timeout = Duration::from_secs(args.query_timeout.max(1));
     config.max_result_bytes = args.max_result_bytes;
     config.max_concurrent_queries = args.max_concurrent_queries.max(1);

@@ -10,12 +10,13 @@
 //! `branch@commit` are read-only. Errors follow the spec's error model
 //! (`crate::http::IcebergError`).
 //!
-//! Here: the router. `config.rs`, `namespaces.rs` and `tables.rs` hold the handlers,
+//! Here: the router. `oauth.rs` exchanges client credentials for a token; `config.rs`, `namespaces.rs` and `tables.rs` hold the handlers,
 //! `names.rs` how paths name refs, namespaces and tables, `types.rs` the wire types.
 
 mod config;
 mod names;
 mod namespaces;
+mod oauth;
 mod tables;
 mod types;
 
@@ -28,6 +29,7 @@ use crate::state::AppState;
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/iceberg/v1/config", get(config::config))
+        .route("/iceberg/v1/oauth/tokens", post(oauth::tokens))
         .route(
             "/iceberg/v1/{prefix}/namespaces",
             get(namespaces::list_namespaces).post(namespaces::create_namespace),

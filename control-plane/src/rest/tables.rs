@@ -16,8 +16,9 @@ use super::types::{
     Body, CommitTable, CommitTransaction, CreateTable, DropQuery, LoadTableResult, MetricsReport,
     Page, Params, Register, Rename, TableIdent, bad_request, loaded, served, storage_config,
 };
+use crate::auth::Identity;
 use crate::error::{Code, Error, Kind};
-use crate::http::{IcebergResult, author_or};
+use crate::http::IcebergResult;
 use crate::state::AppState;
 use crate::tables::commit::{Base, Change, Committed, NewTable, Put, Transaction};
 
@@ -108,23 +109,28 @@ pub async fn report_metrics(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// A REST commit's metadata: its author is the `x-lh-user` header (pyiceberg sends it
-/// with the catalog property `header.x-lh-user`), or `iceberg-rest`.
-fn meta(headers: &HeaderMap, message: String) -> CommitMeta {
-    CommitMeta::new(author_or(headers, "iceberg-rest"), message)
-        .with_property("lh.operation", "iceberg-rest")
+/// A REST commit's metadata: its author is the client's identity (with `--no-auth`,
+/// the `x-lh-user` header, which pyiceberg sends with the catalog property
+/// `header.x-lh-user`, or `iceberg-rest`).
+fn meta(identity: &Identity, message: String) -> CommitMeta {
+    let author = if identity.token_id.is_none() && identity.user == "anonymous" {
+        "iceberg-rest".to_string()
+    } else {
+        identity.user.clone()
+    };
+    CommitMeta::new(author, message).with_property("lh.operation", "iceberg-rest")
 }
 
 /// Makes `changes` one commit on the prefix's branch.
 async fn commit(
     s: &AppState,
     a: &At,
-    headers: &HeaderMap,
+    identity: &Identity,
     changes: Vec<Change>,
     message: String,
 ) -> crate::error::Result<Committed> {
     s.tables
-        .commit(&a.expr, changes, meta(headers, message))
+        .commit(&a.expr, changes, meta(identity, message))
         .await
 }
 
@@ -221,7 +227,7 @@ fn describe(created: bool, updates: &[TableUpdate], name: &str) -> String {
 pub async fn commit_table(
     State(s): State<AppState>,
     Path((prefix, ns, table)): Path<(String, String, String)>,
-    headers: HeaderMap,
+    identity: Identity,
     Body(change): Body<CommitTable>,
 ) -> IcebergResult<Json<serde_json::Value>> {
     let a = branch(&s, &prefix).await?;
@@ -229,7 +235,7 @@ pub async fn commit_table(
     let mut tx = s.tables.begin().await;
     let what = stage(&s, &mut tx, &a, &name, change).await?;
     let done = tx
-        .commit(&a.expr, meta(&headers, what))
+        .commit(&a.expr, meta(&identity, what))
         .await
         .map_err(commit_failed)?;
     let v = &done.versions[0];
@@ -243,7 +249,7 @@ pub async fn commit_table(
 pub async fn commit_transaction(
     State(s): State<AppState>,
     Path(prefix): Path<String>,
-    headers: HeaderMap,
+    identity: Identity,
     Body(req): Body<CommitTransaction>,
 ) -> IcebergResult<StatusCode> {
     let a = branch(&s, &prefix).await?;
@@ -262,7 +268,7 @@ pub async fn commit_transaction(
         whats.push(stage(&s, &mut tx, &a, &name, change).await?);
         names.push(name);
     }
-    tx.commit(&a.expr, meta(&headers, whats.join("; ")))
+    tx.commit(&a.expr, meta(&identity, whats.join("; ")))
         .await
         .map_err(commit_failed)?;
     Ok(StatusCode::NO_CONTENT)
@@ -272,6 +278,7 @@ pub async fn create_table(
     State(s): State<AppState>,
     Path((prefix, ns)): Path<(String, String)>,
     headers: HeaderMap,
+    identity: Identity,
     Body(req): Body<CreateTable>,
 ) -> IcebergResult<Json<LoadTableResult>> {
     let a = branch(&s, &prefix).await?;
@@ -311,7 +318,7 @@ pub async fn create_table(
     let done = commit(
         &s,
         &a,
-        &headers,
+        &identity,
         vec![Change::Put(put)],
         format!("create {name}"),
     )
@@ -330,7 +337,7 @@ pub async fn create_table(
 pub async fn drop_table(
     State(s): State<AppState>,
     Path((prefix, ns, table)): Path<(String, String, String)>,
-    headers: HeaderMap,
+    identity: Identity,
     Params(q): Params<DropQuery>,
 ) -> IcebergResult<StatusCode> {
     let a = branch(&s, &prefix).await?;
@@ -364,7 +371,7 @@ pub async fn drop_table(
     commit(
         &s,
         &a,
-        &headers,
+        &identity,
         vec![change],
         format!("drop {name}{purge}"),
     )
@@ -376,7 +383,7 @@ pub async fn drop_table(
 pub async fn rename_table(
     State(s): State<AppState>,
     Path(prefix): Path<String>,
-    headers: HeaderMap,
+    identity: Identity,
     Body(req): Body<Rename>,
 ) -> IcebergResult<StatusCode> {
     let a = branch(&s, &prefix).await?;
@@ -406,7 +413,7 @@ pub async fn rename_table(
     commit(
         &s,
         &a,
-        &headers,
+        &identity,
         vec![change],
         format!("rename {from} to {to}"),
     )
@@ -419,6 +426,7 @@ pub async fn register_table(
     State(s): State<AppState>,
     Path((prefix, ns)): Path<(String, String)>,
     headers: HeaderMap,
+    identity: Identity,
     Body(req): Body<Register>,
 ) -> IcebergResult<Json<LoadTableResult>> {
     let a = branch(&s, &prefix).await?;
@@ -429,7 +437,7 @@ pub async fn register_table(
         metadata_location: req.metadata_location.clone(),
     };
     let message = format!("register {name} from {}", req.metadata_location);
-    let done = commit(&s, &a, &headers, vec![change], message)
+    let done = commit(&s, &a, &identity, vec![change], message)
         .await
         .map_err(already_exists(&name))?;
     let v = &done.versions[0];

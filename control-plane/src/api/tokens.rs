@@ -1,0 +1,81 @@
+//! Bearer tokens: made, listed and revoked by admins (`lh token ...`).
+
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{delete, get};
+use axum::{Json, Router};
+use lh_api::{TokenCreate, TokenCreated, TokenInfo, TokenList};
+
+use crate::auth::tokens::{NewToken, Tokens};
+use crate::auth::{Identity, Role};
+use crate::error::{Code, Error, Kind};
+use crate::http::ApiResult;
+use crate::state::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/tokens", get(list_tokens).post(create_token))
+        .route("/api/v1/tokens/{id}", delete(revoke_token))
+}
+
+fn store(s: &AppState) -> Result<&Tokens, Error> {
+    s.tokens.as_deref().ok_or_else(|| {
+        Error::new(
+            Kind::Conflict,
+            Code::NotAllowed,
+            "this server runs with --no-auth: it has no tokens",
+        )
+    })
+}
+
+/// Makes a token; the answer holds its secret, which is stored nowhere.
+#[utoipa::path(post, path = "/api/v1/tokens", request_body = TokenCreate,
+    responses((status = 201, body = TokenCreated)))]
+async fn create_token(
+    State(s): State<AppState>,
+    identity: Identity,
+    Json(req): Json<TokenCreate>,
+) -> ApiResult<(StatusCode, Json<TokenCreated>)> {
+    let tokens = store(&s)?;
+    let user = req.user.unwrap_or_else(|| identity.user.clone());
+    let role = match &req.role {
+        Some(r) => Role::parse(r)?,
+        None => Role::Reader,
+    };
+    let name = req.name.unwrap_or_else(|| user.clone());
+    let (token, info) = tokens
+        .create(NewToken {
+            name: &name,
+            user: &user,
+            role,
+            created_by: &identity.user,
+            expires_in: req.expires_in_secs.map(Duration::from_secs),
+        })
+        .await?;
+    tracing::info!(id = %info.id, user = %info.user, role = %info.role, by = %identity.user, "token created");
+    Ok((StatusCode::CREATED, Json(TokenCreated { token, info })))
+}
+
+/// Every token, revoked and expired ones included; never a secret.
+#[utoipa::path(get, path = "/api/v1/tokens", responses((status = 200, body = TokenList)))]
+async fn list_tokens(State(s): State<AppState>) -> ApiResult<Json<TokenList>> {
+    Ok(Json(TokenList {
+        tokens: store(&s)?.list().await?,
+    }))
+}
+
+/// Revokes a token: its next request is refused.
+#[utoipa::path(delete, path = "/api/v1/tokens/{id}",
+    params(("id" = String, Path, description = "The token's id (not its secret)")),
+    responses((status = 200, body = TokenInfo), (status = 404)))]
+async fn revoke_token(
+    State(s): State<AppState>,
+    identity: Identity,
+    Path(id): Path<String>,
+) -> ApiResult<Json<TokenInfo>> {
+    let info = store(&s)?.revoke(&id).await?;
+    tracing::info!(id = %info.id, user = %info.user, by = %identity.user, "token revoked");
+    Ok(Json(info))
+}

@@ -1,0 +1,261 @@
+//! The check in front of every route: the Host header (a DNS-rebinding page reaches a
+//! loopback server under its own name), the Origin header (no browser page may call
+//! the API unless its origin is allowed), the bearer token, and the action the route
+//! is declared with. Refusals are answered in the surface's own error model: lh's body
+//! under `/api`, the Iceberg REST spec's under `/iceberg`.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::routes::{self, Route};
+use super::tokens::Tokens;
+use super::{Identity, Role};
+use crate::error::{Code, Error, Kind};
+use crate::http::{ApiError, IcebergError};
+
+/// What the guard checks requests against.
+pub struct Guard {
+    /// `None`: `--no-auth` (a loopback bind only): every request is an admin.
+    pub tokens: Option<Arc<Tokens>>,
+    /// The host names (no port) requests may be addressed to; `None`: any.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// The origins (`scheme://host[:port]`) browser pages may call from; they also get
+    /// CORS headers.
+    pub allowed_origins: Vec<String>,
+    pub routes: Vec<Route>,
+    /// The largest JSON body a request may carry.
+    pub max_request_bytes: usize,
+}
+
+impl Guard {
+    /// The default host names of a server bound to `bind`: on a loopback address, only
+    /// the loopback names, and `extra`; elsewhere any, unless `extra` names some.
+    pub fn hosts_for(bind: IpAddr, extra: &[String]) -> Option<Vec<String>> {
+        let mut hosts: Vec<String> = extra.iter().map(|h| h.to_ascii_lowercase()).collect();
+        if bind.is_loopback() {
+            hosts.extend(["localhost", "127.0.0.1", "[::1]"].map(String::from));
+        } else if hosts.is_empty() {
+            return None;
+        }
+        Some(hosts)
+    }
+
+    fn refuse(&self, path: &str, e: Error) -> Response {
+        if path.starts_with("/iceberg/") {
+            IcebergError(e).into_response()
+        } else {
+            ApiError(e).into_response()
+        }
+    }
+
+    fn host_allowed(&self, headers: &HeaderMap) -> bool {
+        let Some(allowed) = &self.allowed_hosts else {
+            return true;
+        };
+        let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+            return false;
+        };
+        let name = strip_port(host).to_ascii_lowercase();
+        allowed.contains(&name)
+    }
+
+    fn origin_allowed(&self, origin: &str) -> bool {
+        self.allowed_origins
+            .iter()
+            .any(|o| o.trim_end_matches('/').eq_ignore_ascii_case(origin))
+    }
+
+    async fn identify(&self, headers: &HeaderMap) -> Result<Identity, Error> {
+        let Some(tokens) = &self.tokens else {
+            return Ok(Identity {
+                user: crate::http::author(headers),
+                role: Role::Admin,
+                token_id: None,
+            });
+        };
+        let Some(value) = headers.get(header::AUTHORIZATION) else {
+            return Err(Error::new(
+                Kind::Unauthenticated,
+                Code::Unauthenticated,
+                "this server needs a token (Authorization: Bearer ...)",
+            )
+            .with_hint(
+                "`lh` reads it from the profile in ~/.lh/config.yaml or LH_TOKEN; \
+                 an admin makes one with `lh token create`",
+            ));
+        };
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim)
+            .ok_or_else(|| {
+                Error::new(
+                    Kind::Unauthenticated,
+                    Code::Unauthenticated,
+                    "the Authorization header must be 'Bearer <token>'",
+                )
+            })?;
+        tokens.authenticate(token).await
+    }
+}
+
+/// A Host header's name without its port (`[::1]:7878` is `[::1]`).
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split_inclusive(']').next().unwrap_or(host);
+    }
+    host.rsplit_once(':')
+        .filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(host, |(name, _)| name)
+}
+
+pub async fn guard(State(g): State<Arc<Guard>>, mut req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    if !g.host_allowed(req.headers()) {
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("(none)")
+            .chars()
+            .take(200)
+            .collect::<String>();
+        return g.refuse(
+            &path,
+            Error::new(
+                Kind::Forbidden,
+                Code::HostNotAllowed,
+                format!("requests to host '{host}' are not served here"),
+            )
+            .with_hint("start the server with --allowed-host NAME to serve that name"),
+        );
+    }
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .map(|o| o.to_str().unwrap_or("(not text)").to_string());
+    if let Some(origin) = &origin {
+        if !g.origin_allowed(origin) {
+            return g.refuse(
+                &path,
+                Error::new(
+                    Kind::Forbidden,
+                    Code::OriginNotAllowed,
+                    format!(
+                        "requests from web pages of '{}' are refused",
+                        origin.chars().take(200).collect::<String>()
+                    ),
+                )
+                .with_hint("start the server with --allowed-origin ORIGIN to allow one"),
+            );
+        }
+        // A browser's preflight carries no token: answered here, for allowed origins.
+        if req.method() == Method::OPTIONS
+            && req
+                .headers()
+                .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
+        {
+            let mut r = StatusCode::NO_CONTENT.into_response();
+            cors(r.headers_mut(), origin);
+            let h = r.headers_mut();
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                HeaderValue::from_static("GET, HEAD, POST, DELETE"),
+            );
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                HeaderValue::from_static("authorization, content-type, x-request-id"),
+            );
+            h.insert(
+                header::ACCESS_CONTROL_MAX_AGE,
+                HeaderValue::from_static("600"),
+            );
+            return r;
+        }
+    }
+    let matched = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_string());
+    let declared = matched
+        .as_deref()
+        .map(|m| routes::lookup(&g.routes, req.method(), m));
+    // The token exchange authenticates with the credentials in its body.
+    if !matches!(declared, Some(Ok(None))) {
+        let identity = match g.identify(req.headers()).await {
+            Ok(i) => i,
+            Err(e) => return g.refuse(&path, e),
+        };
+        match declared {
+            Some(Ok(Some(action))) => {
+                let what = format!("{} {}", req.method(), matched.as_deref().unwrap_or(&path));
+                if let Err(e) = identity.require(action, &what) {
+                    return g.refuse(&path, e);
+                }
+            }
+            Some(Ok(None)) => {}
+            Some(Err(true)) => {
+                return StatusCode::METHOD_NOT_ALLOWED.into_response();
+            }
+            // Routed, but not in the table: refused to everyone until it is declared.
+            Some(Err(false)) => {
+                return g.refuse(
+                    &path,
+                    Error::internal(format!(
+                        "the route {} {} declares no permission",
+                        req.method(),
+                        matched.as_deref().unwrap_or(&path)
+                    )),
+                );
+            }
+            // No route: the router answers 404 (to an authenticated caller only).
+            None => {}
+        }
+        req.extensions_mut().insert(identity);
+    }
+    let mut response = next.run(req).await;
+    if let Some(origin) = &origin {
+        cors(response.headers_mut(), origin);
+    }
+    response
+}
+
+fn cors(h: &mut HeaderMap, origin: &str) {
+    if let Ok(v) = HeaderValue::from_str(origin) {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+        h.insert(header::VARY, HeaderValue::from_static("Origin"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_names_lose_their_port() {
+        assert_eq!(strip_port("localhost:7878"), "localhost");
+        assert_eq!(strip_port("127.0.0.1"), "127.0.0.1");
+        assert_eq!(strip_port("[::1]:7878"), "[::1]");
+        assert_eq!(strip_port("[::1]"), "[::1]");
+        assert_eq!(strip_port("evil.example:80"), "evil.example");
+    }
+
+    #[test]
+    fn a_loopback_server_answers_only_to_loopback_names() {
+        let lo = Guard::hosts_for("127.0.0.1".parse().unwrap(), &[]).unwrap();
+        assert!(lo.contains(&"localhost".to_string()));
+        assert!(!lo.contains(&"evil.example".to_string()));
+        assert!(Guard::hosts_for("0.0.0.0".parse().unwrap(), &[]).is_none());
+        let named = Guard::hosts_for("0.0.0.0".parse().unwrap(), &["LH.Example".into()]);
+        assert_eq!(named, Some(vec!["lh.example".to_string()]));
+    }
+}

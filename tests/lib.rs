@@ -417,7 +417,14 @@ impl Lh {
             .env_remove("LH_PROFILE")
             .env_remove("LH_TOKEN")
             .env("NO_COLOR", "1");
-        if let Some(t) = &self.token {
+        // The token of the profile the server wrote (its endpoint goes stale when a
+        // restarted server listens on a new port), or the one this CLI was given.
+        let token = self.token.clone().or_else(|| {
+            lh_api::config_file::ConfigFile::load(&self.home.join("config.yaml"))
+                .ok()
+                .and_then(|f| f.profiles.get("default").and_then(|p| p.token.clone()))
+        });
+        if let Some(t) = token {
             c.env("LH_TOKEN", t);
         }
         c

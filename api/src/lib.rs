@@ -156,6 +156,9 @@ pub struct StorageInfo {
     /// Whether the Iceberg REST catalog gives clients credentials
     /// (`X-Iceberg-Access-Delegation: vended-credentials`).
     pub vends_credentials: bool,
+    /// The least role they are vended to (`admin` unless configured).
+    #[serde(default)]
+    pub vend_credentials_to: String,
     /// The read cache of data files on the server's disk, in bytes.
     pub cache_bytes: u64,
 }

@@ -11,7 +11,6 @@ use lh_api::config_file::ConfigFile;
 use lh_api::env_vars::{self, lh_home};
 
 /// What a command runs with.
-#[derive(Debug)]
 pub struct Settings {
     pub config_path: PathBuf,
     pub profile: String,
@@ -47,19 +46,27 @@ impl Settings {
         let endpoint = global
             .endpoint
             .clone()
-            .or(p.endpoint)
+            .or(p.endpoint.clone())
             .unwrap_or_else(|| format!("http://127.0.0.1:{}", lh_api::DEFAULT_PORT));
         let user = std::env::var(env_vars::LH_USER)
             .or_else(|_| std::env::var("USER"))
             .unwrap_or_else(|_| "anonymous".to_string());
+        let endpoint = endpoint.trim_end_matches('/').to_string();
+        // The profile's token goes only to the profile's server: an endpoint given by
+        // flag or variable (a pasted command, a script) gets LH_TOKEN or nothing.
+        let default = format!("http://127.0.0.1:{}", lh_api::DEFAULT_PORT);
+        let profile_server = p
+            .endpoint
+            .as_deref()
+            .map_or(default, |e| e.trim_end_matches('/').to_string());
         let token = std::env::var(env_vars::LH_TOKEN)
             .ok()
             .filter(|t| !t.is_empty())
-            .or(p.token);
+            .or(p.token.filter(|_| profile_server == endpoint));
         Ok(Settings {
             config_path,
             profile,
-            endpoint: endpoint.trim_end_matches('/').to_string(),
+            endpoint,
             branch: p.branch,
             output: global.output,
             user,

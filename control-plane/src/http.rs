@@ -121,11 +121,16 @@ impl IntoResponse for IcebergError {
             Kind::Timeout | Kind::TooLarge => StatusCode::INTERNAL_SERVER_ERROR,
             kind => status(kind),
         };
+        let mut message = e.message.clone();
         if status.is_server_error() {
             tracing::error!(code = e.code.as_str(), message = %e.message, "Iceberg REST request failed");
+            // As lh's API: internals stay in the log (a commit-state-unknown is told).
+            if e.kind == Kind::Internal && e.code != Code::CommitStateUnknown {
+                message = "internal server error; the server log has the details".to_string();
+            }
         }
         let body = serde_json::json!({
-            "error": { "message": e.message, "type": iceberg_type(&e), "code": status.as_u16() }
+            "error": { "message": message, "type": iceberg_type(&e), "code": status.as_u16() }
         });
         with_challenge(status, (status, Json(body)).into_response())
     }

@@ -76,6 +76,8 @@ pub struct ServerConfig {
     /// Whether the Iceberg REST catalog hands clients the warehouse's S3 credentials
     /// when they ask (`X-Iceberg-Access-Delegation: vended-credentials`).
     pub vend_credentials: bool,
+    /// The least role vended credentials go to (they are the server's own key).
+    pub vend_credentials_to: crate::auth::Role,
     /// Whether requests need a token; off (`--no-auth`) only on a loopback address.
     pub auth: bool,
     /// Host names served besides the loopback ones (on a loopback bind), or the only
@@ -127,6 +129,7 @@ impl ServerConfig {
             cache_bytes: 20 << 30,
             s3_timeout: Duration::from_secs(30),
             vend_credentials: true,
+            vend_credentials_to: crate::auth::Role::Admin,
             auth: true,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
@@ -145,12 +148,20 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
             config.bind
         );
     }
+    let new_data_dir = !config.data_dir.exists();
     std::fs::create_dir_all(&config.data_dir).with_context(|| {
         format!(
             "cannot create the data directory {}",
             config.data_dir.display()
         )
     })?;
+    // The catalog, the tokens' table and the warehouse are the server's alone: other
+    // local users must not read them past the API.
+    #[cfg(unix)]
+    if new_data_dir {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&config.data_dir, std::fs::Permissions::from_mode(0o700))?;
+    }
     let data_dir = config.data_dir.canonicalize()?;
     let catalog_url = config
         .catalog_url
@@ -213,6 +224,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
             path_style: b.settings.path_style,
             credentials_from: b.settings.credentials_from.clone(),
             vends_credentials: config.vend_credentials,
+            vend_credentials_to: config.vend_credentials_to.as_str().to_string(),
             cache_bytes: config.cache_bytes,
         }),
     };
@@ -278,6 +290,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         namespaces,
         info,
         tokens,
+        vend_to: config.vend_credentials_to,
         guard,
     })
 }
@@ -405,7 +418,13 @@ pub async fn serve(
                 None => "tokens".to_string(),
             }
         }
-        None => "off (--no-auth: every request is an admin; loopback only)".to_string(),
+        None => {
+            tracing::warn!(
+                "--no-auth: every request is an admin, from anyone who can reach {addr} \
+                 (every local user, and whatever forwards to it)"
+            );
+            "off (--no-auth: every request is an admin; loopback only)".to_string()
+        }
     };
     tracing::info!(%addr, catalog = %state.info.catalog, warehouse = %state.info.warehouse, "lh server listening");
     eprintln!(

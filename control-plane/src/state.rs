@@ -29,6 +29,8 @@ pub struct AppState {
     pub info: lh_api::ServerInfo,
     /// Bearer tokens; `None` with `--no-auth`.
     pub tokens: Option<Arc<crate::auth::tokens::Tokens>>,
+    /// The least role the Iceberg REST catalog vends the warehouse's S3 key to.
+    pub vend_to: crate::auth::Role,
     /// What every request is checked against first (`auth::guard`).
     pub guard: Arc<crate::auth::guard::Guard>,
 }

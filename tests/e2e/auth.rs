@@ -480,6 +480,56 @@ fn no_auth_only_on_loopback_and_it_says_so() {
     assert_eq!(s, 403);
 }
 
+/// A command pointed at another server (a pasted `--endpoint`, a script's LH_ENDPOINT)
+/// does not take the profile's token there.
+#[test]
+fn the_profile_token_goes_only_to_the_profile_server() {
+    let server = Server::start();
+    let lh = server.lh();
+    // The profile's own server gets it.
+    let out = lh
+        .command(&["branch", "ls"])
+        .env_remove("LH_TOKEN")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Another one does not.
+    let trap = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = trap.local_addr().unwrap().port();
+    let seen = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut conn, _) = trap.accept().unwrap();
+        let mut buf = vec![0u8; 16384];
+        let n = conn.read(&mut buf).unwrap();
+        let body = r#"{"error":{"kind":"unauthenticated","message":"no"}}"#;
+        let _ = write!(
+            conn,
+            "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        String::from_utf8_lossy(&buf[..n]).to_string()
+    });
+    let out = lh
+        .command(&[
+            "branch",
+            "ls",
+            "--endpoint",
+            &format!("http://127.0.0.1:{port}"),
+        ])
+        .env_remove("LH_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(9));
+    let request = seen.join().unwrap().to_ascii_lowercase();
+    assert!(request.starts_with("get /api/v1/refs"), "{request}");
+    assert!(!request.contains("authorization"), "{request}");
+    assert!(!request.contains(&server.token()[21..]), "{request}");
+}
+
 #[test]
 fn a_lost_admin_token_is_replaced_by_the_machine_owner() {
     let mut server = Server::start();
@@ -507,9 +557,35 @@ fn a_lost_admin_token_is_replaced_by_the_machine_owner() {
     }
 }
 
+/// The S3 key the REST catalog vends is the server's own: it goes to the roles the
+/// operator chose (admins by default), never to a reader.
+#[test]
+fn vended_credentials_go_only_to_the_roles_allowed() {
+    let server = Server::start();
+    let lh = server.lh();
+    let csv = lh.file("a.csv", "id\n1\n");
+    lh.run(&["table", "import", "shop.a", csv.to_str().unwrap()])
+        .ok();
+    let path = "/iceberg/v1/main/namespaces/shop/tables/a";
+    let ask = [("X-Iceberg-Access-Delegation", "vended-credentials")];
+    let has_key = |token: &str| {
+        let (s, v, _) = call(&server, "GET", path, Some(token), &ask, None);
+        assert_eq!(s, 200, "{v}");
+        let text = v.to_string();
+        text.contains("s3.secret-access-key")
+    };
+    for role in ["reader", "writer", "maintainer"] {
+        assert!(!has_key(&server.token_for("u", role)), "{role} got the key");
+    }
+    // On S3 the admin gets it (a local warehouse has none to give).
+    assert_eq!(has_key(&server.token()), server.warehouse.is_s3());
+}
+
 #[test]
 fn rest_clients_need_a_token_and_write_as_its_user() {
-    let server = Server::start();
+    // On S3 the reader reads data files with the key the catalog vends (this server
+    // trusts readers with it; see the test above for the default).
+    let server = Server::start_with(&["--vend-credentials-to", "reader"]);
     let lh = server.lh();
     let csv = lh.file("a.csv", "id,v\n1,10\n2,20\n");
     lh.run(&["table", "import", "shop.a", csv.to_str().unwrap()])

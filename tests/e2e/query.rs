@@ -228,6 +228,25 @@ fn the_sandbox_refuses_escapes() {
         "insert into raw.orders values (9, 'x', 1)".to_string(),
         "select * from read_parquet('http://127.0.0.1:9/x.parquet')".to_string(),
         "call pragma_database_list()".to_string(),
+        // The warehouse holds every ref's files, dropped tables' and refused writes':
+        // a query sees its ref's tables by name, never a path of it.
+        format!("select file from glob('{}/**')", warehouse.display()),
+        format!(
+            "select * from read_parquet('{}/**/*.parquet')",
+            warehouse.display()
+        ),
+        format!("select * from '{}/raw/x.parquet'", warehouse.display()),
+        format!("select * from \"{}/raw\"", warehouse.display()),
+        "select * from 'orders.parquet'".to_string(),
+        format!(
+            "select * from parquet_metadata('{}/**/*.parquet')",
+            warehouse.display()
+        ),
+        "select * from query('select 1')".to_string(),
+        "select * from query_table('raw.orders')".to_string(),
+        "select * from duckdb_views()".to_string(),
+        "select * from raw.orders, read_text('/etc/hostname')".to_string(),
+        "select (select count(*) from glob('/**')) as n".to_string(),
     ];
     for sql in &escapes {
         let run = lh.run(&["query", sql]);

@@ -188,7 +188,9 @@ fn rust_client_read(
 
 #[test]
 fn pyiceberg_writes_a_branch_that_a_merge_publishes() {
-    let server = Server::start();
+    // On S3, alice (a writer) reads and writes data files with the key the catalog
+    // vends: this server trusts writers with it.
+    let server = Server::start_with(&["--vend-credentials-to", "writer"]);
     let lh = server.lh();
     lh.run(&["branch", "create", "dev"]).ok();
     let before_dev = lh.head("main");

@@ -391,6 +391,14 @@ fn invalid_projects_fail_before_anything_runs(runtime: &str) {
             ],
         ),
         (
+            // A model reads tables by name, never the warehouse's files.
+            "reads_files",
+            vec![
+                ("lh_project.yml", PROJECT),
+                ("a.sql", "select * from read_parquet('/tmp/**/*.parquet')\n"),
+            ],
+        ),
+        (
             "bad_yaml",
             vec![(
                 "lh_project.yml",

@@ -252,9 +252,16 @@ pub async fn info(client: &Client, settings: &Settings) -> CliResult<()> {
             if s.path_style { ", path style" } else { "" },
             s.credentials_from,
             if s.vends_credentials {
-                "vended to REST clients that ask"
+                format!(
+                    "vended to REST clients that ask, of role {} or above",
+                    if s.vend_credentials_to.is_empty() {
+                        "admin"
+                    } else {
+                        &s.vend_credentials_to
+                    }
+                )
             } else {
-                "not vended to REST clients"
+                "not vended to REST clients".to_string()
             },
             output::bytes(s.cache_bytes)
         )

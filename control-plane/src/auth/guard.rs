@@ -93,8 +93,9 @@ impl Guard {
             .to_str()
             .ok()
             .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
+                // The scheme's name is case-insensitive (RFC 7235).
+                let (scheme, rest) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then_some(rest)
             })
             .map(str::trim)
             .ok_or_else(|| {
@@ -111,7 +112,18 @@ impl Guard {
 /// A Host header's name without its port (`[::1]:7878` is `[::1]`).
 fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
-        return host.split_inclusive(']').next().unwrap_or(host);
+        // `[addr]` or `[addr]:port`, nothing else (anything else matches no name).
+        return match host.find(']') {
+            Some(end)
+                if host[end + 1..].is_empty()
+                    || host[end + 1..].strip_prefix(':').is_some_and(|p| {
+                        !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())
+                    }) =>
+            {
+                &host[..=end]
+            }
+            _ => host,
+        };
     }
     host.rsplit_once(':')
         .filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))
@@ -246,6 +258,8 @@ mod tests {
         assert_eq!(strip_port("127.0.0.1"), "127.0.0.1");
         assert_eq!(strip_port("[::1]:7878"), "[::1]");
         assert_eq!(strip_port("[::1]"), "[::1]");
+        assert_eq!(strip_port("[::1]junk"), "[::1]junk");
+        assert_eq!(strip_port("[::1]:"), "[::1]:");
         assert_eq!(strip_port("evil.example:80"), "evil.example");
     }
 

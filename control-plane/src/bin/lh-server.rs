@@ -48,6 +48,11 @@ pub struct ServerArgs {
     /// (X-Iceberg-Access-Delegation: vended-credentials): they bring their own
     #[arg(long)]
     pub no_vend_credentials: bool,
+    /// The least role (reader, writer, maintainer, admin) vended credentials go to.
+    /// They are the server's own S3 key, with which anyone can change or delete
+    /// anything in the warehouse past every permission: only to admins by default
+    #[arg(long, default_value = "admin", value_name = "ROLE", value_parser = parse_role)]
+    pub vend_credentials_to: lh_control_plane::auth::Role,
     /// The longest a query may run, in seconds
     #[arg(long, default_value_t = 300, value_name = "SECONDS")]
     pub query_timeout: u64,
@@ -128,6 +133,10 @@ pub struct ServerArgs {
     pub run_branch_ttl: u64,
 }
 
+fn parse_role(s: &str) -> Result<lh_control_plane::auth::Role, String> {
+    lh_control_plane::auth::Role::parse(s).map_err(|e| e.message)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RuntimeArg {
     Auto,
@@ -186,6 +195,7 @@ fn config(args: ServerArgs) -> ServerConfig {
     config.cache_bytes = args.cache_size;
     config.s3_timeout = args.s3_timeout;
     config.vend_credentials = !args.no_vend_credentials;
+    config.vend_credentials_to = args.vend_credentials_to;
     config.auth = !args.no_auth;
     config.allowed_hosts = args.allowed_hosts;
     config.allowed_origins = args.allowed_origins;

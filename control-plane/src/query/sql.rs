@@ -80,6 +80,9 @@ fn walk(v: &Value, out: &mut Analysis) -> Result<()> {
                     }
                 }
             }
+            if m.get("type").and_then(Value::as_str) == Some("TABLE_FUNCTION") {
+                check_table_function(m.get("function"))?;
+            }
             if m.get("type").and_then(Value::as_str) == Some("BASE_TABLE") {
                 if m.get("at_clause").is_some_and(|a| !a.is_null()) {
                     return Err(Error::bad_request(
@@ -102,6 +105,11 @@ fn walk(v: &Value, out: &mut Analysis) -> Result<()> {
                 .into_iter()
                 .filter(|p| !p.is_empty())
                 .collect();
+                // DuckDB reads a "table" named like a file (`FROM 'x.parquet'`) as that
+                // file: a query sees tables, never paths.
+                if let Some(p) = parts.iter().find(|p| looks_like_a_path(p)) {
+                    return Err(files_refused(&format!("'{p}' is a file path, not a table")));
+                }
                 out.tables.push(parts);
             }
             for x in m.values() {
@@ -116,4 +124,55 @@ fn walk(v: &Value, out: &mut Analysis) -> Result<()> {
         _ => {}
     }
     Ok(())
+}
+
+/// The table functions a query may call: they make rows from values. Every other one
+/// (`read_parquet`, `glob`, `read_text`, `query`, `query_table`, `iceberg_scan`, ...)
+/// reads files or runs SQL text the analysis never saw: the warehouse holds the files of
+/// every ref, dropped tables and refused writes, and a query sees only the tables of its
+/// ref.
+const TABLE_FUNCTIONS: &[&str] = &[
+    "range",
+    "generate_series",
+    "unnest",
+    "repeat",
+    "repeat_row",
+    "json_each",
+    "json_tree",
+];
+
+fn check_table_function(f: Option<&Value>) -> Result<()> {
+    let name = f
+        .and_then(|f| f.get("function_name"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let schema = f
+        .and_then(|f| f.get("schema"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if (schema.is_empty() || schema.eq_ignore_ascii_case("main"))
+        && TABLE_FUNCTIONS.contains(&name.as_str())
+    {
+        return Ok(());
+    }
+    Err(files_refused(&format!(
+        "the table function {name}() is not allowed in lh queries"
+    )))
+}
+
+fn looks_like_a_path(part: &str) -> bool {
+    const FILES: &[&str] = &[
+        ".parquet", ".csv", ".tsv", ".json", ".jsonl", ".ndjson", ".txt", ".gz", ".zst", ".arrow",
+        ".avro", ".db", ".duckdb",
+    ];
+    part.contains(['/', '\\', ':', '*', '?']) || FILES.iter().any(|e| part.ends_with(e))
+}
+
+fn files_refused(what: &str) -> Error {
+    Error::bad_request(Code::Forbidden, format!("not allowed: {what}")).with_hint(
+        "queries read the tables of their ref by name (raw.orders); only range, \
+         generate_series, unnest, repeat, repeat_row, json_each and json_tree make rows \
+         otherwise. Bring files in with `lh table import`",
+    )
 }

@@ -58,6 +58,7 @@ pub async fn load_table(
     State(s): State<AppState>,
     Path((prefix, ns, table)): Path<(String, String, String)>,
     headers: HeaderMap,
+    identity: Identity,
 ) -> IcebergResult<Json<LoadTableResult>> {
     let a = at(&s, &prefix).await?;
     let name = table_name(&namespace(&ns)?, &table)?;
@@ -69,7 +70,7 @@ pub async fn load_table(
     Ok(loaded(
         Some(t.pointer.metadata_location.clone()),
         &t.metadata,
-        storage_config(&s, &headers),
+        storage_config(&s, &headers, &identity),
     ))
 }
 
@@ -305,7 +306,11 @@ pub async fn create_table(
     )?;
     if req.stage_create {
         // Nothing is stored: the client commits the table later (assert-create).
-        return Ok(loaded(None, &metadata, storage_config(&s, &headers)));
+        return Ok(loaded(
+            None,
+            &metadata,
+            storage_config(&s, &headers, &identity),
+        ));
     }
     let put = Put {
         table: name.clone(),
@@ -328,7 +333,7 @@ pub async fn create_table(
     Ok(loaded(
         Some(v.pointer.metadata_location.clone()),
         &v.metadata,
-        storage_config(&s, &headers),
+        storage_config(&s, &headers, &identity),
     ))
 }
 
@@ -444,6 +449,6 @@ pub async fn register_table(
     Ok(loaded(
         Some(v.pointer.metadata_location.clone()),
         &v.metadata,
-        storage_config(&s, &headers),
+        storage_config(&s, &headers, &identity),
     ))
 }

@@ -232,7 +232,11 @@ pub struct StorageConfig {
     pub credentials: Vec<serde_json::Value>,
 }
 
-pub fn storage_config(s: &crate::state::AppState, headers: &HeaderMap) -> StorageConfig {
+pub fn storage_config(
+    s: &crate::state::AppState,
+    headers: &HeaderMap,
+    identity: &crate::auth::Identity,
+) -> StorageConfig {
     let Some(b) = s.tables.warehouse.s3() else {
         return StorageConfig::default();
     };
@@ -252,7 +256,11 @@ pub fn storage_config(s: &crate::state::AppState, headers: &HeaderMap) -> Storag
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.split(',').any(|m| m.trim() == "vended-credentials"));
-    let vends = s.info.storage.as_ref().is_some_and(|i| i.vends_credentials);
+    // The key is the server's own: whoever holds it can change or delete anything in the
+    // warehouse, past every permission. It goes only to the roles the operator chose
+    // (`--vend-credentials-to`, admins by default).
+    let vends = s.info.storage.as_ref().is_some_and(|i| i.vends_credentials)
+        && identity.role.at_least(s.vend_to);
     let mut credentials = Vec::new();
     if asked && vends {
         let mut secret = BTreeMap::new();

@@ -186,6 +186,9 @@ pub struct RefInfo {
     pub kind: RefKind,
     /// The commit it names.
     pub head: String,
+    /// A protected branch changes only by a merge (`lh branch protect`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub protected: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

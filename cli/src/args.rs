@@ -244,6 +244,10 @@ pub enum RefCommand {
     /// Delete one
     #[command(alias = "delete")]
     Rm { name: String },
+    /// Protect a branch: it changes only by `lh merge` (admins)
+    Protect { name: String },
+    /// Unprotect a branch (admins)
+    Unprotect { name: String },
 }
 
 #[derive(Debug, Args)]

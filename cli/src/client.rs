@@ -172,6 +172,16 @@ impl Client {
         self.post("/refs", req).await
     }
 
+    /// Protects a branch (`on`), or unprotects it.
+    pub async fn protect_branch(&self, name: &str, on: bool) -> CliResult<RefInfo> {
+        let path = format!("/refs/{}/protect", segment(name)?);
+        if on {
+            self.post(&path, &serde_json::json!({})).await
+        } else {
+            self.delete(&path, &[]).await
+        }
+    }
+
     pub async fn delete_ref(&self, name: &str, kind: RefKind) -> CliResult<()> {
         self.send(
             self.request(Method::DELETE, &format!("/refs/{}", segment(name)?))

@@ -65,7 +65,13 @@ impl CliError {
                 400 | 422 => Exit::Invalid,
                 413 | 504 => Exit::Limit,
                 401 => Exit::Denied,
-                403 if body.error.kind == "permission_denied" => Exit::Denied,
+                403 if matches!(
+                    body.error.kind.as_str(),
+                    "permission_denied" | "branch_protected"
+                ) =>
+                {
+                    Exit::Denied
+                }
                 _ => Exit::Error,
             },
             CliError::Unreachable { .. } => Exit::Unreachable,

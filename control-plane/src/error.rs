@@ -52,6 +52,7 @@ codes! {
     AlreadyExists = "already_exists",
     AmbiguousRef = "ambiguous_ref",
     AmbiguousRun = "ambiguous_run",
+    BranchProtected = "branch_protected",
     BadEnvironment = "bad_environment",
     BadFilter = "bad_filter",
     BadInput = "bad_input",

@@ -256,6 +256,8 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let namespaces = Arc::new(Namespaces::new(db.clone(), catalog.clone()));
+    let protected = Arc::new(crate::auth::protected::ProtectedBranches::new(db.clone()));
+    let _ = tables.protected.set(protected.clone());
     let tokens = config
         .auth
         .then(|| Arc::new(crate::auth::tokens::Tokens::new(db.clone())));
@@ -290,6 +292,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         namespaces,
         info,
         tokens,
+        protected,
         vend_to: config.vend_credentials_to,
         guard,
     })

@@ -27,6 +27,8 @@ pub struct AppState {
     /// The Iceberg REST catalog's namespaces.
     pub namespaces: Arc<Namespaces>,
     pub info: lh_api::ServerInfo,
+    /// The protected branches (also checked by the table service's commits).
+    pub protected: Arc<crate::auth::protected::ProtectedBranches>,
     /// Bearer tokens; `None` with `--no-auth`.
     pub tokens: Option<Arc<crate::auth::tokens::Tokens>>,
     /// The least role the Iceberg REST catalog vends the warehouse's S3 key to.

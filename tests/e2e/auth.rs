@@ -667,3 +667,114 @@ fn rest_clients_need_a_token_and_write_as_its_user() {
     );
     assert!(text.contains("Forbidden"), "{text}");
 }
+
+/// A protected branch changes only by a merge, by a role that may merge: no direct
+/// write (import, table removal, Iceberg REST commit) of anyone, admins included, no
+/// reassignment or deletion, and a run publishing to it starts only for a role that may
+/// merge.
+#[test]
+fn a_protected_branch_changes_only_by_a_merge() {
+    let server = Server::start_with(&["--runtime", "process"]);
+    let lh = server.lh();
+    let csv = lh.file("a.csv", "id,v\n1,10\n");
+    lh.run(&["table", "import", "shop.a", csv.to_str().unwrap()])
+        .ok();
+    let alice = lh.with_token(&server.token_for("alice", "writer"));
+    let mark = lh.with_token(&server.token_for("mark", "maintainer"));
+    // Only admins protect.
+    mark.run(&["branch", "protect", "main"]).fails(9);
+    lh.run(&["branch", "protect", "main"]).ok();
+    lh.run(&["tag", "create", "v1"]).ok();
+    lh.run(&["tag", "protect", "v1"]).fails(5);
+    assert!(lh.run(&["branch", "ls"]).ok().contains("main (protected)"));
+    let listed: Value = serde_json::from_str(lh.run(&["branch", "ls", "-o", "json"]).ok()).unwrap();
+    assert_eq!(listed[0]["protected"], true, "{listed}");
+    let head = lh.head("main");
+
+    // Direct writes are refused, the admin's too, and leave nothing behind.
+    let err = lh
+        .run(&["table", "import", "shop.b", csv.to_str().unwrap()])
+        .fails(9)
+        .to_string();
+    assert!(err.contains("branch 'main' is protected"), "{err}");
+    assert!(
+        err.contains("hint: make the change on another branch"),
+        "{err}"
+    );
+    lh.run(&["table", "rm", "shop.a"]).fails(9);
+    lh.run(&["branch", "rm", "main"]).fails(9);
+    let (s, v, _) = call(
+        &server,
+        "DELETE",
+        "/iceberg/v1/main/namespaces/shop/tables/a",
+        Some(&server.token()),
+        &[],
+        None,
+    );
+    assert_eq!(
+        (s, v["error"]["type"].as_str()),
+        (403, Some("ForbiddenException")),
+        "{v}"
+    );
+    let (s, v, _) = call(
+        &server,
+        "POST",
+        "/api/v1/refs/main/assign",
+        Some(&server.token()),
+        &[],
+        Some(json!({"expected": head, "to": "v1"})),
+    );
+    assert_eq!(
+        (s, v["error"]["kind"].as_str()),
+        (403, Some("branch_protected")),
+        "{v}"
+    );
+    assert_eq!(lh.head("main"), head);
+    let tables: Value = serde_json::from_str(lh.run(&["table", "ls", "-o", "json"]).ok()).unwrap();
+    assert_eq!(tables["tables"].as_array().unwrap().len(), 1, "{tables}");
+
+    // The way in: a branch, and a merge by a role that may merge.
+    alice.run(&["branch", "create", "fix"]).ok();
+    alice
+        .run(&[
+            "table",
+            "import",
+            "shop.b",
+            csv.to_str().unwrap(),
+            "--ref",
+            "fix",
+        ])
+        .ok();
+    alice.run(&["merge", "fix", "--into", "main"]).fails(9);
+    mark.run(&["merge", "fix", "--into", "main"]).ok();
+    assert_ne!(lh.head("main"), head);
+
+    // A run publishing to main is a merge: a writer may not start one, a maintainer may.
+    let dir = lh.cwd.join("proj");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("lh_project.yml"),
+        "name: shop\nnamespace: analytics\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("a.sql"), "select count(*) as n from shop.b\n").unwrap();
+    let err = alice
+        .run(&["run", dir.to_str().unwrap()])
+        .fails(9)
+        .to_string();
+    assert!(err.contains("'merge' permission"), "{err}");
+    alice
+        .run(&["run", dir.to_str().unwrap(), "--ref", "fix"])
+        .ok();
+    mark.run(&["run", dir.to_str().unwrap()]).ok();
+    assert!(
+        lh.run(&["table", "ls"]).ok().contains("analytics.a"),
+        "the run published to main"
+    );
+
+    // Unprotected (admins only), main takes direct writes again.
+    mark.run(&["branch", "unprotect", "main"]).fails(9);
+    lh.run(&["branch", "unprotect", "main"]).ok();
+    lh.run(&["table", "import", "shop.c", csv.to_str().unwrap()])
+        .ok();
+}

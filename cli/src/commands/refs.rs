@@ -55,12 +55,33 @@ pub async fn refs(
             let active = client.resolve_ref(settings.branch.clone()).await?;
             output::listing(settings.output, &["", "name", "head"], &refs, |r| {
                 let mark = if r.name == active { "*" } else { "" };
-                vec![mark.to_string(), r.name.clone(), short(&r.head).to_string()]
+                let name = if r.protected {
+                    format!("{} (protected)", r.name)
+                } else {
+                    r.name.clone()
+                };
+                vec![mark.to_string(), name, short(&r.head).to_string()]
             })
         }
         RefCommand::Rm { name } => {
             client.delete_ref(&name, kind).await?;
             eprintln!("deleted {} '{name}'", kind.as_str());
+            Ok(())
+        }
+        RefCommand::Protect { name } | RefCommand::Unprotect { name } if kind == RefKind::Tag => {
+            Err(crate::error::CliError::invalid(
+                format!("'{name}': tags never move; only branches are protected"),
+                None,
+            ))
+        }
+        RefCommand::Protect { name } => {
+            client.protect_branch(&name, true).await?;
+            eprintln!("protected branch '{name}': it changes only by lh merge");
+            Ok(())
+        }
+        RefCommand::Unprotect { name } => {
+            client.protect_branch(&name, false).await?;
+            eprintln!("unprotected branch '{name}'");
             Ok(())
         }
     }

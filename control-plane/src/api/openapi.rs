@@ -20,6 +20,8 @@ use crate::state::AppState;
         super::refs::get_ref,
         super::refs::delete_ref,
         super::refs::assign_ref,
+        super::refs::protect_branch,
+        super::refs::unprotect_branch,
         super::refs::log,
         super::refs::get_commit,
         super::refs::diff,

@@ -22,6 +22,10 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/refs", get(list_refs).post(create_ref))
         .route("/api/v1/refs/{name}", get(get_ref).delete(delete_ref))
         .route("/api/v1/refs/{name}/assign", post(assign_ref))
+        .route(
+            "/api/v1/refs/{name}/protect",
+            post(protect_branch).delete(unprotect_branch),
+        )
         .route("/api/v1/log", get(log))
         .route("/api/v1/commits/{id}", get(get_commit))
         .route("/api/v1/diff", get(diff))
@@ -36,6 +40,7 @@ pub(crate) fn ref_info(r: lh_catalog::Reference) -> RefInfo {
             lh_catalog::RefKind::Tag => RefKind::Tag,
         },
         head: r.head.to_hex(),
+        protected: false,
     }
 }
 
@@ -89,10 +94,15 @@ async fn list_refs(
         .find(|(k, _)| k == "kind")
         .map(|(_, v)| v);
     let refs = s.catalog.list_refs().await?;
+    let protected = s.protected.list().await?;
     Ok(Json(
         refs.into_iter()
             .filter(|r| kind.as_deref().is_none_or(|k| k == r.kind.as_str()))
             .map(ref_info)
+            .map(|mut r| {
+                r.protected = r.kind == RefKind::Branch && protected.contains(&r.name);
+                r
+            })
             .collect(),
     ))
 }
@@ -118,7 +128,49 @@ async fn create_ref(
 #[utoipa::path(get, path = "/api/v1/refs/{name}", params(("name" = String, Path)),
     responses((status = 200, body = RefInfo), (status = 404, body = lh_api::ErrorBody)))]
 async fn get_ref(State(s): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<RefInfo>> {
-    Ok(Json(ref_info(s.catalog.get_ref(&name).await?)))
+    let mut r = ref_info(s.catalog.get_ref(&name).await?);
+    r.protected = r.kind == RefKind::Branch && s.protected.is_protected(&r.name).await?;
+    Ok(Json(r))
+}
+
+/// Protects a branch: from now on it changes only by a merge.
+#[utoipa::path(post, path = "/api/v1/refs/{name}/protect", params(("name" = String, Path)),
+    responses((status = 200, body = RefInfo), (status = 404, body = lh_api::ErrorBody)))]
+async fn protect_branch(
+    State(s): State<AppState>,
+    identity: Identity,
+    Path(name): Path<String>,
+) -> ApiResult<Json<RefInfo>> {
+    let r = s.catalog.get_ref(&name).await?;
+    if r.kind != lh_catalog::RefKind::Branch {
+        return Err(Error::bad_request(
+            Code::NotABranch,
+            format!("'{name}' is a tag: tags never move, only branches are protected"),
+        )
+        .into());
+    }
+    if s.protected.protect(&name, &identity.user).await? {
+        tracing::info!(branch = %name, by = %identity.user, "branch protected");
+    }
+    let mut info = ref_info(r);
+    info.protected = true;
+    Ok(Json(info))
+}
+
+/// Unprotects a branch.
+#[utoipa::path(delete, path = "/api/v1/refs/{name}/protect", params(("name" = String, Path)),
+    responses((status = 200, body = RefInfo), (status = 404, body = lh_api::ErrorBody)))]
+async fn unprotect_branch(
+    State(s): State<AppState>,
+    identity: Identity,
+    Path(name): Path<String>,
+) -> ApiResult<Json<RefInfo>> {
+    let was = s.protected.unprotect(&name).await?;
+    let r = s.catalog.get_ref(&name).await;
+    if was {
+        tracing::info!(branch = %name, by = %identity.user, "branch unprotected");
+    }
+    Ok(Json(ref_info(r?)))
 }
 
 /// Deletes a branch (`?kind=branch`, optionally `&expected=<commit>`) or a tag (`?kind=tag`).
@@ -131,6 +183,9 @@ async fn delete_ref(
     RawQuery(q): RawQuery,
 ) -> ApiResult<StatusCode> {
     let pairs = query_pairs(q.as_deref());
+    if pairs.iter().all(|(k, v)| k != "kind" || v == "branch") {
+        s.protected.check_direct(&name, "deleting it").await?;
+    }
     let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
     let expected = match get("expected") {
         Some(e) => Some(s.catalog.resolve(&format!("@{e}")).await?.commit.id),
@@ -158,6 +213,9 @@ async fn assign_ref(
     Path(name): Path<String>,
     Json(req): Json<AssignRef>,
 ) -> ApiResult<Json<RefInfo>> {
+    s.protected
+        .check_direct(&name, "pointing it at another commit")
+        .await?;
     let expected = s
         .catalog
         .resolve(&format!("@{}", req.expected))

@@ -65,6 +65,12 @@ async fn start_run(
     identity: Identity,
     Json(req): Json<RunRequest>,
 ) -> ApiResult<(StatusCode, Json<RunInfo>)> {
+    let target = if req.reference.is_empty() {
+        lh_catalog::DEFAULT_BRANCH
+    } else {
+        req.reference.as_str()
+    };
+    s.protected.check_publish(&identity, target).await?;
     let code = code_of(&s, &req.upload).await?;
     let start = RunStart {
         code_hash: code,
@@ -146,6 +152,10 @@ async fn rerun(
     Path(id): Path<String>,
     Json(req): Json<RerunRequest>,
 ) -> ApiResult<(StatusCode, Json<RunInfo>)> {
+    let original = s.runs.get(&id).await?;
+    s.protected
+        .check_publish(&identity, &original.target)
+        .await?;
     let code = match &req.upload {
         Some(u) => Some(code_of(&s, u).await?),
         None => None,

@@ -19,6 +19,7 @@
 
 pub mod bootstrap;
 pub mod guard;
+pub mod protected;
 pub mod routes;
 pub mod tokens;
 

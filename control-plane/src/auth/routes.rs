@@ -34,6 +34,8 @@ routes! {
     GET "/api/v1/refs/{name}" => Some(Read),
     DELETE "/api/v1/refs/{name}" => Some(Merge),
     POST "/api/v1/refs/{name}/assign" => Some(Merge),
+    POST "/api/v1/refs/{name}/protect" => Some(Admin),
+    DELETE "/api/v1/refs/{name}/protect" => Some(Admin),
     GET "/api/v1/log" => Some(Read),
     GET "/api/v1/commits/{id}" => Some(Read),
     GET "/api/v1/diff" => Some(Read),

@@ -354,6 +354,15 @@ impl Transaction<'_> {
     /// goes away while it waits (a client gone, a cancelled run) may still see the
     /// commit land: then the files must stay, and what no commit reaches is `lh gc`'s.
     pub async fn commit(mut self, branch: &str, meta: CommitMeta) -> Result<Committed> {
+        // A protected branch changes only by a merge: dropped here, the transaction
+        // removes what it wrote.
+        if let Some(p) = self.tables.protected.get() {
+            p.check_direct(
+                branch,
+                "a direct write (an import, a table change, an Iceberg REST commit)",
+            )
+            .await?;
+        }
         let ops = std::mem::take(&mut self.ops);
         let written = std::mem::take(&mut self.written);
         match self.tables.catalog.commit(branch, ops, meta).await {

@@ -48,6 +48,8 @@ pub struct Tables {
     /// point at files of any age), exclusively by garbage collection while it removes
     /// files.
     pub commit_gate: tokio::sync::RwLock<()>,
+    /// The protected branches, which no transaction commits to (set by the server).
+    pub protected: std::sync::OnceLock<Arc<crate::auth::protected::ProtectedBranches>>,
 }
 
 impl Tables {
@@ -60,6 +62,7 @@ impl Tables {
             columns: quick_cache::sync::Cache::new(200_000),
             in_flight: gc::InFlight::default(),
             commit_gate: tokio::sync::RwLock::new(()),
+            protected: std::sync::OnceLock::new(),
         }
     }
 

@@ -131,6 +131,35 @@ pub struct TokenInfo {
     pub last_used_at: Option<DateTime<Utc>>,
 }
 
+/// One request of the audit log (`lh audit`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AuditEntry {
+    pub at: DateTime<Utc>,
+    pub user: String,
+    pub role: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_id: Option<String>,
+    /// The permission the route needs: write, run, merge or admin.
+    pub action: String,
+    pub method: String,
+    /// The route as the server declares it (`/api/v1/refs/{name}/assign`).
+    pub route: String,
+    /// The path as asked (`/api/v1/refs/main/assign`).
+    pub path: String,
+    /// The answer's status: 2xx done, 401/403 refused, others failed.
+    pub status: u16,
+    /// The peer address the request came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AuditList {
+    pub entries: Vec<AuditEntry>,
+}
+
 /// A new token: the secret is in this answer and nowhere else.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct TokenCreated {

@@ -82,6 +82,21 @@ pub enum Commands {
     /// Make, list and revoke the bearer tokens of users (admins only)
     #[command(subcommand)]
     Token(TokenCommand),
+    /// The audit log: who changed what, when and from where (admins only)
+    Audit(AuditArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Only entries this recent: 90m, 36h, 7d
+    #[arg(long, value_name = "AGE", value_parser = parse_lifetime)]
+    pub since: Option<u64>,
+    /// Only this user's requests
+    #[arg(long)]
+    pub user: Option<String>,
+    /// At most this many entries, newest first
+    #[arg(long, short = 'n', default_value_t = 100)]
+    pub limit: u32,
 }
 
 #[derive(Debug, Subcommand)]

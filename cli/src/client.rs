@@ -137,6 +137,10 @@ impl Client {
         self.post("/tokens", req).await
     }
 
+    pub async fn audit(&self, query: &[(&str, &str)]) -> CliResult<lh_api::AuditList> {
+        self.get("/audit", query).await
+    }
+
     pub async fn list_tokens(&self) -> CliResult<lh_api::TokenList> {
         self.get("/tokens", &[]).await
     }

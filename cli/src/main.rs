@@ -79,5 +79,6 @@ async fn run(cli: Cli) -> CliResult<()> {
         Commands::Runs(cmd) => commands::runs::runs(&client, &settings, cmd).await,
         Commands::Rerun(args) => commands::runs::rerun(&client, &settings, args).await,
         Commands::Token(cmd) => commands::tokens::run(&client, &settings, cmd).await,
+        Commands::Audit(args) => commands::tokens::audit(&client, &settings, args).await,
     }
 }

@@ -257,6 +257,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let namespaces = Arc::new(Namespaces::new(db.clone(), catalog.clone()));
     let protected = Arc::new(crate::auth::protected::ProtectedBranches::new(db.clone()));
+    let audit = Arc::new(crate::auth::audit::AuditLog::new(db.clone()));
     let _ = tables.protected.set(protected.clone());
     let tokens = config
         .auth
@@ -270,6 +271,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         allowed_origins: config.allowed_origins.clone(),
         routes: crate::auth::routes::all(),
         max_request_bytes: config.max_request_bytes,
+        audit: Some(audit.clone()),
     });
     let runs = runs_service(
         config,
@@ -293,6 +295,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         info,
         tokens,
         protected,
+        audit,
         vend_to: config.vend_credentials_to,
         guard,
     })
@@ -435,10 +438,13 @@ pub async fn serve(
         state.info.version, state.info.catalog, state.info.warehouse
     );
     let runtime = state.runs.runtime().clone();
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .context("server failed")?;
+    axum::serve(
+        listener,
+        app(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+    .context("server failed")?;
     runtime.shutdown().await;
     tracing::info!("lh server stopped");
     Ok(())

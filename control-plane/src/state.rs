@@ -29,6 +29,8 @@ pub struct AppState {
     pub info: lh_api::ServerInfo,
     /// The protected branches (also checked by the table service's commits).
     pub protected: Arc<crate::auth::protected::ProtectedBranches>,
+    /// The audit log of changes.
+    pub audit: Arc<crate::auth::audit::AuditLog>,
     /// Bearer tokens; `None` with `--no-auth`.
     pub tokens: Option<Arc<crate::auth::tokens::Tokens>>,
     /// The least role the Iceberg REST catalog vends the warehouse's S3 key to.

@@ -703,6 +703,16 @@ fn a_protected_branch_changes_only_by_a_merge() {
     );
     lh.run(&["table", "rm", "shop.a"]).fails(9);
     lh.run(&["branch", "rm", "main"]).fails(9);
+    // A repeated kind is refused rather than read two ways.
+    let (s, v, _) = call(
+        &server,
+        "DELETE",
+        "/api/v1/refs/main?kind=branch&kind=tag",
+        Some(&server.token()),
+        &[],
+        None,
+    );
+    assert_eq!(s, 400, "{v}");
     let (s, v, _) = call(
         &server,
         "DELETE",
@@ -777,4 +787,73 @@ fn a_protected_branch_changes_only_by_a_merge() {
     lh.run(&["branch", "unprotect", "main"]).ok();
     lh.run(&["table", "import", "shop.c", csv.to_str().unwrap()])
         .ok();
+}
+
+/// Every request that changes something, or tried to, is in the audit log: who, when,
+/// from where, what, and how it ended; only admins read it.
+#[test]
+fn the_audit_log_records_every_change_and_every_refusal() {
+    let server = Server::start();
+    let lh = server.lh();
+    let csv = lh.file("a.csv", "id\n1\n");
+    let rita = lh.with_token(&server.token_for("rita", "reader"));
+    let alice = lh.with_token(&server.token_for("alice", "writer"));
+    alice
+        .run(&["table", "import", "shop.a", csv.to_str().unwrap()])
+        .ok();
+    alice.run(&["branch", "create", "dev"]).ok();
+    rita.run(&["branch", "create", "nope"]).fails(9);
+    let (s, _, _) = call(
+        &server,
+        "POST",
+        "/api/v1/refs",
+        Some("lht_bad"),
+        &[],
+        Some(json!({"name": "nope", "kind": "branch"})),
+    );
+    assert_eq!(s, 401);
+    rita.run(&["query", "select 1"]).ok();
+    let out = lh.run(&["audit", "-o", "json"]);
+    let entries: Value = serde_json::from_str(out.ok()).unwrap();
+    let entries = entries.as_array().unwrap();
+    let find = |user: &str, route: &str, status: u64| {
+        entries.iter().find(|e| {
+            e["user"] == user && e["route"] == route && e["status"].as_u64() == Some(status)
+        })
+    };
+    let import = find("alice", "/api/v1/tables/{name}/import", 200)
+        .or_else(|| find("alice", "/api/v1/tables/{name}/import", 201))
+        .unwrap_or_else(|| panic!("no import by alice in {entries:?}"));
+    assert_eq!(import["path"], "/api/v1/tables/shop.a/import");
+    assert_eq!(import["action"], "write");
+    assert_eq!(import["remote"], "127.0.0.1");
+    assert!(import["request_id"].as_str().is_some_and(|r| r.len() > 10));
+    assert!(find("alice", "/api/v1/refs", 201).is_some(), "{entries:?}");
+    // Refusals too: a role that may not, and a token that is not one.
+    assert!(find("rita", "/api/v1/refs", 403).is_some(), "{entries:?}");
+    assert!(
+        find("(no valid token)", "/api/v1/refs", 401).is_some(),
+        "{entries:?}"
+    );
+    // Reads are not changes.
+    assert!(
+        !entries.iter().any(|e| e["route"] == "/api/v1/query"),
+        "{entries:?}"
+    );
+    // Newest first, filtered by user and time.
+    let alice_only: Value =
+        serde_json::from_str(lh.run(&["audit", "--user", "alice", "-o", "json"]).ok()).unwrap();
+    assert!(
+        alice_only
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["user"] == "alice")
+    );
+    assert_eq!(alice_only[0]["route"], "/api/v1/refs", "{alice_only}");
+    let table = lh.run(&["audit", "--since", "1h"]).ok().to_string();
+    assert!(table.contains("alice") && table.contains("403"), "{table}");
+    // Only admins read it.
+    rita.run(&["audit"]).fails(9);
+    alice.run(&["audit"]).fails(9);
 }

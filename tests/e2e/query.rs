@@ -247,6 +247,17 @@ fn the_sandbox_refuses_escapes() {
         "select * from duckdb_views()".to_string(),
         "select * from raw.orders, read_text('/etc/hostname')".to_string(),
         "select (select count(*) from glob('/**')) as n".to_string(),
+        format!(
+            "select json_serialize_plan('select * from read_parquet(''{}/**/*.parquet'')')",
+            warehouse.display()
+        ),
+        "select * from duckdb_views".to_string(),
+        "select * from information_schema.tables".to_string(),
+        "select * from system.main.duckdb_tables".to_string(),
+        "show tables".to_string(),
+        "show all tables".to_string(),
+        "show databases".to_string(),
+        "select * from orders.parquet".to_string(),
     ];
     for sql in &escapes {
         let run = lh.run(&["query", sql]);

@@ -1,9 +1,10 @@
-//! `lh token`: bearer tokens, made and revoked by admins.
+//! `lh token`: bearer tokens, made and revoked by admins; `lh audit`: the log of who
+//! changed what.
 
 use chrono::{DateTime, Utc};
 use lh_api::{TokenCreate, TokenInfo};
 
-use crate::args::{OutputFormat, TokenCommand};
+use crate::args::{AuditArgs, OutputFormat, TokenCommand};
 use crate::client::Client;
 use crate::error::CliResult;
 use crate::output;
@@ -95,4 +96,38 @@ pub async fn run(client: &Client, settings: &Settings, cmd: TokenCommand) -> Cli
             Ok(())
         }
     }
+}
+
+pub async fn audit(client: &Client, settings: &Settings, args: AuditArgs) -> CliResult<()> {
+    let since = args
+        .since
+        .map(|s| (Utc::now() - chrono::Duration::seconds(s as i64)).to_rfc3339());
+    let limit = args.limit.to_string();
+    let mut query = vec![("limit", limit.as_str())];
+    if let Some(s) = &since {
+        query.push(("since", s.as_str()));
+    }
+    if let Some(u) = &args.user {
+        query.push(("user", u.as_str()));
+    }
+    let list = client.audit(&query).await?;
+    output::listing(
+        settings.output,
+        &[
+            "at", "user", "role", "action", "method", "path", "status", "from",
+        ],
+        &list.entries,
+        |e| {
+            vec![
+                e.at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                e.user.clone(),
+                e.role.clone(),
+                e.action.clone(),
+                e.method.clone(),
+                e.path.clone(),
+                e.status.to_string(),
+                e.remote.clone().unwrap_or_default(),
+            ]
+        },
+    )
 }

@@ -3,6 +3,7 @@
 //! `router()` here puts them together with the OpenAPI document. Errors become
 //! responses in `crate::http`.
 
+mod audit;
 pub mod openapi;
 mod params;
 mod query;
@@ -23,5 +24,6 @@ pub fn router() -> Router<AppState> {
         .merge(query::router())
         .merge(runs::router())
         .merge(tokens::router())
+        .merge(audit::router())
         .merge(openapi::router())
 }

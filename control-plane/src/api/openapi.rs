@@ -40,6 +40,7 @@ use crate::state::AppState;
         super::runs::run_logs,
         super::runs::cancel_run,
         super::runs::rerun,
+        super::audit::audit,
         super::tokens::create_token,
         super::tokens::list_tokens,
         super::tokens::revoke_token,

@@ -183,8 +183,10 @@ async fn delete_ref(
     RawQuery(q): RawQuery,
 ) -> ApiResult<StatusCode> {
     let pairs = query_pairs(q.as_deref());
-    if pairs.iter().all(|(k, v)| k != "kind" || v == "branch") {
-        s.protected.check_direct(&name, "deleting it").await?;
+    if pairs.iter().filter(|(k, _)| k == "kind").count() > 1 {
+        return Err(
+            Error::bad_request(Code::InvalidArgument, "kind is given more than once").into(),
+        );
     }
     let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
     let expected = match get("expected") {
@@ -193,7 +195,10 @@ async fn delete_ref(
     };
     match get("kind").as_deref() {
         Some("tag") => s.catalog.delete_tag(&name).await?,
-        Some("branch") | None => s.catalog.delete_branch(&name, expected).await?,
+        Some("branch") | None => {
+            s.protected.check_direct(&name, "deleting it").await?;
+            s.catalog.delete_branch(&name, expected).await?
+        }
         Some(other) => {
             return Err(Error::bad_request(
                 Code::InvalidArgument,

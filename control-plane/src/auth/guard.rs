@@ -30,6 +30,8 @@ pub struct Guard {
     pub routes: Vec<Route>,
     /// The largest JSON body a request may carry.
     pub max_request_bytes: usize,
+    /// Where requests that change something are recorded (none in unit tests).
+    pub audit: Option<Arc<super::audit::AuditLog>>,
 }
 
 impl Guard {
@@ -201,17 +203,44 @@ pub async fn guard(State(g): State<Arc<Guard>>, mut req: Request, next: Next) ->
     let declared = matched
         .as_deref()
         .map(|m| routes::lookup(&g.routes, req.method(), m));
+    // What the audit log records: requests of routes that change something.
+    let audited = match (&declared, &matched) {
+        (Some(Ok(Some(action))), Some(route)) if *action != super::Action::Read => Some(Audited {
+            action: *action,
+            method: req.method().to_string(),
+            route: route.clone(),
+            path: path.clone(),
+            remote: req
+                .extensions()
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip().to_string()),
+            request_id: req
+                .headers()
+                .get(lh_api::REQUEST_ID_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+        }),
+        _ => None,
+    };
+    let mut identity_seen: Option<Identity> = None;
     // The token exchange authenticates with the credentials in its body.
     if !matches!(declared, Some(Ok(None))) {
         let identity = match g.identify(req.headers()).await {
             Ok(i) => i,
-            Err(e) => return g.refuse(&path, e),
+            Err(e) => {
+                let r = g.refuse(&path, e);
+                g.record(audited.as_ref(), None, r.status()).await;
+                return r;
+            }
         };
         match declared {
             Some(Ok(Some(action))) => {
                 let what = format!("{} {}", req.method(), matched.as_deref().unwrap_or(&path));
                 if let Err(e) = identity.require(action, &what) {
-                    return g.refuse(&path, e);
+                    let r = g.refuse(&path, e);
+                    g.record(audited.as_ref(), Some(&identity), r.status())
+                        .await;
+                    return r;
                 }
             }
             Some(Ok(None)) => {}
@@ -232,13 +261,53 @@ pub async fn guard(State(g): State<Arc<Guard>>, mut req: Request, next: Next) ->
             // No route: the router answers 404 (to an authenticated caller only).
             None => {}
         }
+        identity_seen = Some(identity.clone());
         req.extensions_mut().insert(identity);
     }
     let mut response = next.run(req).await;
+    g.record(audited.as_ref(), identity_seen.as_ref(), response.status())
+        .await;
     if let Some(origin) = &origin {
         cors(response.headers_mut(), origin);
     }
     response
+}
+
+/// A request the audit log records, as the guard saw it.
+struct Audited {
+    action: super::Action,
+    method: String,
+    route: String,
+    path: String,
+    remote: Option<String>,
+    request_id: Option<String>,
+}
+
+impl Guard {
+    /// Records a request that changes something (best effort: a failure is logged, the
+    /// answer stands).
+    async fn record(&self, a: Option<&Audited>, who: Option<&Identity>, status: StatusCode) {
+        let (Some(log), Some(a)) = (&self.audit, a) else {
+            return;
+        };
+        let r = log
+            .record(super::audit::Record {
+                user: who.map_or("(no valid token)", |i| i.user.as_str()),
+                role: who.map_or("-", |i| i.role.as_str()),
+                token_id: who.and_then(|i| i.token_id.as_deref()),
+                action: a.action.as_str(),
+                method: &a.method,
+                route: &a.route,
+                path: &a.path,
+                status: status.as_u16(),
+                remote: a.remote.clone(),
+                request_id: a.request_id.as_deref(),
+            })
+            .await;
+        if let Err(e) = r {
+            tracing::error!(error = %e.message, route = %a.route, "cannot write the audit log");
+        }
+    }
 }
 
 fn cors(h: &mut HeaderMap, origin: &str) {

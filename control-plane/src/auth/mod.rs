@@ -17,6 +17,7 @@
 //! the `admin` role, and takes the author from the `x-lh-user` header, as lh did before
 //! it had authentication.
 
+pub mod audit;
 pub mod bootstrap;
 pub mod guard;
 pub mod protected;

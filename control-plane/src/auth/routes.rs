@@ -54,6 +54,7 @@ routes! {
     GET "/api/v1/runs/{id}/logs" => Some(Read),
     POST "/api/v1/runs/{id}/cancel" => Some(Run),
     POST "/api/v1/runs/{id}/rerun" => Some(Run),
+    GET "/api/v1/audit" => Some(Admin),
     GET "/api/v1/tokens" => Some(Admin),
     POST "/api/v1/tokens" => Some(Admin),
     DELETE "/api/v1/tokens/{id}" => Some(Admin),

@@ -80,8 +80,38 @@ fn walk(v: &Value, out: &mut Analysis) -> Result<()> {
                     }
                 }
             }
-            if m.get("type").and_then(Value::as_str) == Some("TABLE_FUNCTION") {
-                check_table_function(m.get("function"))?;
+            match m.get("type").and_then(Value::as_str) {
+                Some("TABLE_FUNCTION") => check_table_function(m.get("function"))?,
+                // json_serialize_plan plans SQL text of its own, unseen here.
+                Some("FUNCTION") => {
+                    let name = m
+                        .get("function_name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_ascii_lowercase();
+                    if SQL_TEXT_FUNCTIONS.contains(&name.as_str()) {
+                        return Err(files_refused(&format!(
+                            "{name}() works on SQL text that is not checked"
+                        )));
+                    }
+                }
+                // SHOW TABLES / SHOW DATABASES list every commit the server holds open.
+                Some("SHOW_REF")
+                    if matches!(
+                        m.get("show_type").and_then(Value::as_str),
+                        Some("SHOW_UNQUALIFIED" | "SHOW_FROM")
+                    ) =>
+                {
+                    return Err(Error::bad_request(
+                        Code::Forbidden,
+                        "not allowed: SHOW TABLES and SHOW DATABASES (they list what other \
+                         refs hold)",
+                    )
+                    .with_hint(
+                        "`lh table ls --ref REF` lists a ref's tables; DESCRIBE ns.table shows one",
+                    ));
+                }
+                _ => {}
             }
             if m.get("type").and_then(Value::as_str) == Some("BASE_TABLE") {
                 if m.get("at_clause").is_some_and(|a| !a.is_null()) {
@@ -105,10 +135,21 @@ fn walk(v: &Value, out: &mut Analysis) -> Result<()> {
                 .into_iter()
                 .filter(|p| !p.is_empty())
                 .collect();
-                // DuckDB reads a "table" named like a file (`FROM 'x.parquet'`) as that
-                // file: a query sees tables, never paths.
-                if let Some(p) = parts.iter().find(|p| looks_like_a_path(p)) {
-                    return Err(files_refused(&format!("'{p}' is a file path, not a table")));
+                // DuckDB reads a "table" named like a file (`FROM 'x.parquet'`, or
+                // `FROM x.parquet`, whose parts it joins) as that file: a query sees
+                // tables, never paths.
+                let joined = parts.join(".");
+                if looks_like_a_path(&joined) {
+                    return Err(files_refused(&format!(
+                        "'{joined}' is a file path, not a table"
+                    )));
+                }
+                // Nor DuckDB's own catalog views, which describe every commit the server
+                // holds open (and the files their views read).
+                if is_system_name(&parts) {
+                    return Err(files_refused(&format!(
+                        "'{joined}' is DuckDB's catalog, not an lh table"
+                    )));
                 }
                 out.tables.push(parts);
             }
@@ -161,10 +202,27 @@ fn check_table_function(f: Option<&Value>) -> Result<()> {
     )))
 }
 
+/// Scalar functions that parse, plan or run SQL text given as a value.
+const SQL_TEXT_FUNCTIONS: &[&str] = &[
+    "json_serialize_plan",
+    "json_serialize_sql",
+    "json_execute_serialized_sql",
+];
+
+fn is_system_name(parts: &[String]) -> bool {
+    const SCHEMAS: &[&str] = &["information_schema", "pg_catalog", "system", "temp"];
+    const PREFIXES: &[&str] = &["duckdb_", "sqlite_", "pg_", "pragma_"];
+    match parts {
+        [one] => PREFIXES.iter().any(|p| one.starts_with(p)),
+        [schema, _] => SCHEMAS.contains(&schema.as_str()),
+        _ => false,
+    }
+}
+
 fn looks_like_a_path(part: &str) -> bool {
     const FILES: &[&str] = &[
         ".parquet", ".csv", ".tsv", ".json", ".jsonl", ".ndjson", ".txt", ".gz", ".zst", ".arrow",
-        ".avro", ".db", ".duckdb",
+        ".avro", ".db", ".ddb", ".duckdb",
     ];
     part.contains(['/', '\\', ':', '*', '?']) || FILES.iter().any(|e| part.ends_with(e))
 }

@@ -857,3 +857,42 @@ fn the_audit_log_records_every_change_and_every_refusal() {
     rita.run(&["audit"]).fails(9);
     alice.run(&["audit"]).fails(9);
 }
+
+/// A branch protected while a writer's run works on it does not take that run's
+/// publish: the run fails, the branch stays, the run branch is kept.
+#[test]
+fn a_run_does_not_publish_to_a_branch_protected_while_it_ran() {
+    let server = Server::start_with(&["--runtime", "process"]);
+    let lh = server.lh();
+    let csv = lh.file("o.csv", "id\n1\n2\n");
+    lh.run(&["table", "import", "raw.orders", csv.to_str().unwrap()])
+        .ok();
+    lh.run(&["branch", "create", "staging"]).ok();
+    let alice = lh.with_token(&server.token_for("alice", "writer"));
+    let dir = lh.cwd.join("slow");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("lh_project.yml"),
+        "name: shop\nnamespace: analytics\npython: \"3.11\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("m.py"),
+        "import lh, time\n\n@lh.model()\ndef c(o=lh.Model(\"raw.orders\")):\n    time.sleep(4)\n    return o\n",
+    )
+    .unwrap();
+    let head = lh.head("staging");
+    let run = alice
+        .command(&["run", dir.to_str().unwrap(), "--ref", "staging"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    lh.run(&["branch", "protect", "staging"]).ok();
+    let out = run.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(8), "{err}");
+    assert!(err.contains("'staging' is protected"), "{err}");
+    assert_eq!(lh.head("staging"), head);
+}

@@ -77,6 +77,7 @@ async fn start_run(
         target: req.reference,
         params: req.params,
         author: identity.user.clone(),
+        may_merge: identity.role.allows(crate::auth::Action::Merge),
         no_cache: req.no_cache,
         strict: req.strict,
         rerun_of: None,
@@ -162,7 +163,13 @@ async fn rerun(
     };
     let run = s
         .runs
-        .rerun(&id, req.from_failed, code, &identity.user.clone())
+        .rerun(
+            &id,
+            req.from_failed,
+            code,
+            &identity.user,
+            identity.role.allows(crate::auth::Action::Merge),
+        )
         .await?;
     Ok((StatusCode::CREATED, Json(run)))
 }

@@ -29,6 +29,8 @@ struct Shared {
     code_hash: String,
     code_root: PathBuf,
     author: String,
+    /// Whether its starter may merge (a protected target takes the publish only then).
+    may_merge: bool,
     no_cache: bool,
     reuse: BTreeMap<String, TablePointer>,
     /// Environment key to lock, of every environment the run used.
@@ -43,6 +45,28 @@ pub(crate) struct Run {
 }
 
 impl Run {
+    /// Why the publish is refused, when it is: the target was protected since the run
+    /// started and its starter may not merge (or protection cannot be read: refused).
+    async fn publish_refused(&self, svc: &RunService) -> Option<String> {
+        let protected = svc.tables.protected.get()?;
+        if self.shared.may_merge {
+            return None;
+        }
+        let target = &self.info.target;
+        match protected.is_protected(target).await {
+            Ok(false) => None,
+            Ok(true) => Some(format!(
+                "'{target}' is protected and user '{}' may not merge into it; nothing was \
+                 published (the run branch '{}' is kept)",
+                self.shared.author, self.shared.run_branch
+            )),
+            Err(e) => Some(format!(
+                "cannot tell whether '{target}' is protected ({}); nothing was published",
+                e.message
+            )),
+        }
+    }
+
     pub fn new(
         svc: Arc<RunService>,
         info: RunInfo,
@@ -59,6 +83,7 @@ impl Run {
             code_hash: info.code_hash.clone(),
             code_root,
             author: info.author.clone(),
+            may_merge: start.may_merge,
             no_cache: start.no_cache,
             reuse: start.reuse,
             envs: Mutex::new(BTreeMap::new()),
@@ -210,6 +235,8 @@ impl Run {
                 Some(format!("{}; nothing was published", problems.join(", "))),
                 None,
             )
+        } else if let Some(refusal) = self.publish_refused(&svc).await {
+            (RunStatus::Failed, Some(refusal), None)
         } else {
             let meta = CommitMeta::new(
                 &self.shared.author,

@@ -75,6 +75,9 @@ pub struct RunStart {
     pub target: String,
     pub params: BTreeMap<String, String>,
     pub author: String,
+    /// Whether the identity that starts it may merge: only then does a protected target
+    /// take its publish (checked again when it publishes).
+    pub may_merge: bool,
     pub no_cache: bool,
     pub strict: bool,
     /// For a replay: the run replayed, the commit to read, the outputs to reuse.
@@ -321,6 +324,7 @@ impl RunService {
         from_failed: bool,
         code: Option<String>,
         author: &str,
+        may_merge: bool,
     ) -> Result<RunInfo> {
         let id = self.store.resolve_id(id).await?;
         let (old, _) = self.store.get(&id).await?;
@@ -346,6 +350,7 @@ impl RunService {
             target: old.target.clone(),
             params: BTreeMap::new(),
             author: author.to_string(),
+            may_merge,
             no_cache: old.no_cache,
             strict: old.strict,
             rerun_of: Some(old.id.clone()),

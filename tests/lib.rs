@@ -288,12 +288,9 @@ impl Server {
 
     /// The admin token the server made at its first start (in the test CLI's profile).
     pub fn token(&self) -> String {
-        let path = self.dir.path().join("home").join("config.yaml");
-        let file = lh_api::config_file::ConfigFile::load(&path).expect("the CLI's config file");
-        file.profiles
-            .get("default")
-            .and_then(|p| p.token.clone())
-            .unwrap_or_else(|| panic!("no admin token in {}", path.display()))
+        let home = self.dir.path().join("home");
+        profile_token(&home)
+            .unwrap_or_else(|| panic!("no admin token in {}/config.yaml", home.display()))
     }
 
     /// A new token for `user` with `role`, made with the admin token.
@@ -361,6 +358,17 @@ pub struct Lh {
     pub token: Option<String>,
 }
 
+/// The token of the default profile in `home`'s config file (where the server writes
+/// its first admin token).
+fn profile_token(home: &Path) -> Option<String> {
+    lh_api::config_file::ConfigFile::load(&home.join("config.yaml"))
+        .ok()?
+        .profiles
+        .get("default")?
+        .token
+        .clone()
+}
+
 /// What one `lh` command did.
 #[derive(Debug)]
 pub struct Run {
@@ -419,11 +427,7 @@ impl Lh {
             .env("NO_COLOR", "1");
         // The token of the profile the server wrote (its endpoint goes stale when a
         // restarted server listens on a new port), or the one this CLI was given.
-        let token = self.token.clone().or_else(|| {
-            lh_api::config_file::ConfigFile::load(&self.home.join("config.yaml"))
-                .ok()
-                .and_then(|f| f.profiles.get("default").and_then(|p| p.token.clone()))
-        });
+        let token = self.token.clone().or_else(|| profile_token(&self.home));
         if let Some(t) = token {
             c.env("LH_TOKEN", t);
         }

@@ -43,6 +43,19 @@ impl Samples {
     }
 }
 
+/// The number after `--name` on the command line, or `default`.
+pub fn arg(name: &str, default: usize) -> anyhow::Result<usize> {
+    use anyhow::Context;
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == name) {
+        Some(i) => Ok(args
+            .get(i + 1)
+            .with_context(|| format!("{name} needs a value"))?
+            .parse()?),
+        None => Ok(default),
+    }
+}
+
 /// Milliseconds with two decimals.
 /// The median of a few timings (the upper one of an even count).
 pub fn median(v: &mut [Duration]) -> Duration {

@@ -136,20 +136,15 @@ impl IntoResponse for IcebergError {
     }
 }
 
-/// The header naming who makes a change (until lh has authentication).
+/// The header naming who makes a change on a server started with `--no-auth`.
 pub const USER_HEADER: &str = "x-lh-user";
 
-/// The author of a change: the `x-lh-user` header, or `anonymous`.
+/// The author of a change under `--no-auth`: the `x-lh-user` header, or `anonymous`.
 pub fn author(headers: &HeaderMap) -> String {
-    author_or(headers, "anonymous")
-}
-
-/// The author of a change: the `x-lh-user` header, or `default`.
-pub fn author_or(headers: &HeaderMap, default: &str) -> String {
     headers
         .get(USER_HEADER)
         .and_then(|v| v.to_str().ok())
         .filter(|s| !s.is_empty() && s.len() <= 200)
-        .unwrap_or(default)
+        .unwrap_or("anonymous")
         .to_string()
 }

@@ -10,20 +10,9 @@
 
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
-use lh_bench::{Samples, Server, lh_bin, ms};
+use anyhow::{Result, bail};
+use lh_bench::{Samples, Server, arg, lh_bin, ms};
 use serde_json::json;
-
-fn arg(name: &str, default: usize) -> Result<usize> {
-    let args: Vec<String> = std::env::args().collect();
-    match args.iter().position(|a| a == name) {
-        Some(i) => Ok(args
-            .get(i + 1)
-            .with_context(|| format!("{name} needs a value"))?
-            .parse()?),
-        None => Ok(default),
-    }
-}
 
 struct Target {
     server: Server,

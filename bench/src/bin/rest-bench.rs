@@ -11,18 +11,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use lh_bench::{Samples, Server, lh_bin, ms};
-
-fn arg(name: &str, default: usize) -> Result<usize> {
-    let args: Vec<String> = std::env::args().collect();
-    match args.iter().position(|a| a == name) {
-        Some(i) => Ok(args
-            .get(i + 1)
-            .with_context(|| format!("{name} needs a value"))?
-            .parse()?),
-        None => Ok(default),
-    }
-}
+use lh_bench::{Samples, Server, arg, lh_bin, ms};
 
 fn main() -> Result<()> {
     let (commits, rows) = (arg("--commits", 200)?, arg("--rows", 10)?);

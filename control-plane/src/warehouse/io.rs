@@ -320,7 +320,7 @@ impl Storage for S3Storage {
         Ok(Box::new(Writer {
             bucket: b.clone(),
             key,
-            buf: Some(BytesMut::new()),
+            buf: WriteBuffer::default(),
             keep: self.small.clone().map(|c| (c, path.to_string())),
         }))
     }
@@ -389,7 +389,7 @@ impl FileRead for Reader {
 struct Writer {
     bucket: Bucket,
     key: String,
-    buf: Option<BytesMut>,
+    buf: WriteBuffer,
     /// Where to keep the written bytes, when small.
     keep: Option<(Arc<SmallCache>, String)>,
 }
@@ -397,19 +397,11 @@ struct Writer {
 #[async_trait]
 impl FileWrite for Writer {
     async fn write(&mut self, bs: Bytes) -> iceberg::Result<()> {
-        let buf = self.buf.as_mut().ok_or_else(|| {
-            iceberg::Error::new(iceberg::ErrorKind::Unexpected, "write after close")
-        })?;
-        buf.extend_from_slice(&bs);
-        Ok(())
+        self.buf.push(&bs)
     }
 
     async fn close(&mut self) -> iceberg::Result<()> {
-        let buf = self
-            .buf
-            .take()
-            .ok_or_else(|| iceberg::Error::new(iceberg::ErrorKind::Unexpected, "closed twice"))?;
-        let bytes = buf.freeze();
+        let bytes = self.buf.finish()?;
         self.bucket
             .put(&self.key, bytes.clone())
             .await
@@ -524,7 +516,7 @@ impl Storage for CaptureStorage {
         Ok(Box::new(CaptureWriter {
             files: self.files.clone(),
             path: path.to_string(),
-            buf: Some(BytesMut::new()),
+            buf: WriteBuffer::default(),
         }))
     }
 
@@ -580,25 +572,48 @@ impl FileRead for CapturedReader {
 struct CaptureWriter {
     files: Captured,
     path: String,
-    buf: Option<BytesMut>,
+    buf: WriteBuffer,
 }
 
 #[async_trait]
 impl FileWrite for CaptureWriter {
     async fn write(&mut self, bs: Bytes) -> iceberg::Result<()> {
-        let buf = self.buf.as_mut().ok_or_else(|| {
-            iceberg::Error::new(iceberg::ErrorKind::Unexpected, "write after close")
-        })?;
-        buf.extend_from_slice(&bs);
-        Ok(())
+        self.buf.push(&bs)
     }
 
     async fn close(&mut self) -> iceberg::Result<()> {
-        let buf = self
-            .buf
-            .take()
-            .ok_or_else(|| iceberg::Error::new(iceberg::ErrorKind::Unexpected, "closed twice"))?;
-        self.files.push(&self.path, buf.freeze());
+        self.files.push(&self.path, self.buf.finish()?);
         Ok(())
+    }
+}
+
+/// What a writer of small files (metadata, manifests) holds until it closes: the file
+/// is put whole, so that a failed write leaves no partial object.
+#[derive(Default)]
+struct WriteBuffer {
+    bytes: BytesMut,
+    closed: bool,
+}
+
+impl WriteBuffer {
+    fn push(&mut self, bs: &[u8]) -> iceberg::Result<()> {
+        if self.closed {
+            return Err(iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                "write after close",
+            ));
+        }
+        self.bytes.extend_from_slice(bs);
+        Ok(())
+    }
+
+    fn finish(&mut self) -> iceberg::Result<Bytes> {
+        if std::mem::replace(&mut self.closed, true) {
+            return Err(iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                "closed twice",
+            ));
+        }
+        Ok(std::mem::take(&mut self.bytes).freeze())
     }
 }

@@ -105,7 +105,8 @@ pub struct TokenCreate {
     /// The user it authenticates (the author of its changes) [default: the caller].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
-    /// `reader`, `writer`, `maintainer` or `admin` [default: `reader`].
+    /// A built-in role (`reader`, `writer`, `maintainer`, `admin`) or one an admin
+    /// defined (`lh role set`) [default: `reader`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
     /// Seconds until it expires [default: never].
@@ -158,6 +159,58 @@ pub struct AuditEntry {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct AuditList {
     pub entries: Vec<AuditEntry>,
+}
+
+/// A role: its grants, each `ACTIONS on REFS [in NAMESPACES]` (`lh role ls`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RoleInfo {
+    pub name: String,
+    /// One of `reader`, `writer`, `maintainer`, `admin` (not changeable).
+    pub builtin: bool,
+    pub grants: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RoleList {
+    pub roles: Vec<RoleInfo>,
+}
+
+/// `PUT /api/v1/roles/{name}`: the role's grants (replacing any it had).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RoleSet {
+    /// Each `ACTIONS on REFS [in NAMESPACES]`: `write,run on team-a.* in sales`.
+    pub grants: Vec<String>,
+}
+
+/// A pipeline secret, as listed: never its value.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SecretInfo {
+    pub name: String,
+    /// Grows with each `lh secret set` (functions using it run again).
+    pub version: i64,
+    pub updated_by: String,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SecretList {
+    pub secrets: Vec<SecretInfo>,
+}
+
+/// `PUT /api/v1/secrets/{name}`.
+#[derive(Deserialize, Serialize, ToSchema)]
+pub struct SecretSet {
+    pub value: String,
+}
+
+impl std::fmt::Debug for SecretSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretSet { value: *** }")
+    }
 }
 
 /// A new token: the secret is in this answer and nowhere else.
@@ -218,6 +271,9 @@ pub struct RefInfo {
     /// A protected branch changes only by a merge (`lh branch protect`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub protected: bool,
+    /// The checks a merge into it must pass.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required_checks: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -316,6 +372,96 @@ pub struct MergeResponse {
     pub kind: MergeKind,
     /// The tables the merge brought in.
     pub tables: Vec<TableDiff>,
+    /// The checks a protected target required, each passed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckResult>,
+}
+
+/// One check's verdict on a merge's would-be result.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CheckResult {
+    pub name: String,
+    /// `webhook` or `expectations`.
+    pub kind: String,
+    pub passed: bool,
+    /// The hook's answer, or the expectations' outcome.
+    pub message: String,
+    pub millis: u64,
+}
+
+/// `POST /api/v1/refs/{name}/protect`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct ProtectRequest {
+    /// Checks every merge into the branch must pass (replacing any it had).
+    #[serde(default)]
+    pub require_checks: Vec<String>,
+}
+
+/// `POST /api/v1/checks`: a check a protected branch can require. Exactly one of
+/// `webhook` and `upload` is given.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct CheckCreate {
+    pub name: String,
+    /// A URL POSTed the merge's diff; a 2xx answer passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<String>,
+    /// An uploaded lh project (as for a run) whose expectations run on the merge's result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload: Option<String>,
+    /// The webhook's shared secret: requests carry `X-Lh-Signature: sha256=HMAC(body)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// How long the check may take [default: 10 s for a webhook, 600 s for expectations].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CheckInfo {
+    pub name: String,
+    pub kind: String,
+    /// The webhook's URL, or the project's code snapshot.
+    pub target: String,
+    pub timeout_secs: u64,
+    /// Whether its requests are signed.
+    pub signed: bool,
+    /// The branches that require it.
+    pub branches: Vec<String>,
+    pub updated_by: String,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CheckList {
+    pub checks: Vec<CheckInfo>,
+}
+
+/// `POST /api/v1/hooks`: a webhook told of every merge into the branches it matches
+/// (after the fact, with retries; it never blocks).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct HookCreate {
+    pub name: String,
+    pub url: String,
+    /// A branch name pattern (`*` for any run of characters) [default: `*`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refs: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct HookInfo {
+    pub name: String,
+    pub url: String,
+    pub refs: String,
+    pub signed: bool,
+    pub updated_by: String,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct HookList {
+    pub hooks: Vec<HookInfo>,
 }
 
 /// A table at a ref, as listed.

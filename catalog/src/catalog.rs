@@ -567,6 +567,7 @@ impl Catalog {
                         head: target.id,
                         kind: MergeKind::UpToDate,
                         tables: Vec::new(),
+                        base_head: target.id,
                     });
                 }
                 Some(b) => b.tree,
@@ -576,6 +577,14 @@ impl Catalog {
                 !options.no_fast_forward && base.as_ref().is_some_and(|b| b.id == target.id);
             if fast_forward {
                 let tables = self.diff_trees(target.tree, source.tree).await?;
+                if options.prepare {
+                    return Ok(MergeOutcome {
+                        head: source.id,
+                        kind: MergeKind::FastForward,
+                        tables,
+                        base_head: target.id,
+                    });
+                }
                 let update = RefUpdate {
                     name: into.into(),
                     kind: RefKind::Branch,
@@ -588,6 +597,7 @@ impl Catalog {
                             head: source.id,
                             kind: MergeKind::FastForward,
                             tables,
+                            base_head: target.id,
                         });
                     }
                     Err(WriteError::RefMoved { .. }) => {
@@ -642,12 +652,14 @@ impl Catalog {
                 meta.message = format!("merge {from} into {into}");
             }
             let commit = make_commit(&[&target, &source], root, meta, Utc::now());
-            match self.write_commit(into, &target, commit, nodes).await {
+            let branch = (!options.prepare).then_some(into);
+            match self.write_commit(branch, &target, commit, nodes).await {
                 Ok(c) => {
                     return Ok(MergeOutcome {
                         head: c.id,
                         kind: MergeKind::MergeCommit,
                         tables: taken,
+                        base_head: target.id,
                     });
                 }
                 Err(WriteError::RefMoved { .. }) => retry.wait(into).await?,
@@ -746,24 +758,31 @@ impl Catalog {
     }
 
     /// Stores a new commit and moves `branch` from `head` to it.
+    /// Writes a commit on `head` and moves `branch` to it (`None`: moves no ref, for a
+    /// prepared merge).
     async fn write_commit(
         &self,
-        branch: &str,
+        branch: Option<&str>,
         head: &Arc<Commit>,
         mut commit: Commit,
         nodes: Vec<tree::NewNode>,
     ) -> Result<Commit, WriteError> {
         let bytes = seal(&self.objects, &mut commit, head, &HashMap::new()).await?;
-        let update = RefUpdate {
-            name: branch.into(),
+        let update = branch.map(|b| RefUpdate {
+            name: b.into(),
             kind: RefKind::Branch,
             expected: Some(head.id),
             new: Some(commit.id),
-        };
+        });
         let commit = Arc::new(commit);
         let at = commit.timestamp;
         self.objects
-            .write_new(nodes, vec![(commit.clone(), bytes)], vec![update], at)
+            .write_new(
+                nodes,
+                vec![(commit.clone(), bytes)],
+                update.into_iter().collect(),
+                at,
+            )
             .await?;
         Ok((*commit).clone())
     }

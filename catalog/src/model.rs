@@ -284,6 +284,8 @@ pub struct MergeOutcome {
     pub kind: MergeKind,
     /// The tables the merge brought into the target.
     pub tables: Vec<TableDiff>,
+    /// The target's head the merge was made against (its head before the merge).
+    pub base_head: CommitId,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -304,6 +306,9 @@ pub struct MergeOptions {
     pub expected_head: Option<CommitId>,
     /// Always make a merge commit, even when a fast-forward is possible.
     pub no_fast_forward: bool,
+    /// Make the merge's commit but move no ref: the outcome's `head` is the commit the
+    /// target would point at, to be checked and then assigned (expecting `base_head`).
+    pub prepare: bool,
 }
 
 /// What [`crate::Catalog::check_integrity`] read.

@@ -84,6 +84,110 @@ pub enum Commands {
     Token(TokenCommand),
     /// The audit log: who changed what, when and from where (admins only)
     Audit(AuditArgs),
+    /// Define, list and remove roles: grants of actions on refs and namespaces
+    #[command(subcommand)]
+    Role(RoleCommand),
+    /// Checks a protected branch can require before a merge (admins only)
+    #[command(subcommand)]
+    Check(CheckCommand),
+    /// Webhooks told of every merge into matching branches (admins only)
+    #[command(subcommand)]
+    Hook(HookCommand),
+    /// Secrets for pipeline functions, encrypted at rest (set and rm: admins only)
+    #[command(subcommand)]
+    Secret(SecretCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RoleCommand {
+    /// List the roles and their grants
+    #[command(alias = "list")]
+    Ls,
+    /// Define a role, or replace its grants
+    Set {
+        name: String,
+        /// 'ACTIONS on REFS [in NAMESPACES]', e.g. 'read on *' or 'write,run on
+        /// team-a.* in sales' (repeatable; actions: read, write, run, merge, admin; `*`
+        /// stands for any run of characters)
+        #[arg(long = "grant", required = true, value_name = "GRANT")]
+        grants: Vec<String>,
+    },
+    /// Remove a role no live token has
+    #[command(alias = "delete")]
+    Rm { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CheckCommand {
+    /// Add a check (or replace one of that name)
+    Add(CheckAddArgs),
+    /// List the checks and the branches requiring them
+    #[command(alias = "list")]
+    Ls,
+    /// Remove a check no branch requires
+    #[command(alias = "delete")]
+    Rm { name: String },
+}
+
+#[derive(Debug, Args)]
+pub struct CheckAddArgs {
+    pub name: String,
+    /// POST each merge's diff to this URL; a 2xx answer passes
+    #[arg(
+        long,
+        value_name = "URL",
+        conflicts_with = "expectations",
+        required_unless_present = "expectations"
+    )]
+    pub webhook: Option<String>,
+    /// Run this lh project's expectations on each merge's result
+    #[arg(long, value_name = "DIR")]
+    pub expectations: Option<PathBuf>,
+    /// Sign the webhook's requests with the secret in this environment variable
+    /// (X-Lh-Signature: sha256=HMAC of the body)
+    #[arg(long, value_name = "VAR", requires = "webhook")]
+    pub secret_env: Option<String>,
+    /// How long the check may take [default: 10s for a webhook, 10m for expectations]
+    #[arg(long, value_name = "AGE", value_parser = parse_lifetime)]
+    pub timeout: Option<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HookCommand {
+    /// Add a post-merge webhook (or replace one of that name)
+    Add {
+        name: String,
+        /// Where merges are POSTed (retried, never blocking)
+        #[arg(long, value_name = "URL")]
+        url: String,
+        /// Only merges into branches matching this pattern [default: *]
+        #[arg(long = "on", value_name = "PATTERN")]
+        refs: Option<String>,
+        /// Sign its requests with the secret in this environment variable
+        #[arg(long, value_name = "VAR")]
+        secret_env: Option<String>,
+    },
+    /// List the post-merge webhooks
+    #[command(alias = "list")]
+    Ls,
+    /// Remove one
+    #[command(alias = "delete")]
+    Rm { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretCommand {
+    /// Set a secret from standard input (a new version; functions using it run again)
+    Set {
+        /// As functions see it: an environment variable's name (STRIPE_KEY)
+        name: String,
+    },
+    /// List the secrets' names and versions (never their values)
+    #[command(alias = "list")]
+    Ls,
+    /// Remove a secret
+    #[command(alias = "delete")]
+    Rm { name: String },
 }
 
 #[derive(Debug, Args)]
@@ -122,7 +226,8 @@ pub struct TokenCreateArgs {
     #[arg(long)]
     pub user: Option<String>,
     /// reader (read and query), writer (+ imports, table changes, runs), maintainer
-    /// (+ merges, moving and deleting refs) or admin (+ tokens, gc)
+    /// (+ merges, moving and deleting refs), admin (+ tokens, roles, gc), or a role
+    /// defined with `lh role set`
     #[arg(long, default_value = "reader")]
     pub role: String,
     /// When it expires: 90m, 36h, 30d [default: never]
@@ -260,7 +365,12 @@ pub enum RefCommand {
     #[command(alias = "delete")]
     Rm { name: String },
     /// Protect a branch: it changes only by `lh merge` (admins)
-    Protect { name: String },
+    Protect {
+        name: String,
+        /// Checks every merge into it must pass (`lh check add`); replaces any it had
+        #[arg(long = "require-checks", value_name = "CHECK", num_args = 1..)]
+        require_checks: Vec<String>,
+    },
     /// Unprotect a branch (admins)
     Unprotect { name: String },
 }

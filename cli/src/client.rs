@@ -141,6 +141,61 @@ impl Client {
         self.get("/audit", query).await
     }
 
+    pub async fn list_roles(&self) -> CliResult<lh_api::RoleList> {
+        self.get("/roles", &[]).await
+    }
+
+    pub async fn set_role(&self, name: &str, grants: &[String]) -> CliResult<lh_api::RoleInfo> {
+        let body = lh_api::RoleSet {
+            grants: grants.to_vec(),
+        };
+        let resp = self
+            .send(
+                self.request(Method::PUT, &format!("/roles/{}", segment(name)?))
+                    .json(&body),
+            )
+            .await?;
+        Ok(resp.json().await?)
+    }
+
+    /// Removes `/{what}/{name}` (a role, check, hook or secret), answered with no body.
+    pub async fn remove(&self, what: &str, name: &str) -> CliResult<()> {
+        self.send(self.request(Method::DELETE, &format!("/{what}/{}", segment(name)?)))
+            .await?;
+        Ok(())
+    }
+
+    pub async fn add_check(&self, req: &lh_api::CheckCreate) -> CliResult<lh_api::CheckInfo> {
+        self.post("/checks", req).await
+    }
+
+    pub async fn list_checks(&self) -> CliResult<lh_api::CheckList> {
+        self.get("/checks", &[]).await
+    }
+
+    pub async fn add_hook(&self, req: &lh_api::HookCreate) -> CliResult<lh_api::HookInfo> {
+        self.post("/hooks", req).await
+    }
+
+    pub async fn list_hooks(&self) -> CliResult<lh_api::HookList> {
+        self.get("/hooks", &[]).await
+    }
+
+    pub async fn set_secret(&self, name: &str, value: String) -> CliResult<lh_api::SecretInfo> {
+        let body = lh_api::SecretSet { value };
+        let resp = self
+            .send(
+                self.request(Method::PUT, &format!("/secrets/{}", segment(name)?))
+                    .json(&body),
+            )
+            .await?;
+        Ok(resp.json().await?)
+    }
+
+    pub async fn list_secrets(&self) -> CliResult<lh_api::SecretList> {
+        self.get("/secrets", &[]).await
+    }
+
     pub async fn list_tokens(&self) -> CliResult<lh_api::TokenList> {
         self.get("/tokens", &[]).await
     }
@@ -177,10 +232,18 @@ impl Client {
     }
 
     /// Protects a branch (`on`), or unprotects it.
-    pub async fn protect_branch(&self, name: &str, on: bool) -> CliResult<RefInfo> {
+    pub async fn protect_branch(
+        &self,
+        name: &str,
+        on: bool,
+        require_checks: &[String],
+    ) -> CliResult<RefInfo> {
         let path = format!("/refs/{}/protect", segment(name)?);
         if on {
-            self.post(&path, &serde_json::json!({})).await
+            let body = lh_api::ProtectRequest {
+                require_checks: require_checks.to_vec(),
+            };
+            self.post(&path, &body).await
         } else {
             self.delete(&path, &[]).await
         }

@@ -80,5 +80,9 @@ async fn run(cli: Cli) -> CliResult<()> {
         Commands::Rerun(args) => commands::runs::rerun(&client, &settings, args).await,
         Commands::Token(cmd) => commands::tokens::run(&client, &settings, cmd).await,
         Commands::Audit(args) => commands::tokens::audit(&client, &settings, args).await,
+        Commands::Role(cmd) => commands::access::role(&client, &settings, cmd).await,
+        Commands::Check(cmd) => commands::access::check(&client, &settings, cmd).await,
+        Commands::Hook(cmd) => commands::access::hook(&client, &settings, cmd).await,
+        Commands::Secret(cmd) => commands::access::secret(&client, &settings, cmd).await,
     }
 }

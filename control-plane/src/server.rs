@@ -90,6 +90,11 @@ pub struct ServerConfig {
     /// Make a new admin token at start and write it to the local profile, even when
     /// tokens exist (the way back in when the profile lost its token).
     pub new_admin_token: bool,
+    /// The key that encrypts secrets at rest; default `<data_dir>/secret.key`, made at
+    /// first start (`LH_SECRET_KEY` overrides both).
+    pub secret_key_file: Option<PathBuf>,
+    /// JWTs of this OpenID Connect issuer are accepted as tokens.
+    pub oidc: Option<crate::auth::oidc::OidcConfig>,
 }
 
 /// Which runtime runs Python functions.
@@ -135,6 +140,8 @@ impl ServerConfig {
             allowed_origins: Vec::new(),
             max_request_bytes: 16 << 20,
             new_admin_token: false,
+            secret_key_file: None,
+            oidc: None,
         }
     }
 }
@@ -262,8 +269,33 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
     let tokens = config
         .auth
         .then(|| Arc::new(crate::auth::tokens::Tokens::new(db.clone())));
+    let roles = Arc::new(crate::auth::roles::Roles::new(db.clone()));
+    let oidc = match &config.oidc {
+        Some(c) => {
+            for (_, role) in &c.group_roles {
+                if roles
+                    .get(role)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?
+                    .is_none()
+                {
+                    anyhow::bail!(
+                        "--oidc-role maps a group to role '{role}', which does not exist"
+                    );
+                }
+            }
+            let o = crate::auth::oidc::Oidc::new(c.clone())
+                .await
+                .map_err(|e| anyhow::anyhow!("OpenID Connect: {}", e.0))?;
+            tracing::info!(issuer = %c.issuer, "accepting tokens of an OpenID Connect issuer");
+            Some(Arc::new(o))
+        }
+        None => None,
+    };
     let guard = Arc::new(crate::auth::guard::Guard {
         tokens: tokens.clone(),
+        roles: roles.clone(),
+        oidc,
         allowed_hosts: crate::auth::guard::Guard::hosts_for(
             config.bind.ip(),
             &config.allowed_hosts,
@@ -273,17 +305,48 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         max_request_bytes: config.max_request_bytes,
         audit: Some(audit.clone()),
     });
+    let key = Arc::new(crate::auth::key::ServerKey::load(
+        &config
+            .secret_key_file
+            .clone()
+            .unwrap_or_else(|| data_dir.join("secret.key")),
+        std::env::var("LH_SECRET_KEY").ok(),
+    )?);
     let runs = runs_service(
         config,
         &data_dir,
-        RunStore::new(db),
+        RunStore::new(db.clone()),
         &catalog,
         &tables,
         &queries,
         &import,
     )
     .await?;
+    let http = crate::merges::hooks::client();
+    let checks = Arc::new(crate::merges::checks::Checks::new(
+        db.clone(),
+        key.clone(),
+        http.clone(),
+    ));
+    let _ = checks.runs.set(runs.clone());
+    let merger = Arc::new(crate::merges::Merger {
+        catalog: catalog.clone(),
+        protected: protected.clone(),
+        roles: roles.clone(),
+        checks,
+        hooks: Arc::new(crate::merges::hooks::Hooks::new(
+            db.clone(),
+            key.clone(),
+            http,
+        )),
+    });
+    let _ = runs.merger.set(merger.clone());
+    let secrets = Arc::new(crate::auth::secrets::Secrets::new(db.clone(), key.clone()));
+    let _ = runs.secrets.set(secrets.clone());
     Ok(AppState {
+        secrets,
+        merger,
+        key,
         catalog,
         tables,
         queries,
@@ -294,6 +357,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         namespaces,
         info,
         tokens,
+        roles,
         protected,
         audit,
         vend_to: config.vend_credentials_to,

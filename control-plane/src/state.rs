@@ -33,6 +33,14 @@ pub struct AppState {
     pub audit: Arc<crate::auth::audit::AuditLog>,
     /// Bearer tokens; `None` with `--no-auth`.
     pub tokens: Option<Arc<crate::auth::tokens::Tokens>>,
+    /// How branches take each other's changes: grants, required checks, hooks.
+    pub merger: Arc<crate::merges::Merger>,
+    /// What secrets are encrypted with at rest.
+    pub key: Arc<crate::auth::key::ServerKey>,
+    /// Pipeline secrets, sealed with `key`.
+    pub secrets: Arc<crate::auth::secrets::Secrets>,
+    /// The roles tokens name.
+    pub roles: Arc<crate::auth::roles::Roles>,
     /// The least role the Iceberg REST catalog vends the warehouse's S3 key to.
     pub vend_to: crate::auth::Role,
     /// What every request is checked against first (`auth::guard`).

@@ -33,6 +33,6 @@ pub use env::{Env, EnvCache, EnvSpec};
 pub use error::RunnerError;
 pub use pool::PoolConfig;
 pub use pooled::PooledRuntime;
-pub use protocol::{Invocation, InvocationKind, Outcome, write_harness};
+pub use protocol::{Invocation, InvocationKind, Outcome, SecretEnv, write_harness};
 pub use runtime::{InvokeResult, Limits, Runtime, Unavailable};
 pub use worker::{Launcher, Worker};

@@ -29,6 +29,27 @@ pub struct Invocation {
     pub params: BTreeMap<String, serde_json::Value>,
     /// Where a model writes its result (Arrow IPC).
     pub output: PathBuf,
+    /// The secrets the function declared, as environment variables of its call only.
+    #[serde(skip_serializing_if = "SecretEnv::is_empty")]
+    pub env: SecretEnv,
+}
+
+/// Environment variables holding secrets: serialized for the worker, never printed
+/// (`Debug` shows the names only).
+#[derive(Clone, Default, Serialize)]
+#[serde(transparent)]
+pub struct SecretEnv(pub BTreeMap<String, String>);
+
+impl SecretEnv {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for SecretEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
 }
 
 /// What a function did.

@@ -151,6 +151,7 @@ async fn call(f: &Fixture, function: &str, limits: &Limits) -> lh_runner::Invoke
         inputs: BTreeMap::from([("t".to_string(), inp)]),
         params: BTreeMap::new(),
         output: work.join("out.parquet"),
+        env: Default::default(),
     };
     f.rt.invoke(&f.env, limits, &work, inv).await.unwrap()
 }

@@ -123,6 +123,7 @@ async fn call(
         inputs: BTreeMap::from([("t".to_string(), inp)]),
         params: BTreeMap::new(),
         output: work.join("out.arrow"),
+        env: Default::default(),
     };
     let r = f.rt.invoke(&f.env, limits, &work, inv).await.unwrap();
     (r, work.join("out.arrow"))

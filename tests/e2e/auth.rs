@@ -17,7 +17,7 @@ fn agent() -> ureq::Agent {
 }
 
 /// A request with optional bearer token and headers; the status and the JSON body.
-fn call(
+pub(crate) fn call(
     server: &Server,
     method: &str,
     path: &str,
@@ -235,8 +235,12 @@ fn tokens_expire_are_revoked_and_are_never_shown_again() {
         .fails(9)
         .to_string();
     assert!(err.contains("'admin' permission"), "{err}");
-    // Bad input: an unknown role, a bad user name, a zero lifetime.
-    lh.run(&["token", "create", "--role", "root"]).fails(5);
+    // Bad input: an unknown role (not found), a bad user name, a zero lifetime.
+    let err = lh
+        .run(&["token", "create", "--role", "root"])
+        .fails(3)
+        .to_string();
+    assert!(err.contains("no role 'root'"), "{err}");
     lh.run(&["token", "create", "--user", "a b"]).fails(5);
     lh.run(&["token", "create", "--expires", "0s"]).fails(2);
     lh.run(&["token", "revoke", "0123456789abcdef"]).fails(3);
@@ -893,6 +897,6 @@ fn a_run_does_not_publish_to_a_branch_protected_while_it_ran() {
     let out = run.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(8), "{err}");
-    assert!(err.contains("'staging' is protected"), "{err}");
+    assert!(err.contains("the protected branch 'staging'"), "{err}");
     assert_eq!(lh.head("staging"), head);
 }

@@ -1,11 +1,13 @@
 //! End-to-end tests: the real `lh server` and `lh` CLI, in temporary directories.
 //! One test binary for all of them (each binary links DuckDB).
 
+mod access;
 mod auth;
 mod basics;
 mod gc;
 mod interop;
 mod isolation;
+mod oidc_keys;
 mod query;
 mod refs;
 mod rest;

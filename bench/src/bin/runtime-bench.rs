@@ -55,6 +55,7 @@ fn invocation(dir: &Path, code: &Path, n: usize) -> Result<(PathBuf, Invocation)
             inputs: BTreeMap::from([("t".to_string(), inp)]),
             params: BTreeMap::new(),
             output: work.join("out.parquet"),
+            env: Default::default(),
         },
     ))
 }

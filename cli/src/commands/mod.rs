@@ -1,5 +1,6 @@
 //! The commands: each takes the resolved settings and talks to the server.
 
+pub mod access;
 pub mod query;
 pub mod refs;
 pub mod runs;

@@ -68,19 +68,31 @@ pub async fn refs(
             eprintln!("deleted {} '{name}'", kind.as_str());
             Ok(())
         }
-        RefCommand::Protect { name } | RefCommand::Unprotect { name } if kind == RefKind::Tag => {
+        RefCommand::Protect { name, .. } | RefCommand::Unprotect { name }
+            if kind == RefKind::Tag =>
+        {
             Err(crate::error::CliError::invalid(
                 format!("'{name}': tags never move; only branches are protected"),
                 None,
             ))
         }
-        RefCommand::Protect { name } => {
-            client.protect_branch(&name, true).await?;
-            eprintln!("protected branch '{name}': it changes only by lh merge");
+        RefCommand::Protect {
+            name,
+            require_checks,
+        } => {
+            let r = client.protect_branch(&name, true, &require_checks).await?;
+            if r.required_checks.is_empty() {
+                eprintln!("protected branch '{name}': it changes only by lh merge");
+            } else {
+                eprintln!(
+                    "protected branch '{name}': it changes only by lh merge, once the checks {} pass",
+                    r.required_checks.join(", ")
+                );
+            }
             Ok(())
         }
         RefCommand::Unprotect { name } => {
-            client.protect_branch(&name, false).await?;
+            client.protect_branch(&name, false, &[]).await?;
             eprintln!("unprotected branch '{name}'");
             Ok(())
         }
@@ -243,6 +255,9 @@ pub async fn merge(client: &Client, settings: &Settings, args: MergeArgs) -> Cli
             lh_api::Change::Changed => "changed",
         };
         eprintln!("  {change:<8} {}", t.table);
+    }
+    for c in &m.checks {
+        eprintln!("  check {} ({}): passed: {}", c.name, c.kind, c.message);
     }
     Ok(())
 }

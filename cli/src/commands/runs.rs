@@ -91,7 +91,7 @@ fn parse_params(raw: &[String]) -> CliResult<BTreeMap<String, String>> {
     Ok(out)
 }
 
-async fn upload_project(client: &Client, dir: &Path) -> CliResult<String> {
+pub(crate) async fn upload_project(client: &Client, dir: &Path) -> CliResult<String> {
     let tmp = pack(dir)?;
     Ok(client
         .upload(&tmp.path().join("project.tar"), false)

@@ -3,11 +3,12 @@
 //! `router()` here puts them together with the OpenAPI document. Errors become
 //! responses in `crate::http`.
 
+mod access;
 mod audit;
 pub mod openapi;
 mod params;
 mod query;
-mod refs;
+pub(crate) mod refs;
 mod runs;
 mod tables;
 mod tokens;
@@ -24,6 +25,7 @@ pub fn router() -> Router<AppState> {
         .merge(query::router())
         .merge(runs::router())
         .merge(tokens::router())
+        .merge(access::router())
         .merge(audit::router())
         .merge(openapi::router())
 }

@@ -44,6 +44,18 @@ use crate::state::AppState;
         super::tokens::create_token,
         super::tokens::list_tokens,
         super::tokens::revoke_token,
+        super::access::list_roles,
+        super::access::set_role,
+        super::access::remove_role,
+        super::access::list_checks,
+        super::access::add_check,
+        super::access::remove_check,
+        super::access::list_hooks,
+        super::access::add_hook,
+        super::access::remove_hook,
+        super::access::list_secrets,
+        super::access::set_secret,
+        super::access::remove_secret,
     )
 )]
 pub struct ApiDoc;

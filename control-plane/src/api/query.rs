@@ -9,6 +9,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use lh_api::QueryRequest;
 
+use crate::auth::{Action, Identity};
 use crate::error::Error;
 use crate::http::ApiResult;
 use crate::state::AppState;
@@ -22,18 +23,25 @@ pub fn router() -> Router<AppState> {
 #[utoipa::path(post, path = "/api/v1/query", request_body = QueryRequest,
     responses((status = 200, content_type = "application/vnd.apache.arrow.stream", body = Vec<u8>),
               (status = 400, body = lh_api::ErrorBody), (status = 504, body = lh_api::ErrorBody)))]
-async fn query(State(s): State<AppState>, Json(req): Json<QueryRequest>) -> ApiResult<Response> {
+async fn query(
+    State(s): State<AppState>,
+    identity: Identity,
+    Json(req): Json<QueryRequest>,
+) -> ApiResult<Response> {
     let at = req
         .reference
         .clone()
         .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
+    identity.require_ref(Action::Read, &at, "querying it")?;
+    let readable = |table: &str| identity.can_table(Action::Read, &at, table);
     let out = s
         .queries
-        .run(
+        .run_as(
             &req.sql,
             &at,
             req.timeout_ms.map(Duration::from_millis),
             req.max_rows,
+            &readable,
         )
         .await?;
     let mut buf = Vec::new();

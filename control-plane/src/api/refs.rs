@@ -11,9 +11,10 @@ use lh_api::{
 use lh_catalog::{CommitMeta, LogQuery, MergeOptions};
 
 use super::params::query_pairs;
-use crate::auth::Identity;
+use crate::auth::{Action, Identity};
 use crate::error::{Code, Error, pointer};
 use crate::http::ApiResult;
+use crate::merges::Via;
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -41,6 +42,7 @@ pub(crate) fn ref_info(r: lh_catalog::Reference) -> RefInfo {
         },
         head: r.head.to_hex(),
         protected: false,
+        required_checks: Vec::new(),
     }
 }
 
@@ -76,8 +78,8 @@ async fn info(State(s): State<AppState>, identity: Identity) -> Json<lh_api::Ser
     info.runtime = s.runs.runtime().describe();
     info.auth = Some(lh_api::AuthInfo {
         mode: if s.tokens.is_some() { "tokens" } else { "off" }.to_string(),
+        role: Some(identity.role_name().to_string()),
         user: Some(identity.user),
-        role: Some(identity.role.as_str().to_string()),
     });
     Json(info)
 }
@@ -87,6 +89,7 @@ async fn info(State(s): State<AppState>, identity: Identity) -> Json<lh_api::Ser
     responses((status = 200, body = Vec<RefInfo>)))]
 async fn list_refs(
     State(s): State<AppState>,
+    identity: Identity,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<Vec<RefInfo>>> {
     let kind = query_pairs(q.as_deref())
@@ -98,6 +101,8 @@ async fn list_refs(
     Ok(Json(
         refs.into_iter()
             .filter(|r| kind.as_deref().is_none_or(|k| k == r.kind.as_str()))
+            // Refs the identity may not read are not listed.
+            .filter(|r| identity.access.on_ref(Action::Read, &r.name))
             .map(ref_info)
             .map(|mut r| {
                 r.protected = r.kind == RefKind::Branch && protected.contains(&r.name);
@@ -112,11 +117,18 @@ async fn list_refs(
     responses((status = 201, body = RefInfo), (status = 409, body = lh_api::ErrorBody)))]
 async fn create_ref(
     State(s): State<AppState>,
+    identity: Identity,
     Json(req): Json<CreateRef>,
 ) -> ApiResult<(StatusCode, Json<RefInfo>)> {
     let from = req
         .from
         .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
+    identity.require_ref(Action::Read, &from, "creating a ref from it")?;
+    identity.require_ref(
+        Action::Write,
+        &req.name,
+        &format!("creating the {} '{}'", req.kind.as_str(), req.name),
+    )?;
     let r = match req.kind {
         RefKind::Branch => s.catalog.create_branch(&req.name, &from).await?,
         RefKind::Tag => s.catalog.create_tag(&req.name, &from).await?,
@@ -127,9 +139,17 @@ async fn create_ref(
 /// One branch or tag.
 #[utoipa::path(get, path = "/api/v1/refs/{name}", params(("name" = String, Path)),
     responses((status = 200, body = RefInfo), (status = 404, body = lh_api::ErrorBody)))]
-async fn get_ref(State(s): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<RefInfo>> {
+async fn get_ref(
+    State(s): State<AppState>,
+    identity: Identity,
+    Path(name): Path<String>,
+) -> ApiResult<Json<RefInfo>> {
+    identity.require_ref(Action::Read, &name, "reading it")?;
     let mut r = ref_info(s.catalog.get_ref(&name).await?);
     r.protected = r.kind == RefKind::Branch && s.protected.is_protected(&r.name).await?;
+    if r.protected {
+        r.required_checks = s.merger.checks.required(&r.name).await?;
+    }
     Ok(Json(r))
 }
 
@@ -140,6 +160,7 @@ async fn protect_branch(
     State(s): State<AppState>,
     identity: Identity,
     Path(name): Path<String>,
+    Json(req): Json<lh_api::ProtectRequest>,
 ) -> ApiResult<Json<RefInfo>> {
     let r = s.catalog.get_ref(&name).await?;
     if r.kind != lh_catalog::RefKind::Branch {
@@ -149,11 +170,14 @@ async fn protect_branch(
         )
         .into());
     }
+    // The checks first: a missing one refuses the whole request.
+    s.merger.checks.require(&name, &req.require_checks).await?;
     if s.protected.protect(&name, &identity.user).await? {
         tracing::info!(branch = %name, by = %identity.user, "branch protected");
     }
     let mut info = ref_info(r);
     info.protected = true;
+    info.required_checks = s.merger.checks.required(&name).await?;
     Ok(Json(info))
 }
 
@@ -166,6 +190,7 @@ async fn unprotect_branch(
     Path(name): Path<String>,
 ) -> ApiResult<Json<RefInfo>> {
     let was = s.protected.unprotect(&name).await?;
+    s.merger.checks.require(&name, &[]).await?;
     let r = s.catalog.get_ref(&name).await;
     if was {
         tracing::info!(branch = %name, by = %identity.user, "branch unprotected");
@@ -179,6 +204,7 @@ async fn unprotect_branch(
     responses((status = 204), (status = 404, body = lh_api::ErrorBody)))]
 async fn delete_ref(
     State(s): State<AppState>,
+    identity: Identity,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<StatusCode> {
@@ -194,8 +220,13 @@ async fn delete_ref(
         None => None,
     };
     match get("kind").as_deref() {
-        Some("tag") => s.catalog.delete_tag(&name).await?,
+        // Tags never move: deleting one (and making it again elsewhere) is an admin's.
+        Some("tag") => {
+            identity.require(Action::Admin, &format!("deleting the tag '{name}'"))?;
+            s.catalog.delete_tag(&name).await?
+        }
         Some("branch") | None => {
+            identity.require_ref(Action::Merge, &name, "deleting it")?;
             s.protected.check_direct(&name, "deleting it").await?;
             s.catalog.delete_branch(&name, expected).await?
         }
@@ -215,9 +246,12 @@ async fn delete_ref(
     request_body = AssignRef, responses((status = 200, body = RefInfo), (status = 409, body = lh_api::ErrorBody)))]
 async fn assign_ref(
     State(s): State<AppState>,
+    identity: Identity,
     Path(name): Path<String>,
     Json(req): Json<AssignRef>,
 ) -> ApiResult<Json<RefInfo>> {
+    identity.require_ref(Action::Merge, &name, "pointing it at another commit")?;
+    identity.require_ref(Action::Read, &req.to, "pointing a branch at it")?;
     s.protected
         .check_direct(&name, "pointing it at another commit")
         .await?;
@@ -237,7 +271,11 @@ async fn assign_ref(
     params(("ref" = Option<String>, Query), ("limit" = Option<usize>, Query),
            ("page_token" = Option<String>, Query), ("property" = Option<String>, Query)),
     responses((status = 200, body = LogPage)))]
-async fn log(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<Json<LogPage>> {
+async fn log(
+    State(s): State<AppState>,
+    identity: Identity,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<LogPage>> {
     let mut query = LogQuery::default();
     let mut at = lh_catalog::DEFAULT_BRANCH.to_string();
     for (k, v) in query_pairs(q.as_deref()) {
@@ -264,6 +302,7 @@ async fn log(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<Json
             _ => {}
         }
     }
+    identity.require_ref(Action::Read, &at, "reading its history")?;
     let page = s.catalog.log(&at, &query).await?;
     Ok(Json(LogPage {
         commits: page.commits.into_iter().map(commit_info).collect(),
@@ -276,8 +315,10 @@ async fn log(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<Json
     responses((status = 200, body = CommitInfo), (status = 404, body = lh_api::ErrorBody)))]
 async fn get_commit(
     State(s): State<AppState>,
+    identity: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<Json<CommitInfo>> {
+    identity.require_ref(Action::Read, &format!("@{id}"), "reading a commit")?;
     Ok(Json(commit_info(
         s.catalog.resolve(&format!("@{id}")).await?.commit,
     )))
@@ -286,7 +327,11 @@ async fn get_commit(
 /// The tables that differ between two refs.
 #[utoipa::path(get, path = "/api/v1/diff", params(("from" = String, Query), ("to" = String, Query)),
     responses((status = 200, body = DiffResponse)))]
-async fn diff(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<Json<DiffResponse>> {
+async fn diff(
+    State(s): State<AppState>,
+    identity: Identity,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<DiffResponse>> {
     let pairs = query_pairs(q.as_deref());
     let get = |key: &str| {
         pairs
@@ -298,6 +343,8 @@ async fn diff(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<Jso
             })
     };
     let (from, to) = (get("from")?, get("to")?);
+    identity.require_ref(Action::Read, &from, "diffing it")?;
+    identity.require_ref(Action::Read, &to, "diffing it")?;
     let a = s.catalog.resolve(&from).await?;
     let b = s.catalog.resolve(&to).await?;
     let tables = s.catalog.diff_commits(&a.commit, &b.commit).await?;
@@ -327,18 +374,22 @@ async fn merge(
         req.message.clone().unwrap_or_default(),
     );
     meta.properties = req.properties.clone();
-    let out = s
-        .catalog
+    let merged = s
+        .merger
         .merge(
+            &identity,
             &req.from,
             &req.into,
+            Via::Merge,
             MergeOptions {
                 meta,
                 expected_head,
                 no_fast_forward: req.no_fast_forward,
+                prepare: false,
             },
         )
         .await?;
+    let out = merged.outcome;
     Ok(Json(MergeResponse {
         into: req.into,
         head: out.head.to_hex(),
@@ -348,5 +399,6 @@ async fn merge(
             lh_catalog::MergeKind::MergeCommit => MergeKind::MergeCommit,
         },
         tables: out.tables.into_iter().map(table_diff).collect(),
+        checks: merged.checks,
     }))
 }

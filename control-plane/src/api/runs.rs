@@ -7,7 +7,7 @@ use axum::{Json, Router};
 use lh_api::{PlanResponse, RerunRequest, RunInfo, RunList, RunRequest};
 
 use super::params::query_pairs;
-use crate::auth::Identity;
+use crate::auth::{Action, Identity};
 use crate::error::{Code, Error};
 use crate::http::ApiResult;
 use crate::runs::RunStart;
@@ -25,7 +25,7 @@ pub fn router() -> Router<AppState> {
 }
 
 /// Turns an uploaded project archive into a code snapshot (and drops the upload).
-async fn code_of(s: &AppState, upload: &str) -> Result<String, Error> {
+pub(super) async fn code_of(s: &AppState, upload: &str) -> Result<String, Error> {
     if upload.is_empty() || !upload.chars().all(|c| c.is_ascii_hexdigit()) {
         return Err(Error::bad_request(
             Code::InvalidArgument,
@@ -70,14 +70,16 @@ async fn start_run(
     } else {
         req.reference.as_str()
     };
+    identity.require_ref(Action::Run, target, "running a pipeline on it")?;
     s.protected.check_publish(&identity, target).await?;
     let code = code_of(&s, &req.upload).await?;
     let start = RunStart {
         code_hash: code,
         target: req.reference,
         params: req.params,
-        author: identity.user.clone(),
-        may_merge: identity.role.allows(crate::auth::Action::Merge),
+        by: identity.clone(),
+        publish: true,
+        expectations_only: false,
         no_cache: req.no_cache,
         strict: req.strict,
         rerun_of: None,
@@ -154,6 +156,7 @@ async fn rerun(
     Json(req): Json<RerunRequest>,
 ) -> ApiResult<(StatusCode, Json<RunInfo>)> {
     let original = s.runs.get(&id).await?;
+    identity.require_ref(Action::Run, &original.target, "running a pipeline on it")?;
     s.protected
         .check_publish(&identity, &original.target)
         .await?;
@@ -163,13 +166,7 @@ async fn rerun(
     };
     let run = s
         .runs
-        .rerun(
-            &id,
-            req.from_failed,
-            code,
-            &identity.user,
-            identity.role.allows(crate::auth::Action::Merge),
-        )
+        .rerun(&id, req.from_failed, code, identity.clone())
         .await?;
     Ok((StatusCode::CREATED, Json(run)))
 }

@@ -15,7 +15,7 @@ use lh_api::{
 use tokio::io::AsyncWriteExt;
 
 use super::params::query_pairs;
-use crate::auth::Identity;
+use crate::auth::{Action, Identity};
 use crate::error::{Code, Error, Kind, pointer};
 use crate::http::ApiResult;
 use crate::state::AppState;
@@ -47,9 +47,11 @@ fn ref_param(raw: &Option<String>) -> String {
     responses((status = 200, body = TableList)))]
 async fn list_tables(
     State(s): State<AppState>,
+    identity: Identity,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<TableList>> {
     let at = ref_param(&q);
+    identity.require_ref(Action::Read, &at, "listing its tables")?;
     let ns = param(&q, "namespace");
     if let Some(ns) = &ns {
         lh_catalog::names::validate_namespace(ns)?;
@@ -60,6 +62,8 @@ async fn list_tables(
         commit: resolved.commit.id.to_hex(),
         tables: tables
             .into_iter()
+            // Tables the identity may not read are not listed.
+            .filter(|t| identity.can_table(Action::Read, &at, &t.name))
             .map(|t| TableSummary {
                 name: t.name,
                 pointer: pointer(&t.pointer),
@@ -73,10 +77,13 @@ async fn list_tables(
     responses((status = 200, body = TableDetail), (status = 404, body = lh_api::ErrorBody)))]
 async fn show_table(
     State(s): State<AppState>,
+    identity: Identity,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<TableDetail>> {
-    Ok(Json(s.tables.detail(&ref_param(&q), &name).await?))
+    let at = ref_param(&q);
+    identity.require_table(Action::Read, &at, &name, "reading it")?;
+    Ok(Json(s.tables.detail(&at, &name).await?))
 }
 
 /// Removes a table from a branch (one commit; its files stay for other refs).
@@ -88,9 +95,10 @@ async fn drop_table(
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<DropResponse>> {
+    identity.require_table(Action::Write, &ref_param(&q), &name, "dropping it")?;
     let commit = s
         .tables
-        .drop_table(&ref_param(&q), &name, &identity.user.clone())
+        .drop_table(&ref_param(&q), &name, &identity)
         .await?;
     Ok(Json(DropResponse {
         table: name,
@@ -196,6 +204,8 @@ async fn import_files(
     Path(name): Path<String>,
     Json(req): Json<ImportRequest>,
 ) -> ApiResult<Json<ImportResponse>> {
+    // Refused before any file is read (the commit checks again).
+    identity.require_table(Action::Write, &req.reference, &name, "importing into it")?;
     let mut files = Vec::new();
     for id in &req.uploads {
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_hexdigit()) {
@@ -258,7 +268,7 @@ async fn import_files(
         format,
         files,
         names,
-        author: identity.user.clone(),
+        by: identity.clone(),
     };
     let result = import::import(&s.tables, &s.import, job).await;
     for id in &req.uploads {

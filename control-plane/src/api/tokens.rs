@@ -40,10 +40,14 @@ async fn create_token(
 ) -> ApiResult<(StatusCode, Json<TokenCreated>)> {
     let tokens = store(&s)?;
     let user = req.user.unwrap_or_else(|| identity.user.clone());
-    let role = match &req.role {
-        Some(r) => Role::parse(r)?,
-        None => Role::Reader,
-    };
+    let role = req.role.as_deref().unwrap_or(Role::Reader.as_str());
+    if s.roles.get(role).await?.is_none() {
+        return Err(Error::not_found(
+            Code::RoleNotFound,
+            format!("no role '{role}' (lh role ls shows the roles)"),
+        )
+        .into());
+    }
     let name = req.name.unwrap_or_else(|| user.clone());
     let (token, info) = tokens
         .create(NewToken {

@@ -29,7 +29,7 @@ pub async fn first_admin(
         .create(NewToken {
             name: "admin (made by lh server)",
             user: &user,
-            role: Role::Admin,
+            role: Role::Admin.as_str(),
             created_by: "lh server",
             expires_in: None,
         })

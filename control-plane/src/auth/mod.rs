@@ -20,15 +20,23 @@
 pub mod audit;
 pub mod bootstrap;
 pub mod guard;
+pub mod key;
+pub mod oidc;
 pub mod protected;
+pub mod roles;
 pub mod routes;
+pub mod secrets;
 pub mod tokens;
+
+use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Code, Error, Kind, Result};
+pub use roles::Access;
+
+use crate::error::{Code, Error, Result};
 
 /// What a request does, as permissions name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -113,31 +121,118 @@ impl Role {
 /// Who makes a request.
 #[derive(Debug, Clone)]
 pub struct Identity {
-    /// The user: a token's, or with `--no-auth` the `x-lh-user` header's.
+    /// The user: a token's, an OIDC token's claim, or with `--no-auth` the `x-lh-user`
+    /// header's.
     pub user: String,
-    pub role: Role,
-    /// The token it came with (none with `--no-auth`).
+    /// What the user's roles grant.
+    pub access: Arc<Access>,
+    /// The lh token it came with (none with `--no-auth` or an OIDC token).
     pub token_id: Option<String>,
 }
 
+/// The ref a ref expression reads (`None`: a bare commit hash, on no ref).
+pub fn ref_of(expr: &str) -> Option<String> {
+    use lh_catalog::RefExpr;
+    match RefExpr::parse(expr) {
+        Ok(RefExpr::Named(n) | RefExpr::NamedAtHash(n, _) | RefExpr::NamedAtTime(n, _)) => Some(n),
+        Ok(RefExpr::Hash(_)) => None,
+        // Not an expression: checked by its text; resolving it fails after.
+        Err(_) => Some(expr.to_string()),
+    }
+}
+
 impl Identity {
-    /// Refuses (403) unless the identity's role allows `action`; `what` says what was
-    /// asked for, in the message.
+    /// An identity with every permission: `--no-auth`, and lh's own work.
+    pub fn admin(user: impl Into<String>) -> Identity {
+        Identity {
+            user: user.into(),
+            access: Arc::new(Access::builtin(Role::Admin)),
+            token_id: None,
+        }
+    }
+
+    /// An identity with a built-in role (tests).
+    pub fn with_role(user: impl Into<String>, role: Role) -> Identity {
+        Identity {
+            user: user.into(),
+            access: Arc::new(Access::builtin(role)),
+            token_id: None,
+        }
+    }
+
+    pub fn role_name(&self) -> &str {
+        &self.access.name
+    }
+
+    fn refuse(&self, action: Action, what: &str, on: &str) -> Error {
+        roles::refused(&self.user, &self.access, action, what, on)
+    }
+
+    /// Refuses (403) unless some grant of the identity gives `action`; `what` says what
+    /// was asked for, in the message.
     pub fn require(&self, action: Action, what: &str) -> Result<()> {
-        if self.role.allows(action) {
+        if self.access.anywhere(action) {
             return Ok(());
         }
-        Err(Error::new(
-            Kind::Forbidden,
-            Code::PermissionDenied,
-            format!(
-                "{what} needs the '{}' permission, which user '{}' (role {}) does not have",
-                action.as_str(),
-                self.user,
-                self.role.as_str()
-            ),
-        )
-        .with_hint("ask an admin for a token with a role that has it (lh token create --role ...)"))
+        Err(self.refuse(action, what, ""))
+    }
+
+    /// Whether `action` is granted on the ref that `expr` reads.
+    pub fn can_ref(&self, action: Action, expr: &str) -> bool {
+        match ref_of(expr) {
+            Some(name) => self.access.on_ref(action, &name),
+            None => self.access.on_every_ref(action),
+        }
+    }
+
+    /// Refuses unless `action` is granted on the ref `expr` names (a bare commit hash
+    /// names none: it needs the action on every ref).
+    pub fn require_ref(&self, action: Action, expr: &str, what: &str) -> Result<()> {
+        if self.can_ref(action, expr) {
+            return Ok(());
+        }
+        let on = match ref_of(expr) {
+            Some(name) => format!(" on ref '{name}'"),
+            None => " on every ref (a commit by hash belongs to no ref)".to_string(),
+        };
+        Err(self.refuse(action, what, &on))
+    }
+
+    /// Whether `action` is granted on `table` at the ref `expr` names.
+    pub fn can_table(&self, action: Action, expr: &str, table: &str) -> bool {
+        self.can_namespace(action, expr, roles::namespace_of(table))
+    }
+
+    /// Whether `action` is granted on namespace `ns` at the ref `expr` names.
+    pub fn can_namespace(&self, action: Action, expr: &str, ns: &str) -> bool {
+        match ref_of(expr) {
+            Some(name) => self.access.on_namespace(action, &name, ns),
+            None => self.access.on_every_ref_namespace(action, ns),
+        }
+    }
+
+    /// Refuses unless `action` is granted on `table` at the ref `expr` names.
+    pub fn require_table(&self, action: Action, expr: &str, table: &str, what: &str) -> Result<()> {
+        if self.can_table(action, expr, table) {
+            return Ok(());
+        }
+        let r = ref_of(expr).unwrap_or_else(|| "every ref".into());
+        Err(self.refuse(action, what, &format!(" on table '{table}' of ref '{r}'")))
+    }
+
+    /// Refuses unless `action` is granted on namespace `ns` at the ref `expr` names.
+    pub fn require_namespace(
+        &self,
+        action: Action,
+        expr: &str,
+        ns: &str,
+        what: &str,
+    ) -> Result<()> {
+        if self.can_namespace(action, expr, ns) {
+            return Ok(());
+        }
+        let r = ref_of(expr).unwrap_or_else(|| "every ref".into());
+        Err(self.refuse(action, what, &format!(" on namespace '{ns}' of ref '{r}'")))
     }
 }
 

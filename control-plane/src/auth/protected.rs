@@ -58,8 +58,9 @@ impl ProtectedBranches {
     /// identity that may merge starts one.
     pub async fn check_publish(&self, identity: &Identity, branch: &str) -> Result<()> {
         if self.is_protected(branch).await? {
-            identity.require(
+            identity.require_ref(
                 Action::Merge,
+                branch,
                 &format!("a run publishing to the protected branch '{branch}'"),
             )?;
         }

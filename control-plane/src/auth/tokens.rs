@@ -12,10 +12,9 @@ use lh_api::TokenInfo;
 use rand::RngCore;
 use sqlx::{AnyPool, Row};
 
-use super::{Identity, Role};
 use crate::error::{Code, Error, Kind, Result};
 
-const PREFIX: &str = "lht_";
+pub const PREFIX: &str = "lht_";
 
 /// How often a token's `last_used_at` is written, at most.
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
@@ -72,10 +71,18 @@ fn validate_token_name(name: &str) -> Result<()> {
 }
 
 /// What a new token is.
+/// What a valid token says: its user and its role's name.
+pub struct Authenticated {
+    pub user: String,
+    pub role: String,
+    pub token_id: String,
+}
+
 pub struct NewToken<'a> {
     pub name: &'a str,
     pub user: &'a str,
-    pub role: Role,
+    /// A role's name: built in, or defined (checked by the caller).
+    pub role: &'a str,
     pub created_by: &'a str,
     pub expires_in: Option<Duration>,
 }
@@ -129,7 +136,7 @@ impl Tokens {
         .bind(blake3::hash(secret.as_bytes()).to_hex().to_string())
         .bind(t.name)
         .bind(t.user)
-        .bind(t.role.as_str())
+        .bind(t.role)
         .bind(t.created_by)
         .bind(now.timestamp_millis())
         .bind(expires.map(|e| e.timestamp_millis()))
@@ -140,7 +147,7 @@ impl Tokens {
             id: id.clone(),
             name: t.name.to_string(),
             user: t.user.to_string(),
-            role: t.role.as_str().to_string(),
+            role: t.role.to_string(),
             created_by: t.created_by.to_string(),
             created_at: time(Some(now.timestamp_millis())).unwrap_or(now),
             expires_at: expires,
@@ -150,9 +157,9 @@ impl Tokens {
         Ok((format!("{PREFIX}{id}_{secret}"), info))
     }
 
-    /// The identity a presented token authenticates; a 401 for anything else (the
-    /// message never says whether a token id exists).
-    pub async fn authenticate(&self, presented: &str) -> Result<Identity> {
+    /// Who a presented token authenticates; a 401 for anything else (the message never
+    /// says whether a token id exists).
+    pub async fn authenticate(&self, presented: &str) -> Result<Authenticated> {
         let bad =
             || unauthenticated("the token is not valid (unknown, revoked, expired or malformed)");
         let (id, secret) = presented
@@ -186,15 +193,13 @@ impl Tokens {
         if revoked.is_some() || expires.is_some_and(|e| e <= now) {
             return Err(bad());
         }
-        let role: String = row.try_get("role").map_err(db)?;
-        let identity = Identity {
+        let who = Authenticated {
             user: row.try_get("user_name").map_err(db)?,
-            role: Role::parse(&role)
-                .map_err(|_| Error::internal(format!("token {id} has an unknown role '{role}'")))?,
-            token_id: Some(id.to_string()),
+            role: row.try_get("role").map_err(db)?,
+            token_id: id.to_string(),
         };
         self.touch(id, now).await;
-        Ok(identity)
+        Ok(who)
     }
 
     /// Records a token's use, at most once a minute (best effort).

@@ -128,9 +128,42 @@ pub struct ServerArgs {
     /// ($LH_HOME/config.yaml), even when tokens exist
     #[arg(long)]
     pub new_admin_token: bool,
+    /// The file holding the key (64 hex characters) that encrypts pipeline secrets and
+    /// webhook secrets at rest; made at first start when missing. LH_SECRET_KEY
+    /// overrides it [default: <data-dir>/secret.key]
+    #[arg(long, value_name = "FILE")]
+    pub secret_key_file: Option<PathBuf>,
+    /// Accept JWTs of this OpenID Connect issuer as tokens (its `iss`, exactly)
+    #[arg(long, value_name = "URL", requires_all = ["oidc_audience", "oidc_jwks"])]
+    pub oidc_issuer: Option<String>,
+    /// The audience the issuer's tokens must name (this server's client id)
+    #[arg(long, value_name = "AUD")]
+    pub oidc_audience: Option<String>,
+    /// The issuer's signing keys: its jwks_uri (https, or http on loopback) or a file
+    #[arg(long, value_name = "URL|FILE")]
+    pub oidc_jwks: Option<String>,
+    /// The claim naming the user
+    #[arg(long, default_value = "sub", value_name = "CLAIM")]
+    pub oidc_user_claim: String,
+    /// The claim listing the user's groups
+    #[arg(long, default_value = "groups", value_name = "CLAIM")]
+    pub oidc_groups_claim: String,
+    /// A group's role: GROUP=ROLE (repeatable); a user gets the roles of all their groups
+    #[arg(long = "oidc-role", value_name = "GROUP=ROLE", value_parser = parse_group_role)]
+    pub oidc_roles: Vec<(String, String)>,
+    /// The role of a user in no mapped group (without it, such a user is refused)
+    #[arg(long, value_name = "ROLE")]
+    pub oidc_default_role: Option<String>,
     /// How long the branch of a failed run is kept, in seconds
     #[arg(long, default_value_t = 7 * 24 * 3600, value_name = "SECONDS")]
     pub run_branch_ttl: u64,
+}
+
+fn parse_group_role(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .filter(|(g, r)| !g.is_empty() && !r.is_empty())
+        .map(|(g, r)| (g.to_string(), r.to_string()))
+        .ok_or_else(|| format!("'{s}' is not GROUP=ROLE"))
 }
 
 fn parse_role(s: &str) -> Result<lh_control_plane::auth::Role, String> {
@@ -201,6 +234,23 @@ fn config(args: ServerArgs) -> ServerConfig {
     config.allowed_origins = args.allowed_origins;
     config.max_request_bytes = usize::try_from(args.max_request).unwrap_or(usize::MAX);
     config.new_admin_token = args.new_admin_token;
+    config.secret_key_file = args.secret_key_file;
+    if let (Some(issuer), Some(audience), Some(jwks)) =
+        (args.oidc_issuer, args.oidc_audience, args.oidc_jwks)
+    {
+        use lh_control_plane::auth::oidc::{JwksSource, OidcConfig};
+        let source = if jwks.starts_with("http://") || jwks.starts_with("https://") {
+            JwksSource::Url(jwks)
+        } else {
+            JwksSource::File(PathBuf::from(jwks))
+        };
+        let mut c = OidcConfig::new(issuer, audience, source);
+        c.user_claim = args.oidc_user_claim;
+        c.groups_claim = args.oidc_groups_claim;
+        c.group_roles = args.oidc_roles;
+        c.default_role = args.oidc_default_role;
+        config.oidc = Some(c);
+    }
     config.query_timeout = Duration::from_secs(args.query_timeout.max(1));
     config.max_result_bytes = args.max_result_bytes;
     config.max_concurrent_queries = args.max_concurrent_queries.max(1);

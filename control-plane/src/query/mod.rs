@@ -249,6 +249,19 @@ impl QueryEngine {
         timeout: Option<Duration>,
         max_rows: Option<u64>,
     ) -> Result<QueryOutput> {
+        self.run_as(sql, at, timeout, max_rows, &|_| true).await
+    }
+
+    /// [`run`](Self::run), reading only the tables `readable` allows: any other is
+    /// "not found", as a table that does not exist is (its existence is not told).
+    pub async fn run_as(
+        &self,
+        sql: &str,
+        at: &str,
+        timeout: Option<Duration>,
+        max_rows: Option<u64>,
+        readable: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<QueryOutput> {
         let timeout = timeout.map_or(self.limits.timeout, |t| t.min(self.limits.timeout));
         let _permit = self.slot().await?;
         let resolved = self.tables.catalog.resolve(at).await?;
@@ -275,6 +288,13 @@ impl QueryEngine {
             )
             .with_hint(format!("`lh table ls --ref {at}` lists the tables"))
         };
+        // Before any view is made or reused (a commit's views are shared by queries).
+        for parts in &refs {
+            let name = parts.join(".");
+            if parts.len() == 2 && !readable(&name) {
+                return Err(missing(&name));
+            }
+        }
         // On S3 making the views may fetch data files: that counts towards the timeout.
         let (views, _pins) = tokio::time::timeout(
             timeout,

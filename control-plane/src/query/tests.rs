@@ -91,7 +91,7 @@ async fn import_file(
         format,
         files: vec![path],
         names: vec![name.into()],
-        author: "t".into(),
+        by: crate::auth::Identity::admin("t"),
     };
     import(tables, ctx, job).await.unwrap();
 }
@@ -716,7 +716,7 @@ async fn writes_wait_for_a_slot_and_leave_no_spill_folder() {
             files: vec![path.clone()],
             names: vec!["a.csv".into()],
         },
-        author: "t".into(),
+        by: crate::auth::Identity::admin("t"),
         message: None,
         properties: Default::default(),
         timeout: Some(Duration::from_millis(300)),

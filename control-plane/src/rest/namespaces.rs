@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 
 use super::names::{at, branch, namespace};
 use super::types::{Body, CreateNamespace, Params, ParentQuery, UpdateProperties, bad_request};
+use crate::auth::{Action, Identity};
 use crate::error::{Code, Error, Kind};
 use crate::http::IcebergResult;
 use crate::namespaces::not_found;
@@ -16,6 +17,7 @@ use crate::state::AppState;
 
 pub async fn list_namespaces(
     State(s): State<AppState>,
+    identity: Identity,
     Path(prefix): Path<String>,
     Params(q): Params<ParentQuery>,
 ) -> IcebergResult<Json<serde_json::Value>> {
@@ -32,6 +34,8 @@ pub async fn list_namespaces(
         .keys()
         .map(|k| k.split('.').map(String::from).collect::<Vec<_>>())
         .filter(|parts| parts.len() == parent.len() + 1 && parts.starts_with(&parent))
+        // Namespaces the identity may not read are not listed.
+        .filter(|parts| identity.can_namespace(Action::Read, &prefix, &parts.join(".")))
         .collect();
     let (page, next) = q.page.apply(
         children
@@ -46,11 +50,13 @@ pub async fn list_namespaces(
 
 pub async fn create_namespace(
     State(s): State<AppState>,
+    identity: Identity,
     Path(prefix): Path<String>,
     Body(req): Body<CreateNamespace>,
 ) -> IcebergResult<Json<serde_json::Value>> {
-    let a = branch(&s, &prefix).await?;
     let name = req.namespace.join(".");
+    identity.require_namespace(Action::Write, &prefix, &name, "creating a namespace")?;
+    let a = branch(&s, &prefix).await?;
     if req.namespace.is_empty() {
         return Err(bad_request("a namespace has at least one level").into());
     }

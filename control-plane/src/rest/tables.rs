@@ -131,7 +131,7 @@ async fn commit(
     message: String,
 ) -> crate::error::Result<Committed> {
     s.tables
-        .commit(&a.expr, changes, meta(identity, message))
+        .commit(&a.expr, identity, changes, meta(identity, message))
         .await
 }
 
@@ -236,7 +236,7 @@ pub async fn commit_table(
     let mut tx = s.tables.begin().await;
     let what = stage(&s, &mut tx, &a, &name, change).await?;
     let done = tx
-        .commit(&a.expr, meta(&identity, what))
+        .commit(&a.expr, &identity, meta(&identity, what))
         .await
         .map_err(commit_failed)?;
     let v = &done.versions[0];
@@ -269,7 +269,7 @@ pub async fn commit_transaction(
         whats.push(stage(&s, &mut tx, &a, &name, change).await?);
         names.push(name);
     }
-    tx.commit(&a.expr, meta(&identity, whats.join("; ")))
+    tx.commit(&a.expr, &identity, meta(&identity, whats.join("; ")))
         .await
         .map_err(commit_failed)?;
     Ok(StatusCode::NO_CONTENT)

@@ -260,7 +260,7 @@ pub fn storage_config(
     // warehouse, past every permission. It goes only to the roles the operator chose
     // (`--vend-credentials-to`, admins by default).
     let vends = s.info.storage.as_ref().is_some_and(|i| i.vends_credentials)
-        && identity.role.at_least(s.vend_to);
+        && identity.access.covers(s.vend_to);
     let mut credentials = Vec::new();
     if asked && vends {
         let mut secret = BTreeMap::new();

@@ -14,8 +14,11 @@ use tokio_util::sync::CancellationToken;
 use super::project::{Lang, Materialize, NodeKind, Plan, PlanNode, Severity};
 use super::store::NodeRecord;
 use super::{RunService, RunStart, kind_name, lang_name};
+use crate::auth::secrets::redact;
+use crate::auth::{Action, Identity};
 use crate::duck::quote_ident;
 use crate::error::{Code, Error, Result, pointer};
+use crate::merges::Via;
 use crate::query::view::view_name;
 use crate::tables::write::{Source, WriteJob, write_table};
 
@@ -28,9 +31,8 @@ struct Shared {
     /// The run's code snapshot: its content hash and its folder.
     code_hash: String,
     code_root: PathBuf,
-    author: String,
-    /// Whether its starter may merge (a protected target takes the publish only then).
-    may_merge: bool,
+    /// Who started it: the author of its commits, whose grants its writes need.
+    by: Identity,
     no_cache: bool,
     reuse: BTreeMap<String, TablePointer>,
     /// Environment key to lock, of every environment the run used.
@@ -41,32 +43,11 @@ pub(crate) struct Run {
     shared: Arc<Shared>,
     info: RunInfo,
     strict: bool,
+    publish: bool,
     cancel: CancellationToken,
 }
 
 impl Run {
-    /// Why the publish is refused, when it is: the target was protected since the run
-    /// started and its starter may not merge (or protection cannot be read: refused).
-    async fn publish_refused(&self, svc: &RunService) -> Option<String> {
-        let protected = svc.tables.protected.get()?;
-        if self.shared.may_merge {
-            return None;
-        }
-        let target = &self.info.target;
-        match protected.is_protected(target).await {
-            Ok(false) => None,
-            Ok(true) => Some(format!(
-                "'{target}' is protected and user '{}' may not merge into it; nothing was \
-                 published (the run branch '{}' is kept)",
-                self.shared.author, self.shared.run_branch
-            )),
-            Err(e) => Some(format!(
-                "cannot tell whether '{target}' is protected ({}); nothing was published",
-                e.message
-            )),
-        }
-    }
-
     pub fn new(
         svc: Arc<RunService>,
         info: RunInfo,
@@ -82,8 +63,7 @@ impl Run {
             plan,
             code_hash: info.code_hash.clone(),
             code_root,
-            author: info.author.clone(),
-            may_merge: start.may_merge,
+            by: start.by,
             no_cache: start.no_cache,
             reuse: start.reuse,
             envs: Mutex::new(BTreeMap::new()),
@@ -91,6 +71,7 @@ impl Run {
         Run {
             shared,
             strict: start.strict,
+            publish: start.publish,
             info,
             cancel,
         }
@@ -235,11 +216,18 @@ impl Run {
                 Some(format!("{}; nothing was published", problems.join(", "))),
                 None,
             )
-        } else if let Some(refusal) = self.publish_refused(&svc).await {
-            (RunStatus::Failed, Some(refusal), None)
+        } else if !self.publish {
+            if let Err(e) = svc
+                .catalog
+                .delete_branch(&self.shared.run_branch, None)
+                .await
+            {
+                tracing::warn!("cannot delete the run branch: {e}");
+            }
+            (RunStatus::Succeeded, None, None)
         } else {
             let meta = CommitMeta::new(
-                &self.shared.author,
+                &self.shared.by.user,
                 format!("lh run {} ({})", self.info.project, id),
             )
             .with_property("lh.run", &id)
@@ -249,12 +237,22 @@ impl Run {
                 meta,
                 expected_head: None,
                 no_fast_forward: true,
+                prepare: false,
             };
-            match svc
-                .catalog
-                .merge(&self.shared.run_branch, &self.info.target, options)
-                .await
-            {
+            let merged = match svc.merger.get() {
+                Some(m) => {
+                    m.merge(
+                        &self.shared.by,
+                        &self.shared.run_branch,
+                        &self.info.target,
+                        Via::RunPublish,
+                        options,
+                    )
+                    .await
+                }
+                None => Err(Error::internal("the merger is not ready")),
+            };
+            match merged.map(|m| m.outcome) {
                 Ok(out) => {
                     if let Err(e) = svc
                         .catalog
@@ -268,9 +266,8 @@ impl Run {
                 Err(e) => (
                     RunStatus::Failed,
                     Some(format!(
-                        "cannot publish into '{}': {}",
-                        self.info.target,
-                        e.message()
+                        "cannot publish into '{}': {}; nothing was published (the run branch '{}' is kept)",
+                        self.info.target, e.message, self.shared.run_branch
                     )),
                     None,
                 ),
@@ -388,6 +385,13 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
             &blake3::hash(built.lock.as_bytes()).to_hex()[..16]
         )
     });
+    // A secret enters the key by its name and version, never its value.
+    let secret_versions = match &node.lang {
+        Lang::Python { secrets, .. } if !secrets.is_empty() => {
+            store_of_secrets(svc)?.versions(secrets).await?
+        }
+        _ => BTreeMap::new(),
+    };
     let (fingerprint, parts) = fingerprint(
         shared,
         node,
@@ -395,6 +399,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         &params,
         env_key.as_deref(),
         current.as_ref(),
+        &secret_versions,
     )?;
     rec.fingerprint = Some(fingerprint.clone());
     let parts_json = serde_json::to_string(&parts).unwrap_or_default();
@@ -439,7 +444,13 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
                 expected: current.clone(),
                 pointer: p.clone(),
             };
-            let meta = CommitMeta::new(&shared.author, format!("reuse {table} (memoized)"))
+            shared.by.require_table(
+                Action::Write,
+                &shared.run_branch,
+                &table,
+                "reusing a memoized output",
+            )?;
+            let meta = CommitMeta::new(&shared.by.user, format!("reuse {table} (memoized)"))
                 .with_property("lh.run", &shared.id)
                 .with_property("lh.node", &node.name)
                 .with_property("lh.cached", "true");
@@ -572,7 +583,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         table: table.clone(),
         mode,
         source,
-        author: shared.author.clone(),
+        by: shared.by.clone(),
         message: Some(format!(
             "{} {table} (run {})",
             lang_name(&node.lang),
@@ -646,10 +657,17 @@ async fn invoke_in(
     let Lang::Python {
         function,
         env: spec,
+        secrets,
         ..
     } = &node.lang
     else {
         return Err(Error::internal("not a Python node"));
+    };
+    // Its declared secrets, and only those, for this call alone.
+    let secrets = if secrets.is_empty() {
+        Vec::new()
+    } else {
+        store_of_secrets(svc)?.values(secrets).await?
     };
     let env = match env {
         Some(env) => env,
@@ -687,6 +705,12 @@ async fn invoke_in(
         inputs: files,
         params: params.clone(),
         output: work.join("out.parquet"),
+        env: lh_runner::SecretEnv(
+            secrets
+                .iter()
+                .map(|v| (v.name.clone(), v.value.clone()))
+                .collect(),
+        ),
     };
     let result = svc
         .runtime
@@ -695,8 +719,26 @@ async fn invoke_in(
         .map_err(|e| {
             Error::bad_request(Code::RuntimeFailed, format!("cannot run the function: {e}"))
         })?;
-    rec.log.push_str(&result.log);
-    Ok(result.outcome)
+    // No secret value leaves in the run's record.
+    rec.log.push_str(&redact(&result.log, &secrets));
+    Ok(match result.outcome {
+        Outcome::Failed { error, traceback } => Outcome::Failed {
+            error: redact(&error, &secrets),
+            traceback: redact(&traceback, &secrets),
+        },
+        Outcome::Expectation { passed, detail } => Outcome::Expectation {
+            passed,
+            detail: redact(&detail, &secrets),
+        },
+        o => o,
+    })
+}
+
+fn store_of_secrets(svc: &RunService) -> Result<&crate::auth::secrets::Secrets> {
+    svc.secrets
+        .get()
+        .map(|s| s.as_ref())
+        .ok_or_else(|| Error::internal("the secret store is not ready"))
 }
 
 /// The environment of `spec`, built if needed (said in the node's log).
@@ -748,6 +790,7 @@ fn fingerprint(
     params: &BTreeMap<String, serde_json::Value>,
     env_key: Option<&str>,
     current: Option<&lh_catalog::TablePointer>,
+    secrets: &BTreeMap<String, i64>,
 ) -> Result<(String, BTreeMap<String, String>)> {
     let inputs: Vec<serde_json::Value> = node
         .inputs
@@ -811,10 +854,16 @@ fn fingerprint(
     for (i, v) in node.inputs.iter().zip(&inputs) {
         parts.insert(format!("input {}", i.table), short(v));
     }
-    let doc = serde_json::json!({
+    for (name, version) in secrets {
+        parts.insert(format!("secret {name}"), format!("version {version}"));
+    }
+    let mut doc = serde_json::json!({
         "v": 2, "lh": env!("CARGO_PKG_VERSION"), "node": node.name, "lang": lang, "detail": detail, "code": code, "env": env_key,
         "params": params, "inputs": inputs, "materialize": materialize, "previous": previous,
     });
+    if !secrets.is_empty() {
+        doc["secrets"] = serde_json::json!(secrets);
+    }
     Ok((
         blake3::hash(doc.to_string().as_bytes())
             .to_hex()

@@ -26,6 +26,7 @@ use lh_catalog::Catalog;
 use lh_runner::{EnvCache, Runtime};
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::Identity;
 use crate::error::{Code, Error, Kind, Result};
 use crate::query::QueryEngine;
 use crate::tables::Tables;
@@ -66,6 +67,10 @@ pub struct RunService {
     /// The folder holding the `lh` Python package, for the planner.
     pub(crate) harness: PathBuf,
     running: Mutex<HashMap<String, CancellationToken>>,
+    /// How a finished run publishes (set once the merger exists: its checks run runs).
+    pub merger: std::sync::OnceLock<Arc<crate::merges::Merger>>,
+    /// Where functions' secrets come from (set at start-up).
+    pub secrets: std::sync::OnceLock<Arc<crate::auth::secrets::Secrets>>,
 }
 
 /// What starts a run.
@@ -74,10 +79,14 @@ pub struct RunStart {
     pub code_hash: String,
     pub target: String,
     pub params: BTreeMap<String, String>,
-    pub author: String,
-    /// Whether the identity that starts it may merge: only then does a protected target
-    /// take its publish (checked again when it publishes).
-    pub may_merge: bool,
+    /// Who starts it: the author of its commits, whose grants its writes and its
+    /// publish are checked against (its roles read again when it publishes).
+    pub by: Identity,
+    /// Whether its outputs are merged into the target when it succeeds (a check's run
+    /// only reports).
+    pub publish: bool,
+    /// Only the project's expectations run, on the tables as they are (a check's run).
+    pub expectations_only: bool,
     pub no_cache: bool,
     pub strict: bool,
     /// For a replay: the run replayed, the commit to read, the outputs to reuse.
@@ -86,6 +95,27 @@ pub struct RunStart {
     pub reuse: BTreeMap<String, lh_api::TablePointer>,
     /// For a replay: the parameter values, as they were.
     pub param_values: Option<BTreeMap<String, serde_json::Value>>,
+}
+
+impl RunStart {
+    /// A run of a check: the project's expectations on `commit`, recorded against
+    /// `target`, publishing nothing.
+    pub fn check(code_hash: &str, target: &str, commit: &str, by: Identity) -> RunStart {
+        RunStart {
+            code_hash: code_hash.to_string(),
+            target: target.to_string(),
+            params: BTreeMap::new(),
+            by,
+            publish: false,
+            expectations_only: true,
+            no_cache: true,
+            strict: false,
+            rerun_of: None,
+            input_commit: Some(commit.to_string()),
+            reuse: BTreeMap::new(),
+            param_values: None,
+        }
+    }
 }
 
 impl RunService {
@@ -110,6 +140,8 @@ impl RunService {
             );
         }
         let svc = Arc::new(RunService {
+            merger: std::sync::OnceLock::new(),
+            secrets: std::sync::OnceLock::new(),
             catalog,
             tables,
             queries,
@@ -202,6 +234,20 @@ impl RunService {
         if let Some(values) = &start.param_values {
             plan.params = values.clone();
         }
+        if start.expectations_only {
+            plan = plan.expectations_only();
+        }
+        // Every table it reads, the starter may read.
+        for n in &plan.nodes {
+            for i in n.inputs.iter().filter(|i| i.producer.is_none()) {
+                start.by.require_table(
+                    crate::auth::Action::Read,
+                    &start.target,
+                    &i.table,
+                    &format!("a run reading '{}'", i.table),
+                )?;
+            }
+        }
         let id = uuid::Uuid::now_v7().simple().to_string();
         let run_branch = format!("run/{id}");
         self.catalog
@@ -234,7 +280,7 @@ impl RunService {
         let info = RunInfo {
             id: id.clone(),
             project: plan.project.name.clone(),
-            author: start.author.clone(),
+            author: start.by.user.clone(),
             target: start.target.clone(),
             run_branch: run_branch.clone(),
             code_hash: start.code_hash.clone(),
@@ -323,8 +369,7 @@ impl RunService {
         id: &str,
         from_failed: bool,
         code: Option<String>,
-        author: &str,
-        may_merge: bool,
+        by: Identity,
     ) -> Result<RunInfo> {
         let id = self.store.resolve_id(id).await?;
         let (old, _) = self.store.get(&id).await?;
@@ -349,8 +394,9 @@ impl RunService {
             code_hash: code.unwrap_or_else(|| old.code_hash.clone()),
             target: old.target.clone(),
             params: BTreeMap::new(),
-            author: author.to_string(),
-            may_merge,
+            by,
+            publish: true,
+            expectations_only: false,
             no_cache: old.no_cache,
             strict: old.strict,
             rerun_of: Some(old.id.clone()),

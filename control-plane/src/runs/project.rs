@@ -113,6 +113,9 @@ pub enum Lang {
         memory_bytes: Option<u64>,
         cpus_milli: Option<u32>,
         timeout_secs: u64,
+        /// The secrets it declared (`@lh.python(secrets=[...])`), as environment variables.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        secrets: Vec<String>,
     },
     Sql {
         sql: String,
@@ -148,6 +151,22 @@ impl Lang {
                 ..Limits::default()
             },
         }
+    }
+}
+
+impl Plan {
+    /// The expectations alone, reading every table from the ref (what a check runs on a
+    /// merge's would-be result).
+    pub fn expectations_only(mut self) -> Plan {
+        self.nodes
+            .retain(|n| matches!(n.kind, NodeKind::Expectation { .. }));
+        for n in &mut self.nodes {
+            for i in &mut n.inputs {
+                i.producer = None;
+            }
+        }
+        self.order = (0..self.nodes.len()).collect();
+        self
     }
 }
 
@@ -660,6 +679,39 @@ impl Planner<'_> {
                 )),
             }
         }
+        let mut secrets = Vec::new();
+        if let Some(list) = f.decorators.get("python").and_then(|d| d.get("secrets")) {
+            match list.as_array() {
+                Some(items) => {
+                    for item in items {
+                        match item.as_str().map(crate::auth::secrets::check_name) {
+                            Some(Ok(())) => {
+                                let n = item.as_str().unwrap_or_default().to_string();
+                                if !secrets.contains(&n) {
+                                    secrets.push(n);
+                                }
+                            }
+                            Some(Err(e)) => problems.push(loc(
+                                &f.file,
+                                f.line,
+                                format!("@lh.python(secrets=...): {e}"),
+                            )),
+                            None => problems.push(loc(
+                                &f.file,
+                                f.line,
+                                "@lh.python(secrets=...) lists names (strings)",
+                            )),
+                        }
+                    }
+                }
+                None if list.is_null() => {}
+                None => problems.push(loc(
+                    &f.file,
+                    f.line,
+                    "@lh.python(secrets=...) must be a list of names",
+                )),
+            }
+        }
         let env = EnvSpec {
             python,
             packages,
@@ -748,6 +800,7 @@ impl Planner<'_> {
                 memory_bytes,
                 cpus_milli,
                 timeout_secs,
+                secrets,
             },
             file: f.file,
             line: f.line,

@@ -381,7 +381,10 @@ impl RunStore {
 
     /// The code snapshots that runs refer to.
     pub async fn code_hashes(&self) -> Result<std::collections::HashSet<String>> {
-        let rows = sqlx::query("SELECT DISTINCT code_hash FROM lh_runs")
+        // A check's project is kept as long as the check.
+        let rows = sqlx::query(
+            "SELECT DISTINCT code_hash FROM lh_runs UNION SELECT target FROM lh_checks WHERE kind = 'expectations'",
+        )
             .fetch_all(&self.pool)
             .await
             .map_err(db)?;

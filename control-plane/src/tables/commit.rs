@@ -28,6 +28,7 @@ use lh_catalog::{Commit, CommitMeta, TableOp, TablePointer};
 use uuid::Uuid;
 
 use super::{LoadedTable, Tables, require_branch};
+use crate::auth::{Action, Identity};
 use crate::error::{Code, Error, Kind, Result};
 
 /// The table property that tells engines' maintenance not to delete files: Spark's
@@ -140,6 +141,7 @@ impl Tables {
     pub async fn commit(
         &self,
         branch: &str,
+        by: &Identity,
         changes: Vec<Change>,
         meta: CommitMeta,
     ) -> Result<Committed> {
@@ -147,11 +149,11 @@ impl Tables {
         for change in changes {
             tx.stage(change).await?;
         }
-        tx.commit(branch, meta).await
+        tx.commit(branch, by, meta).await
     }
 
     /// Removes `name` from `branch` (its files stay: other refs may see them).
-    pub async fn drop_table(&self, branch: &str, name: &str, author: &str) -> Result<Commit> {
+    pub async fn drop_table(&self, branch: &str, name: &str, by: &Identity) -> Result<Commit> {
         lh_catalog::names::validate_table_name(name)?;
         let resolved = self.catalog.resolve(branch).await?;
         require_branch(branch, &resolved)?;
@@ -160,8 +162,8 @@ impl Tables {
             table: name.to_string(),
             expected: t.pointer,
         };
-        let meta = CommitMeta::new(author, format!("drop table {name}"));
-        Ok(self.commit(branch, vec![change], meta).await?.commit)
+        let meta = CommitMeta::new(&by.user, format!("drop table {name}"));
+        Ok(self.commit(branch, by, vec![change], meta).await?.commit)
     }
 
     /// A new table's metadata, not stored yet. Its folder is made in the warehouse now,
@@ -265,7 +267,9 @@ impl Tables {
             expected,
             metadata_location: location,
         };
-        let mut done = self.commit(branch, vec![change], meta).await?;
+        let mut done = self
+            .commit(branch, &Identity::admin("t"), vec![change], meta)
+            .await?;
         let pointer = done.versions.remove(0).pointer;
         Ok((done.commit, pointer))
     }
@@ -353,7 +357,22 @@ impl Transaction<'_> {
     /// refused the commit. The catalog commits in a task of its own, so a caller that
     /// goes away while it waits (a client gone, a cancelled run) may still see the
     /// commit land: then the files must stay, and what no commit reaches is `lh gc`'s.
-    pub async fn commit(mut self, branch: &str, meta: CommitMeta) -> Result<Committed> {
+    ///
+    /// `by` must be allowed to write every table the commit changes (its role's grants
+    /// on `branch` and the tables' namespaces): the one check of every table write, the
+    /// API's, the Iceberg REST catalog's and a run's alike.
+    pub async fn commit(
+        mut self,
+        branch: &str,
+        by: &Identity,
+        meta: CommitMeta,
+    ) -> Result<Committed> {
+        for op in &self.ops {
+            let table = match op {
+                TableOp::Put { table, .. } | TableOp::Delete { table, .. } => table,
+            };
+            by.require_table(Action::Write, branch, table, "changing a table")?;
+        }
         // A protected branch changes only by a merge: dropped here, the transaction
         // removes what it wrote.
         if let Some(p) = self.tables.protected.get() {
@@ -735,7 +754,12 @@ mod tests {
             files: Vec::new(),
         });
         let made = t
-            .commit("main", vec![create], CommitMeta::new("t", "create"))
+            .commit(
+                "main",
+                &Identity::admin("t"),
+                vec![create],
+                CommitMeta::new("t", "create"),
+            )
             .await
             .unwrap();
         assert!(exists(&t, &made.versions[0].pointer.metadata_location));
@@ -748,7 +772,7 @@ mod tests {
             .await
             .unwrap();
         let first = first
-            .commit("main", CommitMeta::new("t", "a"))
+            .commit("main", &Identity::admin("t"), CommitMeta::new("t", "a"))
             .await
             .unwrap();
         let mut second = t.begin().await;
@@ -760,7 +784,7 @@ mod tests {
         assert_eq!(written.len(), 1);
         assert!(exists(&t, &written[0]));
         let e = second
-            .commit("main", CommitMeta::new("t", "b"))
+            .commit("main", &Identity::admin("t"), CommitMeta::new("t", "b"))
             .await
             .err()
             .unwrap();
@@ -796,7 +820,11 @@ mod tests {
         let (tx, written) = staged_create(&t).await;
         // One poll hands the commit to the catalog's writer task; then the caller leaves.
         let pending = tx
-            .commit("main", CommitMeta::new("t", "create"))
+            .commit(
+                "main",
+                &Identity::admin("t"),
+                CommitMeta::new("t", "create"),
+            )
             .now_or_never();
         assert!(pending.is_none(), "the commit finished in one poll");
         let mut landed = None;

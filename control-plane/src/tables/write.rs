@@ -26,6 +26,7 @@ use super::commit::{Base, Put, WrittenPut};
 use super::snapshot::{self, SnapshotOp};
 use super::types::{assignable, display_type, duckdb_field_ids, duckdb_type};
 use super::{LoadedTable, Tables, require_branch, stats};
+use crate::auth::Identity;
 use crate::duck::{self, DuckLimits, quote_ident, quote_literal};
 use crate::error::{Code, Error, Kind, Result};
 use crate::warehouse::Staged;
@@ -67,7 +68,8 @@ pub struct WriteJob {
     pub table: String,
     pub mode: ImportMode,
     pub source: Source,
-    pub author: String,
+    /// Who writes: the commit's author, whose grants must allow the write.
+    pub by: Identity,
     /// The commit message; a default describes the write.
     pub message: Option<String>,
     /// Extra commit properties (a run's id...).
@@ -88,7 +90,7 @@ pub struct ImportJob {
     pub files: Vec<PathBuf>,
     /// The files as the user named them, for messages.
     pub names: Vec<String>,
-    pub author: String,
+    pub by: Identity,
 }
 
 /// Where writes may read and spill, and how many run at once.
@@ -149,7 +151,7 @@ pub async fn import(
             files: job.files,
             names: job.names,
         },
-        author: job.author,
+        by: job.by,
         message: None,
         properties: BTreeMap::new(),
         timeout: None,
@@ -509,7 +511,7 @@ async fn stage_write<'a>(
         .message
         .clone()
         .unwrap_or_else(|| format!("{verb} {} from {}", job.table, job.source.describe()));
-    let mut meta = CommitMeta::new(&job.author, message).with_property(
+    let mut meta = CommitMeta::new(&job.by.user, message).with_property(
         "lh.operation",
         format!("import-{}", verb.split(' ').next().unwrap_or(verb)),
     );
@@ -550,7 +552,7 @@ async fn commit_staged(
     };
     let mut tx = tables.begin().await;
     tx.adopt(written);
-    let committed = tx.commit(&job.branch, meta).await?;
+    let committed = tx.commit(&job.branch, &job.by, meta).await?;
     Ok(ImportResponse {
         table: job.table.clone(),
         commit: committed.commit.id.to_hex(),

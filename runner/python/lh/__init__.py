@@ -65,10 +65,13 @@ def model(materialize="replace", name=None, namespace=None):
     return wrap
 
 
-def python(version=None, packages=None):
-    """The Python version and extra packages (name to version) of this function."""
+def python(version=None, packages=None, secrets=None):
+    """The Python version and extra packages (name to version) of this function, and the
+    secrets it needs (`lh secret set NAME`): each is an environment variable of its call,
+    and of no other function's."""
     def wrap(fn):
-        return _attach(fn, "python", {"version": version, "packages": packages or {}})
+        return _attach(fn, "python", {"version": version, "packages": packages or {},
+                                      "secrets": list(secrets or [])})
     return wrap
 
 

@@ -15,13 +15,13 @@ import sys
 DECORATORS = {"model", "python", "expectation", "resources"}
 ARGS = {
     "model": {"materialize", "name", "namespace"},
-    "python": {"version", "packages"},
+    "python": {"version", "packages", "secrets"},
     "expectation": {"severity"},
     "resources": {"memory", "cpus", "timeout"},
 }
 POSITIONAL = {
     "model": ["materialize", "name", "namespace"],
-    "python": ["version", "packages"],
+    "python": ["version", "packages", "secrets"],
     "expectation": ["severity"],
     "resources": ["memory", "cpus", "timeout"],
 }

@@ -121,6 +121,8 @@ def invoke(req):
         # module loads (the parent took its own folder off sys.path already).
         sys.path[:] = [root] + [p for p in sys.path if p != root]
         os.chdir(root)
+    # The call's secrets: in this process (forked for the call) only.
+    os.environ.update(req.get("env", {}))
     fn = load_function(root, req["file"], req["function"])
     kwargs = {}
     for arg, path in req.get("inputs", {}).items():

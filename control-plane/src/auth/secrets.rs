@@ -1,0 +1,238 @@
+//! Secrets for pipelines (`lh secret set NAME`, value on stdin): sealed with the server
+//! key (`key`) in `lh_secrets`, readable by no API. A Python function declares the ones
+//! it needs (`@lh.python(secrets=["STRIPE_KEY"])`); only its call gets them, as
+//! environment variables, and the run's logs and errors have every value replaced by
+//! `***` (`redact`). A function's cache key holds each secret's name and version, never
+//! its value: setting a secret again makes the functions using it run again.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::Utc;
+use sqlx::{AnyPool, Row};
+
+use super::key::ServerKey;
+use crate::error::{Code, Error, Kind, Result};
+use crate::merges::checks::time;
+
+pub struct Secrets {
+    pool: AnyPool,
+    key: Arc<ServerKey>,
+}
+
+fn db(e: sqlx::Error) -> Error {
+    crate::db::failed("secret storage", e)
+}
+
+/// The largest secret value.
+pub const MAX_VALUE: usize = 64 * 1024;
+
+/// Names a process environment uses for itself: no secret may replace them.
+const RESERVED: &[&str] = &["PATH", "HOME", "LANG", "TMPDIR", "PWD", "SHELL", "USER"];
+
+/// A secret's name: an environment variable's (`STRIPE_KEY`), not one the sandbox or
+/// Python reads itself.
+pub fn check_name(name: &str) -> std::result::Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_uppercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    if !ok {
+        return Err(format!(
+            "invalid secret name '{}': uppercase letters, digits and '_', as an environment variable (at most 64)",
+            name.escape_debug()
+        ));
+    }
+    if RESERVED.contains(&name)
+        || ["LD_", "PYTHON", "LH_", "UV_", "BWRAP"]
+            .iter()
+            .any(|p| name.starts_with(p))
+    {
+        return Err(format!(
+            "'{name}' is an environment variable the sandbox or Python reads: name the secret otherwise"
+        ));
+    }
+    Ok(())
+}
+
+/// A secret as a function gets it.
+pub struct Value {
+    pub name: String,
+    pub version: i64,
+    pub value: String,
+}
+
+impl Secrets {
+    pub fn new(pool: AnyPool, key: Arc<ServerKey>) -> Secrets {
+        Secrets { pool, key }
+    }
+
+    /// Sets a secret; returns its new version.
+    pub async fn set(&self, name: &str, value: &str, by: &str) -> Result<lh_api::SecretInfo> {
+        check_name(name).map_err(|m| Error::bad_request(Code::InvalidArgument, m))?;
+        if value.is_empty() || value.len() > MAX_VALUE {
+            return Err(Error::bad_request(
+                Code::InvalidArgument,
+                format!("a secret's value is 1 byte to {} KiB", MAX_VALUE / 1024),
+            ));
+        }
+        let sealed = self.key.seal(&format!("secret:{name}"), value.as_bytes())?;
+        let now = Utc::now().timestamp_millis();
+        sqlx::query(
+            "INSERT INTO lh_secrets (name, version, sealed, updated_by, updated_at) \
+             VALUES ($1, 1, $2, $3, $4) ON CONFLICT (name) DO UPDATE SET \
+             version = lh_secrets.version + 1, sealed = excluded.sealed, \
+             updated_by = excluded.updated_by, updated_at = excluded.updated_at",
+        )
+        .bind(name)
+        .bind(sealed)
+        .bind(by)
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .map_err(db)?;
+        self.list()
+            .await?
+            .into_iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| Error::internal("the secret just set is gone"))
+    }
+
+    pub async fn remove(&self, name: &str) -> Result<()> {
+        let r = sqlx::query("DELETE FROM lh_secrets WHERE name = $1")
+            .bind(name)
+            .execute(&self.pool)
+            .await
+            .map_err(db)?;
+        if r.rows_affected() == 0 {
+            return Err(Error::not_found(
+                Code::SecretNotFound,
+                format!("no secret '{name}'"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Names and versions; never a value.
+    pub async fn list(&self) -> Result<Vec<lh_api::SecretInfo>> {
+        let rows = sqlx::query(
+            "SELECT name, version, updated_by, updated_at FROM lh_secrets ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        rows.iter()
+            .map(|r| {
+                Ok(lh_api::SecretInfo {
+                    name: r.try_get("name").map_err(db)?,
+                    version: r.try_get("version").map_err(db)?,
+                    updated_by: r.try_get("updated_by").map_err(db)?,
+                    updated_at: time(r.try_get("updated_at").map_err(db)?),
+                })
+            })
+            .collect()
+    }
+
+    /// The versions of `names` (for a cache key): a missing secret is an error.
+    pub async fn versions(&self, names: &[String]) -> Result<BTreeMap<String, i64>> {
+        let mut out = BTreeMap::new();
+        for n in names {
+            let row = sqlx::query("SELECT version FROM lh_secrets WHERE name = $1")
+                .bind(n)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db)?;
+            let row = row.ok_or_else(|| missing(n))?;
+            out.insert(n.clone(), row.try_get("version").map_err(db)?);
+        }
+        Ok(out)
+    }
+
+    /// The values of `names`, decrypted, for one function call.
+    pub async fn values(&self, names: &[String]) -> Result<Vec<Value>> {
+        let mut out = Vec::new();
+        for n in names {
+            let row = sqlx::query("SELECT version, sealed FROM lh_secrets WHERE name = $1")
+                .bind(n)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db)?;
+            let row = row.ok_or_else(|| missing(n))?;
+            let sealed: String = row.try_get("sealed").map_err(db)?;
+            let value = self.key.open(&format!("secret:{n}"), &sealed)?;
+            out.push(Value {
+                name: n.clone(),
+                version: row.try_get("version").map_err(db)?,
+                value: String::from_utf8(value)
+                    .map_err(|_| Error::internal(format!("secret '{n}' is not text")))?,
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn missing(name: &str) -> Error {
+    Error::new(
+        Kind::NotFound,
+        Code::SecretNotFound,
+        format!("the function needs the secret '{name}', which is not set"),
+    )
+    .with_hint(format!("an admin sets it: lh secret set {name} < file"))
+}
+
+/// `text` with every secret value replaced by `***` (values under 4 bytes are left:
+/// they would mask ordinary text and reveal little).
+pub fn redact(text: &str, values: &[Value]) -> String {
+    let mut out = text.to_string();
+    for v in values {
+        if v.value.len() >= 4 {
+            out = out.replace(&v.value, "***");
+            // A value printed line by line (a PEM key) is masked line by line too.
+            for line in v.value.lines().filter(|l| l.trim().len() >= 8) {
+                out = out.replace(line, "***");
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_environment_variables_the_sandbox_does_not_use() {
+        assert!(check_name("STRIPE_KEY").is_ok());
+        assert!(check_name("_X1").is_ok());
+        for bad in [
+            "",
+            "stripe",
+            "A-B",
+            "PATH",
+            "LD_PRELOAD",
+            "PYTHONPATH",
+            "LH_TOKEN",
+            "1A",
+        ] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn redaction_masks_each_value_and_its_lines() {
+        let values = vec![Value {
+            name: "K".into(),
+            version: 1,
+            value: "sk_live_abcdef\nsecond-line-of-it".into(),
+        }];
+        let r = redact(
+            "got sk_live_abcdef\nsecond-line-of-it and sk_live_abcdef",
+            &values,
+        );
+        assert!(!r.contains("sk_live"), "{r}");
+        assert!(!r.contains("second-line"), "{r}");
+        assert!(r.contains("***"));
+    }
+}

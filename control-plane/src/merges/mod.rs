@@ -1,0 +1,168 @@
+//! The one way a branch takes another's changes: `lh merge`, and a run publishing its
+//! outputs. A merge is made first without moving the target (the catalog's prepared
+//! merge: its commit is written, no ref points at it), then:
+//!
+//! 1. every table it changes is checked against the identity's grants on the target;
+//! 2. on a protected target, the checks the branch requires run on the would-be result
+//!    (`checks`): a webhook's answer, or an lh project's expectations;
+//! 3. the target moves to the prepared commit only if it is still where the merge was
+//!    made against (else the merge is made again, and checked again);
+//! 4. the post-merge webhooks are told, in the background (`hooks`).
+//!
+//! A refused or failed merge moves nothing; its prepared commit is an unreachable
+//! object.
+
+pub mod checks;
+pub mod hooks;
+
+use std::sync::Arc;
+
+use lh_api::CheckResult;
+use lh_catalog::{Catalog, MergeKind, MergeOptions, MergeOutcome};
+
+use crate::auth::protected::ProtectedBranches;
+use crate::auth::roles::Roles;
+use crate::auth::{Action, Identity};
+use crate::error::{Code, Error, Kind, Result};
+
+/// Who asks for the merge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// `lh merge`: needs `merge` on the target.
+    Merge,
+    /// A run publishing its branch: on a protected target a merge (needs `merge`), on
+    /// any other the run's own write (needs `write`).
+    RunPublish,
+}
+
+pub struct Merged {
+    pub outcome: MergeOutcome,
+    pub checks: Vec<CheckResult>,
+}
+
+pub struct Merger {
+    pub catalog: Catalog,
+    pub protected: Arc<ProtectedBranches>,
+    pub roles: Arc<Roles>,
+    pub checks: Arc<checks::Checks>,
+    pub hooks: Arc<hooks::Hooks>,
+}
+
+/// How many times a merge is made again when its target moved meanwhile.
+const ATTEMPTS: usize = 3;
+
+impl Merger {
+    /// The identity as its roles are now (a run's starter may have lost a grant since).
+    async fn current(&self, by: &Identity) -> Result<Identity> {
+        let mut now = by.clone();
+        now.access = self.roles.access(&by.access.roles).await?;
+        Ok(now)
+    }
+
+    pub async fn merge(
+        &self,
+        by: &Identity,
+        from: &str,
+        into: &str,
+        via: Via,
+        options: MergeOptions,
+    ) -> Result<Merged> {
+        let by = self.current(by).await?;
+        let protected = self.protected.is_protected(into).await?;
+        let action = match via {
+            Via::Merge => Action::Merge,
+            Via::RunPublish if protected => Action::Merge,
+            Via::RunPublish => Action::Write,
+        };
+        if via == Via::Merge {
+            by.require_ref(Action::Read, from, "merging from it")?;
+        }
+        let what = if protected {
+            format!("merging into the protected branch '{into}'")
+        } else {
+            format!("merging into '{into}'")
+        };
+        by.require_ref(action, into, &what)?;
+        let prepare = MergeOptions {
+            prepare: true,
+            ..options.clone()
+        };
+        for attempt in 1..=ATTEMPTS {
+            let out = self.catalog.merge(from, into, prepare.clone()).await?;
+            if out.kind == MergeKind::UpToDate {
+                return Ok(Merged {
+                    outcome: out,
+                    checks: Vec::new(),
+                });
+            }
+            let refused: Vec<&str> = out
+                .tables
+                .iter()
+                .map(|t| t.table.as_str())
+                .filter(|t| !by.can_table(action, into, t))
+                .collect();
+            if !refused.is_empty() {
+                return Err(crate::auth::roles::refused(
+                    &by.user,
+                    &by.access,
+                    action,
+                    &what,
+                    &format!(" on table(s) {} of '{into}'", refused.join(", ")),
+                ));
+            }
+            let results = if protected {
+                self.checks.run_required(&by, from, into, &out).await?
+            } else {
+                Vec::new()
+            };
+            if results.iter().any(|c| !c.passed) {
+                return Err(blocked(into, &results));
+            }
+            let to = format!("@{}", out.head.to_hex());
+            match self.catalog.assign_branch(into, out.base_head, &to).await {
+                Ok(_) => {
+                    self.hooks.merged(&by, from, into, &out);
+                    return Ok(Merged {
+                        outcome: out,
+                        checks: results,
+                    });
+                }
+                // Moved meanwhile: made again on the new head, and checked again.
+                Err(e)
+                    if e.kind() == lh_catalog::ErrorKind::RefConflict
+                        && options.expected_head.is_none()
+                        && attempt < ATTEMPTS =>
+                {
+                    tracing::debug!(into, attempt, "target moved during the merge's checks");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        unreachable!("the last attempt returns")
+    }
+}
+
+/// The refusal of a merge its checks blocked, each check's verdict in the message.
+fn blocked(into: &str, results: &[CheckResult]) -> Error {
+    let lines: Vec<String> = results
+        .iter()
+        .map(|c| {
+            format!(
+                "  {} {} ({}): {}",
+                if c.passed { "passed" } else { "FAILED" },
+                c.name,
+                c.kind,
+                c.message
+            )
+        })
+        .collect();
+    Error::new(
+        Kind::Conflict,
+        Code::ChecksFailed,
+        format!(
+            "the merge into '{into}' is blocked by its required checks; nothing changed:\n{}",
+            lines.join("\n")
+        ),
+    )
+    .with_hint("fix what the failed checks report on the source branch, then merge again")
+}

@@ -192,6 +192,8 @@ pub struct SecretInfo {
     pub name: String,
     /// Grows with each `lh secret set` (functions using it run again).
     pub version: i64,
+    /// The branches whose runs get it (a pattern: `main`, `team-a.*`, `*`).
+    pub refs: String,
     pub updated_by: String,
     pub updated_at: String,
 }
@@ -205,6 +207,9 @@ pub struct SecretList {
 #[derive(Deserialize, Serialize, ToSchema)]
 pub struct SecretSet {
     pub value: String,
+    /// The branches whose runs get it [default: `*`, every run].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refs: Option<String>,
 }
 
 impl std::fmt::Debug for SecretSet {

@@ -181,6 +181,11 @@ pub enum SecretCommand {
     Set {
         /// As functions see it: an environment variable's name (STRIPE_KEY)
         name: String,
+        /// Only runs on branches matching this pattern get it (`main`: runs publishing
+        /// to main, which a protected main allows only to roles that may merge there)
+        /// [default: *]
+        #[arg(long = "on", value_name = "PATTERN")]
+        refs: Option<String>,
     },
     /// List the secrets' names and versions (never their values)
     #[command(alias = "list")]

@@ -181,8 +181,13 @@ impl Client {
         self.get("/hooks", &[]).await
     }
 
-    pub async fn set_secret(&self, name: &str, value: String) -> CliResult<lh_api::SecretInfo> {
-        let body = lh_api::SecretSet { value };
+    pub async fn set_secret(
+        &self,
+        name: &str,
+        value: String,
+        refs: Option<String>,
+    ) -> CliResult<lh_api::SecretInfo> {
+        let body = lh_api::SecretSet { value, refs };
         let resp = self
             .send(
                 self.request(Method::PUT, &format!("/secrets/{}", segment(name)?))

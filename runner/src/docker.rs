@@ -392,5 +392,11 @@ fn site_packages(env: &Path) -> Result<PathBuf, RunnerError> {
 /// The container's user must write the output into folders the server made.
 fn open_to_all(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))?;
+    // The call's secrets, for the container's user (the call removes the file).
+    let secrets = dir.join(crate::protocol::SECRETS_FILE);
+    if secrets.exists() {
+        std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o644))?;
+    }
+    Ok(())
 }

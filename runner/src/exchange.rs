@@ -164,7 +164,24 @@ fn request<L: Launcher>(
     for p in req.inputs.values_mut() {
         *p = view(p);
     }
-    Ok(serde_json::to_string(&req).map_err(|e| RunnerError::Worker(e.to_string()))? + "\n")
+    let mut value = serde_json::to_value(&req).map_err(|e| RunnerError::Worker(e.to_string()))?;
+    if !inv.env.is_empty() {
+        // The call's process reads the secrets from its own folder and removes the file;
+        // the request line, which the worker's parent reads, never holds them.
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = work.join(crate::protocol::SECRETS_FILE);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&file)?;
+        f.write_all(
+            &serde_json::to_vec(&inv.env).map_err(|e| RunnerError::Worker(e.to_string()))?,
+        )?;
+        value["secrets_file"] = serde_json::json!(view(&file));
+    }
+    Ok(serde_json::to_string(&value).map_err(|e| RunnerError::Worker(e.to_string()))? + "\n")
 }
 
 /// The bytes allocated to the files under `dir` (links not followed, each inode once,

@@ -30,12 +30,17 @@ pub struct Invocation {
     /// Where a model writes its result (Arrow IPC).
     pub output: PathBuf,
     /// The secrets the function declared, as environment variables of its call only.
-    #[serde(skip_serializing_if = "SecretEnv::is_empty")]
+    /// Never in the request line (the worker's warm parent would hold it): written to
+    /// the invocation's folder for the call's process to read and remove
+    /// (`SECRETS_FILE`).
+    #[serde(skip)]
     pub env: SecretEnv,
 }
 
-/// Environment variables holding secrets: serialized for the worker, never printed
-/// (`Debug` shows the names only).
+/// The file in an invocation's folder that holds its secrets until the call reads it.
+pub const SECRETS_FILE: &str = "secrets.json";
+
+/// Environment variables holding secrets: never printed (`Debug` shows the names only).
 #[derive(Clone, Default, Serialize)]
 #[serde(transparent)]
 pub struct SecretEnv(pub BTreeMap<String, String>);

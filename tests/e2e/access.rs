@@ -191,6 +191,106 @@ fn a_role_grants_actions_on_the_refs_and_namespaces_it_names() {
     );
     let err = alice.run(&["run", path(&dir)]).fails(9).to_string();
     assert!(err.contains("'run' permission on ref 'main'"), "{err}");
+    // On her branch it runs: its writes (on its own run branch) are checked as writes
+    // to her branch, and it publishes there.
+    alice.run(&["run", path(&dir), "--ref", "team-a.fix"]).ok();
+    assert_eq!(alice.rows("select x from sales.m", "team-a.fix")[0]["x"], 1);
+    // Run branches are only their runs'.
+    let err = alice
+        .run(&["branch", "create", "team-a.x/../run/x"])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("invalid ref name"), "{err}");
+    let err = admin
+        .run(&["branch", "create", "run/mine"])
+        .fails(9)
+        .to_string();
+    assert!(err.contains("a run's branch"), "{err}");
+
+    // Moving main wholesale to a branch with finance changes, or deleting it, needs
+    // merge there on every namespace.
+    let main_head = admin.head("main");
+    let (s, v, _) = call(
+        &server,
+        "POST",
+        "/api/v1/refs/main/assign",
+        Some(&alice_token),
+        &[],
+        Some(json!({"to": "team-a.books", "expected": main_head})),
+    );
+    assert_eq!(s, 403, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("finance.ledger"),
+        "{v}"
+    );
+    alice.run(&["branch", "rm", "main"]).fails(9);
+    assert_eq!(admin.head("main"), main_head);
+    // A diff lists only what she may read; a table cannot be registered from another's
+    // metadata file; namespaces, shared by every ref, change only for who may write
+    // them everywhere.
+    let diff = alice.run(&["diff", "main", "team-a.books", "-o", "json"]);
+    assert!(!diff.ok().contains("finance"), "{}", diff.stdout);
+    let detail: Value = serde_json::from_str(
+        admin
+            .run(&["table", "show", "finance.ledger", "-o", "json"])
+            .ok(),
+    )
+    .unwrap();
+    let location = detail["pointer"]["metadata_location"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (s, v, _) = call(
+        &server,
+        "POST",
+        "/iceberg/v1/team-a.fix/namespaces/sales/register",
+        Some(&alice_token),
+        &[],
+        Some(json!({"name": "stolen", "metadata-location": location})),
+    );
+    assert_eq!(s, 403, "{v}");
+    let (s, v, _) = call(
+        &server,
+        "POST",
+        "/iceberg/v1/team-a.fix/namespaces/sales/properties",
+        Some(&alice_token),
+        &[],
+        Some(json!({"updates": {"owner": "alice"}})),
+    );
+    assert_eq!(s, 403, "{v}");
+    // A bare name is lh's `main` namespace (DuckDB's default schema): checked as such,
+    // even once the commit's shared catalog has its view.
+    let pay = admin.file("pay.csv", "who,amount\nceo,1000000\n");
+    admin
+        .run(&["table", "import", "main.payroll", path(&pay)])
+        .ok();
+    assert_eq!(
+        admin.rows("select count(*)::int as n from main.payroll", "main")[0]["n"],
+        1
+    );
+    let err = alice
+        .run(&["query", "select * from payroll"])
+        .fails(3)
+        .to_string();
+    assert!(
+        !err.contains("ceo") && !err.contains("Did you mean"),
+        "{err}"
+    );
+    // Runs on refs she may not read are not hers to see.
+    admin
+        .run(&["role", "set", "outsider", "--grant", "read,run on team-b.*"])
+        .ok();
+    let outsider = admin.with_token(&server.token_for("olga", "outsider"));
+    let runs: Value =
+        serde_json::from_str(outsider.run(&["runs", "ls", "-o", "json"]).ok()).unwrap();
+    assert_eq!(runs, json!([]), "{runs}");
+    let all: Value = serde_json::from_str(admin.run(&["runs", "ls", "-o", "json"]).ok()).unwrap();
+    let id = all[0]["id"].as_str().unwrap();
+    outsider.run(&["runs", "show", id]).fails(9);
+    outsider.run(&["runs", "logs", id]).fails(9);
 
     // The REST catalog: the same grants, on its prefix and namespace.
     let (s, v, _) = call(
@@ -377,6 +477,15 @@ fn a_protected_branch_merges_only_what_its_checks_pass() {
         .fails(9);
     lh.run(&["check", "add", "quality", "--webhook", "ftp://x"])
         .fails(5);
+    // A check's answer lets a merge through: only over https, or on this machine.
+    lh.run(&[
+        "check",
+        "add",
+        "quality",
+        "--webhook",
+        "http://ci.example/hook",
+    ])
+    .fails(5);
     lh.run(&["branch", "protect", "main", "--require-checks", "nope"])
         .fails(3);
     lh.command(&[
@@ -741,6 +850,27 @@ def leaks(t=lh.Model("with_key")):
     };
     assert_eq!(status("with_key"), "done", "{again}");
     assert_eq!(status("without_key"), "cached", "{again}");
+
+    // A secret for main's runs is withheld from a run on another branch.
+    let mut c = lh.command(&["secret", "set", "API_KEY", "--on", "main"]);
+    c.stdin(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(value.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    lh.run(&["branch", "create", "dev"]).ok();
+    let out = lh.run(&["run", path(&dir), "--ref", "dev"]);
+    assert_eq!(out.code, 8, "{}", out.both());
+    assert!(
+        out.both()
+            .contains("the secret 'API_KEY' is given only to runs on branches matching 'main'"),
+        "{}",
+        out.both()
+    );
 
     // A function needing a secret nobody set fails, saying which.
     lh.run(&["secret", "rm", "API_KEY"]).ok();

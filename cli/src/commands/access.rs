@@ -166,7 +166,7 @@ pub async fn hook(client: &Client, settings: &Settings, cmd: HookCommand) -> Cli
 
 pub async fn secret(client: &Client, settings: &Settings, cmd: SecretCommand) -> CliResult<()> {
     match cmd {
-        SecretCommand::Set { name } => {
+        SecretCommand::Set { name, refs } => {
             let mut value = String::new();
             std::io::stdin().read_to_string(&mut value).map_err(|e| {
                 CliError::invalid(format!("cannot read the secret from stdin: {e}"), None)
@@ -186,20 +186,24 @@ pub async fn secret(client: &Client, settings: &Settings, cmd: SecretCommand) ->
                     ),
                 ));
             }
-            let s = client.set_secret(&name, value).await?;
-            eprintln!("secret '{}' set (version {})", s.name, s.version);
+            let s = client.set_secret(&name, value, refs).await?;
+            eprintln!(
+                "secret '{}' set (version {}), for runs on {}",
+                s.name, s.version, s.refs
+            );
             Ok(())
         }
         SecretCommand::Ls => {
             let list = client.list_secrets().await?;
             output::listing(
                 settings.output,
-                &["secret", "version", "updated by", "updated at"],
+                &["secret", "version", "runs on", "updated by", "updated at"],
                 &list.secrets,
                 |s| {
                     vec![
                         s.name.clone(),
                         s.version.to_string(),
+                        s.refs.clone(),
                         s.updated_by.clone(),
                         s.updated_at.clone(),
                     ]

@@ -50,7 +50,11 @@ async fn set_secret(
     Path(name): Path<String>,
     Json(req): Json<SecretSet>,
 ) -> ApiResult<Json<SecretInfo>> {
-    let info = s.secrets.set(&name, &req.value, &identity.user).await?;
+    let refs = req.refs.as_deref().unwrap_or("*");
+    let info = s
+        .secrets
+        .set(&name, &req.value, refs, &identity.user)
+        .await?;
     tracing::info!(secret = %name, version = info.version, by = %identity.user, "secret set");
     Ok(Json(info))
 }

@@ -42,6 +42,7 @@ async fn query(
             req.timeout_ms.map(Duration::from_millis),
             req.max_rows,
             &readable,
+            !identity.access.covers(crate::auth::Role::Reader),
         )
         .await?;
     let mut buf = Vec::new();

@@ -124,6 +124,9 @@ async fn create_ref(
         .from
         .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
     identity.require_ref(Action::Read, &from, "creating a ref from it")?;
+    if crate::tables::is_run_branch(&req.name) {
+        return Err(crate::tables::run_branch_refused(&req.name, "creating it").into());
+    }
     identity.require_ref(
         Action::Write,
         &req.name,
@@ -226,7 +229,8 @@ async fn delete_ref(
             s.catalog.delete_tag(&name).await?
         }
         Some("branch") | None => {
-            identity.require_ref(Action::Merge, &name, "deleting it")?;
+            // A branch's deletion takes every table of it away.
+            identity.require_ref_whole(Action::Merge, &name, "deleting it")?;
             s.protected.check_direct(&name, "deleting it").await?;
             s.catalog.delete_branch(&name, expected).await?
         }
@@ -252,6 +256,30 @@ async fn assign_ref(
 ) -> ApiResult<Json<RefInfo>> {
     identity.require_ref(Action::Merge, &name, "pointing it at another commit")?;
     identity.require_ref(Action::Read, &req.to, "pointing a branch at it")?;
+    if crate::tables::is_run_branch(&name) {
+        return Err(crate::tables::run_branch_refused(&name, "pointing it elsewhere").into());
+    }
+    // Every table the move changes, the identity may merge there (as for a merge).
+    if !identity.access.on_ref_every_namespace(Action::Merge, &name) {
+        let now = s.catalog.resolve(&name).await?;
+        let to = s.catalog.resolve(&req.to).await?;
+        let changed = s.catalog.diff_commits(&now.commit, &to.commit).await?;
+        let refused: Vec<&str> = changed
+            .iter()
+            .map(|d| d.table.as_str())
+            .filter(|t| !identity.can_table(Action::Merge, &name, t))
+            .collect();
+        if !refused.is_empty() {
+            return Err(crate::auth::roles::refused(
+                &identity.user,
+                &identity.access,
+                Action::Merge,
+                "pointing it at another commit",
+                &format!(" on table(s) {} of '{name}'", refused.join(", ")),
+            )
+            .into());
+        }
+    }
     s.protected
         .check_direct(&name, "pointing it at another commit")
         .await?;
@@ -348,6 +376,14 @@ async fn diff(
     let a = s.catalog.resolve(&from).await?;
     let b = s.catalog.resolve(&to).await?;
     let tables = s.catalog.diff_commits(&a.commit, &b.commit).await?;
+    // Tables the identity may not read on both sides are not listed.
+    let tables: Vec<lh_catalog::TableDiff> = tables
+        .into_iter()
+        .filter(|d| {
+            identity.can_table(Action::Read, &from, &d.table)
+                && identity.can_table(Action::Read, &to, &d.table)
+        })
+        .collect();
     Ok(Json(DiffResponse {
         from,
         to,

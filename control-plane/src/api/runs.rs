@@ -51,8 +51,15 @@ pub(super) async fn code_of(s: &AppState, upload: &str) -> Result<String, Error>
     responses((status = 200, body = PlanResponse), (status = 400, body = lh_api::ErrorBody)))]
 async fn plan_run(
     State(s): State<AppState>,
+    identity: Identity,
     Json(req): Json<RunRequest>,
 ) -> ApiResult<Json<PlanResponse>> {
+    let at = if req.reference.is_empty() {
+        lh_catalog::DEFAULT_BRANCH
+    } else {
+        req.reference.as_str()
+    };
+    identity.require_ref(Action::Run, at, "planning a pipeline on it")?;
     let code = code_of(&s, &req.upload).await?;
     Ok(Json(s.runs.plan(&code, &req.reference, &req.params).await?))
 }
@@ -90,24 +97,58 @@ async fn start_run(
     Ok((StatusCode::CREATED, Json(s.runs.start(start).await?)))
 }
 
-/// The newest runs (`?limit=`).
+/// A run as `identity` sees it: the output pointers of tables it may not read are left
+/// out (they would name those tables' files).
+fn visible(identity: &Identity, mut run: RunInfo) -> RunInfo {
+    for n in &mut run.nodes {
+        if n.output.is_some() && !identity.can_table(Action::Read, &run.target, &n.name) {
+            n.output = None;
+        }
+    }
+    run
+}
+
+/// A run `identity` may see: it may read the run's target.
+async fn readable_run(s: &AppState, identity: &Identity, id: &str) -> Result<RunInfo, Error> {
+    let run = s.runs.get(id).await?;
+    identity.require_ref(Action::Read, &run.target, "reading its runs")?;
+    Ok(run)
+}
+
+/// Recent runs, newest first (`?limit=`), of the refs the caller may read.
 #[utoipa::path(get, path = "/api/v1/runs", params(("limit" = Option<i64>, Query)), responses((status = 200, body = RunList)))]
-async fn list_runs(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<Json<RunList>> {
+async fn list_runs(
+    State(s): State<AppState>,
+    identity: Identity,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<RunList>> {
     let limit = query_pairs(q.as_deref())
         .into_iter()
         .find(|(k, _)| k == "limit")
         .and_then(|(_, v)| v.parse().ok())
         .unwrap_or(20);
     Ok(Json(RunList {
-        runs: s.runs.list(limit).await?,
+        runs: s
+            .runs
+            .list(limit)
+            .await?
+            .into_iter()
+            .filter(|r| identity.can_ref(Action::Read, &r.target))
+            .map(|r| visible(&identity, r))
+            .collect(),
     }))
 }
 
 /// One run, with its nodes.
 #[utoipa::path(get, path = "/api/v1/runs/{id}", params(("id" = String, Path)),
     responses((status = 200, body = RunInfo), (status = 404, body = lh_api::ErrorBody)))]
-async fn get_run(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<RunInfo>> {
-    Ok(Json(s.runs.get(&id).await?))
+async fn get_run(
+    State(s): State<AppState>,
+    identity: Identity,
+    Path(id): Path<String>,
+) -> ApiResult<Json<RunInfo>> {
+    let run = readable_run(&s, &identity, &id).await?;
+    Ok(Json(visible(&identity, run)))
 }
 
 /// The logs of a run's nodes (`?node=` for one), as text.
@@ -115,9 +156,11 @@ async fn get_run(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult
     responses((status = 200, content_type = "text/plain", body = String)))]
 async fn run_logs(
     State(s): State<AppState>,
+    identity: Identity,
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<String> {
+    readable_run(&s, &identity, &id).await?;
     let node = query_pairs(q.as_deref())
         .into_iter()
         .find(|(k, _)| k == "node")
@@ -142,7 +185,13 @@ async fn run_logs(
 /// Stops a running run; nothing it did is published.
 #[utoipa::path(post, path = "/api/v1/runs/{id}/cancel", params(("id" = String, Path)),
     responses((status = 200, body = RunInfo), (status = 409, body = lh_api::ErrorBody)))]
-async fn cancel_run(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<RunInfo>> {
+async fn cancel_run(
+    State(s): State<AppState>,
+    identity: Identity,
+    Path(id): Path<String>,
+) -> ApiResult<Json<RunInfo>> {
+    let run = readable_run(&s, &identity, &id).await?;
+    identity.require_ref(Action::Run, &run.target, "cancelling its runs")?;
     Ok(Json(s.runs.cancel(&id).await?))
 }
 

@@ -220,6 +220,31 @@ impl Identity {
         Err(self.refuse(action, what, &format!(" on table '{table}' of ref '{r}'")))
     }
 
+    /// Refuses unless `action` is granted on namespace `ns` of every ref (namespaces and
+    /// their properties are shared by every ref).
+    pub fn require_namespace_everywhere(&self, action: Action, ns: &str, what: &str) -> Result<()> {
+        if self.access.on_every_ref_namespace(action, ns) {
+            return Ok(());
+        }
+        Err(self.refuse(
+            action,
+            what,
+            &format!(" on namespace '{ns}' of every ref (a namespace is shared by all refs)"),
+        ))
+    }
+
+    /// Refuses unless `action` is granted on ref `name` in every namespace.
+    pub fn require_ref_whole(&self, action: Action, name: &str, what: &str) -> Result<()> {
+        if self.access.on_ref_every_namespace(action, name) {
+            return Ok(());
+        }
+        Err(self.refuse(
+            action,
+            what,
+            &format!(" on ref '{name}' in every namespace"),
+        ))
+    }
+
     /// Refuses unless `action` is granted on namespace `ns` at the ref `expr` names.
     pub fn require_namespace(
         &self,

@@ -206,6 +206,14 @@ impl Access {
             .any(|g| g.actions.contains(&action) && g.refs.matches(name))
     }
 
+    /// Whether `action` is granted on ref `name` in every namespace (what deleting a
+    /// branch, which takes all its tables away, needs).
+    pub fn on_ref_every_namespace(&self, action: Action, name: &str) -> bool {
+        self.grants
+            .iter()
+            .any(|g| g.actions.contains(&action) && g.refs.matches(name) && g.namespaces.is_any())
+    }
+
     /// Whether `action` is granted on every ref (what reading a bare commit needs).
     pub fn on_every_ref(&self, action: Action) -> bool {
         self.grants

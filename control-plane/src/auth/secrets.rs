@@ -1,9 +1,14 @@
-//! Secrets for pipelines (`lh secret set NAME`, value on stdin): sealed with the server
-//! key (`key`) in `lh_secrets`, readable by no API. A Python function declares the ones
-//! it needs (`@lh.python(secrets=["STRIPE_KEY"])`); only its call gets them, as
-//! environment variables, and the run's logs and errors have every value replaced by
-//! `***` (`redact`). A function's cache key holds each secret's name and version, never
-//! its value: setting a secret again makes the functions using it run again.
+//! Secrets for pipelines (`lh secret set NAME [--on PATTERN]`, value on stdin): sealed
+//! with the server key (`key`) in `lh_secrets`, readable by no API. A Python function
+//! declares the ones it needs (`@lh.python(secrets=["STRIPE_KEY"])`); only its call gets
+//! them, as environment variables, and only in a run whose target branch matches the
+//! secret's pattern (a secret for `main` reaches only runs publishing to `main`, which a
+//! protected `main` allows only to roles that may merge there). The run's logs, errors
+//! and expectation details have every value replaced by `***` (`redact`: a best effort
+//! against accidents, not against a function that encodes the value on purpose, which
+//! is why the pattern matters). A function's cache key holds each secret's name and
+//! version, never its value: setting a secret again makes the functions using it run
+//! again.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,6 +17,7 @@ use chrono::Utc;
 use sqlx::{AnyPool, Row};
 
 use super::key::ServerKey;
+use super::roles::Pattern;
 use crate::error::{Code, Error, Kind, Result};
 use crate::merges::checks::time;
 
@@ -70,8 +76,15 @@ impl Secrets {
     }
 
     /// Sets a secret; returns its new version.
-    pub async fn set(&self, name: &str, value: &str, by: &str) -> Result<lh_api::SecretInfo> {
+    pub async fn set(
+        &self,
+        name: &str,
+        value: &str,
+        refs: &str,
+        by: &str,
+    ) -> Result<lh_api::SecretInfo> {
         check_name(name).map_err(|m| Error::bad_request(Code::InvalidArgument, m))?;
+        let refs = Pattern::parse(refs, "ref")?;
         if value.is_empty() || value.len() > MAX_VALUE {
             return Err(Error::bad_request(
                 Code::InvalidArgument,
@@ -81,13 +94,14 @@ impl Secrets {
         let sealed = self.key.seal(&format!("secret:{name}"), value.as_bytes())?;
         let now = Utc::now().timestamp_millis();
         sqlx::query(
-            "INSERT INTO lh_secrets (name, version, sealed, updated_by, updated_at) \
-             VALUES ($1, 1, $2, $3, $4) ON CONFLICT (name) DO UPDATE SET \
-             version = lh_secrets.version + 1, sealed = excluded.sealed, \
+            "INSERT INTO lh_secrets (name, version, sealed, refs, updated_by, updated_at) \
+             VALUES ($1, 1, $2, $3, $4, $5) ON CONFLICT (name) DO UPDATE SET \
+             version = lh_secrets.version + 1, sealed = excluded.sealed, refs = excluded.refs, \
              updated_by = excluded.updated_by, updated_at = excluded.updated_at",
         )
         .bind(name)
         .bind(sealed)
+        .bind(refs.as_str())
         .bind(by)
         .bind(now)
         .execute(&self.pool)
@@ -118,7 +132,7 @@ impl Secrets {
     /// Names and versions; never a value.
     pub async fn list(&self) -> Result<Vec<lh_api::SecretInfo>> {
         let rows = sqlx::query(
-            "SELECT name, version, updated_by, updated_at FROM lh_secrets ORDER BY name",
+            "SELECT name, version, refs, updated_by, updated_at FROM lh_secrets ORDER BY name",
         )
         .fetch_all(&self.pool)
         .await
@@ -128,6 +142,7 @@ impl Secrets {
                 Ok(lh_api::SecretInfo {
                     name: r.try_get("name").map_err(db)?,
                     version: r.try_get("version").map_err(db)?,
+                    refs: r.try_get("refs").map_err(db)?,
                     updated_by: r.try_get("updated_by").map_err(db)?,
                     updated_at: time(r.try_get("updated_at").map_err(db)?),
                 })
@@ -135,31 +150,44 @@ impl Secrets {
             .collect()
     }
 
-    /// The versions of `names` (for a cache key): a missing secret is an error.
-    pub async fn versions(&self, names: &[String]) -> Result<BTreeMap<String, i64>> {
+    /// A secret's row, if a run on `target` may have it.
+    async fn row_for(&self, name: &str, target: &str) -> Result<sqlx::any::AnyRow> {
+        let row = sqlx::query("SELECT version, sealed, refs FROM lh_secrets WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db)?
+            .ok_or_else(|| missing(name))?;
+        let refs: String = row.try_get("refs").map_err(db)?;
+        if !Pattern::parse(&refs, "ref").is_ok_and(|p| p.matches(target)) {
+            return Err(Error::new(
+                Kind::Forbidden,
+                Code::PermissionDenied,
+                format!(
+                    "the secret '{name}' is given only to runs on branches matching '{refs}', not to a run on '{target}'"
+                ),
+            )
+            .with_hint("run on such a branch, or an admin widens it: lh secret set NAME --on PATTERN"));
+        }
+        Ok(row)
+    }
+
+    /// The versions of `names` for a run on `target` (for a cache key): a missing or
+    /// withheld secret is an error.
+    pub async fn versions(&self, names: &[String], target: &str) -> Result<BTreeMap<String, i64>> {
         let mut out = BTreeMap::new();
         for n in names {
-            let row = sqlx::query("SELECT version FROM lh_secrets WHERE name = $1")
-                .bind(n)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(db)?;
-            let row = row.ok_or_else(|| missing(n))?;
+            let row = self.row_for(n, target).await?;
             out.insert(n.clone(), row.try_get("version").map_err(db)?);
         }
         Ok(out)
     }
 
-    /// The values of `names`, decrypted, for one function call.
-    pub async fn values(&self, names: &[String]) -> Result<Vec<Value>> {
+    /// The values of `names`, decrypted, for one function call of a run on `target`.
+    pub async fn values(&self, names: &[String], target: &str) -> Result<Vec<Value>> {
         let mut out = Vec::new();
         for n in names {
-            let row = sqlx::query("SELECT version, sealed FROM lh_secrets WHERE name = $1")
-                .bind(n)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(db)?;
-            let row = row.ok_or_else(|| missing(n))?;
+            let row = self.row_for(n, target).await?;
             let sealed: String = row.try_get("sealed").map_err(db)?;
             let value = self.key.open(&format!("secret:{n}"), &sealed)?;
             out.push(Value {

@@ -134,17 +134,31 @@ pub fn client() -> reqwest::Client {
         .expect("an HTTP client")
 }
 
+/// A hook's URL: https, or http to this machine only (an answer over plain HTTP from
+/// elsewhere could be anyone's on the way, and a check's answer lets a merge through).
 pub fn check_url(url: &str) -> Result<()> {
-    let ok = url::Url::parse(url)
-        .ok()
-        .is_some_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
-    if !ok {
-        return Err(Error::bad_request(
+    let u = url::Url::parse(url).ok().filter(|u| u.host().is_some());
+    let loopback = |u: &url::Url| match u.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
+    match u {
+        Some(u) if u.scheme() == "https" => Ok(()),
+        Some(u) if u.scheme() == "http" && loopback(&u) => Ok(()),
+        Some(u) if u.scheme() == "http" => Err(Error::bad_request(
+            Code::InvalidArgument,
+            format!(
+                "'{}': a hook on another machine is called over https",
+                url.escape_debug()
+            ),
+        )),
+        _ => Err(Error::bad_request(
             Code::InvalidArgument,
             format!("'{}' is not an http(s):// URL", url.escape_debug()),
-        ));
+        )),
     }
-    Ok(())
 }
 
 /// The post-merge webhooks.

@@ -68,6 +68,9 @@ impl Merger {
         options: MergeOptions,
     ) -> Result<Merged> {
         let by = self.current(by).await?;
+        if crate::tables::is_run_branch(into) {
+            return Err(crate::tables::run_branch_refused(into, "merging into it"));
+        }
         let protected = self.protected.is_protected(into).await?;
         let action = match via {
             Via::Merge => Action::Merge,

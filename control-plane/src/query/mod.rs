@@ -249,12 +249,37 @@ impl QueryEngine {
         timeout: Option<Duration>,
         max_rows: Option<u64>,
     ) -> Result<QueryOutput> {
-        self.run_as(sql, at, timeout, max_rows, &|_| true).await
+        self.run_as(sql, at, timeout, max_rows, &|_| true, false)
+            .await
     }
 
     /// [`run`](Self::run), reading only the tables `readable` allows: any other is
     /// "not found", as a table that does not exist is (its existence is not told).
+    /// `restricted`: DuckDB's "Did you mean ...?" suggestions are left out of errors
+    /// (they may name a table the caller may not read, from the commit's shared views).
     pub async fn run_as(
+        &self,
+        sql: &str,
+        at: &str,
+        timeout: Option<Duration>,
+        max_rows: Option<u64>,
+        readable: &(dyn Fn(&str) -> bool + Sync),
+        restricted: bool,
+    ) -> Result<QueryOutput> {
+        let out = self.run_checked(sql, at, timeout, max_rows, readable).await;
+        match out {
+            Err(mut e) if restricted => {
+                if let Some(i) = e.message.find("Did you mean") {
+                    e.message.truncate(i);
+                    e.message = e.message.trim_end().to_string();
+                }
+                Err(e)
+            }
+            out => out,
+        }
+    }
+
+    async fn run_checked(
         &self,
         sql: &str,
         at: &str,
@@ -276,8 +301,8 @@ impl QueryEngine {
                 .conn
                 .prepare("SELECT json_serialize_sql(?::VARCHAR)")?
                 .query_row([&text], |r| r.get(0))?;
-            let refs = sql::analyze(&serialized)?.tables;
-            Ok((session, refs))
+            let a = sql::analyze(&serialized)?;
+            Ok((session, (a.tables, a.ctes)))
         })
         .await?;
 
@@ -288,11 +313,20 @@ impl QueryEngine {
             )
             .with_hint(format!("`lh table ls --ref {at}` lists the tables"))
         };
+        let (refs, ctes) = refs;
         // Before any view is made or reused (a commit's views are shared by queries).
+        // A bare name that is no CTE resolves in the default schema: lh's `main`
+        // namespace.
         for parts in &refs {
-            let name = parts.join(".");
-            if parts.len() == 2 && !readable(&name) {
-                return Err(missing(&name));
+            let name = match parts.as_slice() {
+                [bare] if !ctes.iter().any(|c| c.eq_ignore_ascii_case(bare)) => {
+                    format!("main.{bare}")
+                }
+                [_, _] => parts.join("."),
+                _ => continue,
+            };
+            if !readable(&name) {
+                return Err(missing(&parts.join(".")));
             }
         }
         // On S3 making the views may fetch data files: that counts towards the timeout.

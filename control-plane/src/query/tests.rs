@@ -717,6 +717,7 @@ async fn writes_wait_for_a_slot_and_leave_no_spill_folder() {
             names: vec!["a.csv".into()],
         },
         by: crate::auth::Identity::admin("t"),
+        grants_on: None,
         message: None,
         properties: Default::default(),
         timeout: Some(Duration::from_millis(300)),

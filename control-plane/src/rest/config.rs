@@ -6,16 +6,19 @@ use axum::extract::State;
 
 use super::names::at;
 use super::types::{ConfigQuery, Params};
+use crate::auth::{Action, Identity};
 use crate::http::IcebergResult;
 use crate::state::AppState;
 
 pub async fn config(
     State(s): State<AppState>,
+    identity: Identity,
     Params(q): Params<ConfigQuery>,
 ) -> IcebergResult<Json<serde_json::Value>> {
     let warehouse = q
         .warehouse
         .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
+    identity.require_ref(Action::Read, &warehouse, "reading its catalog")?;
     at(&s, &warehouse).await?;
     let prefix = url::form_urlencoded::byte_serialize(warehouse.as_bytes()).collect::<String>();
     let endpoints = [

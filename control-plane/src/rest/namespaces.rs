@@ -55,7 +55,7 @@ pub async fn create_namespace(
     Body(req): Body<CreateNamespace>,
 ) -> IcebergResult<Json<serde_json::Value>> {
     let name = req.namespace.join(".");
-    identity.require_namespace(Action::Write, &prefix, &name, "creating a namespace")?;
+    identity.require_namespace_everywhere(Action::Write, &name, "creating a namespace")?;
     let a = branch(&s, &prefix).await?;
     if req.namespace.is_empty() {
         return Err(bad_request("a namespace has at least one level").into());
@@ -93,21 +93,29 @@ pub async fn namespace_exists(
 
 pub async fn drop_namespace(
     State(s): State<AppState>,
+    identity: Identity,
     Path((prefix, ns)): Path<(String, String)>,
 ) -> IcebergResult<StatusCode> {
-    let a = branch(&s, &prefix).await?;
     let name = namespace(&ns)?.join(".");
+    identity.require_namespace_everywhere(Action::Write, &name, "dropping a namespace")?;
+    let a = branch(&s, &prefix).await?;
     s.namespaces.remove(&a.commit, &a.expr, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 pub async fn update_properties(
     State(s): State<AppState>,
+    identity: Identity,
     Path((prefix, ns)): Path<(String, String)>,
     Body(req): Body<UpdateProperties>,
 ) -> IcebergResult<Json<serde_json::Value>> {
-    let a = branch(&s, &prefix).await?;
     let name = namespace(&ns)?.join(".");
+    identity.require_namespace_everywhere(
+        Action::Write,
+        &name,
+        "changing a namespace's properties",
+    )?;
+    let a = branch(&s, &prefix).await?;
     let mut props = s.namespaces.get(&a.commit, &name).await?;
     if let Some(k) = req.removals.iter().find(|k| req.updates.contains_key(*k)) {
         return Err(Error::new(

@@ -16,7 +16,7 @@ use super::types::{
     Body, CommitTable, CommitTransaction, CreateTable, DropQuery, LoadTableResult, MetricsReport,
     Page, Params, Register, Rename, TableIdent, bad_request, loaded, served, storage_config,
 };
-use crate::auth::Identity;
+use crate::auth::{Action, Identity};
 use crate::error::{Code, Error, Kind};
 use crate::http::IcebergResult;
 use crate::state::AppState;
@@ -263,6 +263,8 @@ pub async fn commit_transaction(
             .as_ref()
             .ok_or_else(|| bad_request("every table change of a transaction names its table"))?;
         let name = ident_name(id)?;
+        // Before the table is read: a refusal tells nothing of what exists.
+        identity.require_table(Action::Write, &prefix, &name, "changing a table")?;
         if names.contains(&name) {
             return Err(bad_request(format!("table '{name}' appears twice")).into());
         }
@@ -391,9 +393,13 @@ pub async fn rename_table(
     identity: Identity,
     Body(req): Body<Rename>,
 ) -> IcebergResult<StatusCode> {
-    let a = branch(&s, &prefix).await?;
     let from = ident_name(&req.source)?;
     let to = ident_name(&req.destination)?;
+    // Before anything is looked up: a refusal tells nothing of what exists.
+    for t in [&from, &to] {
+        identity.require_table(Action::Write, &prefix, t, "renaming a table")?;
+    }
+    let a = branch(&s, &prefix).await?;
     let p = s
         .catalog
         .table_in(&a.commit, &from)
@@ -434,6 +440,12 @@ pub async fn register_table(
     identity: Identity,
     Body(req): Body<Register>,
 ) -> IcebergResult<Json<LoadTableResult>> {
+    // A metadata file anywhere in the warehouse may be another ref's or namespace's
+    // table: registering one is an admin's (a migration, a restore).
+    identity.require(
+        Action::Admin,
+        "registering a table from an existing metadata file",
+    )?;
     let a = branch(&s, &prefix).await?;
     let name = table_name(&namespace(&ns)?, &req.name)?;
     let change = Change::Register {

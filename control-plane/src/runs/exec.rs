@@ -33,6 +33,8 @@ struct Shared {
     code_root: PathBuf,
     /// Who started it: the author of its commits, whose grants its writes need.
     by: Identity,
+    /// The branch it publishes to: its writes are checked against `by`'s grants there.
+    target: String,
     no_cache: bool,
     reuse: BTreeMap<String, TablePointer>,
     /// Environment key to lock, of every environment the run used.
@@ -64,6 +66,7 @@ impl Run {
             code_hash: info.code_hash.clone(),
             code_root,
             by: start.by,
+            target: info.target.clone(),
             no_cache: start.no_cache,
             reuse: start.reuse,
             envs: Mutex::new(BTreeMap::new()),
@@ -388,7 +391,9 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
     // A secret enters the key by its name and version, never its value.
     let secret_versions = match &node.lang {
         Lang::Python { secrets, .. } if !secrets.is_empty() => {
-            store_of_secrets(svc)?.versions(secrets).await?
+            store_of_secrets(svc)?
+                .versions(secrets, &shared.target)
+                .await?
         }
         _ => BTreeMap::new(),
     };
@@ -446,7 +451,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
             };
             shared.by.require_table(
                 Action::Write,
-                &shared.run_branch,
+                &shared.target,
                 &table,
                 "reusing a memoized output",
             )?;
@@ -584,6 +589,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         mode,
         source,
         by: shared.by.clone(),
+        grants_on: Some(shared.target.clone()),
         message: Some(format!(
             "{} {table} (run {})",
             lang_name(&node.lang),
@@ -667,7 +673,9 @@ async fn invoke_in(
     let secrets = if secrets.is_empty() {
         Vec::new()
     } else {
-        store_of_secrets(svc)?.values(secrets).await?
+        store_of_secrets(svc)?
+            .values(secrets, &shared.target)
+            .await?
     };
     let env = match env {
         Some(env) => env,

@@ -249,7 +249,7 @@ impl RunService {
             }
         }
         let id = uuid::Uuid::now_v7().simple().to_string();
-        let run_branch = format!("run/{id}");
+        let run_branch = format!("{}{id}", crate::tables::RUN_BRANCHES);
         self.catalog
             .create_branch(&run_branch, &format!("@{}", input.id))
             .await?;

@@ -361,9 +361,19 @@ impl Transaction<'_> {
     /// `by` must be allowed to write every table the commit changes (its role's grants
     /// on `branch` and the tables' namespaces): the one check of every table write, the
     /// API's, the Iceberg REST catalog's and a run's alike.
-    pub async fn commit(
+    pub async fn commit(self, branch: &str, by: &Identity, meta: CommitMeta) -> Result<Committed> {
+        if super::is_run_branch(branch) {
+            return Err(super::run_branch_refused(branch, "a direct write"));
+        }
+        self.commit_as(branch, branch, by, meta).await
+    }
+
+    /// [`commit`](Self::commit) on `branch` with `by`'s grants on `grants_on`: a run's
+    /// commit on its own branch, checked as a write to its target.
+    pub async fn commit_as(
         mut self,
         branch: &str,
+        grants_on: &str,
         by: &Identity,
         meta: CommitMeta,
     ) -> Result<Committed> {
@@ -371,7 +381,7 @@ impl Transaction<'_> {
             let table = match op {
                 TableOp::Put { table, .. } | TableOp::Delete { table, .. } => table,
             };
-            by.require_table(Action::Write, branch, table, "changing a table")?;
+            by.require_table(Action::Write, grants_on, table, "changing a table")?;
         }
         // A protected branch changes only by a merge: dropped here, the transaction
         // removes what it wrote.

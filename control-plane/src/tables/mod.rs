@@ -22,7 +22,7 @@ use std::sync::Arc;
 use iceberg::spec::TableMetadata;
 use lh_catalog::{Catalog, Commit, TablePointer};
 
-use crate::error::{Code, Error, Result, pointer};
+use crate::error::{Code, Error, Kind, Result, pointer};
 use crate::warehouse::Warehouse;
 
 /// A table at a commit, with its metadata read.
@@ -198,6 +198,25 @@ impl Tables {
             snapshots,
         })
     }
+}
+
+/// The branches runs write their outputs on (`run/<id>`): only their run writes there,
+/// with its starter's grants on its target.
+pub const RUN_BRANCHES: &str = "run/";
+
+/// Whether `name` is a run's branch.
+pub fn is_run_branch(name: &str) -> bool {
+    name.starts_with(RUN_BRANCHES)
+}
+
+/// The refusal of a user's change of a run's branch.
+pub fn run_branch_refused(name: &str, what: &str) -> Error {
+    Error::new(
+        Kind::Forbidden,
+        Code::PermissionDenied,
+        format!("'{name}' is a run's branch: {what} is refused; only its run writes there"),
+    )
+    .with_hint("branch from it to work on its tables: lh branch create fix --from RUN_BRANCH")
 }
 
 /// Writes go to a branch head; anything else is a clear error.

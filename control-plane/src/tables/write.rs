@@ -70,6 +70,8 @@ pub struct WriteJob {
     pub source: Source,
     /// Who writes: the commit's author, whose grants must allow the write.
     pub by: Identity,
+    /// The ref `by`'s grants are checked on, when not `branch` (a run's target).
+    pub grants_on: Option<String>,
     /// The commit message; a default describes the write.
     pub message: Option<String>,
     /// Extra commit properties (a run's id...).
@@ -152,6 +154,7 @@ pub async fn import(
             names: job.names,
         },
         by: job.by,
+        grants_on: None,
         message: None,
         properties: BTreeMap::new(),
         timeout: None,
@@ -552,7 +555,10 @@ async fn commit_staged(
     };
     let mut tx = tables.begin().await;
     tx.adopt(written);
-    let committed = tx.commit(&job.branch, &job.by, meta).await?;
+    let committed = match &job.grants_on {
+        Some(on) => tx.commit_as(&job.branch, on, &job.by, meta).await?,
+        None => tx.commit(&job.branch, &job.by, meta).await?,
+    };
     Ok(ImportResponse {
         table: job.table.clone(),
         commit: committed.commit.id.to_hex(),

@@ -121,8 +121,13 @@ def invoke(req):
         # module loads (the parent took its own folder off sys.path already).
         sys.path[:] = [root] + [p for p in sys.path if p != root]
         os.chdir(root)
-    # The call's secrets: in this process (forked for the call) only.
-    os.environ.update(req.get("env", {}))
+    # The call's secrets: read from its folder (never from the request line, which the
+    # parent reads) into this process, forked for the call, only; the file goes at once.
+    secrets = req.get("secrets_file")
+    if secrets:
+        with open(secrets) as f:
+            os.environ.update(json.load(f))
+        os.unlink(secrets)
     fn = load_function(root, req["file"], req["function"])
     kwargs = {}
     for arg, path in req.get("inputs", {}).items():

@@ -725,12 +725,13 @@ fn an_expectations_check_runs_on_the_would_be_result() {
     assert_eq!(lh.head("main"), before);
 }
 
+crate::both_runtimes!(secrets_reach_only_the_functions_that_declare_them);
+
 /// A secret reaches only the functions that declare it, as an environment variable;
 /// its value appears in no log, error or record, is not stored in the clear, and only
 /// its version is part of the cache key.
-#[test]
-fn secrets_reach_only_the_functions_that_declare_them() {
-    let server = server_with("process", &[]);
+fn secrets_reach_only_the_functions_that_declare_them(runtime: &str) {
+    let server = server_with(runtime, &[]);
     let lh = server.lh();
     let value = "sk_live_0123456789abcdef";
     let set = |v: &str| {
@@ -853,7 +854,8 @@ def leaks(t=lh.Model("with_key")):
 
     // A secret for main's runs is withheld from a run on another branch.
     let mut c = lh.command(&["secret", "set", "API_KEY", "--on", "main"]);
-    c.stdin(std::process::Stdio::piped());
+    c.stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
     let mut child = c.spawn().unwrap();
     child
         .stdin

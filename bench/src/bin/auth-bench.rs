@@ -1,6 +1,8 @@
 //! The cost of authentication and authorization per request, for BENCHMARKS.md: the same
-//! requests to a server with tokens (the default) and to one started with `--no-auth`,
-//! interleaved in one run over keep-alive connections: a small query (`select 1` through
+//! requests to a server with tokens (the default), once with the admin's token (a
+//! built-in role) and once with a token of a role of its own (read from the database and
+//! matched against each request's ref), and to one started with `--no-auth`, interleaved
+//! in one run over keep-alive connections: a small query (`select 1` through
 //! `POST /api/v1/query`) and a branch create (`POST /api/v1/refs`). Each request's wall
 //! time, p50 and p95.
 //!
@@ -15,7 +17,8 @@ use lh_bench::{Samples, Server, arg, lh_bin, ms};
 use serde_json::json;
 
 struct Target {
-    server: Server,
+    name: &'static str,
+    url: String,
     token: Option<String>,
     agent: ureq::Agent,
     query: Samples,
@@ -23,8 +26,19 @@ struct Target {
 }
 
 impl Target {
+    fn new(name: &'static str, server: &Server, token: Option<String>) -> Target {
+        Target {
+            name,
+            url: server.url.clone(),
+            token,
+            agent: ureq::Agent::config_builder().build().into(),
+            query: Samples::new(),
+            branch: Samples::new(),
+        }
+    }
+
     fn post(&self, path: &str, body: serde_json::Value) -> Result<()> {
-        let mut req = self.agent.post(&format!("{}{path}", self.server.url));
+        let mut req = self.agent.post(&format!("{}{path}", self.url));
         if let Some(t) = &self.token {
             req = req.header("Authorization", &format!("Bearer {t}"));
         }
@@ -39,27 +53,44 @@ impl Target {
     }
 }
 
+/// Runs `lh` against `server` and returns its stdout.
+fn lh_out(server: &Server, lh: &std::path::Path, args: &[&str]) -> Result<String> {
+    let out = server.lh(lh, args).output()?;
+    if !out.status.success() {
+        bail!("lh {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 fn main() -> Result<()> {
     let n = arg("--requests", 2000)?;
     let lh = lh_bin()?;
-    let agent = || -> ureq::Agent { ureq::Agent::config_builder().build().into() };
     let auth = Server::start(&lh, None, &[])?;
-    let token = Some(auth.token()?);
+    let open = Server::start(&lh, None, &["--no-auth"])?;
+    // A role of its own: read from the database at each request, its grants matched
+    // against the ref (and, for queries, the namespaces) of each request.
+    lh_out(
+        &auth,
+        &lh,
+        &[
+            "role",
+            "set",
+            "bench",
+            "--grant",
+            "read on *",
+            "--grant",
+            "write on s*",
+        ],
+    )?;
+    let scoped = lh_out(
+        &auth,
+        &lh,
+        &["token", "create", "--user", "bencher", "--role", "bench"],
+    )?;
     let mut targets = [
-        Target {
-            server: auth,
-            token,
-            agent: agent(),
-            query: Samples::new(),
-            branch: Samples::new(),
-        },
-        Target {
-            server: Server::start(&lh, None, &["--no-auth"])?,
-            token: None,
-            agent: agent(),
-            query: Samples::new(),
-            branch: Samples::new(),
-        },
+        Target::new("tokens", &auth, Some(auth.token()?)),
+        Target::new("scoped", &auth, Some(scoped)),
+        Target::new("open", &open, None),
     ];
     let query = json!({"sql": "select 1 as n"});
     // Warm-up: connections, DuckDB, the catalog's pages.
@@ -68,7 +99,7 @@ fn main() -> Result<()> {
             t.post("/api/v1/query", query.clone())?;
             t.post(
                 "/api/v1/refs",
-                json!({"name": format!("warm{i}"), "kind": "branch"}),
+                json!({"name": format!("s-warm-{}-{i}", t.name), "kind": "branch"}),
             )?;
         }
     }
@@ -80,30 +111,35 @@ fn main() -> Result<()> {
             let start = Instant::now();
             t.post(
                 "/api/v1/refs",
-                json!({"name": format!("b{i}"), "kind": "branch"}),
+                json!({"name": format!("s-{}-{i}", t.name), "kind": "branch"}),
             )?;
             t.branch.push(start.elapsed());
         }
     }
     println!(
-        "auth-bench: {n} requests of each kind to each server, interleaved, {}\n",
+        "auth-bench: {n} requests of each kind as each caller, interleaved, {}\n",
         chrono::Utc::now().format("%Y-%m-%d")
     );
-    println!("| request | tokens p50 | --no-auth p50 | added p50 | tokens p95 | --no-auth p95 |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    let [a, b] = &targets;
-    for (name, x, y) in [
-        ("query `select 1`", &a.query, &b.query),
-        ("branch create", &a.branch, &b.branch),
+    println!(
+        "| request | admin token p50 | scoped role p50 | --no-auth p50 | added p50 (admin / scoped) | admin p95 | scoped p95 | --no-auth p95 |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let [a, b, c] = &targets;
+    for (name, x, y, z) in [
+        ("query `select 1`", &a.query, &b.query, &c.query),
+        ("branch create", &a.branch, &b.branch, &c.branch),
     ] {
-        let added = x.percentile(50.0).as_secs_f64() - y.percentile(50.0).as_secs_f64();
+        let p50 = |s: &Samples| s.percentile(50.0).as_secs_f64() * 1000.0;
         println!(
-            "| {name} | {} ms | {} ms | {:+.3} ms | {} ms | {} ms |",
+            "| {name} | {} ms | {} ms | {} ms | {:+.3} / {:+.3} ms | {} ms | {} ms | {} ms |",
             ms(x.percentile(50.0)),
             ms(y.percentile(50.0)),
-            added * 1000.0,
+            ms(z.percentile(50.0)),
+            p50(x) - p50(z),
+            p50(y) - p50(z),
             ms(x.percentile(95.0)),
             ms(y.percentile(95.0)),
+            ms(z.percentile(95.0)),
         );
     }
     Ok(())

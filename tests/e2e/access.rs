@@ -331,6 +331,33 @@ fn a_role_grants_actions_on_the_refs_and_namespaces_it_names() {
         .ok();
     alice.run(&["tag", "rm", "team-a.v1"]).fails(9);
 
+    // The audit log has the role's definition and her refusals; its filters are checked.
+    let audit: Value =
+        serde_json::from_str(admin.run(&["audit", "-n", "1000", "-o", "json"]).ok()).unwrap();
+    let has = |user: &str, method: &str, route: &str, status: u64| {
+        audit.as_array().unwrap().iter().any(|e| {
+            e["user"] == user
+                && e["method"] == method
+                && e["route"] == route
+                && e["status"].as_u64() == Some(status)
+        })
+    };
+    assert!(has("tester", "PUT", "/api/v1/roles/{name}", 200), "{audit}");
+    assert!(has("alice", "POST", "/api/v1/refs", 403), "{audit}");
+    assert!(has("alice", "POST", "/api/v1/merge", 200), "{audit}");
+    let admin_token = server.token();
+    for bad in ["since=yesterday", "limit=many", "limit=-1"] {
+        let (s, v, _) = call(
+            &server,
+            "GET",
+            &format!("/api/v1/audit?{bad}"),
+            Some(&admin_token),
+            &[],
+            None,
+        );
+        assert_eq!(s, 400, "{bad}: {v}");
+    }
+
     // A role with live tokens stays; once they are revoked it goes.
     admin.run(&["role", "rm", "team-a"]).fails(4);
     let tokens: Value =

@@ -12,6 +12,7 @@ both_backends!(
     commits_create_update_and_delete_tables,
     branches_are_isolated_and_merge_back,
     merge_conflicts_list_every_table_and_change_nothing,
+    a_prepared_merge_moves_no_ref_until_assigned,
     ref_expressions_resolve_hashes_and_times,
     ambiguous_hash_prefixes_are_refused,
     tags_do_not_move,
@@ -228,6 +229,61 @@ async fn branches_are_isolated_and_merge_back(db: &TestDb) {
     assert_eq!(out.kind, MergeKind::MergeCommit);
     assert_eq!(cat.get_commit(out.head).await.unwrap().parents.len(), 2);
     assert!(cat.check_integrity().await.unwrap().commits >= 7);
+}
+
+/// A prepared merge writes its commit and moves nothing: the target is then assigned to
+/// it, expecting the head it was made on (a target moved meanwhile is a conflict).
+async fn a_prepared_merge_moves_no_ref_until_assigned(db: &TestDb) {
+    let cat = db.open().await;
+    let base = cat
+        .commit("main", vec![put("raw.a", None, 1)], meta("a"))
+        .await
+        .unwrap();
+    cat.create_branch("dev", "main").await.unwrap();
+    cat.commit("dev", vec![put("raw.b", None, 2)], meta("dev b"))
+        .await
+        .unwrap();
+    let prepare = MergeOptions {
+        prepare: true,
+        ..Default::default()
+    };
+    // A fast-forward: the would-be head is dev's; main stays.
+    let ff = cat.merge("dev", "main", prepare.clone()).await.unwrap();
+    assert_eq!(ff.kind, MergeKind::FastForward);
+    assert_eq!(ff.head, cat.resolve("dev").await.unwrap().commit.id);
+    assert_eq!(ff.base_head, base.id);
+    assert_eq!(cat.resolve("main").await.unwrap().commit.id, base.id);
+    // A merge commit: written, readable by hash, on no ref.
+    cat.commit("main", vec![put("raw.c", None, 3)], meta("main c"))
+        .await
+        .unwrap();
+    let main_head = cat.resolve("main").await.unwrap().commit.id;
+    let mc = cat.merge("dev", "main", prepare.clone()).await.unwrap();
+    assert_eq!(mc.kind, MergeKind::MergeCommit);
+    assert_eq!(mc.base_head, main_head);
+    assert_eq!(cat.resolve("main").await.unwrap().commit.id, main_head);
+    let prepared = cat.get_commit(mc.head).await.unwrap();
+    assert_eq!(prepared.parents.len(), 2);
+    assert_eq!(mc.tables.len(), 1, "raw.b comes in");
+    // Assigned from the head it was made on: main is the merge.
+    let to = format!("@{}", mc.head.to_hex());
+    cat.assign_branch("main", mc.base_head, &to).await.unwrap();
+    assert_eq!(cat.resolve("main").await.unwrap().commit.id, mc.head);
+    assert_eq!(cat.list_tables("main", None).await.unwrap().len(), 3);
+    // A prepared merge whose target moved since is not assigned.
+    cat.commit("dev", vec![put("raw.d", None, 4)], meta("dev d"))
+        .await
+        .unwrap();
+    let late = cat.merge("dev", "main", prepare).await.unwrap();
+    cat.commit("main", vec![put("raw.e", None, 5)], meta("main e"))
+        .await
+        .unwrap();
+    let err = cat
+        .assign_branch("main", late.base_head, &format!("@{}", late.head.to_hex()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RefConflict);
+    assert!(cat.check_integrity().await.unwrap().refs >= 2);
 }
 
 async fn merge_conflicts_list_every_table_and_change_nothing(db: &TestDb) {

@@ -171,9 +171,11 @@ fn request<L: Launcher>(
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
         let file = work.join(crate::protocol::SECRETS_FILE);
+        // Truncated if there: a call retried on another worker writes it again.
         let mut f = std::fs::OpenOptions::new()
             .write(true)
-            .create_new(true)
+            .create(true)
+            .truncate(true)
             .mode(0o600)
             .open(&file)?;
         f.write_all(

@@ -279,6 +279,51 @@ fn a_role_grants_actions_on_the_refs_and_namespaces_it_names() {
         !err.contains("ceo") && !err.contains("Did you mean"),
         "{err}"
     );
+    // A CTE of the same name does not open the table either (bare names name no table).
+    let out = alice.run(&[
+        "query",
+        "select * from payroll, (with payroll as (select 1 as x) select * from payroll)",
+    ]);
+    assert_ne!(out.code, 0, "{}", out.both());
+    assert!(!out.both().contains("ceo"), "{}", out.both());
+    // No table moves past the grants that hide it: renamed into a readable namespace,
+    // or copied by a branch to a ref where it would be readable.
+    let (s, v, _) = call(
+        &server,
+        "POST",
+        "/iceberg/v1/team-a.books/tables/rename",
+        Some(&alice_token),
+        &[],
+        Some(json!({
+            "source": {"namespace": ["finance"], "name": "ledger"},
+            "destination": {"namespace": ["sales"], "name": "ledger"}
+        })),
+    );
+    assert_eq!(s, 403, "{v}");
+    admin
+        .run(&[
+            "role",
+            "set",
+            "auditors",
+            "--grant",
+            "read on main in finance",
+            "--grant",
+            "read,write on audit-*",
+        ])
+        .ok();
+    let auditor = admin.with_token(&server.token_for("aud", "auditors"));
+    let err = auditor
+        .run(&["branch", "create", "audit-1", "--from", "main"])
+        .fails(9)
+        .to_string();
+    assert!(
+        err.contains("would make them readable in 'audit-1'"),
+        "{err}"
+    );
+    assert!(!err.contains("sales.orders"), "{err}");
+    admin
+        .run(&["branch", "create", "audit-1", "--from", "main"])
+        .ok();
     // Runs on refs she may not read are not hers to see.
     admin
         .run(&["role", "set", "outsider", "--grant", "read,run on team-b.*"])
@@ -919,9 +964,10 @@ def leaks(t=lh.Model("with_key")):
 fn an_identity_providers_tokens_sign_users_in() {
     let (key, jwk) = oidc_keys::new_es256_key();
     let (other_key, _) = oidc_keys::new_es256_key();
-    let dir = tempfile::tempdir().unwrap();
-    let jwks = dir.path().join("jwks.json");
-    std::fs::write(&jwks, oidc_keys::jwks(&[("k1", &jwk)]).to_string()).unwrap();
+    // The issuer's keys, served on loopback as its jwks_uri would be.
+    let jwks = Receiver::start();
+    let served = oidc_keys::jwks(&[("k1", &jwk)]).to_string();
+    jwks.answer(&[(200, served.as_str(), Duration::ZERO)]);
     let issuer = "https://id.example.com";
     let server = Server::start_with(&[
         "--oidc-issuer",
@@ -929,7 +975,7 @@ fn an_identity_providers_tokens_sign_users_in() {
         "--oidc-audience",
         "lh-test",
         "--oidc-jwks",
-        path(&jwks),
+        &jwks.url,
         "--oidc-user-claim",
         "email",
         "--oidc-role",

@@ -132,6 +132,22 @@ async fn create_ref(
         &req.name,
         &format!("creating the {} '{}'", req.kind.as_str(), req.name),
     )?;
+    // A new ref holds every table of its source: none the identity could read there
+    // and not here.
+    if !identity.access.on_ref_every_namespace(
+        Action::Read,
+        &crate::auth::ref_of(&from).unwrap_or_default(),
+    ) {
+        let source = s.catalog.resolve(&from).await?.commit;
+        let tables: Vec<String> = s
+            .catalog
+            .tables_in(&source, None)
+            .await?
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        crate::merges::require_no_widening(&identity, &from, &req.name, &tables)?;
+    }
     let r = match req.kind {
         RefKind::Branch => s.catalog.create_branch(&req.name, &from).await?,
         RefKind::Tag => s.catalog.create_tag(&req.name, &from).await?,
@@ -229,8 +245,11 @@ async fn delete_ref(
             s.catalog.delete_tag(&name).await?
         }
         Some("branch") | None => {
-            // A branch's deletion takes every table of it away.
+            // A branch's deletion takes every table of it away; a run's is an admin's.
             identity.require_ref_whole(Action::Merge, &name, "deleting it")?;
+            if crate::tables::is_run_branch(&name) {
+                identity.require(Action::Admin, &format!("deleting the run branch '{name}'"))?;
+            }
             s.protected.check_direct(&name, "deleting it").await?;
             s.catalog.delete_branch(&name, expected).await?
         }
@@ -259,38 +278,45 @@ async fn assign_ref(
     if crate::tables::is_run_branch(&name) {
         return Err(crate::tables::run_branch_refused(&name, "pointing it elsewhere").into());
     }
-    // Every table the move changes, the identity may merge there (as for a merge).
-    if !identity.access.on_ref_every_namespace(Action::Merge, &name) {
-        let now = s.catalog.resolve(&name).await?;
-        let to = s.catalog.resolve(&req.to).await?;
-        let changed = s.catalog.diff_commits(&now.commit, &to.commit).await?;
-        let refused: Vec<&str> = changed
-            .iter()
-            .map(|d| d.table.as_str())
-            .filter(|t| !identity.can_table(Action::Merge, &name, t))
-            .collect();
-        if !refused.is_empty() {
-            return Err(crate::auth::roles::refused(
-                &identity.user,
-                &identity.access,
-                Action::Merge,
-                "pointing it at another commit",
-                &format!(" on table(s) {} of '{name}'", refused.join(", ")),
-            )
-            .into());
-        }
-    }
-    s.protected
-        .check_direct(&name, "pointing it at another commit")
-        .await?;
+    // One resolution of each side: what is checked is what the branch moves to.
     let expected = s
         .catalog
         .resolve(&format!("@{}", req.expected))
         .await?
-        .commit
-        .id;
+        .commit;
+    let to = s.catalog.resolve(&req.to).await?.commit;
+    let changed: Vec<String> = s
+        .catalog
+        .diff_commits(&expected, &to)
+        .await?
+        .into_iter()
+        .map(|d| d.table)
+        .collect();
+    // Every table the move changes, the identity may merge there (as for a merge), and
+    // read where it comes from.
+    let refused: Vec<&str> = changed
+        .iter()
+        .map(String::as_str)
+        .filter(|t| !identity.can_table(Action::Merge, &name, t))
+        .collect();
+    if !refused.is_empty() {
+        return Err(crate::auth::roles::refused(
+            &identity.user,
+            &identity.access,
+            Action::Merge,
+            "pointing it at another commit",
+            &format!(" on table(s) {} of '{name}'", refused.join(", ")),
+        )
+        .into());
+    }
+    crate::merges::require_no_widening(&identity, &req.to, &name, &changed)?;
+    s.protected
+        .check_direct(&name, "pointing it at another commit")
+        .await?;
     Ok(Json(ref_info(
-        s.catalog.assign_branch(&name, expected, &req.to).await?,
+        s.catalog
+            .assign_branch(&name, expected.id, &format!("@{}", to.id.to_hex()))
+            .await?,
     )))
 }
 

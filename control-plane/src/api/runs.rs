@@ -97,12 +97,29 @@ async fn start_run(
     Ok((StatusCode::CREATED, Json(s.runs.start(start).await?)))
 }
 
-/// A run as `identity` sees it: the output pointers of tables it may not read are left
-/// out (they would name those tables' files).
+/// Whether `identity` may see what a node of a run on `target` did: a model's table
+/// it may read, an expectation whose inputs it may read.
+fn node_visible(identity: &Identity, target: &str, n: &lh_api::RunNode) -> bool {
+    let model = n.kind == "model";
+    (!model || identity.can_table(Action::Read, target, &n.name))
+        && n.inputs
+            .iter()
+            .all(|t| identity.can_table(Action::Read, target, t))
+}
+
+/// A run as `identity` sees it: of nodes touching tables it may not read, the output
+/// pointer (it names the table's files), errors, tracebacks and details (they may hold
+/// its data) are left out.
 fn visible(identity: &Identity, mut run: RunInfo) -> RunInfo {
+    let target = run.target.clone();
     for n in &mut run.nodes {
-        if n.output.is_some() && !identity.can_table(Action::Read, &run.target, &n.name) {
+        if !node_visible(identity, &target, n) {
             n.output = None;
+            n.detail = None;
+            n.traceback = None;
+            if n.error.is_some() {
+                n.error = Some("(hidden: it touches tables you may not read)".into());
+            }
         }
     }
     run
@@ -160,7 +177,7 @@ async fn run_logs(
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<String> {
-    readable_run(&s, &identity, &id).await?;
+    let run = readable_run(&s, &identity, &id).await?;
     let node = query_pairs(q.as_deref())
         .into_iter()
         .find(|(k, _)| k == "node")
@@ -168,7 +185,13 @@ async fn run_logs(
     let logs = s.runs.logs(&id, node.as_deref()).await?;
     let mut out = String::new();
     for (name, log) in logs {
-        if log.is_empty() {
+        // The logs of nodes touching tables the caller may not read are left out.
+        let shown = run
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .is_some_and(|n| node_visible(&identity, &run.target, n));
+        if log.is_empty() || !shown {
             continue;
         }
         if node.is_none() {

@@ -4,13 +4,15 @@
 //! ```text
 //! read on *                      every ref, every namespace
 //! write,run on team-a.*          branches named team-a.<anything>
-//! write on run/* in sales        runs' branches, tables of `sales` (and `sales.eu`, ...)
-//! merge on main in sales.*       merges into main that change only tables under sales.
+//! read on main in finance        main's tables of `finance` (and `finance.eu`, ...)
+//! merge on main in sales.*       merges into main that change only tables under sales.*
 //! ```
 //!
 //! A pattern is a name in which `*` stands for any run of characters (`/` and `.`
 //! included). A namespace pattern covers the namespaces inside the ones it matches.
-//! `admin` is granted only on every ref (`admin on *`): it is not scoped.
+//! `admin` is granted only on every ref (`admin on *`): it is not scoped. A run's branch
+//! (`run/<id>`) holds its target's tables: its writes are the run's (checked against its
+//! target), and a grant to read `run/*` reads what every run read.
 //!
 //! The four built-in roles are grants on every ref and namespace; admins define others
 //! (`lh role set`), stored in `lh_roles` and read at each request, so a change takes

@@ -113,6 +113,10 @@ impl Merger {
                     &format!(" on table(s) {} of '{into}'", refused.join(", ")),
                 ));
             }
+            if via == Via::Merge {
+                let incoming: Vec<String> = out.tables.iter().map(|t| t.table.clone()).collect();
+                require_no_widening(&by, from, into, &incoming)?;
+            }
             let results = if protected {
                 self.checks.run_required(&by, from, into, &out).await?
             } else {
@@ -143,6 +147,35 @@ impl Merger {
         }
         unreachable!("the last attempt returns")
     }
+}
+
+/// Refuses when `tables`, taken from `source` into `dest`, include one the identity
+/// could read at `dest` but not at `source`: no branch, assignment or merge copies a
+/// table past the grants that hide it.
+pub fn require_no_widening(
+    by: &Identity,
+    source: &str,
+    dest: &str,
+    tables: &[String],
+) -> Result<()> {
+    let widened: Vec<&str> = tables
+        .iter()
+        .map(String::as_str)
+        .filter(|t| by.can_table(Action::Read, dest, t) && !by.can_table(Action::Read, source, t))
+        .collect();
+    if widened.is_empty() {
+        return Ok(());
+    }
+    Err(crate::auth::roles::refused(
+        &by.user,
+        &by.access,
+        Action::Read,
+        &format!("taking tables from '{source}' into '{dest}'"),
+        &format!(
+            " on {} table(s) of '{source}' (it would make them readable in '{dest}')",
+            widened.len()
+        ),
+    ))
 }
 
 /// The refusal of a merge its checks blocked, each check's verdict in the message.

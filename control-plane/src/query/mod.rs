@@ -255,8 +255,9 @@ impl QueryEngine {
 
     /// [`run`](Self::run), reading only the tables `readable` allows: any other is
     /// "not found", as a table that does not exist is (its existence is not told).
-    /// `restricted`: DuckDB's "Did you mean ...?" suggestions are left out of errors
-    /// (they may name a table the caller may not read, from the commit's shared views).
+    /// `restricted` (a caller who may not read everything): the statement runs in a
+    /// catalog of its own, not the commit's shared one, and DuckDB's "Did you mean ...?"
+    /// suggestions are left out of errors.
     pub async fn run_as(
         &self,
         sql: &str,
@@ -266,7 +267,9 @@ impl QueryEngine {
         readable: &(dyn Fn(&str) -> bool + Sync),
         restricted: bool,
     ) -> Result<QueryOutput> {
-        let out = self.run_checked(sql, at, timeout, max_rows, readable).await;
+        let out = self
+            .run_checked(sql, at, timeout, max_rows, readable, restricted)
+            .await;
         match out {
             Err(mut e) if restricted => {
                 if let Some(i) = e.message.find("Did you mean") {
@@ -286,11 +289,20 @@ impl QueryEngine {
         timeout: Option<Duration>,
         max_rows: Option<u64>,
         readable: &(dyn Fn(&str) -> bool + Sync),
+        restricted: bool,
     ) -> Result<QueryOutput> {
         let timeout = timeout.map_or(self.limits.timeout, |t| t.min(self.limits.timeout));
         let _permit = self.slot().await?;
         let resolved = self.tables.catalog.resolve(at).await?;
-        let catalog = self.commit_catalog(&resolved.commit.id)?;
+        // A caller who may not read everything gets a catalog of its own, holding only the
+        // views of the tables this statement names (and may read): the commit's shared
+        // one holds other callers' views, which DuckDB also binds from names that do not
+        // say them (a bare name falls back to its default schema, lh's `main`).
+        let catalog = if restricted {
+            Arc::new(CommitCatalog::attach(&self.database)?)
+        } else {
+            self.commit_catalog(&resolved.commit.id)?
+        };
 
         let database = self.database.clone();
         let text = sql.to_string();

@@ -231,8 +231,10 @@ pub async fn commit_table(
     identity: Identity,
     Body(change): Body<CommitTable>,
 ) -> IcebergResult<Json<serde_json::Value>> {
-    let a = branch(&s, &prefix).await?;
     let name = table_name(&namespace(&ns)?, &table)?;
+    // The answer is the table's metadata: for who may read it too.
+    identity.require_table(Action::Read, &prefix, &name, "committing to a table")?;
+    let a = branch(&s, &prefix).await?;
     let mut tx = s.tables.begin().await;
     let what = stage(&s, &mut tx, &a, &name, change).await?;
     let done = tx
@@ -399,6 +401,8 @@ pub async fn rename_table(
     for t in [&from, &to] {
         identity.require_table(Action::Write, &prefix, t, "renaming a table")?;
     }
+    // Renamed into a namespace the caller reads, the table must have been readable.
+    identity.require_table(Action::Read, &prefix, &from, "renaming a table")?;
     let a = branch(&s, &prefix).await?;
     let p = s
         .catalog

@@ -446,6 +446,14 @@ impl Tables {
             })?;
         }
         self.check_updates(name, &p.updates)?;
+        let manifest_lists: Vec<String> = p
+            .updates
+            .iter()
+            .filter_map(|u| match u {
+                TableUpdate::AddSnapshot { snapshot } => Some(snapshot.manifest_list().to_string()),
+                _ => None,
+            })
+            .collect();
         let previous = p
             .current
             .as_ref()
@@ -464,6 +472,20 @@ impl Tables {
                 metadata.location()
             ))
         })?;
+        // A new snapshot's manifest list is the table's own: one under another table's
+        // folder would graft that table's data onto this one, past its grants.
+        let own = format!("{}/", canonical.trim_end_matches('/'));
+        for list in &manifest_lists {
+            let list = self
+                .warehouse
+                .canonical(list)
+                .unwrap_or_else(|_| list.clone());
+            if !list.starts_with(&own) {
+                return Err(outside(format!(
+                    "table '{name}': manifest list '{list}' is not under the table's location '{canonical}'"
+                )));
+            }
+        }
         // Every location is stored in the spelling the server reads back.
         let metadata = if canonical == metadata.location() {
             metadata

@@ -32,6 +32,41 @@ pub async fn open(url: &str) -> Result<AnyPool> {
     Ok(pool)
 }
 
+/// Deletes the row named `name` of `table` (one of the server's own, keyed by `name`);
+/// `missing()` when there was none.
+pub async fn delete_named(
+    pool: &AnyPool,
+    table: &'static str,
+    name: &str,
+    missing: impl FnOnce() -> Error,
+) -> Result<()> {
+    let r = sqlx::query(&format!("DELETE FROM {table} WHERE name = $1"))
+        .bind(name)
+        .execute(pool)
+        .await
+        .map_err(|e| failed(table, e))?;
+    if r.rows_affected() == 0 {
+        return Err(missing());
+    }
+    Ok(())
+}
+
+/// The first column, text, of the rows `sql` selects with its one parameter `arg`.
+pub async fn texts(pool: &AnyPool, sql: &'static str, arg: &str) -> Result<Vec<String>> {
+    use sqlx::Row;
+    let rows = sqlx::query(sql)
+        .bind(arg)
+        .fetch_all(pool)
+        .await
+        .map_err(|e| failed("a read of the server's tables", e))?;
+    rows.iter()
+        .map(|r| {
+            r.try_get::<String, _>(0)
+                .map_err(|e| failed("a read of the server's tables", e))
+        })
+        .collect()
+}
+
 /// A failed query of the server's tables.
 pub fn failed(what: &str, e: sqlx::Error) -> Error {
     Error::new(

@@ -797,6 +797,29 @@ fn an_expectations_check_runs_on_the_would_be_result() {
     assert_eq!(lh.head("main"), before);
 }
 
+/// `lh secret set ARGS` with `value` on stdin; its stderr.
+fn set_secret(lh: &Lh, args: &[&str], value: &str) -> String {
+    let mut all = vec!["secret", "set"];
+    all.extend_from_slice(args);
+    let mut child = lh
+        .command(&all)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{value}\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{err}");
+    err
+}
+
 crate::both_runtimes!(secrets_reach_only_the_functions_that_declare_them);
 
 /// A secret reaches only the functions that declare it, as an environment variable;
@@ -806,26 +829,7 @@ fn secrets_reach_only_the_functions_that_declare_them(runtime: &str) {
     let server = server_with(runtime, &[]);
     let lh = server.lh();
     let value = "sk_live_0123456789abcdef";
-    let set = |v: &str| {
-        let mut c = lh.command(&["secret", "set", "API_KEY"]);
-        c.stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let mut child = c.spawn().unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(format!("{v}\n").as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stderr).to_string()
-    };
+    let set = |v: &str| set_secret(&lh, &["API_KEY"], v);
     assert!(set(value).contains("version 1"));
     // Names only, never values; writers may list, only admins set.
     let listed = lh.run(&["secret", "ls", "-o", "json"]);
@@ -925,17 +929,7 @@ def leaks(t=lh.Model("with_key")):
     assert_eq!(status("without_key"), "cached", "{again}");
 
     // A secret for main's runs is withheld from a run on another branch.
-    let mut c = lh.command(&["secret", "set", "API_KEY", "--on", "main"]);
-    c.stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null());
-    let mut child = c.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(value.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success());
+    set_secret(&lh, &["API_KEY", "--on", "main"], value);
     lh.run(&["branch", "create", "dev"]).ok();
     let out = lh.run(&["run", path(&dir), "--ref", "dev"]);
     assert_eq!(out.code, 8, "{}", out.both());

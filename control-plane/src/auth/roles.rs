@@ -432,18 +432,10 @@ impl Roles {
                 ),
             ));
         }
-        let r = sqlx::query("DELETE FROM lh_roles WHERE name = $1")
-            .bind(name)
-            .execute(&self.pool)
-            .await
-            .map_err(db)?;
-        if r.rows_affected() == 0 {
-            return Err(Error::not_found(
-                Code::RoleNotFound,
-                format!("no role '{name}'"),
-            ));
-        }
-        Ok(())
+        crate::db::delete_named(&self.pool, "lh_roles", name, || {
+            Error::not_found(Code::RoleNotFound, format!("no role '{name}'"))
+        })
+        .await
     }
 
     /// The built-in roles, then the defined ones by name.

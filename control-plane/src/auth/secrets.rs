@@ -115,18 +115,10 @@ impl Secrets {
     }
 
     pub async fn remove(&self, name: &str) -> Result<()> {
-        let r = sqlx::query("DELETE FROM lh_secrets WHERE name = $1")
-            .bind(name)
-            .execute(&self.pool)
-            .await
-            .map_err(db)?;
-        if r.rows_affected() == 0 {
-            return Err(Error::not_found(
-                Code::SecretNotFound,
-                format!("no secret '{name}'"),
-            ));
-        }
-        Ok(())
+        crate::db::delete_named(&self.pool, "lh_secrets", name, || {
+            Error::not_found(Code::SecretNotFound, format!("no secret '{name}'"))
+        })
+        .await
     }
 
     /// Names and versions; never a value.

@@ -125,28 +125,16 @@ impl Checks {
                 ),
             ));
         }
-        let r = sqlx::query("DELETE FROM lh_checks WHERE name = $1")
-            .bind(name)
-            .execute(&self.pool)
-            .await
-            .map_err(db)?;
-        if r.rows_affected() == 0 {
-            return Err(not_found(name));
-        }
-        Ok(())
+        crate::db::delete_named(&self.pool, "lh_checks", name, || not_found(name)).await
     }
 
     async fn branches_requiring(&self, name: &str) -> Result<Vec<String>> {
-        let rows = sqlx::query(
+        crate::db::texts(
+            &self.pool,
             "SELECT branch FROM lh_branch_checks WHERE check_name = $1 ORDER BY branch",
+            name,
         )
-        .bind(name)
-        .fetch_all(&self.pool)
         .await
-        .map_err(db)?;
-        rows.iter()
-            .map(|r| r.try_get::<String, _>("branch").map_err(db))
-            .collect()
     }
 
     pub async fn list(&self) -> Result<Vec<CheckInfo>> {
@@ -180,16 +168,12 @@ impl Checks {
 
     /// The checks a merge into `branch` must pass.
     pub async fn required(&self, branch: &str) -> Result<Vec<String>> {
-        let rows = sqlx::query(
+        crate::db::texts(
+            &self.pool,
             "SELECT check_name FROM lh_branch_checks WHERE branch = $1 ORDER BY check_name",
+            branch,
         )
-        .bind(branch)
-        .fetch_all(&self.pool)
         .await
-        .map_err(db)?;
-        rows.iter()
-            .map(|r| r.try_get::<String, _>("check_name").map_err(db))
-            .collect()
     }
 
     /// Makes `checks` the ones `branch` requires (each must exist).

@@ -230,18 +230,10 @@ impl Hooks {
     }
 
     pub async fn remove(&self, name: &str) -> Result<()> {
-        let r = sqlx::query("DELETE FROM lh_hooks WHERE name = $1")
-            .bind(name)
-            .execute(&self.pool)
-            .await
-            .map_err(db)?;
-        if r.rows_affected() == 0 {
-            return Err(Error::not_found(
-                Code::HookNotFound,
-                format!("no hook '{name}'"),
-            ));
-        }
-        Ok(())
+        crate::db::delete_named(&self.pool, "lh_hooks", name, || {
+            Error::not_found(Code::HookNotFound, format!("no hook '{name}'"))
+        })
+        .await
     }
 
     pub async fn list(&self) -> Result<Vec<HookInfo>> {

@@ -67,6 +67,16 @@ pub async fn texts(pool: &AnyPool, sql: &'static str, arg: &str) -> Result<Vec<S
         .collect()
 }
 
+/// A stored time (Unix ms) as RFC 3339, as the API shows it.
+pub fn time(ms: i64) -> String {
+    use chrono::TimeZone;
+    chrono::Utc
+        .timestamp_millis_opt(ms)
+        .single()
+        .map(|t| t.to_rfc3339())
+        .unwrap_or_default()
+}
+
 /// A failed query of the server's tables.
 pub fn failed(what: &str, e: sqlx::Error) -> Error {
     Error::new(

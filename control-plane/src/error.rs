@@ -245,6 +245,21 @@ pub(crate) fn pointer(p: &lh_catalog::TablePointer) -> lh_api::TablePointer {
     }
 }
 
+/// A table's change between two commits, as the API and webhooks give it.
+pub(crate) fn table_diff(d: lh_catalog::TableDiff) -> lh_api::TableDiff {
+    let change = match d.change() {
+        lh_catalog::DiffKind::Added => lh_api::Change::Added,
+        lh_catalog::DiffKind::Removed => lh_api::Change::Removed,
+        lh_catalog::DiffKind::Changed => lh_api::Change::Changed,
+    };
+    lh_api::TableDiff {
+        table: d.table,
+        change,
+        from: d.from.as_ref().map(pointer),
+        to: d.to.as_ref().map(pointer),
+    }
+}
+
 impl From<lh_catalog::Error> for Error {
     fn from(e: lh_catalog::Error) -> Self {
         use lh_catalog::ErrorKind as K;

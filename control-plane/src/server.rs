@@ -328,7 +328,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         key.clone(),
         http.clone(),
     ));
-    let _ = checks.runs.set(runs.clone());
+    let _ = checks.runs.set(Arc::new(runs.clone()));
     let merger = Arc::new(crate::merges::Merger {
         catalog: catalog.clone(),
         protected: protected.clone(),

@@ -8,7 +8,7 @@ mod audit;
 pub mod openapi;
 mod params;
 mod query;
-pub(crate) mod refs;
+mod refs;
 mod runs;
 mod tables;
 mod tokens;

@@ -5,14 +5,14 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use lh_api::{
-    AssignRef, Change, CommitInfo, CreateRef, DiffResponse, LogPage, MergeKind, MergeRequest,
-    MergeResponse, RefInfo, RefKind, TableDiff,
+    AssignRef, CommitInfo, CreateRef, DiffResponse, LogPage, MergeKind, MergeRequest,
+    MergeResponse, RefInfo, RefKind,
 };
 use lh_catalog::{CommitMeta, LogQuery, MergeOptions};
 
 use super::params::query_pairs;
 use crate::auth::{Action, Identity};
-use crate::error::{Code, Error, pointer};
+use crate::error::{Code, Error, table_diff};
 use crate::http::ApiResult;
 use crate::merges::Via;
 use crate::state::AppState;
@@ -54,20 +54,6 @@ pub(crate) fn commit_info(c: lh_catalog::Commit) -> CommitInfo {
         message: c.message,
         timestamp: c.timestamp,
         properties: c.properties,
-    }
-}
-
-pub(crate) fn table_diff(d: lh_catalog::TableDiff) -> TableDiff {
-    let change = match d.change() {
-        lh_catalog::DiffKind::Added => Change::Added,
-        lh_catalog::DiffKind::Removed => Change::Removed,
-        lh_catalog::DiffKind::Changed => Change::Changed,
-    };
-    TableDiff {
-        table: d.table,
-        change,
-        from: d.from.as_ref().map(pointer),
-        to: d.to.as_ref().map(pointer),
     }
 }
 

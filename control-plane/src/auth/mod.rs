@@ -102,12 +102,6 @@ impl Role {
             })
     }
 
-    /// Whether this role has every permission of `other` (roles are ordered).
-    pub fn at_least(self, other: Role) -> bool {
-        let rank = |r: Role| Role::ALL.iter().position(|x| *x == r).unwrap_or(0);
-        rank(self) >= rank(other)
-    }
-
     pub fn allows(self, action: Action) -> bool {
         match self {
             Role::Reader => action == Action::Read,

@@ -22,7 +22,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use chrono::{TimeZone, Utc};
+use chrono::Utc;
 use sqlx::{AnyPool, Row};
 
 use super::{Action, Role};
@@ -397,10 +397,7 @@ impl Roles {
             builtin: false,
             grants: texts,
             updated_by: Some(by.to_string()),
-            updated_at: Utc
-                .timestamp_millis_opt(now)
-                .single()
-                .map(|t| t.to_rfc3339()),
+            updated_at: Some(crate::db::time(now)),
         })
     }
 
@@ -464,10 +461,7 @@ impl Roles {
                 grants: serde_json::from_str(&grants)
                     .map_err(|e| Error::internal(format!("corrupt role grants: {e}")))?,
                 updated_by: Some(r.try_get("updated_by").map_err(db)?),
-                updated_at: Utc
-                    .timestamp_millis_opt(at)
-                    .single()
-                    .map(|t| t.to_rfc3339()),
+                updated_at: Some(crate::db::time(at)),
             });
         }
         Ok(out)

@@ -18,8 +18,8 @@ use sqlx::{AnyPool, Row};
 
 use super::key::ServerKey;
 use super::roles::Pattern;
+use crate::db::time;
 use crate::error::{Code, Error, Kind, Result};
-use crate::merges::checks::time;
 
 pub struct Secrets {
     pool: AnyPool,

@@ -12,8 +12,8 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use chrono::{TimeZone, Utc};
-use lh_api::{CheckInfo, CheckResult, RunStatus};
+use chrono::Utc;
+use lh_api::{CheckInfo, CheckResult};
 use lh_catalog::MergeOutcome;
 use sqlx::{AnyPool, Row};
 
@@ -21,15 +21,31 @@ use super::hooks::{self, Delivery};
 use crate::auth::Identity;
 use crate::auth::key::ServerKey;
 use crate::error::{Code, Error, Kind, Result};
-use crate::runs::RunService;
+
+/// What runs an lh project's expectations for a check (the run service: `runs`
+/// publishes through the merger, so the merger knows it only by this).
+#[async_trait::async_trait]
+pub trait ExpectationRunner: Send + Sync {
+    /// Runs the expectations of the project in code snapshot `code` on `commit`, as a
+    /// run recorded against `target`, publishing nothing; `Ok` with a summary when they
+    /// pass, `Err` with what failed (or that it ran past `timeout`, then cancelled).
+    async fn run_expectations(
+        &self,
+        code: &str,
+        target: &str,
+        commit: &str,
+        by: Identity,
+        timeout: Duration,
+    ) -> std::result::Result<String, String>;
+}
 
 pub struct Checks {
     pool: AnyPool,
     key: Arc<ServerKey>,
     http: reqwest::Client,
-    /// The run service, for expectations (set once it exists: it publishes through the
-    /// merger that holds these checks).
-    pub runs: OnceLock<Arc<RunService>>,
+    /// What runs expectations: the run service (set once it exists: it publishes
+    /// through the merger that holds these checks).
+    pub runs: OnceLock<Arc<dyn ExpectationRunner>>,
 }
 
 fn db(e: sqlx::Error) -> Error {
@@ -159,7 +175,7 @@ impl Checks {
                     .is_some(),
                 timeout_secs: (timeout / 1000) as u64,
                 updated_by: r.try_get("updated_by").map_err(db)?,
-                updated_at: time(at),
+                updated_at: crate::db::time(at),
                 name,
             });
         }
@@ -298,21 +314,7 @@ impl Checks {
     }
 
     /// Runs the project's expectations on the prepared commit; passes when they do.
-    ///
-    /// Boxed: a run publishes through the merger, whose checks start runs; the cycle
-    /// needs one opaque future for the compiler to see that it is `Send`.
-    fn expectations<'a>(
-        &'a self,
-        c: &'a Check,
-        into: &'a str,
-        out: &'a MergeOutcome,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = std::result::Result<String, String>> + Send + 'a>,
-    > {
-        Box::pin(self.expectations_run(c, into, out))
-    }
-
-    async fn expectations_run(
+    async fn expectations(
         &self,
         c: &Check,
         into: &str,
@@ -322,51 +324,13 @@ impl Checks {
             .runs
             .get()
             .ok_or_else(|| "the run service is not ready".to_string())?;
-        let start = crate::runs::RunStart::check(
-            &c.target,
-            into,
-            &out.head.to_hex(),
-            Identity::admin(format!("check:{}", c.name)),
-        );
-        let run = runs.start(start).await.map_err(|e| e.message)?;
-        let deadline = Instant::now() + c.timeout;
-        loop {
-            let now = runs.get(&run.id).await.map_err(|e| e.message)?;
-            if now.status.is_final() {
-                let short = &now.id[..12.min(now.id.len())];
-                let n = now.nodes.len();
-                return match now.status {
-                    RunStatus::Succeeded => Ok(format!(
-                        "{n} expectation{} passed (run {short})",
-                        if n == 1 { "" } else { "s" }
-                    )),
-                    _ => Err(format!(
-                        "{} (run {short}: lh runs show {short})",
-                        now.error.unwrap_or_else(|| now.status.as_str().to_string())
-                    )),
-                };
-            }
-            if Instant::now() > deadline {
-                let _ = runs.cancel(&run.id).await;
-                return Err(format!(
-                    "the expectations did not finish within {} s (run {} cancelled)",
-                    c.timeout.as_secs(),
-                    &run.id[..12.min(run.id.len())]
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let by = Identity::admin(format!("check:{}", c.name));
+        runs.run_expectations(&c.target, into, &out.head.to_hex(), by, c.timeout)
+            .await
     }
 }
 
 fn not_found(name: &str) -> Error {
     Error::not_found(Code::CheckNotFound, format!("no check '{name}'"))
         .with_hint("lh check ls shows the checks; lh check add makes one")
-}
-
-pub fn time(ms: i64) -> String {
-    Utc.timestamp_millis_opt(ms)
-        .single()
-        .map(|t| t.to_rfc3339())
-        .unwrap_or_default()
 }

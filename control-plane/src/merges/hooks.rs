@@ -15,10 +15,11 @@ use lh_api::HookInfo;
 use lh_catalog::{MergeKind, MergeOutcome};
 use sqlx::{AnyPool, Row};
 
-use super::checks::{check_name, time};
+use super::checks::check_name;
 use crate::auth::Identity;
 use crate::auth::key::ServerKey;
 use crate::auth::roles::Pattern;
+use crate::db::time;
 use crate::error::{Code, Error, Result};
 
 /// The merge as hooks see it.
@@ -33,7 +34,7 @@ pub fn payload(
         .tables
         .iter()
         .map(|d| {
-            let t = crate::api::refs::table_diff(d.clone());
+            let t = crate::error::table_diff(d.clone());
             serde_json::to_value(t).unwrap_or_default()
         })
         .collect();

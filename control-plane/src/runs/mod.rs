@@ -118,6 +118,49 @@ impl RunStart {
     }
 }
 
+#[async_trait::async_trait]
+impl crate::merges::checks::ExpectationRunner for Arc<RunService> {
+    async fn run_expectations(
+        &self,
+        code: &str,
+        target: &str,
+        commit: &str,
+        by: Identity,
+        timeout: Duration,
+    ) -> std::result::Result<String, String> {
+        let run = self
+            .start(RunStart::check(code, target, commit, by))
+            .await
+            .map_err(|e| e.message)?;
+        let short = &run.id[..12.min(run.id.len())];
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let now = self.get(&run.id).await.map_err(|e| e.message)?;
+            if now.status.is_final() {
+                let n = now.nodes.len();
+                return match now.status {
+                    RunStatus::Succeeded => Ok(format!(
+                        "{n} expectation{} passed (run {short})",
+                        if n == 1 { "" } else { "s" }
+                    )),
+                    _ => Err(format!(
+                        "{} (run {short}: lh runs show {short})",
+                        now.error.unwrap_or_else(|| now.status.as_str().to_string())
+                    )),
+                };
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.cancel(&run.id).await;
+                return Err(format!(
+                    "the expectations did not finish within {} s (run {short} cancelled)",
+                    timeout.as_secs()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
 impl RunService {
     #[allow(clippy::too_many_arguments)]
     pub async fn new(

@@ -22,11 +22,15 @@ demo: libduckdb
 
 ## The whole suite: unit, property, concurrency, crash and end-to-end tests, on SQLite
 ## and PostgreSQL; then the end-to-end suite again on an S3 warehouse (a real S3 server
-## on loopback). The `lh` binary the end-to-end tests run is built with the same
+## on loopback); then the tests of tables, queries, runs, refs and the REST catalog
+## with two servers on one PostgreSQL database and one bucket, each CLI call sent to
+## the next server. The `lh` binary the end-to-end tests run is built with the same
 ## targets (so the same dependency features) as the tests, so nothing compiles twice.
 test: libduckdb
 	$(SERVICES) && $(CARGO) build --workspace --all-targets && INSTA_UPDATE=no $(CARGO) test --workspace --no-fail-fast && \
-	LH_TEST_WAREHOUSE=s3 INSTA_UPDATE=no $(CARGO) test --workspace --test e2e --no-fail-fast
+	LH_TEST_WAREHOUSE=s3 INSTA_UPDATE=no $(CARGO) test --workspace --test e2e --no-fail-fast && \
+	LH_TEST_WAREHOUSE=s3 LH_TEST_SERVERS=2 INSTA_UPDATE=no $(CARGO) test --workspace --test e2e --no-fail-fast -- \
+	  basics:: tables:: query:: runs:: refs:: rest::
 
 ## Formatting and lints, as CI wants them.
 check: libduckdb

@@ -112,6 +112,76 @@ impl TestWarehouse {
     }
 }
 
+/// How many servers serve each test: one, or with `LH_TEST_SERVERS=2` two processes on
+/// one PostgreSQL database and one warehouse (a team's set-up), every CLI call going to
+/// the next in turn (a load balancer without sticky sessions). `make test` runs the
+/// tests of tables, queries, runs, refs and the REST catalog this way too.
+pub fn test_servers() -> usize {
+    match std::env::var("LH_TEST_SERVERS").as_deref() {
+        Err(_) | Ok("" | "1") => 1,
+        Ok("2") => 2,
+        Ok(other) => panic!("LH_TEST_SERVERS={other}: expected 1 or 2"),
+    }
+}
+
+/// A fresh PostgreSQL database on the test server (`LH_TEST_POSTGRES_URL`, which
+/// `make test` sets): its URL. Dropped with [`drop_postgres_database`].
+pub fn postgres_database(name: &str) -> String {
+    let admin = std::env::var("LH_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!("LH_TEST_POSTGRES_URL is not set: `make test` starts PostgreSQL and sets it")
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&admin)
+            .await
+            .unwrap_or_else(|e| panic!("cannot reach PostgreSQL at {admin}: {e}"));
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&mut conn)
+            .await
+            .expect("drop database");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+            .expect("create database");
+    });
+    match admin.rfind('/') {
+        Some(i) if !admin[..i].ends_with('/') => format!("{}/{name}", &admin[..i]),
+        _ => format!("{admin}/{name}"),
+    }
+}
+
+/// Drops a database [`postgres_database`] made (best effort).
+pub fn drop_postgres_database(name: &str) {
+    let Ok(admin) = std::env::var("LH_TEST_POSTGRES_URL") else {
+        return;
+    };
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    rt.block_on(async {
+        use sqlx::Connection;
+        if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .execute(&mut conn)
+                .await;
+        }
+    });
+}
+
+/// A second server process of a test (`LH_TEST_SERVERS=2`), on the first's catalog,
+/// warehouse and secret key, with a data directory of its own.
+struct Peer {
+    child: Child,
+    url: String,
+}
+
 /// A running `lh server`, stopped (SIGTERM, then SIGKILL) when dropped.
 pub struct Server {
     pub dir: tempfile::TempDir,
@@ -120,6 +190,11 @@ pub struct Server {
     log: PathBuf,
     args: Vec<String>,
     envs: Vec<(String, String)>,
+    peer: Option<Peer>,
+    /// The PostgreSQL database the harness made for this server (dropped with it).
+    database: Option<String>,
+    /// Which server the next CLI call goes to, when there are two.
+    turn: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// The folder the warehouse's files are in: the local warehouse, or the S3
     /// server's folder of the server's prefix.
     warehouse_dir: PathBuf,
@@ -149,7 +224,16 @@ fn uuid_like() -> String {
 /// Starts `lh server` on `<dir>/data` with extra flags; its log is appended to `log`.
 /// Returns the child and the URL it listens on.
 fn spawn(dir: &Path, args: &[String], envs: &[(String, String)], log: &Path) -> (Child, String) {
-    let data = dir.join("data");
+    spawn_on(dir, &dir.join("data"), args, envs, log)
+}
+
+fn spawn_on(
+    dir: &Path,
+    data: &Path,
+    args: &[String],
+    envs: &[(String, String)],
+    log: &Path,
+) -> (Child, String) {
     let log_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -157,7 +241,7 @@ fn spawn(dir: &Path, args: &[String], envs: &[(String, String)], log: &Path) -> 
         .expect("log file");
     let mut child = Command::new(lh_bin())
         .args(["server", "--bind", "127.0.0.1:0", "--data-dir"])
-        .arg(&data)
+        .arg(data)
         .args(args)
         .env("LH_LOG", "info")
         // The first admin token goes into the test CLI's profile, for the user the
@@ -206,6 +290,17 @@ impl Server {
 
     /// Like [`Server::start_with`], with extra variables in the server's environment.
     pub fn start_with_env(args: &[&str], envs: &[(&str, &str)]) -> Server {
+        Server::start_n(args, envs, test_servers())
+    }
+
+    /// Two servers of one team, whatever `LH_TEST_SERVERS` says: one PostgreSQL
+    /// database, one warehouse, one secret key; `lh()` alternates between them,
+    /// `lh_on(i)` talks to one.
+    pub fn team(args: &[&str], envs: &[(&str, &str)]) -> Server {
+        Server::start_n(args, envs, 2)
+    }
+
+    fn start_n(args: &[&str], envs: &[(&str, &str)], servers: usize) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
         let log = dir.path().join("server.log");
         let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
@@ -235,17 +330,105 @@ impl Server {
             }
             _ => dir.path().join("data").join("warehouse"),
         };
+        // Two servers: one PostgreSQL database (unless the test brings its catalog).
+        let mut database = None;
+        if servers == 2 && !args.iter().any(|a| a.starts_with("--catalog")) {
+            let name = format!("lh_e2e_{}_{}", std::process::id(), uuid_like());
+            args.extend(["--catalog".to_string(), postgres_database(&name)]);
+            database = Some(name);
+        }
         let (child, url) = spawn(dir.path(), &args, &envs, &log);
-        Server {
+        let mut server = Server {
             dir,
             url,
             child,
             log,
             args,
             envs,
+            peer: None,
+            database,
+            turn: Default::default(),
             warehouse_dir,
             warehouse,
+        };
+        if servers == 2 {
+            server.start_peer(&[]);
         }
+        server
+    }
+
+    /// The `--catalog` URL the server was started with, if any.
+    pub fn catalog_url(&self) -> Option<String> {
+        let i = self.args.iter().position(|a| a == "--catalog")?;
+        self.args.get(i + 1).cloned()
+    }
+
+    /// A CLI talking to server `i` only (0: the first, 1: the second).
+    pub fn lh_on(&self, i: usize) -> Lh {
+        let urls = self.urls();
+        let mut lh = self.lh();
+        lh.endpoint = urls[i].clone();
+        lh.others.clear();
+        lh
+    }
+
+    /// Kills server `i` with SIGKILL, as a crash would (the other goes on).
+    pub fn kill_one(&mut self, i: usize) {
+        let child = match i {
+            0 => &mut self.child,
+            _ => &mut self.peer.as_mut().expect("a second server").child,
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Starts server `i` again on its data directory (after `kill_one`), on a new port.
+    pub fn restart_one(&mut self, i: usize) {
+        match i {
+            0 => {
+                let (child, url) = spawn(self.dir.path(), &self.args, &self.envs, &self.log);
+                self.child = child;
+                self.url = url;
+            }
+            _ => self.start_peer(&[]),
+        }
+    }
+
+    /// The process id of server `i`.
+    pub fn pid(&self, i: usize) -> u32 {
+        match i {
+            0 => self.child.id(),
+            _ => self.peer.as_ref().expect("a second server").child.id(),
+        }
+    }
+
+    /// Starts the second server: the first's flags, its warehouse and its secret key,
+    /// a data directory of its own.
+    fn start_peer(&mut self, extra: &[&str]) {
+        let mut args = self.args.clone();
+        args.extend(extra.iter().map(|a| a.to_string()));
+        if !args.iter().any(|a| a.starts_with("--warehouse")) {
+            args.extend([
+                "--warehouse".to_string(),
+                self.data_dir().join("warehouse").display().to_string(),
+            ]);
+        }
+        if !args.iter().any(|a| a.starts_with("--secret-key-file")) {
+            args.extend([
+                "--secret-key-file".to_string(),
+                self.data_dir().join("secret.key").display().to_string(),
+            ]);
+        }
+        let data = self.dir.path().join("data2");
+        let (child, url) = spawn_on(self.dir.path(), &data, &args, &self.envs, &self.log);
+        self.peer = Some(Peer { child, url });
+    }
+
+    /// The URL of every server of the test (two with `LH_TEST_SERVERS=2`).
+    pub fn urls(&self) -> Vec<String> {
+        let mut all = vec![self.url.clone()];
+        all.extend(self.peer.as_ref().map(|p| p.url.clone()));
+        all
     }
 
     /// The folder the warehouse's files are in (on S3, as the S3 server keeps them):
@@ -254,10 +437,14 @@ impl Server {
         self.warehouse_dir.clone()
     }
 
-    /// Kills the server with SIGKILL, as a crash would, and waits for it.
+    /// Kills the server (both, with two) with SIGKILL, as a crash would, and waits.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(p) = &mut self.peer {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
     }
 
     /// Starts the server again on the same data directory (after `kill` or `stop`); it
@@ -276,6 +463,12 @@ impl Server {
         let (child, url) = spawn(self.dir.path(), &args, &self.envs, &self.log);
         self.child = child;
         self.url = url;
+        if let Some(mut p) = self.peer.take() {
+            if let Ok(None) = p.child.try_wait() {
+                terminate(&mut p.child);
+            }
+            self.start_peer(extra);
+        }
     }
 
     pub fn start() -> Server {
@@ -284,6 +477,15 @@ impl Server {
 
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
+    }
+
+    /// The data directory of every server of the test (two with `LH_TEST_SERVERS=2`).
+    pub fn data_dirs(&self) -> Vec<PathBuf> {
+        let mut all = vec![self.data_dir()];
+        if self.peer.is_some() {
+            all.push(self.dir.path().join("data2"));
+        }
+        all
     }
 
     /// The admin token the server made at its first start (in the test CLI's profile).
@@ -301,11 +503,14 @@ impl Server {
         out.ok().trim().to_string()
     }
 
-    /// A CLI bound to this server, with its own home directory.
+    /// A CLI bound to this server (to both, in turn, with two), with its own home
+    /// directory.
     pub fn lh(&self) -> Lh {
         let home = self.dir.path().join("home");
         Lh {
             endpoint: self.url.clone(),
+            others: self.peer.iter().map(|p| p.url.clone()).collect(),
+            turn: self.turn.clone(),
             home,
             cwd: self.dir.path().to_path_buf(),
             token: None,
@@ -322,21 +527,31 @@ impl Server {
     }
 
     fn terminate(&mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                return self.child.wait().expect("wait");
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if let Some(p) = &mut self.peer
+            && let Ok(None) = p.child.try_wait()
+        {
+            terminate(&mut p.child);
         }
+        terminate(&mut self.child)
+    }
+}
+
+/// Stops a server with SIGTERM (SIGKILL after 20 s) and waits for it.
+fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return child.wait().expect("wait");
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -345,6 +560,14 @@ impl Drop for Server {
         if let Ok(None) = self.child.try_wait() {
             self.terminate();
         }
+        if let Some(p) = &mut self.peer
+            && let Ok(None) = p.child.try_wait()
+        {
+            terminate(&mut p.child);
+        }
+        if let Some(db) = &self.database {
+            drop_postgres_database(db);
+        }
     }
 }
 
@@ -352,6 +575,9 @@ impl Drop for Server {
 #[derive(Debug, Clone)]
 pub struct Lh {
     pub endpoint: String,
+    /// The other servers of the test: each call goes to the next in turn.
+    pub others: Vec<String>,
+    turn: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     pub home: PathBuf,
     pub cwd: PathBuf,
     /// `LH_TOKEN` (none: the profile's, the admin token the server made).
@@ -410,6 +636,18 @@ impl Run {
 }
 
 impl Lh {
+    /// A CLI pointed at `endpoint`, with its home folder and working directory.
+    pub fn new(endpoint: String, home: PathBuf, cwd: PathBuf) -> Lh {
+        Lh {
+            endpoint,
+            others: Vec::new(),
+            turn: Default::default(),
+            home,
+            cwd,
+            token: None,
+        }
+    }
+
     pub fn run(&self, args: &[&str]) -> Run {
         let out = self.command(args).output().expect("run lh");
         run_of(out)
@@ -417,9 +655,18 @@ impl Lh {
 
     pub fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(lh_bin());
+        let endpoint = if self.others.is_empty() {
+            &self.endpoint
+        } else {
+            let n = self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            match n % (self.others.len() + 1) {
+                0 => &self.endpoint,
+                i => &self.others[i - 1],
+            }
+        };
         c.args(args)
             .current_dir(&self.cwd)
-            .env("LH_ENDPOINT", &self.endpoint)
+            .env("LH_ENDPOINT", endpoint)
             .env("LH_HOME", &self.home)
             .env("LH_USER", "tester")
             .env_remove("LH_PROFILE")
@@ -438,6 +685,8 @@ impl Lh {
     pub fn with_token(&self, token: &str) -> Lh {
         Lh {
             endpoint: self.endpoint.clone(),
+            others: self.others.clone(),
+            turn: self.turn.clone(),
             home: self.home.clone(),
             cwd: self.cwd.clone(),
             token: Some(token.to_string()),
@@ -518,6 +767,12 @@ pub fn redact(text: &str, temp: &Path) -> String {
         Regex::new(r"s3://[a-z0-9.-]+/w[0-9a-z]+|file://\[TMP\]/data/warehouse").unwrap()
     });
     s = warehouse.replace_all(&s, "[WAREHOUSE]").into_owned();
+    // The catalog: the embedded default, or the database of two servers.
+    static CATALOG: OnceLock<Regex> = OnceLock::new();
+    let catalog = CATALOG.get_or_init(|| {
+        Regex::new(r"sqlite:\[TMP\]/data/catalog\.db|postgres(ql)?://\S*lh_e2e_[0-9a-z_]+").unwrap()
+    });
+    s = catalog.replace_all(&s, "[CATALOG]").into_owned();
     s = s
         .lines()
         .filter(|l| !l.starts_with("s3 endpoint "))

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::Context;
 use lh_catalog::Catalog;
@@ -46,6 +46,9 @@ pub struct ServerConfig {
     pub run_parallelism: usize,
     /// How long a failed run's branch is kept.
     pub run_branch_ttl: Duration,
+    /// How long a run stays this server's without a heartbeat (then another server
+    /// sharing the catalog takes it over).
+    pub run_lease: Duration,
     /// Sandbox Python functions with bubblewrap.
     pub sandbox: bool,
     /// The Python that parses projects (it imports nothing of the user's).
@@ -120,6 +123,7 @@ impl ServerConfig {
             duckdb_memory: "4GB".into(),
             run_parallelism: std::thread::available_parallelism().map_or(2, |n| n.get()),
             run_branch_ttl: Duration::from_secs(7 * 24 * 3600),
+            run_lease: Duration::from_secs(15),
             sandbox: true,
             planner_python: PathBuf::from("python3"),
             worker_idle: Duration::from_secs(600),
@@ -205,11 +209,14 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
             data_dir.display()
         );
     }
-    let uploads = data_dir.join("uploads");
     let spill = data_dir.join("tmp");
-    std::fs::create_dir_all(&uploads)?;
     std::fs::create_dir_all(&spill)?;
-    remove_stale(&uploads, Duration::from_secs(24 * 3600));
+    let uploads = crate::tables::staging::Staging::new(&warehouse, &data_dir.join("uploads"))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Uploads never imported, after a day (a start-up sweep; any server may do it).
+    uploads
+        .sweep(&warehouse, Duration::from_secs(24 * 3600))
+        .await;
     let duck = DuckLimits {
         threads: config.duckdb_threads,
         memory_limit: config.duckdb_memory.clone(),
@@ -252,7 +259,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
     // The spill folders of writes a previous server left (none runs yet).
     let _ = std::fs::remove_dir_all(spill.join("import"));
     let import = ImportContext::new(
-        uploads.clone(),
+        uploads.dir.clone(),
         data_dir.join("work").join("invocations"),
         spill.join("import"),
         duck,
@@ -312,6 +319,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
             .unwrap_or_else(|| data_dir.join("secret.key")),
         std::env::var("LH_SECRET_KEY").ok(),
     )?);
+    crate::auth::key::agree(&db, &key).await?;
     let runs = runs_service(
         config,
         &data_dir,
@@ -456,6 +464,7 @@ async fn runs_service(
         RunConfig {
             parallelism: config.run_parallelism.max(1),
             branch_ttl: config.run_branch_ttl,
+            lease: config.run_lease,
             planner_python: config.planner_python.clone(),
             work_root: work.join("invocations"),
             ceilings: config.function_ceilings,
@@ -502,6 +511,7 @@ pub async fn serve(
         state.info.version, state.info.catalog, state.info.warehouse
     );
     let runtime = state.runs.runtime().clone();
+    let runs = state.runs.clone();
     axum::serve(
         listener,
         app(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
@@ -509,6 +519,8 @@ pub async fn serve(
     .with_graceful_shutdown(shutdown)
     .await
     .context("server failed")?;
+    // Runs in flight go to another server (or to this one's next start), not failed.
+    runs.release_all().await;
     runtime.shutdown().await;
     tracing::info!("lh server stopped");
     Ok(())
@@ -533,23 +545,5 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {},
         _ = term => {},
-    }
-}
-
-/// Removes entries of `dir` older than `age` (uploads never imported).
-fn remove_stale(dir: &std::path::Path, age: Duration) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let old = e
-            .metadata()
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| SystemTime::now().duration_since(t).ok())
-            .is_some_and(|d| d > age);
-        if old {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
     }
 }

@@ -2,7 +2,6 @@
 //! at start-up (`server::state`) and shared by lh's API (`api/`) and the Iceberg REST
 //! catalog (`rest/`), which know nothing of each other.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use lh_catalog::Catalog;
@@ -20,7 +19,8 @@ pub struct AppState {
     pub tables: Arc<Tables>,
     pub queries: Arc<QueryEngine>,
     pub import: ImportContext,
-    pub uploads: PathBuf,
+    /// Uploads waiting for their import or run, seen by every server of the warehouse.
+    pub uploads: crate::tables::staging::Staging,
     /// The largest file an upload may stage.
     pub max_upload_bytes: u64,
     pub runs: Arc<RunService>,

@@ -97,12 +97,11 @@ fn a_server_that_is_not_running_is_a_clear_error() {
         .local_addr()
         .unwrap()
         .port();
-    let lh = Lh {
-        endpoint: format!("http://127.0.0.1:{port}"),
-        home: dir.path().join("home"),
-        cwd: dir.path().to_path_buf(),
-        token: None,
-    };
+    let lh = Lh::new(
+        format!("http://127.0.0.1:{port}"),
+        dir.path().join("home"),
+        dir.path().to_path_buf(),
+    );
     for args in [&["branch", "ls"][..], &["query", "select 1"], &["info"]] {
         let run = lh.run(args);
         let err = run.fails(6);

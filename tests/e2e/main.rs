@@ -14,6 +14,7 @@ mod rest;
 mod runs;
 mod s3;
 mod tables;
+mod team;
 
 /// Snapshot of a command's output with run-to-run details replaced.
 #[macro_export]

@@ -713,13 +713,20 @@ fn cancelling_a_run_publishes_nothing_and_old_branches_expire(runtime: &str) {
 /// the upload, the writes' staging folders on the server.
 pub(crate) fn slow_table_dirs(server: &Server) -> Vec<String> {
     if server.warehouse.is_s3() {
-        return std::fs::read_dir(server.data_dir().join("s3").join("staging"))
-            .map(|rd| {
-                rd.filter_map(|e| e.ok())
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
+        // Staged on whichever server drives the run.
+        return server
+            .data_dirs()
+            .iter()
+            .flat_map(|d| {
+                std::fs::read_dir(d.join("s3").join("staging"))
+                    .map(|rd| {
+                        rd.filter_map(|e| e.ok())
+                            .map(|e| e.file_name().to_string_lossy().into_owned())
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap_or_default()
             })
-            .unwrap_or_default();
+            .collect();
     }
     let ns = server.warehouse_dir().join("analytics");
     std::fs::read_dir(ns)

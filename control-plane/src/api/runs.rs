@@ -12,7 +12,6 @@ use crate::error::{Code, Error};
 use crate::http::ApiResult;
 use crate::runs::RunStart;
 use crate::state::AppState;
-use crate::tables::write::upload_dir;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -26,23 +25,15 @@ pub fn router() -> Router<AppState> {
 
 /// Turns an uploaded project archive into a code snapshot (and drops the upload).
 pub(super) async fn code_of(s: &AppState, upload: &str) -> Result<String, Error> {
-    if upload.is_empty() || !upload.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(Error::bad_request(
-            Code::InvalidArgument,
-            format!("bad upload id '{upload}'"),
-        ));
-    }
-    let dir = upload_dir(&s.uploads, upload);
-    let file = std::fs::read_dir(&dir)
-        .ok()
-        .and_then(|mut rd| rd.next())
-        .and_then(|e| e.ok())
-        .map(|e| e.path())
+    let file = s
+        .uploads
+        .file(&s.tables.warehouse, upload)
+        .await?
         .ok_or_else(|| {
             Error::not_found(Code::UploadNotFound, format!("upload '{upload}' not found"))
         })?;
     let hash = s.runs.store_code(file).await;
-    let _ = tokio::fs::remove_dir_all(&dir).await;
+    s.uploads.remove(&s.tables.warehouse, upload).await;
     hash
 }
 

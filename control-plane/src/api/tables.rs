@@ -127,7 +127,7 @@ async fn upload(
     let name = param(&q, "name").unwrap_or_else(|| "upload".into());
     let file_name = sanitize(&name);
     let id = uuid::Uuid::now_v7().simple().to_string();
-    let dir = import::upload_dir(&s.uploads, &id);
+    let dir = s.uploads.dir_of(&id);
     tokio::fs::create_dir_all(&dir).await.map_err(Error::from)?;
     let path = dir.join(&file_name);
     let max = s.max_upload_bytes;
@@ -148,7 +148,14 @@ async fn upload(
     }
     .await;
     match result {
-        Ok(Some(bytes)) => Ok((StatusCode::CREATED, Json(Upload { id, bytes }))),
+        Ok(Some(bytes)) => {
+            // Then any server sharing the warehouse takes its import.
+            if let Err(e) = s.uploads.share(&s.tables.warehouse, &id, &path).await {
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+                return Err(e.with_hint("nothing was kept; try the upload again").into());
+            }
+            Ok((StatusCode::CREATED, Json(Upload { id, bytes })))
+        }
         Ok(None) => {
             let _ = tokio::fs::remove_dir_all(&dir).await;
             Err(Error::new(
@@ -208,17 +215,7 @@ async fn import_files(
     identity.require_table(Action::Write, &req.reference, &name, "importing into it")?;
     let mut files = Vec::new();
     for id in &req.uploads {
-        if id.is_empty() || !id.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Err(
-                Error::bad_request(Code::InvalidArgument, format!("bad upload id '{id}'")).into(),
-            );
-        }
-        let dir = import::upload_dir(&s.uploads, id);
-        let file: Option<PathBuf> = std::fs::read_dir(&dir)
-            .ok()
-            .and_then(|mut rd| rd.next())
-            .and_then(|e| e.ok())
-            .map(|e| e.path());
+        let file: Option<PathBuf> = s.uploads.file(&s.tables.warehouse, id).await?;
         match file {
             Some(f) => files.push(f),
             None => {
@@ -272,7 +269,7 @@ async fn import_files(
     };
     let result = import::import(&s.tables, &s.import, job).await;
     for id in &req.uploads {
-        let _ = tokio::fs::remove_dir_all(import::upload_dir(&s.uploads, id)).await;
+        s.uploads.remove(&s.tables.warehouse, id).await;
     }
     Ok(Json(result?))
 }

@@ -119,6 +119,47 @@ impl ServerKey {
     }
 }
 
+/// The name the catalog's key check is sealed under.
+const CHECK_NAME: &str = "lh.server-key-check";
+
+/// Checks that this server's key is the one every server of the catalog seals secrets
+/// with: the first server stores a value sealed with its key, every later one must open
+/// it. A server with another key would seal secrets the others cannot open, and open
+/// none of theirs: it refuses to start instead.
+pub async fn agree(pool: &sqlx::AnyPool, key: &ServerKey) -> anyhow::Result<()> {
+    use sqlx::Row;
+    let read = || async {
+        sqlx::query("SELECT check_value FROM lh_server_key WHERE id = 1")
+            .fetch_optional(pool)
+            .await
+            .map(|r| r.map(|r| r.get::<String, _>(0)))
+    };
+    let stored = match read().await? {
+        Some(v) => v,
+        None => {
+            let sealed = key
+                .seal(CHECK_NAME, b"lh")
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            // Another server starting at the same moment may be first: then its value.
+            let _ = sqlx::query("INSERT INTO lh_server_key (id, check_value) VALUES (1, $1)")
+                .bind(&sealed)
+                .execute(pool)
+                .await;
+            read()
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("cannot store the secret key's check"))?
+        }
+    };
+    if key.open(CHECK_NAME, &stored).is_err() {
+        anyhow::bail!(
+            "this server's secret key ({}) is not the one the servers of this catalog seal secrets with
+             hint: give every server of the catalog the same key (--secret-key-file FILE or              LH_SECRET_KEY); the first server made it at <its data dir>/secret.key",
+            key.id
+        );
+    }
+    Ok(())
+}
+
 fn unhex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {
         return None;

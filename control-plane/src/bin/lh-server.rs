@@ -157,6 +157,18 @@ pub struct ServerArgs {
     /// How long the branch of a failed run is kept, in seconds
     #[arg(long, default_value_t = 7 * 24 * 3600, value_name = "SECONDS")]
     pub run_branch_ttl: u64,
+    /// How long a run stays this server's without a heartbeat: when the server stops,
+    /// another server on the same catalog takes its runs over after this (e.g. 15s)
+    #[arg(long, value_name = "DURATION", value_parser = parse_lease)]
+    pub run_lease: Option<Duration>,
+}
+
+fn parse_lease(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(500) || d > Duration::from_secs(3600) {
+        return Err(format!("'{s}': a run lease is between 0.5 s and 1 h"));
+    }
+    Ok(d)
 }
 
 fn parse_group_role(s: &str) -> Result<(String, String), String> {
@@ -264,6 +276,9 @@ fn config(args: ServerArgs) -> ServerConfig {
     }
     config.sandbox = !args.no_sandbox;
     config.run_branch_ttl = Duration::from_secs(args.run_branch_ttl);
+    if let Some(l) = args.run_lease {
+        config.run_lease = l;
+    }
     config.max_workers = args.max_workers.max(1);
     config.worker_idle = Duration::from_secs(args.worker_idle.max(1));
     config.runtime = match args.runtime {

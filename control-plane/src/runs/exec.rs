@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
@@ -12,7 +13,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::project::{Lang, Materialize, NodeKind, Plan, PlanNode, Severity};
-use super::store::NodeRecord;
+use super::store::{Claim, Lease, NodeRecord};
 use super::{RunService, RunStart, kind_name, lang_name};
 use crate::auth::secrets::redact;
 use crate::auth::{Action, Identity};
@@ -39,6 +40,8 @@ struct Shared {
     reuse: BTreeMap<String, TablePointer>,
     /// Environment key to lock, of every environment the run used.
     envs: Mutex<BTreeMap<String, String>>,
+    /// This server's claim on the run: every record names it.
+    claim: Claim,
 }
 
 pub(crate) struct Run {
@@ -46,7 +49,11 @@ pub(crate) struct Run {
     info: RunInfo,
     strict: bool,
     publish: bool,
-    cancel: CancellationToken,
+    /// Each node's state when execution starts (all waiting, unless resumed).
+    initial: Vec<NodeStatus>,
+    pub cancel: CancellationToken,
+    /// The run is no longer this server's: stop, record nothing, publish nothing.
+    pub lost: Arc<AtomicBool>,
 }
 
 impl Run {
@@ -55,7 +62,7 @@ impl Run {
         info: RunInfo,
         plan: Plan,
         start: RunStart,
-        cancel: CancellationToken,
+        claim: Claim,
     ) -> Run {
         let code_root = svc.code.root().join(&info.code_hash);
         let shared = Arc::new(Shared {
@@ -70,14 +77,73 @@ impl Run {
             no_cache: start.no_cache,
             reuse: start.reuse,
             envs: Mutex::new(BTreeMap::new()),
+            claim,
         });
         Run {
+            initial: vec![NodeStatus::Waiting; shared.plan.nodes.len()],
             shared,
             strict: start.strict,
             publish: start.publish,
             info,
-            cancel,
+            cancel: CancellationToken::new(),
+            lost: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// A run taken over: `initial` is each node's state as found; the models of
+    /// `recovered` had their output committed on the run's branch (at these pointers)
+    /// by the server that stopped, and are recorded done.
+    pub async fn recover(
+        &mut self,
+        initial: Vec<NodeStatus>,
+        recovered: Vec<(usize, lh_catalog::TablePointer)>,
+    ) {
+        let svc = &self.shared.svc;
+        for (i, p) in recovered {
+            let mut rec = self.record(i);
+            rec.status = NodeStatus::Done;
+            rec.finished_at = Some(Utc::now());
+            rec.reason = Some(
+                "recovered: its output was committed on the run's branch before the server driving the run stopped".into(),
+            );
+            rec.rows = svc
+                .tables
+                .metadata(&p.metadata_location)
+                .await
+                .ok()
+                .and_then(|m| {
+                    m.current_snapshot().and_then(|s| {
+                        s.summary()
+                            .additional_properties
+                            .get("added-records")
+                            .and_then(|v| v.parse().ok())
+                    })
+                });
+            rec.output = Some(pointer(&p));
+            let _ = svc
+                .store
+                .update_node(&self.shared.id, &self.shared.claim, &rec)
+                .await;
+        }
+        // A node recorded running had started on the stopped server: it starts again.
+        for (i, s) in initial.iter().enumerate() {
+            if *s == NodeStatus::Waiting {
+                let rec = self.record(i);
+                let _ = svc
+                    .store
+                    .update_node(&self.shared.id, &self.shared.claim, &rec)
+                    .await;
+            }
+        }
+        self.initial = initial;
+    }
+
+    fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
     }
 
     fn record(&self, i: usize) -> NodeRecord {
@@ -100,7 +166,8 @@ impl Run {
         let _enter = span.enter();
         let plan = &self.shared.plan;
         let n = plan.nodes.len();
-        let mut status = vec![NodeStatus::Waiting; n];
+        let mut status = self.initial.clone();
+        debug_assert_eq!(status.len(), n);
         let mut tasks: JoinSet<(usize, NodeRecord)> = JoinSet::new();
         let parallelism = svc.config.parallelism.max(1);
         let mut cancelled = false;
@@ -126,7 +193,7 @@ impl Run {
                         let mut rec = self.record(i);
                         rec.status = NodeStatus::Skipped;
                         rec.error = Some("an input failed".into());
-                        let _ = svc.store.update_node(&id, &rec).await;
+                        let _ = svc.store.update_node(&id, &self.shared.claim, &rec).await;
                         progressed = true;
                         continue;
                     }
@@ -160,6 +227,10 @@ impl Run {
                 }
             }
         }
+        if self.is_lost() {
+            tracing::warn!("the run is no longer this server's: nothing more is recorded here");
+            return;
+        }
         if cancelled {
             for (i, s) in status.iter_mut().enumerate() {
                 if matches!(s, NodeStatus::Waiting | NodeStatus::Running) {
@@ -167,7 +238,7 @@ impl Run {
                     let mut rec = self.record(i);
                     rec.status = NodeStatus::Skipped;
                     rec.error = Some("the run was cancelled".into());
-                    let _ = svc.store.update_node(&id, &rec).await;
+                    let _ = svc.store.update_node(&id, &self.shared.claim, &rec).await;
                 }
             }
         }
@@ -228,6 +299,8 @@ impl Run {
                 tracing::warn!("cannot delete the run branch: {e}");
             }
             (RunStatus::Succeeded, None, None)
+        } else if !self.still_ours().await {
+            return;
         } else {
             let meta = CommitMeta::new(
                 &self.shared.by.user,
@@ -276,14 +349,54 @@ impl Run {
                 ),
             }
         };
-        if let Err(e) = svc
+        match svc
             .store
-            .finish_run(&id, final_status, error.as_deref(), merge.as_deref(), &envs)
+            .finish_run(
+                &id,
+                &self.shared.claim,
+                final_status,
+                error.as_deref(),
+                merge.as_deref(),
+                &envs,
+            )
             .await
         {
-            tracing::error!("cannot record the end of run {id}: {e}");
+            Ok(true) => tracing::info!(status = final_status.as_str(), "run finished"),
+            Ok(false) => tracing::warn!(
+                "the run ended here but is no longer this server's; its end is not recorded here"
+            ),
+            Err(e) => tracing::error!("cannot record the end of run {id}: {e}"),
         }
-        tracing::info!(status = final_status.as_str(), "run finished");
+    }
+
+    /// Whether the run is still this server's just before it publishes (its lease
+    /// renewed): a server that lost it publishes nothing.
+    async fn still_ours(&self) -> bool {
+        if self.is_lost() {
+            return false;
+        }
+        let svc = &self.shared.svc;
+        match svc
+            .store
+            .renew(&self.shared.id, &self.shared.claim, svc.lease_until())
+            .await
+        {
+            Ok(Lease::Held { .. }) => true,
+            Ok(Lease::Lost) => {
+                self.lost.store(true, Ordering::SeqCst);
+                tracing::warn!(
+                    "the run was taken over by another server before it published: nothing is published here"
+                );
+                false
+            }
+            Err(e) => {
+                // Not knowing whether it is still ours, it does not publish: the lease
+                // runs out and a server that reaches the database goes on.
+                tracing::warn!("cannot renew the run's lease before publishing: {e}");
+                self.lost.store(true, Ordering::SeqCst);
+                false
+            }
+        }
     }
 }
 
@@ -292,7 +405,7 @@ async fn run_node(shared: &Shared, i: usize, mut rec: NodeRecord) -> NodeRecord 
     let svc = &shared.svc;
     rec.status = NodeStatus::Running;
     rec.started_at = Some(Utc::now());
-    let _ = svc.store.update_node(&shared.id, &rec).await;
+    let _ = svc.store.update_node(&shared.id, &shared.claim, &rec).await;
     let node = &shared.plan.nodes[i];
     let span = tracing::info_span!("node", run = %shared.id, node = %node.name);
     let _enter = span.enter();
@@ -301,7 +414,7 @@ async fn run_node(shared: &Shared, i: usize, mut rec: NodeRecord) -> NodeRecord 
         rec.error = Some(e.message.clone());
     }
     rec.finished_at = Some(Utc::now());
-    if let Err(e) = svc.store.update_node(&shared.id, &rec).await {
+    if let Err(e) = svc.store.update_node(&shared.id, &shared.claim, &rec).await {
         tracing::error!("cannot record node {}: {e}", node.name);
     }
     rec

@@ -17,6 +17,7 @@ pub mod store;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,7 +34,8 @@ use crate::tables::Tables;
 use crate::tables::write::ImportContext;
 use code::CodeStore;
 use project::{Lang, NodeKind, Plan, Planner};
-use store::RunStore;
+use serde::{Deserialize, Serialize};
+use store::{Claim, Lease, RunStore};
 
 /// How runs run.
 #[derive(Debug, Clone)]
@@ -52,6 +54,33 @@ pub struct RunConfig {
     pub env_cache_bytes: u64,
     /// Environments used this recently are never evicted (warm workers may use them).
     pub env_keep_recent: Duration,
+    /// How long a run stays this server's without a heartbeat: once it runs out, another
+    /// server sharing the catalog takes the run over.
+    pub lease: Duration,
+}
+
+/// How many times a run is taken over before it is failed: a run whose nodes bring
+/// down every server driving it must not go round the servers for ever.
+const MAX_CLAIMS: i64 = 4;
+
+/// A run this server drives.
+struct Driving {
+    claim: Claim,
+    cancel: CancellationToken,
+    /// Set when the run is no longer this server's (another took it over, or this one
+    /// is stopping): the driver stops and records nothing more.
+    lost: Arc<AtomicBool>,
+}
+
+/// What a server taking a run over needs to go on as its first server would have: who
+/// started it and how (stored with the run as JSON).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Resumable {
+    user: String,
+    roles: Vec<String>,
+    token_id: Option<String>,
+    publish: bool,
+    reuse: BTreeMap<String, lh_api::TablePointer>,
 }
 
 pub struct RunService {
@@ -66,7 +95,11 @@ pub struct RunService {
     pub(crate) config: RunConfig,
     /// The folder holding the `lh` Python package, for the planner.
     pub(crate) harness: PathBuf,
-    running: Mutex<HashMap<String, CancellationToken>>,
+    running: Mutex<HashMap<String, Driving>>,
+    /// This server process, as run leases name it (`host-pid-random`).
+    pub instance: String,
+    /// Set while the server stops: no run is taken over any more.
+    stopping: AtomicBool,
     /// How a finished run publishes (set once the merger exists: its checks run runs).
     pub merger: std::sync::OnceLock<Arc<crate::merges::Merger>>,
     /// Where functions' secrets come from (set at start-up).
@@ -175,14 +208,15 @@ impl RunService {
         config: RunConfig,
         harness: PathBuf,
     ) -> Result<Arc<RunService>> {
-        let failed = store.fail_interrupted().await?;
-        if failed > 0 {
-            tracing::warn!(
-                runs = failed,
-                "runs left running by a stopped server are marked failed"
-            );
-        }
+        let host = hostname();
+        let instance = format!(
+            "{host}-{}-{}",
+            std::process::id(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
         let svc = Arc::new(RunService {
+            instance,
+            stopping: AtomicBool::new(false),
             merger: std::sync::OnceLock::new(),
             secrets: std::sync::OnceLock::new(),
             catalog,
@@ -215,19 +249,380 @@ impl RunService {
                 tokio::time::sleep(every).await;
             }
         });
+        // Heartbeats of the runs this server drives (and their cancellations, asked for
+        // on any server), and the take-over of runs whose server stopped.
+        let tick = (svc.config.lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
+        let weak = Arc::downgrade(&svc);
+        tokio::spawn(async move {
+            loop {
+                {
+                    let Some(svc) = weak.upgrade() else { return };
+                    if svc.stopping.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    svc.heartbeat().await;
+                    if let Err(e) = svc.take_over().await {
+                        tracing::warn!("cannot look for runs to take over: {e}");
+                    }
+                }
+                tokio::time::sleep(tick).await;
+            }
+        });
         Ok(svc)
+    }
+
+    pub(crate) fn lease_until(&self) -> i64 {
+        Utc::now().timestamp_millis() + self.config.lease.as_millis() as i64
+    }
+
+    /// Renews the lease of every run this server drives; a run another server took
+    /// over is stopped here, a run someone asked to cancel is cancelled.
+    async fn heartbeat(&self) {
+        let driving: Vec<(String, Claim, CancellationToken, Arc<AtomicBool>)> =
+            match self.running.lock() {
+                Ok(r) => r
+                    .iter()
+                    .map(|(id, d)| {
+                        (
+                            id.clone(),
+                            d.claim.clone(),
+                            d.cancel.clone(),
+                            d.lost.clone(),
+                        )
+                    })
+                    .collect(),
+                Err(_) => return,
+            };
+        for (id, claim, cancel, lost) in driving {
+            match self.store.renew(&id, &claim, self.lease_until()).await {
+                Ok(Lease::Held { cancel: true }) => cancel.cancel(),
+                Ok(Lease::Held { cancel: false }) => {}
+                Ok(Lease::Lost) => {
+                    if !lost.swap(true, Ordering::SeqCst) {
+                        tracing::warn!(run = %id, "the run is no longer this server's (its lease ran out and another server took it over): stopping it here");
+                    }
+                    cancel.cancel();
+                }
+                // The database is unreachable: the lease runs out by itself if this
+                // lasts; the run goes on meanwhile.
+                Err(e) => tracing::warn!(run = %id, "cannot renew the run's lease: {e}"),
+            }
+        }
+    }
+
+    /// Claims the runs whose lease ran out (their server stopped) and resumes them.
+    async fn take_over(self: &Arc<Self>) -> Result<()> {
+        let now = Utc::now().timestamp_millis();
+        for id in self.store.orphaned(now).await? {
+            if self.stopping.load(Ordering::SeqCst) {
+                break;
+            }
+            let Some(claim) = self
+                .store
+                .claim(&id, &self.instance, now, self.lease_until())
+                .await?
+            else {
+                continue; // another server was first
+            };
+            tracing::warn!(run = %id, attempt = claim.attempt, "taking over a run whose server stopped");
+            if let Err(e) = self.resume(&id, claim.clone()).await {
+                tracing::error!(run = %id, "cannot resume the run: {e}");
+                let why = format!(
+                    "the server driving the run stopped, and it could not be resumed: {}; nothing was published",
+                    e.message
+                );
+                let _ = self
+                    .store
+                    .finish_run(
+                        &id,
+                        &claim,
+                        RunStatus::Failed,
+                        Some(&why),
+                        None,
+                        &BTreeMap::new(),
+                    )
+                    .await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Goes on with a run another server (or this one, before a restart) drove: the
+    /// nodes it recorded as finished keep their result, a model whose output is
+    /// committed on the run's branch is done, every other node runs (again); a run
+    /// already published, or asked to cancel, just ends.
+    async fn resume(self: &Arc<Self>, id: &str, claim: Claim) -> Result<()> {
+        let (info, plan_json) = self.store.get(id).await?;
+        let (start, cancel) = self.store.resume_state(id).await?;
+        let finish = |status: RunStatus, error: Option<String>, merge: Option<String>| {
+            let envs = info.environments.clone();
+            let claim = claim.clone();
+            async move {
+                self.store
+                    .finish_run(
+                        id,
+                        &claim,
+                        status,
+                        error.as_deref(),
+                        merge.as_deref(),
+                        &envs,
+                    )
+                    .await
+                    .map(|_| ())
+            }
+        };
+        let Some(start) = start.and_then(|s| serde_json::from_str::<Resumable>(&s).ok()) else {
+            return finish(
+                RunStatus::Failed,
+                Some("the server driving the run stopped; a run an older lh server started cannot be resumed, nothing was published".into()),
+                None,
+            )
+            .await;
+        };
+        // Published before its server stopped: the merge is on the target.
+        if start.publish
+            && let Some(merge) = self.published(&info).await?
+        {
+            let _ = self.catalog.delete_branch(&info.run_branch, None).await;
+            return finish(RunStatus::Succeeded, None, Some(merge)).await;
+        }
+        if cancel {
+            return finish(
+                RunStatus::Cancelled,
+                Some("the run was cancelled; nothing was published".into()),
+                None,
+            )
+            .await;
+        }
+        if claim.attempt > MAX_CLAIMS {
+            return finish(
+                RunStatus::Failed,
+                Some(format!(
+                    "the servers driving the run stopped {} times while it ran; nothing was published (the run branch '{}' is kept)",
+                    claim.attempt - 1,
+                    info.run_branch
+                )),
+                None,
+            )
+            .await;
+        }
+        let head = match self.catalog.resolve(&info.run_branch).await {
+            Ok(r) => r.commit,
+            Err(e) if e.kind() == lh_catalog::ErrorKind::RefNotFound => {
+                return finish(
+                    RunStatus::Failed,
+                    Some(format!(
+                        "the server driving the run stopped and its branch '{}' is gone; nothing was published",
+                        info.run_branch
+                    )),
+                    None,
+                )
+                .await;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let input = self
+            .catalog
+            .resolve(&format!("@{}", info.input_commit))
+            .await?
+            .commit;
+        let plan: Plan = serde_json::from_str(&plan_json)
+            .map_err(|e| Error::internal(format!("the stored plan cannot be read: {e}")))?;
+        // Its code, from the warehouse when this server never had it.
+        self.code_path(&info.code_hash).await?;
+        let merger = self
+            .merger
+            .get()
+            .ok_or_else(|| Error::internal("the merger is not ready"))?;
+        let by = Identity {
+            access: merger.roles.access(&start.roles).await?,
+            user: start.user.clone(),
+            token_id: start.token_id.clone(),
+        };
+        // Each node's state: finished ones as recorded; a model whose output is on the
+        // run's branch (committed before its record) is done; the rest run.
+        let recorded: HashMap<&str, &RunNode> =
+            info.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let mut initial = vec![NodeStatus::Waiting; plan.nodes.len()];
+        let mut recovered = Vec::new();
+        for (i, node) in plan.nodes.iter().enumerate() {
+            let Some(rec) = recorded.get(node.name.as_str()) else {
+                continue;
+            };
+            if !matches!(rec.status, NodeStatus::Waiting | NodeStatus::Running) {
+                initial[i] = rec.status;
+                continue;
+            }
+            if let NodeKind::Model { .. } = node.kind {
+                let now = self.catalog.table_in(&head, &node.name).await?;
+                let before = self.catalog.table_in(&input, &node.name).await?;
+                if let Some(p) = now.filter(|p| Some(p) != before.as_ref()) {
+                    initial[i] = NodeStatus::Done;
+                    recovered.push((i, p));
+                }
+            }
+        }
+        let run_start = RunStart {
+            code_hash: info.code_hash.clone(),
+            target: info.target.clone(),
+            params: BTreeMap::new(),
+            by,
+            publish: start.publish,
+            expectations_only: false,
+            no_cache: info.no_cache,
+            strict: info.strict,
+            rerun_of: info.rerun_of.clone(),
+            input_commit: Some(info.input_commit.clone()),
+            reuse: start.reuse,
+            param_values: None,
+        };
+        let mut run = exec::Run::new(self.clone(), info, plan, run_start, claim.clone());
+        run.recover(initial, recovered).await;
+        self.drive(run, claim);
+        Ok(())
+    }
+
+    /// The merge commit by which run `info` was published on its target, if it was:
+    /// the target's first-parent history since the run began, searched for the commit
+    /// that names the run.
+    async fn published(&self, info: &RunInfo) -> Result<Option<String>> {
+        let since = info.created_at - chrono::Duration::minutes(5);
+        let mut query = lh_catalog::LogQuery {
+            limit: 100,
+            ..Default::default()
+        };
+        loop {
+            let page = self.catalog.log(&info.target, &query).await?;
+            for c in &page.commits {
+                if c.properties.get("lh.run") == Some(&info.id) && c.parents.len() == 2 {
+                    return Ok(Some(c.id.to_hex()));
+                }
+                if c.timestamp < since {
+                    return Ok(None);
+                }
+            }
+            match page.next_page_token {
+                Some(t) => query.page_token = Some(t),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// Runs `run` in the background as this server's, until it ends or is lost.
+    fn drive(self: &Arc<Self>, run: exec::Run, claim: Claim) {
+        let id = run.id().to_string();
+        let (cancel, lost) = (run.cancel.clone(), run.lost.clone());
+        if let Ok(mut r) = self.running.lock() {
+            r.insert(
+                id.clone(),
+                Driving {
+                    claim,
+                    cancel,
+                    lost,
+                },
+            );
+        }
+        let svc = self.clone();
+        tokio::spawn(async move {
+            run.execute().await;
+            if let Ok(mut r) = svc.running.lock() {
+                r.remove(&id);
+            }
+        });
+    }
+
+    /// The server stops: its runs are given up, each stopped here and its lease
+    /// released, so that another server sharing the catalog takes it over at once (or
+    /// this one, when it starts again).
+    pub async fn release_all(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let driving: Vec<(String, Claim, CancellationToken, Arc<AtomicBool>)> =
+            match self.running.lock() {
+                Ok(r) => r
+                    .iter()
+                    .map(|(id, d)| {
+                        (
+                            id.clone(),
+                            d.claim.clone(),
+                            d.cancel.clone(),
+                            d.lost.clone(),
+                        )
+                    })
+                    .collect(),
+                Err(_) => return,
+            };
+        for (id, claim, cancel, lost) in driving {
+            lost.store(true, Ordering::SeqCst);
+            cancel.cancel();
+            match self.store.release(&id, &claim).await {
+                Ok(()) => {
+                    tracing::info!(run = %id, "released the run for another server to take over")
+                }
+                Err(e) => {
+                    tracing::warn!(run = %id, "cannot release the run (its lease runs out by itself): {e}")
+                }
+            }
+        }
     }
 
     pub fn runtime(&self) -> &Arc<dyn Runtime> {
         &self.runtime
     }
 
-    /// Stores an uploaded project archive as a code snapshot.
+    /// Stores an uploaded project archive as a code snapshot, here and in the warehouse
+    /// (for the other servers: a run may be taken over, replayed or checked on any).
     pub async fn store_code(&self, tar: PathBuf) -> Result<String> {
         let code = self.code.clone();
-        tokio::task::spawn_blocking(move || code.store_tar(&tar))
+        let archive = tar.clone();
+        let hash = tokio::task::spawn_blocking(move || code.store_tar(&archive))
             .await
-            .map_err(|e| Error::internal(format!("code task failed: {e}")))?
+            .map_err(|e| Error::internal(format!("code task failed: {e}")))??;
+        self.tables
+            .warehouse
+            .share_own(&format!("code/{hash}.tar"), &tar)
+            .await?;
+        Ok(hash)
+    }
+
+    /// The folder of code snapshot `hash`: on this server's disk, or unpacked from the
+    /// warehouse's copy (stored by another server), checked against its hash.
+    pub(crate) async fn code_path(&self, hash: &str) -> Result<PathBuf> {
+        let missing = match self.code.path(hash) {
+            Ok(p) => return Ok(p),
+            Err(e) => e,
+        };
+        if hash.len() != 64 || !hash.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(missing);
+        }
+        let tmp = self
+            .code
+            .root()
+            .join(format!(".fetch-{}.tar", uuid::Uuid::new_v4().simple()));
+        let found = self
+            .tables
+            .warehouse
+            .fetch_own(&format!("code/{hash}.tar"), &tmp)
+            .await;
+        if !matches!(found, Ok(true)) {
+            let _ = std::fs::remove_file(&tmp);
+            return match found {
+                Err(e) => Err(e),
+                _ => Err(missing),
+            };
+        }
+        let code = self.code.clone();
+        let archive = tmp.clone();
+        let stored = tokio::task::spawn_blocking(move || code.store_tar(&archive))
+            .await
+            .map_err(|e| Error::internal(format!("code task failed: {e}")));
+        let _ = std::fs::remove_file(&tmp);
+        let stored = stored??;
+        if stored != hash {
+            return Err(Error::internal(format!(
+                "the warehouse's copy of code snapshot {hash} holds other files ({stored})"
+            )));
+        }
+        self.code.path(hash)
     }
 
     async fn planner_plan(
@@ -237,7 +632,7 @@ impl RunService {
         at: &str,
         params: &BTreeMap<String, String>,
     ) -> Result<Plan> {
-        let root = self.code.path(code_hash)?;
+        let root = self.code_path(code_hash).await?;
         let planner = Planner {
             tables: &self.tables,
             queries: &self.queries,
@@ -293,9 +688,6 @@ impl RunService {
         }
         let id = uuid::Uuid::now_v7().simple().to_string();
         let run_branch = format!("{}{id}", crate::tables::RUN_BRANCHES);
-        self.catalog
-            .create_branch(&run_branch, &format!("@{}", input.id))
-            .await?;
         let nodes: Vec<RunNode> = plan
             .order
             .iter()
@@ -341,22 +733,45 @@ impl RunService {
             nodes,
         };
         let plan_json = serde_json::to_string(&plan).map_err(|e| Error::internal(e.to_string()))?;
-        if let Err(e) = self.store.insert_run(&info, &plan_json).await {
-            let _ = self.catalog.delete_branch(&run_branch, None).await;
-            return Err(e);
+        let resumable = serde_json::to_string(&Resumable {
+            user: start.by.user.clone(),
+            roles: start.by.access.roles.clone(),
+            token_id: start.by.token_id.clone(),
+            publish: start.publish,
+            reuse: start.reuse.clone(),
+        })
+        .map_err(|e| Error::internal(e.to_string()))?;
+        let claim = Claim {
+            owner: self.instance.clone(),
+            attempt: 1,
+        };
+        // Recorded first, then its branch: a server stopping in between leaves a run
+        // that the server taking it over fails (its branch missing), never a branch
+        // that no run record names.
+        self.store
+            .insert_run(&info, &plan_json, &resumable, &claim, self.lease_until())
+            .await?;
+        if let Err(e) = self
+            .catalog
+            .create_branch(&run_branch, &format!("@{}", input.id))
+            .await
+        {
+            let why = format!("cannot create the run's branch: {e}; nothing ran");
+            let _ = self
+                .store
+                .finish_run(
+                    &id,
+                    &claim,
+                    RunStatus::Failed,
+                    Some(&why),
+                    None,
+                    &BTreeMap::new(),
+                )
+                .await;
+            return Err(e.into());
         }
-        let cancel = CancellationToken::new();
-        if let Ok(mut r) = self.running.lock() {
-            r.insert(id.clone(), cancel.clone());
-        }
-        let svc = self.clone();
-        let run = exec::Run::new(svc.clone(), info.clone(), plan, start, cancel);
-        tokio::spawn(async move {
-            run.execute().await;
-            if let Ok(mut r) = svc.running.lock() {
-                r.remove(&id);
-            }
-        });
+        let run = exec::Run::new(self.clone(), info.clone(), plan, start, claim.clone());
+        self.drive(run, claim);
         Ok(info)
     }
 
@@ -377,10 +792,23 @@ impl RunService {
     /// Stops a running run: no node starts, running ones are stopped, nothing publishes.
     pub async fn cancel(&self, id: &str) -> Result<RunInfo> {
         let id = self.store.resolve_id(id).await?;
-        let token = self.running.lock().ok().and_then(|r| r.get(&id).cloned());
-        match token {
-            Some(t) => t.cancel(),
-            None => {
+        let token = self
+            .running
+            .lock()
+            .ok()
+            .and_then(|r| r.get(&id).map(|d| d.cancel.clone()));
+        // Driven here: stopped at once; driven by another server (or by none, until one
+        // takes it over): it sees the request at its next heartbeat.
+        let asked = match token {
+            Some(t) => {
+                t.cancel();
+                true
+            }
+            None => self.store.request_cancel(&id).await?,
+        };
+        match asked {
+            true => {}
+            false => {
                 let run = self.store.get(&id).await?.0;
                 return Err(Error::new(
                     Kind::Conflict,
@@ -394,7 +822,8 @@ impl RunService {
             }
         }
         // Wait (briefly) for the run to record the end.
-        for _ in 0..100 {
+        let tries = 100 + 2 * self.config.lease.as_millis() as usize / 50;
+        for _ in 0..tries {
             let run = self.store.get(&id).await?.0;
             if run.status.is_final() {
                 return Ok(run);
@@ -454,11 +883,30 @@ impl RunService {
     /// recently while the cache is above its size.
     async fn sweep_code_and_environments(&self) -> Result<()> {
         let keep = self.store.code_hashes().await?;
+        let grace = Duration::from_secs(24 * 3600);
+        // The warehouse's copies first (any server of the warehouse may do it).
+        let shared: Vec<String> = self
+            .tables
+            .warehouse
+            .list_own("code/")
+            .await?
+            .into_iter()
+            .filter(|(key, at)| {
+                let hash = key
+                    .strip_prefix("code/")
+                    .and_then(|k| k.strip_suffix(".tar"))
+                    .unwrap_or("");
+                hash.len() == 64 && !keep.contains(hash) && at.elapsed().is_ok_and(|a| a > grace)
+            })
+            .map(|(k, _)| k)
+            .collect();
+        if !shared.is_empty() {
+            self.tables.warehouse.remove_own(&shared).await?;
+        }
         let code = self.code.clone();
-        let removed =
-            tokio::task::spawn_blocking(move || code.sweep(&keep, Duration::from_secs(24 * 3600)))
-                .await
-                .map_err(|e| Error::internal(format!("sweep task failed: {e}")))?;
+        let removed = tokio::task::spawn_blocking(move || code.sweep(&keep, grace))
+            .await
+            .map_err(|e| Error::internal(format!("sweep task failed: {e}")))?;
         if removed > 0 {
             tracing::info!(
                 snapshots = removed,
@@ -491,6 +939,16 @@ impl RunService {
         }
         Ok(())
     }
+}
+
+/// This machine's name, for the instance id of run leases.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "lh".into())
 }
 
 fn short(id: &str) -> &str {

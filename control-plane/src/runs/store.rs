@@ -26,6 +26,24 @@ fn time(v: Option<i64>) -> Option<DateTime<Utc>> {
     v.and_then(DateTime::from_timestamp_micros)
 }
 
+/// The right to drive a run: the server's instance and the number of the claim (a
+/// run taken over is claimed again, with the next number). Every record a driver makes
+/// names its claim, so a server that lost its run records nothing more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub owner: String,
+    pub attempt: i64,
+}
+
+/// What a heartbeat finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    /// Still this server's; `cancel`: someone asked to cancel it.
+    Held { cancel: bool },
+    /// Another server took it over, or it ended.
+    Lost,
+}
+
 /// A node as the executor records it.
 #[derive(Debug, Clone)]
 pub struct NodeRecord {
@@ -90,10 +108,19 @@ impl RunStore {
         RunStore { pool }
     }
 
-    pub async fn insert_run(&self, run: &RunInfo, plan_json: &str) -> Result<()> {
+    /// Records a new run, claimed by `claim` until `lease_until` (Unix ms); `start` is
+    /// what a server taking it over needs to resume it (JSON).
+    pub async fn insert_run(
+        &self,
+        run: &RunInfo,
+        plan_json: &str,
+        start: &str,
+        claim: &Claim,
+        lease_until: i64,
+    ) -> Result<()> {
         sqlx::query(
-            "INSERT INTO lh_runs (id, project, author, target, run_branch, code_hash, input_commit, params, plan, no_cache, strict, status, error, merge_commit, environments, rerun_of, created_at, finished_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+            "INSERT INTO lh_runs (id, project, author, target, run_branch, code_hash, input_commit, params, plan, no_cache, strict, status, error, merge_commit, environments, rerun_of, created_at, finished_at, start, owner, attempt, lease_until)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
         )
         .bind(&run.id)
         .bind(&run.project)
@@ -113,6 +140,10 @@ impl RunStore {
         .bind(run.rerun_of.clone())
         .bind(micros(run.created_at))
         .bind(run.finished_at.map(micros))
+        .bind(start)
+        .bind(&claim.owner)
+        .bind(claim.attempt)
+        .bind(lease_until)
         .execute(&self.pool)
         .await
         .map_err(db)?;
@@ -161,11 +192,13 @@ impl RunStore {
         Ok(())
     }
 
-    /// Records a node's new state.
-    pub async fn update_node(&self, run: &str, n: &NodeRecord) -> Result<()> {
+    /// Records a node's new state, if `claim` still drives its run (a server that lost
+    /// its run to another records nothing more).
+    pub async fn update_node(&self, run: &str, claim: &Claim, n: &NodeRecord) -> Result<()> {
         sqlx::query(
             "UPDATE lh_run_nodes SET status = $1, started_at = $2, finished_at = $3, rows_written = $4, cached = $5, fingerprint = $6, output = $7, error = $8, traceback = $9, detail = $10, log = $11, cache_reason = $12
-             WHERE run_id = $13 AND node = $14",
+             WHERE run_id = $13 AND node = $14
+               AND EXISTS (SELECT 1 FROM lh_runs r WHERE r.id = $13 AND r.owner = $15 AND r.attempt = $16)",
         )
         .bind(n.status.as_str())
         .bind(n.started_at.map(micros))
@@ -181,23 +214,27 @@ impl RunStore {
         .bind(n.reason.clone())
         .bind(run)
         .bind(&n.name)
+        .bind(&claim.owner)
+        .bind(claim.attempt)
         .execute(&self.pool)
         .await
         .map_err(db)?;
         Ok(())
     }
 
-    /// Records how a run ended.
+    /// Records how a run ended, if `claim` still drives it; whether it did.
     pub async fn finish_run(
         &self,
         id: &str,
+        claim: &Claim,
         status: RunStatus,
         error: Option<&str>,
         merge_commit: Option<&str>,
         environments: &BTreeMap<String, String>,
-    ) -> Result<()> {
-        sqlx::query(
-            "UPDATE lh_runs SET status = $1, error = $2, merge_commit = $3, environments = $4, finished_at = $5 WHERE id = $6",
+    ) -> Result<bool> {
+        let r = sqlx::query(
+            "UPDATE lh_runs SET status = $1, error = $2, merge_commit = $3, environments = $4, finished_at = $5, lease_until = 0
+             WHERE id = $6 AND owner = $7 AND attempt = $8 AND status = 'running'",
         )
         .bind(status.as_str())
         .bind(error.map(String::from))
@@ -205,10 +242,111 @@ impl RunStore {
         .bind(serde_json::to_string(environments).unwrap_or_default())
         .bind(micros(Utc::now()))
         .bind(id)
+        .bind(&claim.owner)
+        .bind(claim.attempt)
+        .execute(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    /// Renews `claim`'s lease on a running run until `until` (Unix ms): whether it still
+    /// holds it, and whether someone asked for the run's cancellation.
+    pub async fn renew(&self, id: &str, claim: &Claim, until: i64) -> Result<Lease> {
+        let row = sqlx::query(
+            "UPDATE lh_runs SET lease_until = $1 WHERE id = $2 AND owner = $3 AND attempt = $4 AND status = 'running'
+             RETURNING cancel_requested",
+        )
+        .bind(until)
+        .bind(id)
+        .bind(&claim.owner)
+        .bind(claim.attempt)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(match row {
+            Some(r) => Lease::Held {
+                cancel: r.get::<i64, _>(0) != 0,
+            },
+            None => Lease::Lost,
+        })
+    }
+
+    /// Gives a run's lease up (a server stopping): another server takes it at once.
+    pub async fn release(&self, id: &str, claim: &Claim) -> Result<()> {
+        sqlx::query(
+            "UPDATE lh_runs SET lease_until = 0 WHERE id = $1 AND owner = $2 AND attempt = $3 AND status = 'running'",
+        )
+        .bind(id)
+        .bind(&claim.owner)
+        .bind(claim.attempt)
         .execute(&self.pool)
         .await
         .map_err(db)?;
         Ok(())
+    }
+
+    /// Running runs whose lease ran out before `now` (Unix ms): their server stopped.
+    pub async fn orphaned(&self, now: i64) -> Result<Vec<String>> {
+        let rows = sqlx::query(
+            "SELECT id FROM lh_runs WHERE status = 'running' AND lease_until < $1 ORDER BY created_at",
+        )
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Claims an orphaned run for `owner` until `until`: the claim, if this server won
+    /// it (the lease still ran out, no other server claimed it first).
+    pub async fn claim(
+        &self,
+        id: &str,
+        owner: &str,
+        now: i64,
+        until: i64,
+    ) -> Result<Option<Claim>> {
+        let row = sqlx::query(
+            "UPDATE lh_runs SET owner = $1, lease_until = $2, attempt = attempt + 1
+             WHERE id = $3 AND status = 'running' AND lease_until < $4
+             RETURNING attempt",
+        )
+        .bind(owner)
+        .bind(until)
+        .bind(id)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(row.map(|r| Claim {
+            owner: owner.to_string(),
+            attempt: r.get(0),
+        }))
+    }
+
+    /// What resuming a run needs besides its record: how it was started (JSON, none
+    /// for a run of an older server) and whether its cancellation was asked for.
+    pub async fn resume_state(&self, id: &str) -> Result<(Option<String>, bool)> {
+        let row = sqlx::query("SELECT start, cancel_requested FROM lh_runs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db)?;
+        Ok((row.get(0), row.get::<i64, _>(1) != 0))
+    }
+
+    /// Asks for a running run's cancellation (its driver, on any server, sees it at its
+    /// next heartbeat); whether it was running.
+    pub async fn request_cancel(&self, id: &str) -> Result<bool> {
+        let r = sqlx::query(
+            "UPDATE lh_runs SET cancel_requested = 1 WHERE id = $1 AND status = 'running'",
+        )
+        .bind(id)
+        .execute(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(r.rows_affected() == 1)
     }
 
     /// The full id of the run `prefix` names (a unique prefix of 8 characters or more).
@@ -349,22 +487,6 @@ impl RunStore {
             out.push(self.get(&r.get::<String, _>(0)).await?.0);
         }
         Ok(out)
-    }
-
-    /// Runs left `running` by a server that stopped: they failed.
-    pub async fn fail_interrupted(&self) -> Result<u64> {
-        let r = sqlx::query("UPDATE lh_runs SET status = 'failed', error = 'the server stopped during the run', finished_at = $1 WHERE status = 'running'")
-            .bind(micros(Utc::now()))
-            .execute(&self.pool)
-            .await
-            .map_err(db)?;
-        sqlx::query(
-            "UPDATE lh_run_nodes SET status = 'skipped' WHERE status IN ('waiting', 'running')",
-        )
-        .execute(&self.pool)
-        .await
-        .map_err(db)?;
-        Ok(r.rows_affected())
     }
 
     /// Finished runs older than `before` whose branches may still exist.

@@ -12,6 +12,7 @@ pub mod commit;
 pub mod files;
 pub mod gc;
 pub mod snapshot;
+pub mod staging;
 pub mod stats;
 pub mod types;
 pub mod write;

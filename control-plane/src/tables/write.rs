@@ -10,7 +10,7 @@
 //! removed and the branch is untouched.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -985,9 +985,4 @@ fn bind_params(
         }
     }
     Ok(())
-}
-
-/// The folder an upload lives in.
-pub fn upload_dir(uploads: &Path, id: &str) -> PathBuf {
-    uploads.join(id)
 }

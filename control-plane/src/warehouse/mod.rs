@@ -12,6 +12,7 @@
 
 pub mod cache;
 pub mod io;
+pub mod own;
 pub mod s3;
 
 use std::fs::File;

@@ -1,0 +1,323 @@
+//! A team's deployment: two `lh server` processes on one PostgreSQL catalog and one
+//! warehouse, requests sent to either (no sticky sessions), and servers killed while
+//! they drive runs.
+
+use std::time::{Duration, Instant};
+
+use lh_e2e::{Lh, Server};
+use serde_json::{Value, json};
+
+use crate::runs::{env_cache, node, project};
+
+const PROJECT: &str =
+    "name: trial\nnamespace: t\npython: \"3.11\"\nparameters:\n  trial: {type: int, default: 0}\n";
+
+/// A pipeline that takes about three seconds: a Python model, an appending Python
+/// model (published twice, it would hold its rows twice), a SQL model and an
+/// expectation.
+const MODELS: &str = r#"
+import time
+import lh
+import pyarrow as pa
+import pyarrow.compute as pc
+
+@lh.model()
+def base(t=lh.Model("raw.t"), trial=lh.Parameter("trial")):
+    time.sleep(1.0)
+    return t.append_column("trial", pa.array([trial] * t.num_rows, pa.int64()))
+
+@lh.model(materialize="append")
+def history(base=lh.Model("base")):
+    time.sleep(1.0)
+    return base
+
+@lh.expectation()
+def all_rows(base=lh.Model("base", columns=["id"])):
+    return base.num_rows == 100
+"#;
+
+fn team(extra: &[&str]) -> Server {
+    let cache = env_cache();
+    let mut args = vec![
+        "--env-cache",
+        cache.as_str(),
+        "--runtime",
+        "process",
+        "--run-lease",
+        "2s",
+    ];
+    args.extend_from_slice(extra);
+    Server::team(&args, &[])
+}
+
+fn seed(lh: &Lh) {
+    let mut csv = String::from("id,v\n");
+    for i in 0..100 {
+        csv.push_str(&format!("{i},{}\n", i * 3));
+    }
+    let f = lh.file("t.csv", &csv);
+    lh.run(&["table", "import", "raw.t", f.to_str().unwrap()])
+        .ok();
+}
+
+fn show(lh: &Lh, id: &str) -> Value {
+    serde_json::from_str(lh.run(&["runs", "show", id, "-o", "json"]).ok()).unwrap()
+}
+
+/// Waits (at most `limit`) for run `id` to end; its record.
+fn wait_end(lh: &Lh, id: &str, limit: Duration) -> Value {
+    let start = Instant::now();
+    loop {
+        let r = show(lh, id);
+        if r["status"] != "running" {
+            return r;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "run {id} still running after {limit:?}: {r:#}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The commits of `main` that publish run `id`.
+fn publishes(lh: &Lh, id: &str) -> usize {
+    let log: Value =
+        serde_json::from_str(lh.run(&["log", "main", "-n", "1000", "-o", "json"]).ok()).unwrap();
+    log.as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["properties"]["lh.run"] == id)
+        .count()
+}
+
+fn http(server: &Server) -> ureq::Agent {
+    let _ = server;
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// An upload taken by one server is imported by the other; a run started on one is
+/// cancelled from the other; a run's code reaches a server that never saw it (a replay
+/// there); a third server with another secret key refuses to start.
+#[test]
+fn two_servers_serve_one_team_without_sticky_sessions() {
+    let server = team(&[]);
+    let (a, b) = (server.lh_on(0), server.lh_on(1));
+    let urls = server.urls();
+    let auth = format!("Bearer {}", server.token());
+    let agent = http(&server);
+
+    // Upload to the first, import on the second.
+    let mut resp = agent
+        .post(&format!("{}/api/v1/uploads?name=o.csv", urls[0]))
+        .header("Authorization", &auth)
+        .send("id,amount\n1,10\n2,20\n3,30\n")
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let up: Value = resp.body_mut().read_json().unwrap();
+    let mut resp = agent
+        .post(&format!("{}/api/v1/tables/raw.orders/import", urls[1]))
+        .header("Authorization", &auth)
+        .send_json(json!({"ref": "main", "mode": "create", "uploads": [up["id"]]}))
+        .unwrap();
+    let body = resp.body_mut().read_to_string().unwrap();
+    assert_eq!(resp.status(), 200, "{body}");
+    assert_eq!(
+        a.rows("select sum(amount) as s from raw.orders", "main")[0]["s"],
+        60
+    );
+    // The upload is gone once imported, on every server.
+    let mut resp = agent
+        .post(&format!("{}/api/v1/tables/raw.again/import", urls[0]))
+        .header("Authorization", &auth)
+        .send_json(json!({"ref": "main", "mode": "create", "uploads": [up["id"]]}))
+        .unwrap();
+    assert_eq!(
+        resp.status(),
+        404,
+        "{}",
+        resp.body_mut().read_to_string().unwrap()
+    );
+
+    // A run started on the first, cancelled from the second.
+    seed(&a);
+    let dir = project(
+        &a,
+        "slow",
+        &[
+            ("lh_project.yml", PROJECT),
+            (
+                "models.py",
+                "import time\nimport lh\n\n@lh.model()\ndef slow(t=lh.Model(\"raw.t\")):\n    time.sleep(120)\n    return t\n",
+            ),
+        ],
+    );
+    let before = a.head("main");
+    let id = crate::runs::start_until_running(&a, &dir);
+    let out = b.run(&["runs", "cancel", &id[..12]]);
+    out.ok();
+    let r = wait_end(&b, &id, Duration::from_secs(30));
+    assert_eq!(r["status"], "cancelled", "{r:#}");
+    assert_eq!(a.head("main"), before);
+
+    // A run on the first, replayed on the second (which unpacks its code from the
+    // warehouse).
+    let dir = project(
+        &a,
+        "p",
+        &[("lh_project.yml", PROJECT), ("models.py", MODELS)],
+    );
+    let run = a.run(&["run", dir.to_str().unwrap(), "-o", "json"]);
+    let first: Value =
+        serde_json::from_str(&run.stdout).unwrap_or_else(|_| panic!("{}", run.stderr));
+    assert_eq!(first["status"], "succeeded", "{first:#}");
+    let id = first["id"].as_str().unwrap();
+    let again = b.run(&["rerun", &id[..12], "-o", "json"]);
+    let again: Value =
+        serde_json::from_str(&again.stdout).unwrap_or_else(|_| panic!("{}", again.stderr));
+    assert_eq!(again["status"], "succeeded", "{again:#}");
+    assert_eq!(again["code_hash"], first["code_hash"]);
+    assert_eq!(node(&again, "t.base")["status"], "cached");
+
+    // A server with a key of its own would seal secrets no other can open.
+    let catalog = server.catalog_url().expect("a PostgreSQL catalog");
+    let other = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(lh_e2e::lh_bin())
+        .args(["server", "--bind", "127.0.0.1:0", "--data-dir"])
+        .arg(other.path().join("data"))
+        .args(["--catalog", &catalog, "--runtime", "process"])
+        .env("LH_HOME", other.path().join("home"))
+        .env_remove("LH_SECRET_KEY")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("is not the one the servers of this catalog seal secrets with"),
+        "{err}"
+    );
+}
+
+/// A small deterministic generator of the kill delays (the seed is in the failure
+/// message, to replay a trial).
+fn next(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+/// The server driving a run is killed with SIGKILL at a random moment (while planning,
+/// mid-node, between outputs and publish, mid-merge), trial after trial: the other
+/// server takes the run over once its lease runs out, and every run ends published
+/// exactly once (its appended rows once) or not at all with `main` untouched by it.
+#[test]
+fn a_run_survives_the_server_driving_it_being_killed() {
+    let mut server = team(&[]);
+    seed(&server.lh_on(0));
+    let dir = project(
+        &server.lh_on(0),
+        "p",
+        &[("lh_project.yml", PROJECT), ("models.py", MODELS)],
+    );
+    let d = dir.to_str().unwrap().to_string();
+    // Warm: the environment is built once, before the trials.
+    let warm = server.lh_on(0).run(&["run", &d, "--param", "trial=0"]);
+    warm.ok();
+    let mut rng: u64 = std::env::var("LH_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x9e37_79b9_7f4a_7c15);
+    let seed0 = rng;
+    let trials = 12;
+    let mut published = 0;
+    let mut failed = 0;
+    let mut never_started = 0;
+    let mut taken_over = 0;
+    for trial in 1..=trials {
+        let driver = trial % 2;
+        let (lh, other) = (server.lh_on(driver), server.lh_on(1 - driver));
+        let before = other.head("main");
+        // Up to 4 s: the run takes about 3 s after its plan.
+        let delay = Duration::from_millis(next(&mut rng) % 4000);
+        let mut cmd = lh.command(&["run", &d, "--detach", "--param", &format!("trial={trial}")]);
+        let child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        server.kill_one(driver);
+        let out = child.wait_with_output().unwrap();
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let context = format!("trial {trial} (seed {seed0}), killed after {delay:?}");
+        if !out.status.success() {
+            // Killed before the run was recorded: nothing of it anywhere.
+            never_started += 1;
+            assert_eq!(other.head("main"), before, "{context}");
+        } else {
+            assert_eq!(id.len(), 32, "{context}: {}", id);
+            // Taken over within the lease (2 s) and finished.
+            let r = wait_end(&other, &id, Duration::from_secs(90));
+            let rows = other.rows(
+                &format!("select count(*) as n from t.history where trial = {trial}"),
+                "main",
+            )[0]["n"]
+                .as_i64()
+                .unwrap();
+            match r["status"].as_str() {
+                Some("succeeded") => {
+                    published += 1;
+                    assert_eq!(publishes(&other, &id), 1, "{context}: {r:#}");
+                    assert_eq!(rows, 100, "{context}: the appended rows, once");
+                    assert!(r["merge_commit"].is_string(), "{context}: {r:#}");
+                }
+                _ => {
+                    failed += 1;
+                    assert_eq!(publishes(&other, &id), 0, "{context}: {r:#}");
+                    assert_eq!(rows, 0, "{context}: {r:#}");
+                    assert!(r["error"].is_string(), "{context}: {r:#}");
+                }
+            }
+            let took = server
+                .log()
+                .lines()
+                .any(|l| l.contains("taking over a run") && l.contains(&id));
+            taken_over += took as usize;
+            eprintln!("{context}: {}, taken over: {took}", r["status"]);
+            // The run's branch is gone once published; kept (until its TTL) otherwise.
+            let branches = other.run(&["branch", "ls"]).ok().to_string();
+            assert_eq!(
+                branches.contains(&format!("run/{id}")),
+                r["status"] != "succeeded",
+                "{context}: {branches}"
+            );
+        }
+        server.restart_one(driver);
+    }
+    eprintln!(
+        "{trials} trials: {published} published, {failed} failed, {never_started} killed before the run was recorded, {taken_over} taken over"
+    );
+    assert!(
+        taken_over >= 2,
+        "most kills should land while the run is going"
+    );
+    assert!(
+        published >= trials / 2,
+        "runs taken over should mostly publish"
+    );
+    // Every ref is whole: every object reachable from every ref reads and checks.
+    let fsck = std::process::Command::new(lh_e2e::lh_bin().with_file_name("lh-catalog-tool"))
+        .args(["fsck", &server.catalog_url().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        fsck.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&fsck.stdout),
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+}

@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Services the tests need, started (and installed) on demand; prints `export` lines.
 SERVICES = eval "$$(scripts/services.sh postgres python java bubblewrap docker s3 garage)"
 
-.PHONY: libduckdb build test check fmt bench bench-s3 bench-auth bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest openapi demo images
+.PHONY: libduckdb build test check fmt bench bench-s3 bench-auth bench-team bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest openapi demo images
 
 ## DuckDB's official shared library, which the build links (see scripts/libduckdb.sh).
 libduckdb:
@@ -41,7 +41,13 @@ fmt:
 	$(CARGO) fmt --all
 
 ## Every benchmark of BENCHMARKS.md (long: the catalog runs alone take about an hour).
-bench: bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest bench-s3 bench-auth
+bench: bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest bench-s3 bench-auth bench-team
+
+## Two servers on one PostgreSQL: commits/s with one and two, and the take-over of a run.
+bench-team: libduckdb
+	eval "$$(scripts/services.sh postgres python bubblewrap)" && \
+	$(CARGO) build -q -p lh-cli -p lh-control-plane -p lh-bench --bins && \
+	$(CARGO) run -q -p lh-bench --bin team-bench -- $(TEAM_BENCH_ARGS)
 
 ## The cost of authentication per request: tokens against --no-auth, in one run.
 bench-auth: libduckdb

@@ -45,6 +45,8 @@ postgres() {
     # A password for TCP logins on loopback (the default pg_hba asks for one).
     as_root su postgres -c "psql -q -p $port -c \"ALTER USER postgres PASSWORD 'postgres'\"" >&2
     echo "export LH_TEST_POSTGRES_URL=postgres://postgres:postgres@127.0.0.1:$port/postgres"
+    # The server binaries, for tests that run (and restart) a PostgreSQL of their own.
+    echo "export LH_TEST_POSTGRES_BIN=/usr/lib/postgresql/$ver/bin"
 }
 
 # A virtualenv with the Python packages of scripts/python-requirements.txt (pyiceberg,

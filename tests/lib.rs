@@ -382,6 +382,15 @@ impl Server {
         let _ = child.wait();
     }
 
+    /// Waits for server `i` to exit (after a signal the test sent it).
+    pub fn wait_one(&mut self, i: usize) {
+        let child = match i {
+            0 => &mut self.child,
+            _ => &mut self.peer.as_mut().expect("a second server").child,
+        };
+        let _ = child.wait();
+    }
+
     /// Starts server `i` again on its data directory (after `kill_one`), on a new port.
     pub fn restart_one(&mut self, i: usize) {
         match i {
@@ -789,4 +798,107 @@ pub fn redact(text: &str, temp: &Path) -> String {
     static PADDING: OnceLock<Regex> = OnceLock::new();
     let padding = PADDING.get_or_init(|| Regex::new(r"([^ \n]) {2,}").unwrap());
     padding.replace_all(&s, "$1  ").into_owned()
+}
+
+/// A PostgreSQL server of a test's own (initdb in a temporary folder, on a free loopback
+/// port, run as the `postgres` user), which the test may restart or stop: the shared
+/// test server must not be. Stopped when dropped. Needs `LH_TEST_POSTGRES_BIN`
+/// (`scripts/services.sh postgres` prints it); missing, the test fails.
+pub struct OwnPostgres {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    pub port: u16,
+}
+
+impl OwnPostgres {
+    pub fn start() -> OwnPostgres {
+        let bin = PathBuf::from(std::env::var("LH_TEST_POSTGRES_BIN").unwrap_or_else(|_| {
+            panic!(
+                "LH_TEST_POSTGRES_BIN is not set: `scripts/services.sh postgres` prints it (make test does)"
+            )
+        }));
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let status = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(dir.path())
+            .status()
+            .expect("chown");
+        assert!(
+            status.success(),
+            "cannot give {} to postgres",
+            dir.path().display()
+        );
+        let pg = OwnPostgres { dir, bin, port };
+        pg.as_postgres(&[
+            pg.bin.join("initdb").to_str().unwrap(),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-D",
+            pg.data().to_str().unwrap(),
+        ]);
+        pg.ctl(&["start", "-w"]);
+        pg
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("pg")
+    }
+
+    fn as_postgres(&self, args: &[&str]) {
+        let out = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .args(args)
+            .output()
+            .expect("runuser");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// `pg_ctl` with this server's folder, port and socket folder.
+    pub fn ctl(&self, args: &[&str]) {
+        let options = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -k {}",
+            self.port,
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("pg.log");
+        let mut all = vec![
+            self.bin.join("pg_ctl").display().to_string(),
+            "-D".into(),
+            self.data().display().to_string(),
+            "-l".into(),
+            log.display().to_string(),
+            "-o".into(),
+            options,
+        ];
+        all.extend(args.iter().map(|a| a.to_string()));
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        self.as_postgres(&refs);
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        let _ = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.data())
+            .args(["stop", "-m", "immediate"])
+            .output();
+    }
 }

@@ -178,6 +178,20 @@ impl Server {
             .ok_or_else(|| anyhow::anyhow!("no admin token in {}", path.display()))
     }
 
+    /// Kills the server with SIGKILL, as a crash would, and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Stops the server with SIGTERM (a clean stop) and waits for it.
+    pub fn terminate(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+
     /// The `lh` CLI pointed at this server.
     pub fn lh(&self, lh: &std::path::Path, args: &[&str]) -> std::process::Command {
         let mut c = std::process::Command::new(lh);

@@ -79,9 +79,21 @@ pub fn time(ms: i64) -> String {
 
 /// A failed query of the server's tables.
 pub fn failed(what: &str, e: sqlx::Error) -> Error {
-    Error::new(
+    let lost = matches!(
+        e,
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
+    );
+    let err = Error::new(
         Kind::Unavailable,
         Code::Storage,
         format!("{what} failed: {e}"),
-    )
+    );
+    if lost {
+        // The pool connects again on the next request: a restart of the database
+        // costs the requests it cut, not the server.
+        return err.with_hint(
+            "the server lost its connection to the database (restarted or unreachable); try again once it answers",
+        );
+    }
+    err
 }

@@ -285,6 +285,10 @@ impl From<lh_catalog::Error> for Error {
             )),
             K::Conflict => Some("read the tables again and retry on the new state".to_string()),
             K::Contention => Some("retry".to_string()),
+            K::Storage => Some(
+                "the catalog's database failed or could not be reached (the server log has the details); try again once it answers"
+                    .to_string(),
+            ),
             _ => None,
         };
         let conflicts = e

@@ -351,6 +351,20 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
     let _ = runs.merger.set(merger.clone());
     let secrets = Arc::new(crate::auth::secrets::Secrets::new(db.clone(), key.clone()));
     let _ = runs.secrets.set(secrets.clone());
+    // Whole now: runs of stopped servers may be taken over.
+    runs.begin();
+    // Uploads never used, swept now and then (by every server; any may).
+    {
+        let (uploads, tables) = (uploads.clone(), tables.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                uploads
+                    .sweep(&tables.warehouse, Duration::from_secs(24 * 3600))
+                    .await;
+            }
+        });
+    }
     Ok(AppState {
         secrets,
         merger,

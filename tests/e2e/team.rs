@@ -210,10 +210,60 @@ fn next(seed: &mut u64) -> u64 {
     *seed
 }
 
-/// The server driving a run is killed with SIGKILL at a random moment (while planning,
-/// mid-node, between outputs and publish, mid-merge), trial after trial: the other
-/// server takes the run over once its lease runs out, and every run ends published
-/// exactly once (its appended rows once) or not at all with `main` untouched by it.
+/// How a trial stops the server driving a run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    /// SIGKILL, as a crash.
+    Kill,
+    /// SIGSTOP for longer than the lease, then SIGCONT: a server that comes back
+    /// after another took its run over must stop, and write and publish nothing.
+    Pause,
+    /// SIGTERM: a clean stop gives its runs back at once.
+    Term,
+}
+
+/// Checks how run `id` of trial `trial` ended, seen from `lh`: published exactly once
+/// (its appended rows once) or not at all; true when it was published.
+fn check_end(lh: &Lh, id: &str, trial: usize, context: &str) -> (bool, Value) {
+    let r = wait_end(lh, id, Duration::from_secs(90));
+    let rows = lh.rows(
+        &format!("select count(*) as n from t.history where trial = {trial}"),
+        "main",
+    )[0]["n"]
+        .as_i64()
+        .unwrap();
+    let published = r["status"] == "succeeded";
+    if published {
+        assert_eq!(publishes(lh, id), 1, "{context}: {r:#}");
+        assert_eq!(rows, 100, "{context}: the appended rows, once: {r:#}");
+        assert!(r["merge_commit"].is_string(), "{context}: {r:#}");
+    } else {
+        assert_eq!(publishes(lh, id), 0, "{context}: {r:#}");
+        assert_eq!(rows, 0, "{context}: {r:#}");
+        assert!(r["error"].is_string(), "{context}: {r:#}");
+    }
+    // No node is left running in a run that ended.
+    for n in r["nodes"].as_array().unwrap() {
+        assert!(
+            n["status"] != "running" && n["status"] != "waiting",
+            "{context}: {r:#}"
+        );
+    }
+    // The run's branch is gone once published; kept (until its TTL) otherwise.
+    let branches = lh.run(&["branch", "ls"]).ok().to_string();
+    assert_eq!(
+        branches.contains(&format!("run/{id}")),
+        !published,
+        "{context}: {branches}"
+    );
+    (published, r)
+}
+
+/// The server driving a run is stopped at a random moment (while planning, mid-node,
+/// between outputs and publish, mid-merge) by SIGKILL, SIGSTOP beyond its lease, or
+/// SIGTERM, trial after trial: the other server takes the run over, and every run ends
+/// published exactly once (its appended rows once) or not at all with `main` untouched
+/// by it.
 #[test]
 fn a_run_survives_the_server_driving_it_being_killed() {
     let mut server = team(&[]);
@@ -232,15 +282,14 @@ fn a_run_survives_the_server_driving_it_being_killed() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x9e37_79b9_7f4a_7c15);
     let seed0 = rng;
+    let faults = [Fault::Kill, Fault::Pause, Fault::Kill, Fault::Term];
     let trials = 12;
-    let mut published = 0;
-    let mut failed = 0;
-    let mut never_started = 0;
-    let mut taken_over = 0;
+    let (mut published, mut failed, mut never_started) = (0, 0, 0);
+    let (mut taken_over, mut taken_over_published) = (0, 0);
     for trial in 1..=trials {
         let driver = trial % 2;
+        let fault = faults[trial % faults.len()];
         let (lh, other) = (server.lh_on(driver), server.lh_on(1 - driver));
-        let before = other.head("main");
         // Up to 4 s: the run takes about 3 s after its plan.
         let delay = Duration::from_millis(next(&mut rng) % 4000);
         let mut cmd = lh.command(&["run", &d, "--detach", "--param", &format!("trial={trial}")]);
@@ -250,64 +299,82 @@ fn a_run_survives_the_server_driving_it_being_killed() {
             .spawn()
             .unwrap();
         std::thread::sleep(delay);
-        server.kill_one(driver);
+        let pid = server.pid(driver).to_string();
+        match fault {
+            Fault::Kill => server.kill_one(driver),
+            Fault::Term => {
+                let _ = std::process::Command::new("kill")
+                    .args(["-TERM", &pid])
+                    .status();
+                server.wait_one(driver);
+            }
+            Fault::Pause => {
+                let _ = std::process::Command::new("kill")
+                    .args(["-STOP", &pid])
+                    .status();
+            }
+        }
+        let context = format!("trial {trial} (seed {seed0}), {fault:?} after {delay:?}");
+        if fault == Fault::Pause {
+            // Beyond the lease (2 s): the other server takes the run over meanwhile.
+            std::thread::sleep(Duration::from_secs(5));
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &pid])
+                .status();
+        }
         let out = child.wait_with_output().unwrap();
-        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let context = format!("trial {trial} (seed {seed0}), killed after {delay:?}");
-        if !out.status.success() {
-            // Killed before the run was recorded: nothing of it anywhere.
-            never_started += 1;
-            assert_eq!(other.head("main"), before, "{context}");
+        let printed = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        // The run of this trial, if it was recorded (the answer may have been lost).
+        let id = if out.status.success() {
+            printed
         } else {
-            assert_eq!(id.len(), 32, "{context}: {}", id);
-            // Taken over within the lease (2 s) and finished.
-            let r = wait_end(&other, &id, Duration::from_secs(90));
-            let rows = other.rows(
-                &format!("select count(*) as n from t.history where trial = {trial}"),
-                "main",
-            )[0]["n"]
-                .as_i64()
-                .unwrap();
-            match r["status"].as_str() {
-                Some("succeeded") => {
-                    published += 1;
-                    assert_eq!(publishes(&other, &id), 1, "{context}: {r:#}");
-                    assert_eq!(rows, 100, "{context}: the appended rows, once");
-                    assert!(r["merge_commit"].is_string(), "{context}: {r:#}");
-                }
-                _ => {
-                    failed += 1;
-                    assert_eq!(publishes(&other, &id), 0, "{context}: {r:#}");
-                    assert_eq!(rows, 0, "{context}: {r:#}");
-                    assert!(r["error"].is_string(), "{context}: {r:#}");
+            let runs: Value =
+                serde_json::from_str(other.run(&["runs", "ls", "-o", "json"]).ok()).unwrap();
+            match runs
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["params"]["trial"] == trial)
+            {
+                Some(r) => r["id"].as_str().unwrap().to_string(),
+                None => {
+                    never_started += 1;
+                    eprintln!("{context}: never recorded");
+                    if fault != Fault::Pause {
+                        server.restart_one(driver);
+                    }
+                    continue;
                 }
             }
-            let took = server
-                .log()
-                .lines()
-                .any(|l| l.contains("taking over a run") && l.contains(&id));
-            taken_over += took as usize;
-            eprintln!("{context}: {}, taken over: {took}", r["status"]);
-            // The run's branch is gone once published; kept (until its TTL) otherwise.
-            let branches = other.run(&["branch", "ls"]).ok().to_string();
-            assert_eq!(
-                branches.contains(&format!("run/{id}")),
-                r["status"] != "succeeded",
-                "{context}: {branches}"
-            );
+        };
+        assert_eq!(id.len(), 32, "{context}: {id}");
+        let (ok, r) = check_end(&other, &id, trial, &context);
+        let took = server
+            .log()
+            .lines()
+            .any(|l| l.contains("taking over a run") && l.contains(&id));
+        published += ok as usize;
+        failed += !ok as usize;
+        taken_over += took as usize;
+        taken_over_published += (took && ok) as usize;
+        eprintln!(
+            "{context}: {}, taken over: {took}{}",
+            r["status"],
+            r["error"]
+                .as_str()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        );
+        if fault != Fault::Pause {
+            server.restart_one(driver);
         }
-        server.restart_one(driver);
     }
     eprintln!(
-        "{trials} trials: {published} published, {failed} failed, {never_started} killed before the run was recorded, {taken_over} taken over"
+        "{trials} trials: {published} published, {failed} failed, {never_started} never recorded, {taken_over} taken over ({taken_over_published} of them published)"
     );
     assert!(
-        taken_over >= 2,
-        "most kills should land while the run is going"
-    );
-    assert!(
-        published >= trials / 2,
-        "runs taken over should mostly publish"
+        taken_over >= 3 && taken_over_published >= 2,
+        "most stops should land while the run goes on, and runs taken over should publish"
     );
     // Every ref is whole: every object reachable from every ref reads and checks.
     let fsck = std::process::Command::new(lh_e2e::lh_bin().with_file_name("lh-catalog-tool"))
@@ -320,4 +387,89 @@ fn a_run_survives_the_server_driving_it_being_killed() {
         String::from_utf8_lossy(&fsck.stdout),
         String::from_utf8_lossy(&fsck.stderr)
     );
+}
+
+/// PostgreSQL restarted (as after a crash, and cleanly) while commits go on: a
+/// command that failed says so clearly, commands succeed again once the database is
+/// back, and no acknowledged commit is lost (every acknowledged branch exists, every
+/// acknowledged append's rows are there, and an append that failed at most maybe).
+#[test]
+fn a_postgres_restart_during_commits_loses_no_acknowledged_commit() {
+    let pg = lh_e2e::OwnPostgres::start();
+    let server = Server::start_with(&["--catalog", &pg.url(), "--runtime", "process"]);
+    let lh = server.lh();
+    let rows = lh.file("five.csv", "id,v\n1,1\n2,2\n3,3\n4,4\n5,5\n");
+    let rows = rows.to_str().unwrap().to_string();
+    lh.run(&["table", "import", "raw.t", &rows]).ok();
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (lh, stop, rows) = (lh.clone(), stop.clone(), rows.clone());
+        std::thread::spawn(move || {
+            let mut results = Vec::new();
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let branch = format!("b{i}");
+                let created = lh.run(&["branch", "create", &branch]);
+                results.push(("branch", branch, created));
+                let appended = lh.run(&["table", "import", "raw.t", &rows, "--mode", "append"]);
+                results.push(("append", String::new(), appended));
+                i += 1;
+            }
+            results
+        })
+    };
+    // Restarts as after a crash (connections cut mid-transaction) and clean ones; a
+    // request waits for the database to come back (its pool reconnects), or fails.
+    for mode in ["immediate", "fast", "immediate", "immediate"] {
+        std::thread::sleep(Duration::from_millis(800));
+        pg.ctl(&["restart", "-m", mode, "-w"]);
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let results = writer.join().unwrap();
+
+    let failed: Vec<_> = results.iter().filter(|(_, _, r)| r.code != 0).collect();
+    let acked_appends = results
+        .iter()
+        .filter(|(k, _, r)| *k == "append" && r.code == 0)
+        .count() as i64;
+    let failed_appends = results
+        .iter()
+        .filter(|(k, _, r)| *k == "append" && r.code != 0)
+        .count() as i64;
+    eprintln!(
+        "{} commands, {} failed while PostgreSQL restarted",
+        results.len(),
+        failed.len()
+    );
+    for (_, _, r) in &failed {
+        eprintln!("  {}", r.stderr.trim());
+        assert!(
+            r.stderr.starts_with("error: ") && !r.stderr.contains("panicked"),
+            "{}",
+            r.stderr
+        );
+    }
+    // The database is back: commands succeed again.
+    lh.run(&["branch", "create", "after"]).ok();
+    let branches = lh.run(&["branch", "ls"]).ok().to_string();
+    for (kind, branch, r) in &results {
+        if *kind == "branch" && r.code == 0 {
+            assert!(
+                branches
+                    .lines()
+                    .any(|l| l.split_whitespace().next() == Some(branch)),
+                "acknowledged branch {branch} is lost:\n{branches}"
+            );
+        }
+    }
+    let n = lh.rows("select count(*) as n from raw.t", "main")[0]["n"]
+        .as_i64()
+        .unwrap();
+    assert!(
+        n >= 5 + 5 * acked_appends && n <= 5 + 5 * (acked_appends + failed_appends),
+        "{n} rows after {acked_appends} acknowledged and {failed_appends} failed appends"
+    );
+    assert!(acked_appends > 0);
 }

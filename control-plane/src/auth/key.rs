@@ -137,6 +137,21 @@ pub async fn agree(pool: &sqlx::AnyPool, key: &ServerKey) -> anyhow::Result<()> 
     let stored = match read().await? {
         Some(v) => v,
         None => {
+            // A catalog with secrets from before the check: the key must open them
+            // before it becomes the catalog's.
+            if let Some(r) = sqlx::query("SELECT name, sealed FROM lh_secrets LIMIT 1")
+                .fetch_optional(pool)
+                .await?
+            {
+                let (name, sealed): (String, String) = (r.get(0), r.get(1));
+                if key.open(&format!("secret:{name}"), &sealed).is_err() {
+                    anyhow::bail!(
+                        "this server's secret key ({}) cannot open the secrets stored in this catalog\n\
+                         hint: start it with the key that sealed them (--secret-key-file FILE or LH_SECRET_KEY)",
+                        key.id
+                    );
+                }
+            }
             let sealed = key
                 .seal(CHECK_NAME, b"lh")
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -152,8 +167,9 @@ pub async fn agree(pool: &sqlx::AnyPool, key: &ServerKey) -> anyhow::Result<()> 
     };
     if key.open(CHECK_NAME, &stored).is_err() {
         anyhow::bail!(
-            "this server's secret key ({}) is not the one the servers of this catalog seal secrets with
-             hint: give every server of the catalog the same key (--secret-key-file FILE or              LH_SECRET_KEY); the first server made it at <its data dir>/secret.key",
+            "this server's secret key ({}) is not the one the servers of this catalog seal secrets with\n\
+             hint: give every server of the catalog the same key (--secret-key-file FILE or LH_SECRET_KEY); \
+             the first server made it at <its data dir>/secret.key",
             key.id
         );
     }

@@ -53,7 +53,8 @@ impl CodeStore {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             let snapshot = name.len() == 64 && name.chars().all(|c| c.is_ascii_hexdigit());
-            if !(snapshot || name.starts_with(".tmp-")) || keep.contains(&name) {
+            let unfinished = name.starts_with(".tmp-") || name.starts_with(".fetch-");
+            if !(snapshot || unfinished) || keep.contains(&name) {
                 continue;
             }
             let old = |p: &Path| {
@@ -76,7 +77,7 @@ impl CodeStore {
                 let _ = std::fs::rename(&aside, e.path());
                 continue;
             }
-            if std::fs::remove_dir_all(&aside).is_ok() {
+            if std::fs::remove_dir_all(&aside).is_ok() || std::fs::remove_file(&aside).is_ok() {
                 removed += 1;
             }
         }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
@@ -42,6 +42,40 @@ struct Shared {
     envs: Mutex<BTreeMap<String, String>>,
     /// This server's claim on the run: every record names it.
     claim: Claim,
+    control: Control,
+    /// The commit the run's branch started from.
+    input_commit: String,
+}
+
+impl Shared {
+    /// Whether this server may still act on the run: not lost, and its lease renewed
+    /// recently enough that no other server can have taken it over.
+    fn may_act(&self) -> bool {
+        !self.control.lost.load(Ordering::SeqCst)
+            && self
+                .svc
+                .lease_fresh(self.control.renewed.load(Ordering::SeqCst))
+    }
+}
+
+/// How the run service steers a run it drives.
+#[derive(Clone)]
+pub(crate) struct Control {
+    pub cancel: CancellationToken,
+    /// The run is no longer this server's: stop, record nothing, publish nothing.
+    pub lost: Arc<AtomicBool>,
+    /// When its lease was last renewed (Unix ms).
+    pub renewed: Arc<AtomicI64>,
+}
+
+impl Control {
+    pub fn new() -> Control {
+        Control {
+            cancel: CancellationToken::new(),
+            lost: Arc::new(AtomicBool::new(false)),
+            renewed: Arc::new(AtomicI64::new(Utc::now().timestamp_millis())),
+        }
+    }
 }
 
 pub(crate) struct Run {
@@ -51,9 +85,6 @@ pub(crate) struct Run {
     publish: bool,
     /// Each node's state when execution starts (all waiting, unless resumed).
     initial: Vec<NodeStatus>,
-    pub cancel: CancellationToken,
-    /// The run is no longer this server's: stop, record nothing, publish nothing.
-    pub lost: Arc<AtomicBool>,
 }
 
 impl Run {
@@ -63,6 +94,7 @@ impl Run {
         plan: Plan,
         start: RunStart,
         claim: Claim,
+        control: Control,
     ) -> Run {
         let code_root = svc.code.root().join(&info.code_hash);
         let shared = Arc::new(Shared {
@@ -78,6 +110,8 @@ impl Run {
             reuse: start.reuse,
             envs: Mutex::new(BTreeMap::new()),
             claim,
+            control,
+            input_commit: info.input_commit.clone(),
         });
         Run {
             initial: vec![NodeStatus::Waiting; shared.plan.nodes.len()],
@@ -85,8 +119,6 @@ impl Run {
             strict: start.strict,
             publish: start.publish,
             info,
-            cancel: CancellationToken::new(),
-            lost: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -143,7 +175,7 @@ impl Run {
     }
 
     fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::SeqCst)
+        self.shared.control.lost.load(Ordering::SeqCst)
     }
 
     fn record(&self, i: usize) -> NodeRecord {
@@ -216,7 +248,7 @@ impl Run {
                 break;
             }
             tokio::select! {
-                _ = self.cancel.cancelled(), if !cancelled => {
+                _ = self.shared.control.cancel.cancelled(), if !cancelled => {
                     cancelled = true;
                     tasks.abort_all();
                 }
@@ -330,6 +362,14 @@ impl Run {
             };
             match merged.map(|m| m.outcome) {
                 Ok(out) => {
+                    // Already in the target (published by the server that stopped):
+                    // the merge commit is the one that names the run.
+                    let head = match out.kind {
+                        lh_catalog::MergeKind::UpToDate => {
+                            svc.published(&self.info).await.ok().flatten()
+                        }
+                        _ => Some(out.head.to_hex()),
+                    };
                     if let Err(e) = svc
                         .catalog
                         .delete_branch(&self.shared.run_branch, None)
@@ -337,7 +377,13 @@ impl Run {
                     {
                         tracing::warn!("cannot delete the run branch after publishing: {e}");
                     }
-                    (RunStatus::Succeeded, None, Some(out.head.to_hex()))
+                    (RunStatus::Succeeded, None, head)
+                }
+                // The merge failed, but the run may be in the target already (a
+                // server that lost it published it meanwhile).
+                Err(_) if matches!(svc.published(&self.info).await, Ok(Some(_))) => {
+                    let merge = svc.published(&self.info).await.ok().flatten();
+                    (RunStatus::Succeeded, None, merge)
                 }
                 Err(e) => (
                     RunStatus::Failed,
@@ -376,14 +422,18 @@ impl Run {
             return false;
         }
         let svc = &self.shared.svc;
+        let now = Utc::now().timestamp_millis();
         match svc
             .store
             .renew(&self.shared.id, &self.shared.claim, svc.lease_until())
             .await
         {
-            Ok(Lease::Held { .. }) => true,
+            Ok(Lease::Held { .. }) => {
+                self.shared.control.renewed.store(now, Ordering::SeqCst);
+                true
+            }
             Ok(Lease::Lost) => {
-                self.lost.store(true, Ordering::SeqCst);
+                self.shared.control.lost.store(true, Ordering::SeqCst);
                 tracing::warn!(
                     "the run was taken over by another server before it published: nothing is published here"
                 );
@@ -393,7 +443,7 @@ impl Run {
                 // Not knowing whether it is still ours, it does not publish: the lease
                 // runs out and a server that reaches the database goes on.
                 tracing::warn!("cannot renew the run's lease before publishing: {e}");
-                self.lost.store(true, Ordering::SeqCst);
+                self.shared.control.lost.store(true, Ordering::SeqCst);
                 false
             }
         }
@@ -487,6 +537,23 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
     };
     let table = node.name.clone();
     let current = svc.catalog.table_in(&head, &table).await?;
+    // Only this node writes its table on the run's branch: a table other than at the
+    // input commit is its output, committed already (by a server that drove the run
+    // before this one). Never written twice: an append would append again.
+    let input = svc
+        .catalog
+        .resolve(&format!("@{}", shared.input_commit))
+        .await?
+        .commit;
+    let original = svc.catalog.table_in(&input, &table).await?;
+    if let Some(p) = current.as_ref().filter(|p| Some(*p) != original.as_ref()) {
+        rec.status = NodeStatus::Done;
+        rec.reason = Some(
+            "recovered: its output was committed on the run's branch by the server that drove the run before".into(),
+        );
+        rec.output = Some(pointer(p));
+        return Ok(());
+    }
     // A Python model's environment is part of its key by what is installed in it (its
     // lock), not only by what the project asked for: a range such as `>=1,<2` may
     // resolve to another version once an evicted environment is built again.
@@ -720,6 +787,11 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         rec.log.push_str(
             "[lh] every write slot of the server is busy (--max-concurrent-writes): this output waits for one\n",
         );
+    }
+    if !shared.may_act() {
+        return Err(Error::internal(
+            "the run is no longer this server's (its lease was not renewed in time); nothing was written",
+        ));
     }
     let written = write_table(&svc.tables, &svc.import, job).await;
     drop(input_pins);

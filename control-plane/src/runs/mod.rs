@@ -25,7 +25,6 @@ use chrono::Utc;
 use lh_api::{NodeStatus, PlanResponse, PlannedInput, PlannedNode, RunInfo, RunNode, RunStatus};
 use lh_catalog::Catalog;
 use lh_runner::{EnvCache, Runtime};
-use tokio_util::sync::CancellationToken;
 
 use crate::auth::Identity;
 use crate::error::{Code, Error, Kind, Result};
@@ -63,13 +62,13 @@ pub struct RunConfig {
 /// down every server driving it must not go round the servers for ever.
 const MAX_CLAIMS: i64 = 4;
 
-/// A run this server drives.
+/// A run this server drives (from its claim on, while it is being resumed too, so
+/// that its lease is renewed meanwhile).
 struct Driving {
     claim: Claim,
-    cancel: CancellationToken,
-    /// Set when the run is no longer this server's (another took it over, or this one
-    /// is stopping): the driver stops and records nothing more.
-    lost: Arc<AtomicBool>,
+    control: exec::Control,
+    /// The task driving it, once started.
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// What a server taking a run over needs to go on as its first server would have: who
@@ -249,10 +248,17 @@ impl RunService {
                 tokio::time::sleep(every).await;
             }
         });
-        // Heartbeats of the runs this server drives (and their cancellations, asked for
-        // on any server), and the take-over of runs whose server stopped.
-        let tick = (svc.config.lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
-        let weak = Arc::downgrade(&svc);
+        Ok(svc)
+    }
+
+    /// Starts the heartbeats of the runs this server drives (and their cancellations,
+    /// asked for on any server) and the take-over of runs whose server stopped: once the
+    /// server is whole (a run taken over publishes through the merger).
+    pub fn begin(self: &Arc<Self>) {
+        let tick =
+            (self.config.lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
+        // Two loops: a slow take-over never delays a heartbeat.
+        let weak = Arc::downgrade(self);
         tokio::spawn(async move {
             loop {
                 {
@@ -261,6 +267,18 @@ impl RunService {
                         return;
                     }
                     svc.heartbeat().await;
+                }
+                tokio::time::sleep(tick).await;
+            }
+        });
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                {
+                    let Some(svc) = weak.upgrade() else { return };
+                    if svc.stopping.load(Ordering::SeqCst) {
+                        return;
+                    }
                     if let Err(e) = svc.take_over().await {
                         tracing::warn!("cannot look for runs to take over: {e}");
                     }
@@ -268,49 +286,76 @@ impl RunService {
                 tokio::time::sleep(tick).await;
             }
         });
-        Ok(svc)
     }
 
     pub(crate) fn lease_until(&self) -> i64 {
         Utc::now().timestamp_millis() + self.config.lease.as_millis() as i64
     }
 
+    /// Whether a driver whose lease was last renewed at `renewed` (Unix ms) may still
+    /// act on its run: a margin before the lease runs out, so that a driver paused (or
+    /// cut off from the database) stops before another server can have taken over.
+    pub(crate) fn lease_fresh(&self, renewed: i64) -> bool {
+        let margin = self.config.lease.as_millis() as i64 * 3 / 4;
+        Utc::now().timestamp_millis() - renewed < margin
+    }
+
+    /// Registers a claimed run as this server's (before it is resumed or started).
+    fn hold(&self, id: &str, claim: &Claim) -> exec::Control {
+        let control = exec::Control::new();
+        if let Ok(mut r) = self.running.lock() {
+            r.insert(
+                id.to_string(),
+                Driving {
+                    claim: claim.clone(),
+                    control: control.clone(),
+                    task: None,
+                },
+            );
+        }
+        control
+    }
+
+    fn forget(&self, id: &str) {
+        if let Ok(mut r) = self.running.lock() {
+            r.remove(id);
+        }
+    }
+
     /// Renews the lease of every run this server drives; a run another server took
     /// over is stopped here, a run someone asked to cancel is cancelled.
     async fn heartbeat(&self) {
-        let driving: Vec<(String, Claim, CancellationToken, Arc<AtomicBool>)> =
-            match self.running.lock() {
-                Ok(r) => r
-                    .iter()
-                    .map(|(id, d)| {
-                        (
-                            id.clone(),
-                            d.claim.clone(),
-                            d.cancel.clone(),
-                            d.lost.clone(),
-                        )
-                    })
-                    .collect(),
-                Err(_) => return,
-            };
-        for (id, claim, cancel, lost) in driving {
+        let driving: Vec<(String, Claim, exec::Control)> = match self.running.lock() {
+            Ok(r) => r
+                .iter()
+                .map(|(id, d)| (id.clone(), d.claim.clone(), d.control.clone()))
+                .collect(),
+            Err(_) => return,
+        };
+        for (id, claim, control) in driving {
+            let now = Utc::now().timestamp_millis();
             match self.store.renew(&id, &claim, self.lease_until()).await {
-                Ok(Lease::Held { cancel: true }) => cancel.cancel(),
-                Ok(Lease::Held { cancel: false }) => {}
+                Ok(Lease::Held { cancel }) => {
+                    control.renewed.store(now, Ordering::SeqCst);
+                    if cancel {
+                        control.cancel.cancel();
+                    }
+                }
                 Ok(Lease::Lost) => {
-                    if !lost.swap(true, Ordering::SeqCst) {
+                    if !control.lost.swap(true, Ordering::SeqCst) {
                         tracing::warn!(run = %id, "the run is no longer this server's (its lease ran out and another server took it over): stopping it here");
                     }
-                    cancel.cancel();
+                    control.cancel.cancel();
                 }
-                // The database is unreachable: the lease runs out by itself if this
-                // lasts; the run goes on meanwhile.
+                // The database is unreachable: the driver stops acting once its lease
+                // is no longer fresh, and the lease runs out by itself if this lasts.
                 Err(e) => tracing::warn!(run = %id, "cannot renew the run's lease: {e}"),
             }
         }
     }
 
-    /// Claims the runs whose lease ran out (their server stopped) and resumes them.
+    /// Claims the runs whose lease ran out (their server stopped) and resumes each in
+    /// a task of its own.
     async fn take_over(self: &Arc<Self>) -> Result<()> {
         let now = Utc::now().timestamp_millis();
         for id in self.store.orphaned(now).await? {
@@ -325,24 +370,17 @@ impl RunService {
                 continue; // another server was first
             };
             tracing::warn!(run = %id, attempt = claim.attempt, "taking over a run whose server stopped");
-            if let Err(e) = self.resume(&id, claim.clone()).await {
-                tracing::error!(run = %id, "cannot resume the run: {e}");
-                let why = format!(
-                    "the server driving the run stopped, and it could not be resumed: {}; nothing was published",
-                    e.message
-                );
-                let _ = self
-                    .store
-                    .finish_run(
-                        &id,
-                        &claim,
-                        RunStatus::Failed,
-                        Some(&why),
-                        None,
-                        &BTreeMap::new(),
-                    )
-                    .await;
-            }
+            let control = self.hold(&id, &claim);
+            let svc = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = svc.resume(&id, claim.clone(), control).await {
+                    // Given back: another server (or this one) tries again, at most
+                    // MAX_CLAIMS times in all.
+                    tracing::error!(run = %id, "cannot resume the run (it is given back): {e}");
+                    svc.forget(&id);
+                    let _ = svc.store.release(&id, &claim).await;
+                }
+            });
         }
         Ok(())
     }
@@ -351,14 +389,21 @@ impl RunService {
     /// nodes it recorded as finished keep their result, a model whose output is
     /// committed on the run's branch is done, every other node runs (again); a run
     /// already published, or asked to cancel, just ends.
-    async fn resume(self: &Arc<Self>, id: &str, claim: Claim) -> Result<()> {
+    async fn resume(
+        self: &Arc<Self>,
+        id: &str,
+        claim: Claim,
+        control: exec::Control,
+    ) -> Result<()> {
         let (info, plan_json) = self.store.get(id).await?;
         let (start, cancel) = self.store.resume_state(id).await?;
         let finish = |status: RunStatus, error: Option<String>, merge: Option<String>| {
             let envs = info.environments.clone();
             let claim = claim.clone();
             async move {
-                self.store
+                self.store.skip_unfinished(id, &claim).await?;
+                let r = self
+                    .store
                     .finish_run(
                         id,
                         &claim,
@@ -368,7 +413,9 @@ impl RunService {
                         &envs,
                     )
                     .await
-                    .map(|_| ())
+                    .map(|_| ());
+                self.forget(id);
+                r
             }
         };
         let Some(start) = start.and_then(|s| serde_json::from_str::<Resumable>(&s).ok()) else {
@@ -476,16 +523,16 @@ impl RunService {
             reuse: start.reuse,
             param_values: None,
         };
-        let mut run = exec::Run::new(self.clone(), info, plan, run_start, claim.clone());
+        let mut run = exec::Run::new(self.clone(), info, plan, run_start, claim, control);
         run.recover(initial, recovered).await;
-        self.drive(run, claim);
+        self.drive(run);
         Ok(())
     }
 
     /// The merge commit by which run `info` was published on its target, if it was:
     /// the target's first-parent history since the run began, searched for the commit
     /// that names the run.
-    async fn published(&self, info: &RunInfo) -> Result<Option<String>> {
+    pub(crate) async fn published(&self, info: &RunInfo) -> Result<Option<String>> {
         let since = info.created_at - chrono::Duration::minutes(5);
         let mut query = lh_catalog::LogQuery {
             limit: 100,
@@ -508,52 +555,65 @@ impl RunService {
         }
     }
 
-    /// Runs `run` in the background as this server's, until it ends or is lost.
-    fn drive(self: &Arc<Self>, run: exec::Run, claim: Claim) {
+    /// Runs `run` (held with `hold`) in the background as this server's, until it
+    /// ends or is lost; its entry goes when its task ends, a panic included.
+    fn drive(self: &Arc<Self>, run: exec::Run) {
         let id = run.id().to_string();
-        let (cancel, lost) = (run.cancel.clone(), run.lost.clone());
-        if let Ok(mut r) = self.running.lock() {
-            r.insert(
-                id.clone(),
-                Driving {
-                    claim,
-                    cancel,
-                    lost,
-                },
-            );
+        if self.stopping.load(Ordering::SeqCst) {
+            // Stopping: left to its lease, for another server.
+            self.forget(&id);
+            return;
         }
+        let inner = tokio::spawn(run.execute());
         let svc = self.clone();
-        tokio::spawn(async move {
-            run.execute().await;
-            if let Ok(mut r) = svc.running.lock() {
-                r.remove(&id);
+        let done = id.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = inner.await
+                && e.is_panic()
+            {
+                tracing::error!(run = %done, "the run's driver panicked; its lease runs out and another server takes it over");
             }
+            svc.forget(&done);
         });
+        if let Ok(mut r) = self.running.lock()
+            && let Some(d) = r.get_mut(&id)
+        {
+            d.task = Some(task);
+        }
     }
 
-    /// The server stops: its runs are given up, each stopped here and its lease
-    /// released, so that another server sharing the catalog takes it over at once (or
-    /// this one, when it starts again).
+    /// The server stops: its runs are given up, each stopped here (its task waited
+    /// for, so nothing of this server writes afterwards) and its lease released, so that
+    /// another server sharing the catalog takes it over at once (or this one, when it
+    /// starts again).
     pub async fn release_all(&self) {
         self.stopping.store(true, Ordering::SeqCst);
-        let driving: Vec<(String, Claim, CancellationToken, Arc<AtomicBool>)> =
-            match self.running.lock() {
-                Ok(r) => r
-                    .iter()
-                    .map(|(id, d)| {
-                        (
-                            id.clone(),
-                            d.claim.clone(),
-                            d.cancel.clone(),
-                            d.lost.clone(),
-                        )
-                    })
-                    .collect(),
-                Err(_) => return,
-            };
-        for (id, claim, cancel, lost) in driving {
-            lost.store(true, Ordering::SeqCst);
-            cancel.cancel();
+        type Held = (
+            String,
+            Claim,
+            exec::Control,
+            Option<tokio::task::JoinHandle<()>>,
+        );
+        let driving: Vec<Held> = match self.running.lock() {
+            Ok(mut r) => r
+                .drain()
+                .map(|(id, d)| (id, d.claim, d.control, d.task))
+                .collect(),
+            Err(_) => return,
+        };
+        for (_, _, control, _) in &driving {
+            control.lost.store(true, Ordering::SeqCst);
+            control.cancel.cancel();
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        for (id, claim, _, task) in driving {
+            if let Some(task) = task
+                && tokio::time::timeout_at(deadline, task).await.is_err()
+            {
+                // Still busy: its lease is left to run out rather than given back.
+                tracing::warn!(run = %id, "the run's driver did not stop in time; its lease runs out by itself");
+                continue;
+            }
             match self.store.release(&id, &claim).await {
                 Ok(()) => {
                     tracing::info!(run = %id, "released the run for another server to take over")
@@ -770,8 +830,9 @@ impl RunService {
                 .await;
             return Err(e.into());
         }
-        let run = exec::Run::new(self.clone(), info.clone(), plan, start, claim.clone());
-        self.drive(run, claim);
+        let control = self.hold(&id, &claim);
+        let run = exec::Run::new(self.clone(), info.clone(), plan, start, claim, control);
+        self.drive(run);
         Ok(info)
     }
 
@@ -792,20 +853,18 @@ impl RunService {
     /// Stops a running run: no node starts, running ones are stopped, nothing publishes.
     pub async fn cancel(&self, id: &str) -> Result<RunInfo> {
         let id = self.store.resolve_id(id).await?;
-        let token = self
-            .running
-            .lock()
-            .ok()
-            .and_then(|r| r.get(&id).map(|d| d.cancel.clone()));
-        // Driven here: stopped at once; driven by another server (or by none, until one
-        // takes it over): it sees the request at its next heartbeat.
-        let asked = match token {
-            Some(t) => {
-                t.cancel();
-                true
-            }
-            None => self.store.request_cancel(&id).await?,
-        };
+        // Recorded first, so that whichever server drives the run (or takes it over)
+        // sees it at its next heartbeat; driven here, it stops at once too.
+        let asked = self.store.request_cancel(&id).await?;
+        if asked
+            && let Some(c) = self
+                .running
+                .lock()
+                .ok()
+                .and_then(|r| r.get(&id).map(|d| d.control.cancel.clone()))
+        {
+            c.cancel();
+        }
         match asked {
             true => {}
             false => {

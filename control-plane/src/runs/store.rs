@@ -272,10 +272,29 @@ impl RunStore {
         })
     }
 
-    /// Gives a run's lease up (a server stopping): another server takes it at once.
+    /// Gives a run's lease up (a server stopping, a resume that failed): another
+    /// server takes it at once. A claim given back does not count against the run's
+    /// claims (only servers that stopped while driving it do); the next claim is told
+    /// from this one by its owner, a server instance that never comes back.
     pub async fn release(&self, id: &str, claim: &Claim) -> Result<()> {
         sqlx::query(
-            "UPDATE lh_runs SET lease_until = 0 WHERE id = $1 AND owner = $2 AND attempt = $3 AND status = 'running'",
+            "UPDATE lh_runs SET lease_until = 0, attempt = attempt - 1 WHERE id = $1 AND owner = $2 AND attempt = $3 AND status = 'running'",
+        )
+        .bind(id)
+        .bind(&claim.owner)
+        .bind(claim.attempt)
+        .execute(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(())
+    }
+
+    /// Marks the nodes of a run that never finished as skipped (a run ended by the
+    /// server that took it over, without running them), if `claim` still drives it.
+    pub async fn skip_unfinished(&self, id: &str, claim: &Claim) -> Result<()> {
+        sqlx::query(
+            "UPDATE lh_run_nodes SET status = 'skipped' WHERE run_id = $1 AND status IN ('waiting', 'running')
+               AND EXISTS (SELECT 1 FROM lh_runs r WHERE r.id = $1 AND r.owner = $2 AND r.attempt = $3)",
         )
         .bind(id)
         .bind(&claim.owner)

@@ -55,6 +55,17 @@ impl Staging {
             ));
         }
         let dir = self.dir_of(id);
+        // The warehouse's copy decides: an upload another server imported (and so
+        // removed) is gone here too, even if this server still holds a copy.
+        let Some((key, _)) = warehouse
+            .list_own(&format!("uploads/{id}/"))
+            .await?
+            .into_iter()
+            .next()
+        else {
+            let _ = tokio::fs::remove_dir_all(&dir).await;
+            return Ok(None);
+        };
         if let Some(f) = std::fs::read_dir(&dir)
             .ok()
             .and_then(|mut rd| rd.next())
@@ -64,14 +75,6 @@ impl Staging {
         {
             return Ok(Some(f));
         }
-        let Some((key, _)) = warehouse
-            .list_own(&format!("uploads/{id}/"))
-            .await?
-            .into_iter()
-            .next()
-        else {
-            return Ok(None);
-        };
         let Some(name) = key.rsplit('/').next().filter(|n| !n.is_empty()) else {
             return Ok(None);
         };

@@ -1,14 +1,15 @@
 //! A team's deployment, for BENCHMARKS.md: two `lh server` processes on one PostgreSQL
 //! database and one warehouse.
 //!
-//! 1. Sustained commits/s: `--clients` threads commit for `--seconds` each, each to a
+//! 1. Take-over time (first, on a quiet database): a run whose node sleeps is started
+//!    on one server, that server is killed with SIGKILL, and the time until the other
+//!    has started the node again is measured, against the run lease (`--lease`
+//!    seconds); then the same after a clean stop (SIGTERM: the stopping server releases
+//!    its runs).
+//! 2. Sustained commits/s: `--clients` threads commit for `--seconds` each, each to a
 //!    table of its own on `main`, through the Iceberg REST catalog (a property update:
 //!    a new metadata file and one catalog commit), first all to one server, then
 //!    alternating between two; the same workload on the same database.
-//! 2. Take-over time: a run whose node sleeps is started on one server, that server is
-//!    killed with SIGKILL, and the time until the other has started the node again is
-//!    measured, against the run lease (`--lease` seconds); then the same after a clean
-//!    stop (SIGTERM: the stopping server releases its runs).
 //!
 //!     team-bench [--clients 8] [--seconds 15] [--lease 5] [--trials 3]
 //!
@@ -190,6 +191,10 @@ fn main() -> Result<()> {
                 "process",
                 "--run-lease",
                 &lease_flag,
+                // One environment cache: the take-over measures the take-over, not a
+                // first build of the environment.
+                "--env-cache",
+                tmp.path().join("envs").to_str().unwrap(),
             ],
         )
     };
@@ -220,13 +225,6 @@ fn main() -> Result<()> {
                 "fields": [{"id": 1, "name": "id", "required": false, "type": "long"}]}}),
         )?;
     }
-    let one = commits(std::slice::from_ref(&a.url), &token, clients, seconds)?;
-    let two = commits(&[a.url.clone(), b.url.clone()], &token, clients, seconds)?;
-    println!("team-bench: {clients} clients committing for {seconds} s each, one PostgreSQL");
-    println!("| servers | commits/s |");
-    println!("|---|---|");
-    println!("| 1 | {one:.0} |");
-    println!("| 2 | {two:.0} |");
 
     // Take-over: a node that sleeps a minute.
     let csv = tmp.path().join("src.csv");
@@ -257,10 +255,19 @@ fn main() -> Result<()> {
             took.push(takeover(&lh, &mut a, &b, &token, &project, kill)?);
             a = start("a")?;
         }
+        let all: Vec<String> = took
+            .iter()
+            .map(|t| format!("{:.2}", t.as_secs_f64()))
+            .collect();
+        eprintln!(
+            "take-over times ({}): {}",
+            if kill { "SIGKILL" } else { "SIGTERM" },
+            all.join(", ")
+        );
         took.sort();
         rows.push((kill, took[took.len() / 2], took[took.len() - 1]));
     }
-    println!("\nteam-bench: take-over of a run, run lease {lease} s, {trials} trials each");
+    println!("team-bench: take-over of a run, run lease {lease} s, {trials} trials each");
     println!("| the driving server | median | slowest |");
     println!("|---|---|---|");
     for (kill, median, max) in rows {
@@ -275,6 +282,14 @@ fn main() -> Result<()> {
             max.as_secs_f64()
         );
     }
+    // Then the commits (after the take-over, which runs on a quiet database).
+    let one = commits(std::slice::from_ref(&a.url), &token, clients, seconds)?;
+    let two = commits(&[a.url.clone(), b.url.clone()], &token, clients, seconds)?;
+    println!("\nteam-bench: {clients} clients committing for {seconds} s each, one PostgreSQL");
+    println!("| servers | commits/s |");
+    println!("|---|---|");
+    println!("| 1 | {one:.0} |");
+    println!("| 2 | {two:.0} |");
     drop(b);
     Ok(())
 }

@@ -257,6 +257,10 @@ impl RunService {
     pub fn begin(self: &Arc<Self>) {
         let tick =
             (self.config.lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
+        // Looking for runs to take over is one indexed query: often, so that a run is
+        // taken over soon after its lease runs out.
+        let scan =
+            (self.config.lease / 10).clamp(Duration::from_millis(100), Duration::from_millis(500));
         // Two loops: a slow take-over never delays a heartbeat.
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -283,7 +287,7 @@ impl RunService {
                         tracing::warn!("cannot look for runs to take over: {e}");
                     }
                 }
-                tokio::time::sleep(tick).await;
+                tokio::time::sleep(scan).await;
             }
         });
     }
@@ -533,7 +537,26 @@ impl RunService {
     /// the target's first-parent history since the run began, searched for the commit
     /// that names the run.
     pub(crate) async fn published(&self, info: &RunInfo) -> Result<Option<String>> {
-        let since = info.created_at - chrono::Duration::minutes(5);
+        // Not contained in the target: not published, and nothing to search (the
+        // target's history may be long and busy).
+        match self.catalog.resolve(&info.run_branch).await {
+            Ok(branch) => {
+                let target = self.catalog.resolve(&info.target).await?.commit;
+                let base = self
+                    .catalog
+                    .merge_base_of(branch.commit.id, target.id)
+                    .await?;
+                if base.map(|b| b.id) != Some(branch.commit.id) {
+                    return Ok(None);
+                }
+            }
+            // Deleted once published (or never made): the target's history says.
+            Err(e) if e.kind() == lh_catalog::ErrorKind::RefNotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        // First-parent timestamps never decrease: the walk stops at the run's start
+        // (less a minute for the servers' clocks).
+        let since = info.created_at - chrono::Duration::minutes(1);
         let mut query = lh_catalog::LogQuery {
             limit: 100,
             ..Default::default()

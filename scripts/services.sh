@@ -97,6 +97,58 @@ docker_engine() {
     "$(cd "$(dirname "$0")/.." && pwd)/images/build.sh"
 }
 
+# A second Docker engine on loopback that stands for another machine: its own data root,
+# exec root and containerd namespace, no bridge, reached only over TCP with TLS (client
+# certificates made here with openssl), and lh's runtime image copied to it over the
+# wire (no registry). Needs the first engine (for the image).
+DOCKER_REMOTE_PORT=39016
+docker_remote() {
+    local cache="${LH_CACHE_DIR:-$HOME/.cache/lh}"
+    local dir="$cache/docker-remote"
+    local tls="$dir/tls"
+    if [ ! -f "$tls/key.pem" ]; then
+        log "making the TLS certificates of the second Docker engine in $tls"
+        mkdir -p "$tls"
+        (
+            cd "$tls"
+            openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=lh-test-ca" \
+                -keyout ca-key.pem -out ca.pem
+            openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout server-key.pem -out server.csr
+            printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >server.ext
+            openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 3650 \
+                -out server-cert.pem -extfile server.ext
+            openssl req -newkey rsa:2048 -nodes -subj "/CN=lh" -keyout key.pem -out client.csr
+            printf 'extendedKeyUsage=clientAuth\n' >client.ext
+            openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 3650 \
+                -out cert.pem -extfile client.ext
+        ) >/dev/null 2>&1 || { log "cannot make the TLS certificates"; exit 1; }
+    fi
+    local host="tcp://127.0.0.1:$DOCKER_REMOTE_PORT"
+    local remote=(docker --host "$host" --tlsverify --tlscacert "$tls/ca.pem" --tlscert "$tls/cert.pem" --tlskey "$tls/key.pem")
+    if ! "${remote[@]}" info >/dev/null 2>&1; then
+        log "starting the second Docker engine on $host (TLS)"
+        as_root mkdir -p "$dir/root" /run/lh-docker-remote
+        as_root sh -c "nohup dockerd --data-root '$dir/root' --exec-root /run/lh-docker-remote \
+            --pidfile /run/lh-docker-remote.pid --host '$host' --tlsverify \
+            --tlscacert '$tls/ca.pem' --tlscert '$tls/server-cert.pem' --tlskey '$tls/server-key.pem' \
+            --containerd-namespace lh-remote --containerd-plugins-namespace lh-remote-plugins \
+            --bridge none --iptables=false --ip6tables=false >'$dir/dockerd.log' 2>&1 &"
+        for _ in $(seq 1 60); do
+            "${remote[@]}" info >/dev/null 2>&1 && break
+            sleep 0.5
+        done
+        "${remote[@]}" info >/dev/null 2>&1 || { log "the second dockerd did not start (see $dir/dockerd.log)"; exit 1; }
+    fi
+    local want
+    want=$(docker image inspect -f '{{.Id}}' lh-runtime:3.11)
+    if [ "$("${remote[@]}" image inspect -f '{{.Id}}' lh-runtime:3.11 2>/dev/null)" != "$want" ]; then
+        log "copying lh-runtime:3.11 to the second Docker engine"
+        docker save lh-runtime:3.11 | "${remote[@]}" load >&2
+    fi
+    echo "export LH_TEST_DOCKER_REMOTE=$host"
+    echo "export LH_TEST_DOCKER_REMOTE_CERTS=$tls"
+}
+
 # A Java runtime for Spark (pyspark comes with the Python packages).
 java_runtime() {
     type -P java >/dev/null || apt_install openjdk-17-jre-headless
@@ -207,6 +259,7 @@ for svc in "$@"; do
         java) java_runtime ;;
         dbt) dbt ;;
         docker) docker_engine ;;
+        docker-remote) docker_remote ;;
         s3) s3 ;;
         garage) garage ;;
         *) log "unknown service $svc"; exit 2 ;;

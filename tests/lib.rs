@@ -234,6 +234,18 @@ fn spawn_on(
     envs: &[(String, String)],
     log: &Path,
 ) -> (Child, String) {
+    try_spawn_on(dir, data, args, envs, log)
+        .unwrap_or_else(|log| panic!("lh server did not start:\n{log}"))
+}
+
+/// Starts a server; its log when it did not start.
+fn try_spawn_on(
+    dir: &Path,
+    data: &Path,
+    args: &[String],
+    envs: &[(String, String)],
+    log: &Path,
+) -> Result<(Child, String), String> {
     let log_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -270,13 +282,13 @@ fn spawn_on(
         }
     });
     match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(url) => (child, url),
+        Ok(url) => Ok((child, url)),
         Err(_) => {
             let _ = child.kill();
-            panic!(
-                "lh server did not start:\n{}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
+            let _ = child.wait();
+            // The log thread may still be writing the last lines.
+            std::thread::sleep(Duration::from_millis(100));
+            Err(std::fs::read_to_string(log).unwrap_or_default())
         }
     }
 }
@@ -400,6 +412,23 @@ impl Server {
                 self.url = url;
             }
             _ => self.start_peer(&[]),
+        }
+    }
+
+    /// Stops the server and starts it again expecting it to refuse: its log (the
+    /// refusal in it). Panics if it started.
+    pub fn restart_refused(&mut self) -> String {
+        if let Ok(None) = self.child.try_wait() {
+            self.terminate();
+        }
+        let data = self.data_dir();
+        match try_spawn_on(self.dir.path(), &data, &self.args, &self.envs, &self.log) {
+            Ok((child, url)) => {
+                self.child = child;
+                self.url = url;
+                panic!("the server started");
+            }
+            Err(log) => log,
         }
     }
 

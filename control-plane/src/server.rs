@@ -61,6 +61,8 @@ pub struct ServerConfig {
     pub runtime: RuntimeChoice,
     /// At most this many warm workers (containers) at once.
     pub max_workers: usize,
+    /// The Docker engine of the Docker runtime.
+    pub docker: lh_runner::docker::EngineAddr,
     /// How many writes (imports, SQL models, pipeline outputs) run at once, each with
     /// `duckdb_memory`; the others wait.
     pub max_concurrent_writes: usize,
@@ -130,6 +132,7 @@ impl ServerConfig {
             env_cache: None,
             runtime: RuntimeChoice::Auto,
             max_workers: 8,
+            docker: Default::default(),
             max_concurrent_writes: 2,
             max_upload_bytes: 64 << 30,
             env_cache_bytes: 20 << 30,
@@ -418,7 +421,7 @@ async fn runs_service(
         }
     };
     let docker = async {
-        let (client, version) = lh_runner::docker::connect().await?;
+        let (client, version) = lh_runner::docker::connect_to(&config.docker).await?;
         let owner =
             blake3::hash(data_dir.display().to_string().as_bytes()).to_hex()[..16].to_string();
         let rt = DockerRuntime::new(
@@ -432,6 +435,7 @@ async fn runs_service(
                 owner,
                 pids_limit: 256,
                 default_memory: 4 << 30,
+                remote: !config.docker.is_local(),
             },
         )
         .await?;

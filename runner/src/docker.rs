@@ -18,10 +18,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::exec::StartExecOptions;
+use bollard::models::{
+    ContainerCreateBody, ExecConfig, HostConfig, Mount, MountType, VolumeCreateRequest,
+};
 use bollard::query_parameters::{
-    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, ListContainersOptionsBuilder,
-    RemoveContainerOptionsBuilder,
+    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder,
+    DownloadFromContainerOptionsBuilder, ListContainersOptionsBuilder, ListVolumesOptionsBuilder,
+    RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
 };
 use futures::StreamExt;
 
@@ -49,6 +53,35 @@ pub struct DockerConfig {
     pub pids_limit: i64,
     /// Memory of a container when the function sets none.
     pub default_memory: u64,
+    /// The engine shares no disk with the server (another machine): environments and
+    /// code snapshots reach it as volumes it keeps by their key, an invocation's folder
+    /// as archives over the API, into a bounded in-memory volume of the container.
+    pub remote: bool,
+}
+
+/// Where a Docker engine is, as `--docker-host` names it.
+#[derive(Debug, Clone, Default)]
+pub struct EngineAddr {
+    /// `unix:///path`, `tcp://host:port` or `ssh://user@host`; none: `DOCKER_HOST`, else
+    /// the local socket.
+    pub url: Option<String>,
+    /// For `tcp://`: a folder with `ca.pem`, `cert.pem` and `key.pem` (the docker CLI's
+    /// `DOCKER_CERT_PATH`): TLS, the engine checked against the CA, this client by its
+    /// certificate.
+    pub tls: Option<PathBuf>,
+}
+
+impl EngineAddr {
+    /// Whether the engine shares this host's disk (a local socket).
+    pub fn is_local(&self) -> bool {
+        self.url.as_deref().is_none_or(|u| u.starts_with("unix://"))
+    }
+
+    pub fn describe(&self) -> String {
+        self.url
+            .clone()
+            .unwrap_or_else(|| "the local socket".into())
+    }
 }
 
 const WORK: &str = "/lh/work";
@@ -64,21 +97,51 @@ pub struct DockerLauncher {
     docker: Docker,
     config: DockerConfig,
     version: String,
+    /// Cache volumes being filled (remote engines), one filler each.
+    filling: tokio::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// Connects to the engine of DOCKER_HOST (or the local socket), negotiating the API
 /// version (Debian's engine is older than bollard's default).
 pub async fn connect() -> Result<(Docker, String), RunnerError> {
-    let docker = Docker::connect_with_local_defaults()
-        .map_err(|e| RunnerError::Sandbox(format!("cannot reach a Docker engine: {e}")))?;
-    let docker = docker
-        .negotiate_version()
-        .await
-        .map_err(|e| RunnerError::Sandbox(format!("cannot reach a Docker engine: {e}")))?;
-    let v = docker
-        .version()
-        .await
-        .map_err(|e| RunnerError::Sandbox(format!("cannot reach a Docker engine: {e}")))?;
+    connect_to(&EngineAddr::default()).await
+}
+
+/// Connects to the engine at `addr`, negotiating the API version.
+pub async fn connect_to(addr: &EngineAddr) -> Result<(Docker, String), RunnerError> {
+    use bollard::API_DEFAULT_VERSION;
+    let fail = |e: &dyn std::fmt::Display| {
+        RunnerError::Sandbox(format!(
+            "cannot reach the Docker engine at {}: {e}",
+            addr.describe()
+        ))
+    };
+    const TIMEOUT: u64 = 120;
+    let docker = match addr.url.as_deref() {
+        None => Docker::connect_with_local_defaults(),
+        Some(u) if u.starts_with("unix://") => {
+            Docker::connect_with_unix(u, TIMEOUT, API_DEFAULT_VERSION)
+        }
+        Some(u) if u.starts_with("tcp://") => match &addr.tls {
+            Some(dir) => Docker::connect_with_ssl(
+                u,
+                &dir.join("key.pem"),
+                &dir.join("cert.pem"),
+                &dir.join("ca.pem"),
+                TIMEOUT,
+                API_DEFAULT_VERSION,
+            ),
+            None => Docker::connect_with_http(u, TIMEOUT, API_DEFAULT_VERSION),
+        },
+        Some(u) => {
+            return Err(RunnerError::Sandbox(format!(
+                "unsupported Docker host '{u}': use unix:///path or tcp://host:port (with --docker-tls DIR)"
+            )));
+        }
+    }
+    .map_err(|e| fail(&e))?;
+    let docker = docker.negotiate_version().await.map_err(|e| fail(&e))?;
+    let v = docker.version().await.map_err(|e| fail(&e))?;
     Ok((docker, v.version.unwrap_or_default()))
 }
 
@@ -104,6 +167,7 @@ impl PooledRuntime<DockerLauncher> {
             docker,
             config,
             version,
+            filling: Default::default(),
         };
         let orphans = launcher.remove_owned().await?;
         if orphans > 0 {
@@ -152,6 +216,20 @@ impl DockerLauncher {
         for id in &ids {
             self.remove(id).await;
         }
+        // The work volumes of a remote engine's containers.
+        let filters = HashMap::from([("label", vec![format!("lh.owner={}", self.config.owner)])]);
+        let opts = ListVolumesOptionsBuilder::new().filters(&filters).build();
+        if let Ok(list) = self.docker.list_volumes(Some(opts)).await {
+            for v in list.volumes.unwrap_or_default() {
+                let _ = self
+                    .docker
+                    .remove_volume(
+                        &v.name,
+                        None::<bollard::query_parameters::RemoveVolumeOptions>,
+                    )
+                    .await;
+            }
+        }
         Ok(ids.len())
     }
 
@@ -163,23 +241,186 @@ impl DockerLauncher {
         let _ = self.docker.remove_container(id, Some(opts)).await;
     }
 
-    /// The container's settings: the mounts, the isolation and the limits.
-    fn container(
+    /// The volumes of a container on a remote engine: the environment and the code
+    /// snapshot as cache volumes of the engine (filled once, by their key), and a work
+    /// volume of its own in the engine's memory, as large as the call's disk limit.
+    async fn remote_volumes(
         &self,
         env: &Env,
-        limits: &Limits,
         site: &Path,
         code: &Path,
-        dir: &Path,
-    ) -> ContainerCreateBody {
+        limits: &Limits,
+        name: &str,
+    ) -> Result<Mounts, RunnerError> {
+        let image = self.image(&env.python_version);
+        let env_volume = format!("lh-env-{}", short_hash(&env.key));
+        let code_volume = format!("lh-code-{}", short_hash(&code.display().to_string()));
+        self.cache_volume(&env_volume, site, &image).await?;
+        self.cache_volume(&code_volume, code, &image).await?;
+        let work = work_volume(name);
+        let size = limits.disk_bytes.unwrap_or(DEFAULT_WORK_BYTES);
+        self.docker
+            .create_volume(VolumeCreateRequest {
+                name: Some(work.clone()),
+                driver: Some("local".into()),
+                driver_opts: Some(HashMap::from([
+                    ("type".to_string(), "tmpfs".to_string()),
+                    ("device".to_string(), "tmpfs".to_string()),
+                    (
+                        "o".to_string(),
+                        format!("size={size},uid=1000,gid=1000,mode=0700,nosuid,nodev"),
+                    ),
+                ])),
+                labels: Some(HashMap::from([(
+                    "lh.owner".to_string(),
+                    self.config.owner.clone(),
+                )])),
+                ..Default::default()
+            })
+            .await
+            .map_err(docker_err("cannot create the container's work volume"))?;
+        Ok(Mounts::Volumes {
+            env: env_volume,
+            code: code_volume,
+            work,
+        })
+    }
+
+    /// A volume `name` of the engine holding the files of `src`, filled once: a marker
+    /// volume `<name>.ready` says it is whole (a fill cut short is redone).
+    async fn cache_volume(&self, name: &str, src: &Path, image: &str) -> Result<(), RunnerError> {
+        let ready = format!("{name}.ready");
+        if self.docker.inspect_volume(&ready).await.is_ok() {
+            return Ok(());
+        }
+        let lock = {
+            let mut m = self.filling.lock().await;
+            m.entry(name.to_string()).or_default().clone()
+        };
+        let _filling = lock.lock().await;
+        if self.docker.inspect_volume(&ready).await.is_ok() {
+            return Ok(());
+        }
+        let labels = HashMap::from([("lh.cache".to_string(), "1".to_string())]);
+        let _ = self
+            .docker
+            .remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>)
+            .await;
+        self.docker
+            .create_volume(VolumeCreateRequest {
+                name: Some(name.to_string()),
+                labels: Some(labels.clone()),
+                ..Default::default()
+            })
+            .await
+            .map_err(docker_err("cannot create a volume"))?;
+        // A container that never starts: the API writes into its volume.
+        let filler = format!("lh-fill-{}", uuid::Uuid::new_v4().simple());
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            network_disabled: Some(true),
+            labels: Some(HashMap::from([(
+                "lh.owner".to_string(),
+                self.config.owner.clone(),
+            )])),
+            host_config: Some(HostConfig {
+                network_mode: Some("none".into()),
+                mounts: Some(vec![Mount {
+                    target: Some("/fill".into()),
+                    source: Some(name.to_string()),
+                    typ: Some(MountType::VOLUME),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        self.docker
+            .create_container(
+                Some(CreateContainerOptionsBuilder::new().name(&filler).build()),
+                body,
+            )
+            .await
+            .map_err(docker_err("cannot create a container to fill a volume"))?;
+        let from = src.to_path_buf();
+        let packed = tokio::task::spawn_blocking(move || crate::transfer::pack(&from, None))
+            .await
+            .map_err(|e| RunnerError::Worker(e.to_string()))
+            .and_then(|r| r.map_err(RunnerError::from));
+        let filled = match packed {
+            Ok(tar) => self
+                .docker
+                .upload_to_container(
+                    &filler,
+                    Some(UploadToContainerOptionsBuilder::new().path("/fill").build()),
+                    bollard::body_full(tar.into()),
+                )
+                .await
+                .map_err(docker_err("cannot fill a volume")),
+            Err(e) => Err(e),
+        };
+        self.remove(&filler).await;
+        filled?;
+        self.docker
+            .create_volume(VolumeCreateRequest {
+                name: Some(ready),
+                labels: Some(labels),
+                ..Default::default()
+            })
+            .await
+            .map_err(docker_err("cannot create a volume"))?;
+        tracing::info!(volume = name, "filled a cache volume on the engine");
+        Ok(())
+    }
+
+    /// Removes the work volume of container `name` (a remote engine's).
+    async fn remove_work_volume(&self, name: &str) {
+        if self.config.remote {
+            let _ = self
+                .docker
+                .remove_volume(
+                    &work_volume(name),
+                    None::<bollard::query_parameters::RemoveVolumeOptions>,
+                )
+                .await;
+        }
+    }
+
+    /// The container's settings: the mounts, the isolation and the limits.
+    fn container(&self, env: &Env, limits: &Limits, mounts: Mounts) -> ContainerCreateBody {
         let memory = limits.memory_bytes.unwrap_or(self.config.default_memory) as i64;
+        let (binds, mounts) = match mounts {
+            // The environment, the container's own code snapshot (and no other
+            // project's code), its own writable folder.
+            Mounts::Host { site, code, dir } => (
+                Some(vec![
+                    format!("{}:{ENV}:ro", site.display()),
+                    format!("{}:{CODE}:ro", code.display()),
+                    format!("{}:{WORK}:rw", dir.display()),
+                ]),
+                None,
+            ),
+            Mounts::Volumes { env, code, work } => {
+                let volume = |source: String, target: &str, read_only: bool| Mount {
+                    target: Some(target.into()),
+                    source: Some(source),
+                    typ: Some(MountType::VOLUME),
+                    read_only: Some(read_only),
+                    ..Default::default()
+                };
+                (
+                    None,
+                    Some(vec![
+                        volume(env, ENV, true),
+                        volume(code, CODE, true),
+                        volume(work, WORK, false),
+                    ]),
+                )
+            }
+        };
         let host = HostConfig {
-            binds: Some(vec![
-                format!("{}:{ENV}:ro", site.display()),
-                // The container's own code snapshot, and no other project's code.
-                format!("{}:{CODE}:ro", code.display()),
-                format!("{}:{WORK}:rw", dir.display()),
-            ]),
+            binds,
+            mounts,
             network_mode: Some("none".into()),
             readonly_rootfs: Some(true),
             cap_drop: Some(vec!["ALL".into()]),
@@ -255,23 +496,42 @@ impl Launcher for DockerLauncher {
             )));
         }
         let site = site_packages(&env.dir)?;
-        let dir = self
-            .config
-            .work_root
-            .join(format!("container-{}", uuid::Uuid::new_v4().simple()));
+        let unique = uuid::Uuid::new_v4().simple().to_string();
+        let dir = self.config.work_root.join(format!("container-{unique}"));
         std::fs::create_dir_all(&dir)?;
         open_to_all(&dir)?;
-        let body = self.container(env, limits, &site, code, &dir);
-        let name = format!("lh-worker-{}", uuid::Uuid::new_v4().simple());
-        let created = self
+        // The container is known by its name: the work volume of a remote one is named
+        // after it.
+        let name = format!("lh-worker-{unique}");
+        let mounts = if self.config.remote {
+            match self.remote_volumes(env, &site, code, limits, &name).await {
+                Ok(m) => m,
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(e);
+                }
+            }
+        } else {
+            Mounts::Host {
+                site,
+                code: code.to_path_buf(),
+                dir: dir.clone(),
+            }
+        };
+        let body = self.container(env, limits, mounts);
+        if let Err(e) = self
             .docker
             .create_container(
                 Some(CreateContainerOptionsBuilder::new().name(&name).build()),
                 body,
             )
             .await
-            .map_err(docker_err("cannot create a container"))?;
-        let id = created.id;
+        {
+            self.remove_work_volume(&name).await;
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(docker_err("cannot create a container")(e));
+        }
+        let id = name;
         let started = async {
             let attach = AttachContainerOptionsBuilder::new()
                 .stdin(true)
@@ -295,6 +555,7 @@ impl Launcher for DockerLauncher {
             Ok(a) => a,
             Err(e) => {
                 self.remove(&id).await;
+                self.remove_work_volume(&id).await;
                 let _ = std::fs::remove_dir_all(&dir);
                 return Err(e);
             }
@@ -317,6 +578,7 @@ impl Launcher for DockerLauncher {
 
     async fn stop(&self, worker: Worker<String>) {
         self.remove(&worker.handle).await;
+        self.remove_work_volume(&worker.handle).await;
         let _ = std::fs::remove_dir_all(&worker.dir);
     }
 
@@ -355,10 +617,121 @@ impl Launcher for DockerLauncher {
         open_to_all(inside)
     }
 
+    /// On a remote engine, the folder goes as an archive into the container's work
+    /// volume (memory of the engine's machine); the call's secrets leave this host's
+    /// disk at once.
+    async fn send(
+        &self,
+        worker: &mut Worker<String>,
+        work: &Path,
+        folder: &str,
+    ) -> std::io::Result<()> {
+        if !self.config.remote {
+            let inside = worker.dir.join(folder);
+            std::fs::rename(work, &inside)?;
+            if let Err(e) = open_to_all(&inside) {
+                let _ = std::fs::rename(&inside, work);
+                return Err(e);
+            }
+            return Ok(());
+        }
+        let (src, name) = (work.to_path_buf(), folder.to_string());
+        let tar = tokio::task::spawn_blocking(move || crate::transfer::pack(&src, Some(&name)))
+            .await
+            .map_err(std::io::Error::other)??;
+        let _ = std::fs::remove_file(work.join(crate::protocol::SECRETS_FILE));
+        let opts = UploadToContainerOptionsBuilder::new().path(WORK).build();
+        self.docker
+            .upload_to_container(&worker.handle, Some(opts), bollard::body_full(tar.into()))
+            .await
+            .map_err(|e| std::io::Error::other(format!("cannot send the call's inputs: {e}")))
+    }
+
+    /// On a remote engine, the folder comes back as an archive (regular files only,
+    /// within the call's disk limit), then is removed from the container.
+    async fn receive(
+        &self,
+        worker: &mut Worker<String>,
+        folder: &str,
+        work: &Path,
+    ) -> std::io::Result<()> {
+        if !self.config.remote {
+            return std::fs::rename(worker.dir.join(folder), work);
+        }
+        let path = format!("{WORK}/{folder}");
+        let opts = DownloadFromContainerOptionsBuilder::new()
+            .path(&path)
+            .build();
+        let mut stream = self
+            .docker
+            .download_from_container(&worker.handle, Some(opts));
+        // Streamed to disk, then unpacked: an output may be larger than memory (the
+        // work volume bounds it).
+        let archive = work.with_extension("incoming.tar");
+        {
+            use tokio::io::AsyncWriteExt;
+            let mut f = tokio::fs::File::create(&archive).await?;
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| {
+                    std::io::Error::other(format!("cannot fetch the call's output: {e}"))
+                })?;
+                f.write_all(&chunk).await?;
+            }
+            f.flush().await?;
+        }
+        let (dest, name, file) = (work.to_path_buf(), folder.to_string(), archive.clone());
+        let unpacked = tokio::task::spawn_blocking(move || {
+            crate::transfer::unpack(std::fs::File::open(&file)?, &dest, &name, u64::MAX)
+        })
+        .await
+        .map_err(std::io::Error::other);
+        let _ = std::fs::remove_file(&archive);
+        unpacked??;
+        // Emptied for the next call (the volume is the container's memory).
+        let exec = self
+            .docker
+            .create_exec(
+                &worker.handle,
+                ExecConfig {
+                    cmd: Some(vec!["rm".into(), "-rf".into(), path]),
+                    user: Some("1000:1000".into()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| std::io::Error::other(format!("cannot empty the call's folder: {e}")))?;
+        self.docker
+            .start_exec(
+                &exec.id,
+                Some(StartExecOptions {
+                    detach: true,
+                    tty: false,
+                    output_capacity: None,
+                }),
+            )
+            .await
+            .map_err(|e| std::io::Error::other(format!("cannot empty the call's folder: {e}")))?;
+        Ok(())
+    }
+
+    /// A remote container's work volume is bounded by its size; here, the folder is
+    /// measured while the call runs.
+    fn measures_folder(&self) -> bool {
+        !self.config.remote
+    }
+
     fn describe(&self, live: usize, idle: usize) -> String {
         format!(
-            "docker (engine {}), {} containers ({} warm, at most {})",
-            self.version, live, idle, self.config.max_containers
+            "docker (engine {}{}), {} containers ({} warm, at most {})",
+            self.version,
+            if self.config.remote {
+                ", remote: no shared disk"
+            } else {
+                ""
+            },
+            live,
+            idle,
+            self.config.max_containers
         )
     }
 
@@ -366,6 +739,35 @@ impl Launcher for DockerLauncher {
     async fn shutdown(&self) {
         let _ = self.remove_owned().await;
     }
+}
+
+/// Where a container's environment, code and folder come from.
+enum Mounts {
+    /// Folders of this host (an engine on this machine).
+    Host {
+        site: PathBuf,
+        code: PathBuf,
+        dir: PathBuf,
+    },
+    /// Volumes of the engine (an engine that shares no disk with the server).
+    Volumes {
+        env: String,
+        code: String,
+        work: String,
+    },
+}
+
+/// A remote container's work volume when the call sets no disk limit.
+const DEFAULT_WORK_BYTES: u64 = 1 << 30;
+
+/// The work volume of container `name`.
+fn work_volume(name: &str) -> String {
+    name.replacen("lh-worker-", "lh-work-", 1)
+}
+
+/// A volume name part for a key of any spelling.
+fn short_hash(key: &str) -> String {
+    blake3::hash(key.as_bytes()).to_hex()[..32].to_string()
 }
 
 /// The site-packages folder of an environment (mounted as the container's PYTHONPATH).

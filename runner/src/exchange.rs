@@ -53,21 +53,17 @@ pub(crate) async fn exchange<L: Launcher>(
     let folder = format!("inv-{}", inv.id);
     let line = request(launcher, worker, work, inv, &folder)?;
     // The invocation's folder moves into the worker's own folder for the call.
-    let inside = worker.dir.join(&folder);
-    std::fs::rename(work, &inside)?;
-    if let Err(e) = launcher.hand_over(&inside) {
-        let _ = std::fs::rename(&inside, work);
-        return Err(e.into());
-    }
+    launcher.send(worker, work, &folder).await?;
     let log_start = worker.log().len();
-    let folder = worker.dir.clone();
+    let dir = worker.dir.clone();
+    let measured = launcher.measures_folder();
     let watch = async {
-        let Some(max) = limits.disk_bytes else {
+        let Some(max) = limits.disk_bytes.filter(|_| measured) else {
             return std::future::pending::<Stopped>().await;
         };
         loop {
             tokio::time::sleep(DISK_CHECK_EVERY).await;
-            let dir = folder.clone();
+            let dir = dir.clone();
             let used = tokio::task::spawn_blocking(move || dir_size(&dir))
                 .await
                 .unwrap_or(u64::MAX);
@@ -86,7 +82,7 @@ pub(crate) async fn exchange<L: Launcher>(
     };
     let answer = match reply {
         Ok(Err(NotSent)) => {
-            let _ = std::fs::rename(&inside, work);
+            let _ = launcher.receive(worker, &folder, work).await;
             return Ok(Exchanged::NotSent);
         }
         Ok(Ok(answer)) => Ok(answer),
@@ -95,7 +91,7 @@ pub(crate) async fn exchange<L: Launcher>(
     // Give the log reader a moment to drain what the function printed last.
     tokio::time::sleep(Duration::from_millis(2)).await;
     let log = worker.log().since(log_start);
-    let _ = std::fs::rename(&inside, work);
+    let back = launcher.receive(worker, &folder, work).await;
     let (outcome, healthy) = match answer {
         Ok(Some(line)) => match serde_json::from_str::<Answer>(&line) {
             Ok(a) if a.id.as_deref() == Some(inv.id.as_str()) => (a.outcome(), true),
@@ -124,6 +120,20 @@ pub(crate) async fn exchange<L: Launcher>(
                 error: format!(
                     "wrote more than {} MiB into its folder and was stopped",
                     max >> 20
+                ),
+                traceback: String::new(),
+            },
+            false,
+        ),
+    };
+    // A folder that did not come back (an engine gone mid-call) fails the call.
+    let (outcome, healthy) = match back {
+        Ok(()) => (outcome, healthy),
+        Err(e) => (
+            Outcome::Failed {
+                error: format!(
+                    "the invocation's folder could not be brought back from the {}: {e}",
+                    L::NOUN
                 ),
                 traceback: String::new(),
             },

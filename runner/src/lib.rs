@@ -27,6 +27,7 @@ pub mod process;
 pub mod protocol;
 mod runtime;
 pub mod tools;
+mod transfer;
 pub mod worker;
 
 pub use env::{Env, EnvCache, EnvSpec};

@@ -99,6 +99,41 @@ pub trait Launcher: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Moves the invocation's folder `work` into the worker, as `folder` inside the
+    /// worker's folder: a rename on this host; a launcher whose workers share no disk
+    /// with the server sends it over the wire.
+    async fn send(
+        &self,
+        worker: &mut Worker<Self::Handle>,
+        work: &Path,
+        folder: &str,
+    ) -> std::io::Result<()> {
+        let inside = worker.dir.join(folder);
+        std::fs::rename(work, &inside)?;
+        if let Err(e) = self.hand_over(&inside) {
+            let _ = std::fs::rename(&inside, work);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Brings the invocation's folder back to `work` after the call, the function's
+    /// output in it.
+    async fn receive(
+        &self,
+        worker: &mut Worker<Self::Handle>,
+        folder: &str,
+        work: &Path,
+    ) -> std::io::Result<()> {
+        std::fs::rename(worker.dir.join(folder), work)
+    }
+
+    /// Whether the exchange measures the worker's folder on this host while a call runs
+    /// (a launcher whose folders are elsewhere bounds them there).
+    fn measures_folder(&self) -> bool {
+        true
+    }
+
     /// A line about the runtime's state, given how many workers are alive (idle or
     /// busy) and how many of them wait warm.
     fn describe(&self, live: usize, idle: usize) -> String;

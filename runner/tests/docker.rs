@@ -1,6 +1,8 @@
 //! The Docker runtime on a real engine: results, warm reuse, and each guard proven by a
-//! function that would escape without it. Needs dockerd and the runtime image
-//! (`make test` starts one and builds the other).
+//! function that would escape without it; every test twice, on the local engine (bind
+//! mounts) and on a remote one that shares no disk with the server (a second dockerd
+//! reached over TCP with TLS, `scripts/services.sh docker-remote`). Needs both engines
+//! and the runtime image (`make test` starts them and builds it).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,7 +11,7 @@ use std::time::Duration;
 
 use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
-use lh_runner::docker::{DockerConfig, DockerRuntime, connect};
+use lh_runner::docker::{DockerConfig, DockerRuntime, EngineAddr, connect_to};
 use lh_runner::{Env, EnvCache, EnvSpec, Invocation, InvocationKind, Limits, Outcome, Runtime};
 
 const MODELS: &str = r#"
@@ -61,9 +63,80 @@ struct Fixture {
     env: Env,
     code: PathBuf,
     owner: String,
+    engine: Engine,
 }
 
-async fn fixture() -> Fixture {
+/// The engine a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Engine {
+    Local,
+    Remote,
+}
+
+impl Engine {
+    fn addr(self) -> EngineAddr {
+        match self {
+            Engine::Local => EngineAddr::default(),
+            Engine::Remote => {
+                let get = |k: &str| {
+                    std::env::var(k).unwrap_or_else(|_| {
+                        panic!(
+                            "{k} is not set: the remote engine comes from `scripts/services.sh docker-remote` (make test)"
+                        )
+                    })
+                };
+                EngineAddr {
+                    url: Some(get("LH_TEST_DOCKER_REMOTE")),
+                    tls: Some(PathBuf::from(get("LH_TEST_DOCKER_REMOTE_CERTS"))),
+                }
+            }
+        }
+    }
+
+    /// The docker CLI's arguments that reach this engine.
+    fn cli(self) -> Vec<String> {
+        let addr = self.addr();
+        match (addr.url, addr.tls) {
+            (Some(url), Some(tls)) => vec![
+                "--host".into(),
+                url,
+                "--tlsverify".into(),
+                "--tlscacert".into(),
+                tls.join("ca.pem").display().to_string(),
+                "--tlscert".into(),
+                tls.join("cert.pem").display().to_string(),
+                "--tlskey".into(),
+                tls.join("key.pem").display().to_string(),
+            ],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Every test on both engines.
+macro_rules! both_engines {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn local() {
+                super::$name(super::Engine::Local).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn remote() {
+                super::$name(super::Engine::Remote).await
+            }
+        }
+    )*};
+}
+
+both_engines!(
+    warm_containers_run_one_call_after_another,
+    the_container_hides_the_host_and_the_network,
+    limits_stop_memory_hogs_fork_bombs_and_hangs,
+    a_restarted_server_removes_its_orphans,
+);
+
+async fn fixture(engine: Engine) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let envs = std::env::var_os("LH_TEST_ENV_CACHE")
         .map(PathBuf::from)
@@ -83,7 +156,7 @@ async fn fixture() -> Fixture {
     std::fs::write(&secret, "secret").unwrap();
     let models = format!("HOST_FILE = {:?}\n{MODELS}", secret.display().to_string());
     std::fs::write(code.join("snap/models.py"), models).unwrap();
-    let (docker, version) = connect()
+    let (docker, version) = connect_to(&engine.addr())
         .await
         .expect("a Docker engine (make test starts dockerd)");
     let owner = format!("test-{}", uuid::Uuid::new_v4().simple());
@@ -98,6 +171,7 @@ async fn fixture() -> Fixture {
             owner: owner.clone(),
             pids_limit: 64,
             default_memory: 512 << 20,
+            remote: engine == Engine::Remote,
         },
     )
     .await
@@ -112,6 +186,7 @@ async fn fixture() -> Fixture {
         env,
         code,
         owner,
+        engine,
     }
 }
 
@@ -163,8 +238,9 @@ fn error(r: &lh_runner::InvokeResult) -> String {
     }
 }
 
-async fn owned_containers(owner: &str) -> usize {
+async fn owned_containers(engine: Engine, owner: &str) -> usize {
     let out = tokio::process::Command::new("docker")
+        .args(engine.cli())
         .args(["ps", "-aq", "--filter", &format!("label=lh.owner={owner}")])
         .output()
         .await
@@ -172,9 +248,8 @@ async fn owned_containers(owner: &str) -> usize {
     String::from_utf8_lossy(&out.stdout).lines().count()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn warm_containers_run_one_call_after_another() {
-    let f = fixture().await;
+async fn warm_containers_run_one_call_after_another(engine: Engine) {
+    let f = fixture(engine).await;
     let limits = Limits {
         memory_bytes: Some(512 << 20),
         ..Limits::default()
@@ -193,6 +268,7 @@ async fn warm_containers_run_one_call_after_another() {
 
     // A warm container killed between calls costs a retry, not a failure.
     let out = tokio::process::Command::new("docker")
+        .args(f.engine.cli())
         .args([
             "ps",
             "-q",
@@ -204,6 +280,7 @@ async fn warm_containers_run_one_call_after_another() {
         .unwrap();
     for id in String::from_utf8_lossy(&out.stdout).lines() {
         tokio::process::Command::new("docker")
+            .args(f.engine.cli())
             .args(["kill", id])
             .output()
             .await
@@ -214,14 +291,13 @@ async fn warm_containers_run_one_call_after_another() {
     assert_eq!(r.outcome, Outcome::Model { rows: 3 }, "{}", r.log);
 
     // Nothing is left once the runtime stops.
-    assert!(owned_containers(&f.owner).await > 0);
+    assert!(owned_containers(f.engine, &f.owner).await > 0);
     f.rt.shutdown().await;
-    assert_eq!(owned_containers(&f.owner).await, 0);
+    assert_eq!(owned_containers(f.engine, &f.owner).await, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_container_hides_the_host_and_the_network() {
-    let f = fixture().await;
+async fn the_container_hides_the_host_and_the_network(engine: Engine) {
+    let f = fixture(engine).await;
     let limits = Limits {
         memory_bytes: Some(512 << 20),
         ..Limits::default()
@@ -239,12 +315,49 @@ async fn the_container_hides_the_host_and_the_network() {
     );
     let e = error(&call(&f, "writes_code", &limits).await);
     assert!(e.contains("Read-only file system"), "{e}");
+    if engine == Engine::Remote {
+        // Nothing of this host is mounted: the environment, the code and the call's
+        // folder are volumes of the engine, and the server's folders for the
+        // containers stay empty (the call's files went over the wire).
+        let out = tokio::process::Command::new("docker")
+            .args(engine.cli())
+            .args([
+                "ps",
+                "-q",
+                "--filter",
+                &format!("label=lh.owner={}", f.owner),
+            ])
+            .output()
+            .await
+            .unwrap();
+        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(String::from)
+            .collect();
+        assert!(!ids.is_empty());
+        for id in ids {
+            let out = tokio::process::Command::new("docker")
+                .args(engine.cli())
+                .args(["inspect", "-f", "{{json .Mounts}}", &id])
+                .output()
+                .await
+                .unwrap();
+            let mounts: serde_json::Value =
+                serde_json::from_slice(&out.stdout).expect("mounts as JSON");
+            let mounts = mounts.as_array().unwrap();
+            assert_eq!(mounts.len(), 3, "{mounts:?}");
+            assert!(mounts.iter().all(|m| m["Type"] == "volume"), "{mounts:?}");
+        }
+        for d in std::fs::read_dir(f.dir.path().join("work")).unwrap() {
+            let d = d.unwrap().path();
+            assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0, "{}", d.display());
+        }
+    }
     f.rt.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn limits_stop_memory_hogs_fork_bombs_and_hangs() {
-    let f = fixture().await;
+async fn limits_stop_memory_hogs_fork_bombs_and_hangs(engine: Engine) {
+    let f = fixture(engine).await;
     let small = Limits {
         memory_bytes: Some(300 << 20),
         ..Limits::default()
@@ -275,24 +388,23 @@ async fn limits_stop_memory_hogs_fork_bombs_and_hangs() {
         Outcome::Model { rows: 3 }
     );
     f.rt.shutdown().await;
-    assert_eq!(owned_containers(&f.owner).await, 0);
+    assert_eq!(owned_containers(f.engine, &f.owner).await, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_server_removes_its_orphans() {
-    let f = fixture().await;
+async fn a_restarted_server_removes_its_orphans(engine: Engine) {
+    let f = fixture(engine).await;
     let limits = Limits {
         memory_bytes: Some(256 << 20),
         ..Limits::default()
     };
     call(&f, "identity", &limits).await;
-    assert_eq!(owned_containers(&f.owner).await, 1);
+    assert_eq!(owned_containers(f.engine, &f.owner).await, 1);
     // A "crash": the runtime is dropped without shutting down, the container stays.
     let owner = f.owner.clone();
     let work = f.dir.path().join("work2");
     drop(f.rt);
-    assert_eq!(owned_containers(&owner).await, 1);
-    let (docker, version) = connect().await.unwrap();
+    assert_eq!(owned_containers(engine, &owner).await, 1);
+    let (docker, version) = connect_to(&engine.addr()).await.unwrap();
     let again = DockerRuntime::new(
         docker,
         version,
@@ -304,12 +416,13 @@ async fn a_restarted_server_removes_its_orphans() {
             owner: owner.clone(),
             pids_limit: 64,
             default_memory: 256 << 20,
+            remote: engine == Engine::Remote,
         },
     )
     .await
     .unwrap();
     assert_eq!(
-        owned_containers(&owner).await,
+        owned_containers(engine, &owner).await,
         0,
         "the new runtime removed the orphan"
     );

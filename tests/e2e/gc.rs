@@ -218,7 +218,7 @@ fn gc_removes_only_what_no_commit_reaches() {
 /// what `lh gc` removes, and nothing else.
 #[test]
 fn a_server_killed_mid_write_loses_nothing_and_gc_clears_what_it_left() {
-    let mut server = Server::start_with(&["--runtime", "process"]);
+    let mut server = Server::start_with(&["--runtime", "process", "--run-lease", "1s"]);
     let lh = server.lh();
     let wh: PathBuf = server.warehouse_dir();
     let csv = lh.file("orders.csv", "id,amount\n1,10\n2,20\n");
@@ -264,9 +264,30 @@ fn a_server_killed_mid_write_loses_nothing_and_gc_clears_what_it_left() {
 
     server.restart();
     let lh = server.lh();
+    // The restarted server takes its run over once the lease (1 s) runs out: the quick
+    // model's output is kept, the slow one starts again; cancelled, nothing publishes.
+    let mut resumed = false;
+    for _ in 0..200 {
+        let r: Value =
+            serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
+        let slow = r["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == "analytics.slow")
+            .cloned()
+            .unwrap();
+        if server.log().contains("taking over a run") && slow["status"] == "running" {
+            resumed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(resumed, "the restarted server did not take its run over");
+    lh.run(&["runs", "cancel", &id[..12]]).ok();
     let run: Value =
         serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
-    assert_eq!(run["status"], "failed", "{run}");
+    assert_eq!(run["status"], "cancelled", "{run}");
     assert_eq!(lh.head("main"), main);
     assert_eq!(
         lh.rows("select sum(amount) AS s from raw.orders", "main"),

@@ -473,3 +473,69 @@ fn a_postgres_restart_during_commits_loses_no_acknowledged_commit() {
     );
     assert!(acked_appends > 0);
 }
+
+/// Functions run on a Docker engine that shares no disk with the server (a second
+/// dockerd, reached only by its URL over TLS): the environment and the code reach it as
+/// volumes it keeps, inputs and outputs as archives over its API; a run publishes as on
+/// the local engine, and a second run reuses the warm container.
+#[test]
+fn functions_run_on_a_docker_engine_that_shares_no_disk() {
+    let get = |k: &str| {
+        std::env::var(k).unwrap_or_else(|_| {
+            panic!("{k} is not set: `scripts/services.sh docker-remote` starts the second engine (make test does)")
+        })
+    };
+    let (host, certs) = (
+        get("LH_TEST_DOCKER_REMOTE"),
+        get("LH_TEST_DOCKER_REMOTE_CERTS"),
+    );
+    let cache = env_cache();
+    let server = Server::start_with(&[
+        "--env-cache",
+        &cache,
+        "--runtime",
+        "docker",
+        "--docker-host",
+        &host,
+        "--docker-tls",
+        &certs,
+    ]);
+    let lh = server.lh();
+    let info: Value = serde_json::from_str(lh.run(&["info", "-o", "json"]).ok()).unwrap();
+    let runtime = info["server"]["runtime"].as_str().unwrap().to_string();
+    assert!(runtime.contains("remote: no shared disk"), "{runtime}");
+    seed(&lh);
+    let dir = project(
+        &lh,
+        "p",
+        &[("lh_project.yml", PROJECT), ("models.py", MODELS)],
+    );
+    let d = dir.to_str().unwrap();
+    for trial in [1, 2] {
+        let run = lh.run(&["run", d, "--param", &format!("trial={trial}"), "-o", "json"]);
+        let r: Value =
+            serde_json::from_str(&run.stdout).unwrap_or_else(|_| panic!("{}", run.stderr));
+        assert_eq!(r["status"], "succeeded", "{r:#}");
+        assert_eq!(node(&r, "t.base")["rows"], 100, "{r:#}");
+        assert_eq!(node(&r, "all_rows")["status"], "passed", "{r:#}");
+    }
+    assert_eq!(
+        lh.rows("select count(*) as n from t.history", "main")[0]["n"],
+        200
+    );
+    // A bad engine address is a clear error at start.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(lh_e2e::lh_bin())
+        .args(["server", "--bind", "127.0.0.1:0", "--runtime", "docker"])
+        .args(["--docker-host", "ftp://nowhere", "--data-dir"])
+        .arg(tmp.path().join("data"))
+        .env("LH_HOME", tmp.path().join("home"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unsupported Docker host 'ftp://nowhere'"),
+        "{err}"
+    );
+}

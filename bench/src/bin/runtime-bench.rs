@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use lh_bench::{Samples, Server, cache_dir, lh_bin, ms};
-use lh_runner::docker::{DockerConfig, DockerRuntime, connect};
+use lh_runner::docker::{DockerConfig, DockerRuntime, EngineAddr, connect, connect_to};
 use lh_runner::process::{ProcessConfig, ProcessRuntime};
 use lh_runner::{EnvCache, EnvSpec, Invocation, InvocationKind, Limits, Outcome, Runtime};
 
@@ -126,6 +126,7 @@ async fn main() -> Result<()> {
             owner: format!("bench-{}", std::process::id()),
             pids_limit: 256,
             default_memory: 1 << 30,
+            remote: false,
         },
     )
     .await?;
@@ -155,6 +156,41 @@ async fn main() -> Result<()> {
         std::fs::remove_dir_all(&work)?;
     }
     rt.shutdown().await;
+    // Warm on an engine that shares no disk (the second dockerd, over TCP with TLS):
+    // inputs and outputs cross its API as archives.
+    let remote = EngineAddr {
+        url: Some(std::env::var("LH_TEST_DOCKER_REMOTE").context(
+            "LH_TEST_DOCKER_REMOTE is not set: `scripts/services.sh docker-remote` starts the second engine",
+        )?),
+        tls: std::env::var_os("LH_TEST_DOCKER_REMOTE_CERTS").map(PathBuf::from),
+    };
+    let (rdocker, rversion) = connect_to(&remote).await?;
+    let rrt = DockerRuntime::new(
+        rdocker,
+        rversion,
+        DockerConfig {
+            image_prefix: "lh-runtime:".into(),
+            work_root: dir.path().join("remote-containers"),
+            idle_timeout: Duration::from_secs(600),
+            max_containers: 4,
+            owner: format!("bench-remote-{}", std::process::id()),
+            pids_limit: 256,
+            default_memory: 1 << 30,
+            remote: true,
+        },
+    )
+    .await?;
+    let warm_remote = warm_calls(
+        rrt.as_ref(),
+        &env,
+        &limits,
+        dir.path(),
+        &snap,
+        40_000,
+        warm_n,
+    )
+    .await?;
+    rrt.shutdown().await;
     // Warm on the process runtime: one bubblewrap-sandboxed worker, one call after another.
     let process = ProcessRuntime::new(ProcessConfig {
         work_root: dir.path().join("workers"),
@@ -232,6 +268,12 @@ async fn main() -> Result<()> {
         ms(warm.percentile(50.0)),
         ms(warm.percentile(99.0)),
         warm.len()
+    );
+    println!(
+        "| warm container, remote engine (no shared disk: TLS, archives) | {} | {} | {} |",
+        ms(warm_remote.percentile(50.0)),
+        ms(warm_remote.percentile(99.0)),
+        warm_remote.len()
     );
     println!(
         "| warm process worker (bubblewrap) | {} | {} | {} |",

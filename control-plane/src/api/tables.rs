@@ -150,9 +150,13 @@ async fn upload(
     match result {
         Ok(Some(bytes)) => {
             // Then any server sharing the warehouse takes its import.
-            if let Err(e) = s.uploads.share(&s.tables.warehouse, &id, &path).await {
+            if let Err(mut e) = s.uploads.share(&s.tables.warehouse, &id, &path).await {
                 let _ = tokio::fs::remove_dir_all(&dir).await;
-                return Err(e.with_hint("nothing was kept; try the upload again").into());
+                e.hint = Some(match e.hint.take() {
+                    Some(h) => format!("{h}; nothing was kept, try the upload again"),
+                    None => "nothing was kept; try the upload again".into(),
+                });
+                return Err(e.into());
             }
             Ok((StatusCode::CREATED, Json(Upload { id, bytes })))
         }

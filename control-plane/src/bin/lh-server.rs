@@ -92,6 +92,16 @@ pub struct ServerArgs {
     /// At most this many warm workers (containers) at once
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub max_workers: usize,
+    /// The Docker engine functions run on: unix:///path (this machine), or
+    /// tcp://host:port with --docker-tls (an engine that shares no disk with the server:
+    /// environments, code and data reach it over its API) [default: DOCKER_HOST, else the
+    /// local socket]
+    #[arg(long, value_name = "URL")]
+    pub docker_host: Option<String>,
+    /// A folder with ca.pem, cert.pem and key.pem: TLS to a tcp:// engine, with a client
+    /// certificate (as the docker CLI's DOCKER_CERT_PATH)
+    #[arg(long, value_name = "DIR")]
+    pub docker_tls: Option<std::path::PathBuf>,
     /// Stop a worker idle for this long, in seconds
     #[arg(long, default_value_t = 600, value_name = "SECONDS")]
     pub worker_idle: u64,
@@ -280,6 +290,10 @@ fn config(args: ServerArgs) -> ServerConfig {
         config.run_lease = l;
     }
     config.max_workers = args.max_workers.max(1);
+    config.docker = lh_runner::docker::EngineAddr {
+        url: args.docker_host,
+        tls: args.docker_tls,
+    };
     config.worker_idle = Duration::from_secs(args.worker_idle.max(1));
     config.runtime = match args.runtime {
         RuntimeArg::Auto => RuntimeChoice::Auto,

@@ -99,6 +99,8 @@ pub struct DockerLauncher {
     version: String,
     /// Cache volumes being filled (remote engines), one filler each.
     filling: tokio::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The size of each remote container's work volume, by container name.
+    work_sizes: std::sync::Mutex<HashMap<String, u64>>,
 }
 
 /// Connects to the engine of DOCKER_HOST (or the local socket), negotiating the API
@@ -116,7 +118,8 @@ pub async fn connect_to(addr: &EngineAddr) -> Result<(Docker, String), RunnerErr
             addr.describe()
         ))
     };
-    const TIMEOUT: u64 = 120;
+    // bollard's timeout covers a whole request, an environment's upload included.
+    const TIMEOUT: u64 = 1800;
     let docker = match addr.url.as_deref() {
         None => Docker::connect_with_local_defaults(),
         Some(u) if u.starts_with("unix://") => {
@@ -131,7 +134,13 @@ pub async fn connect_to(addr: &EngineAddr) -> Result<(Docker, String), RunnerErr
                 TIMEOUT,
                 API_DEFAULT_VERSION,
             ),
-            None => Docker::connect_with_http(u, TIMEOUT, API_DEFAULT_VERSION),
+            // The engine's API is root on its machine, and a call's inputs and secrets
+            // cross it: never in the clear.
+            None => {
+                return Err(RunnerError::Sandbox(format!(
+                    "the Docker engine at {u} needs TLS: give --docker-tls DIR (ca.pem, cert.pem, key.pem)"
+                )));
+            }
         },
         Some(u) => {
             return Err(RunnerError::Sandbox(format!(
@@ -168,6 +177,7 @@ impl PooledRuntime<DockerLauncher> {
             config,
             version,
             filling: Default::default(),
+            work_sizes: Default::default(),
         };
         let orphans = launcher.remove_owned().await?;
         if orphans > 0 {
@@ -259,6 +269,9 @@ impl DockerLauncher {
         self.cache_volume(&code_volume, code, &image).await?;
         let work = work_volume(name);
         let size = limits.disk_bytes.unwrap_or(DEFAULT_WORK_BYTES);
+        if let Ok(mut m) = self.work_sizes.lock() {
+            m.insert(name.to_string(), size);
+        }
         self.docker
             .create_volume(VolumeCreateRequest {
                 name: Some(work.clone()),
@@ -375,6 +388,9 @@ impl DockerLauncher {
 
     /// Removes the work volume of container `name` (a remote engine's).
     async fn remove_work_volume(&self, name: &str) {
+        if let Ok(mut m) = self.work_sizes.lock() {
+            m.remove(name);
+        }
         if self.config.remote {
             let _ = self
                 .docker
@@ -636,10 +652,12 @@ impl Launcher for DockerLauncher {
             return Ok(());
         }
         let (src, name) = (work.to_path_buf(), folder.to_string());
-        let tar = tokio::task::spawn_blocking(move || crate::transfer::pack(&src, Some(&name)))
+        let packed = tokio::task::spawn_blocking(move || crate::transfer::pack(&src, Some(&name)))
             .await
-            .map_err(std::io::Error::other)??;
+            .map_err(std::io::Error::other);
+        // Whatever happened, the call's secrets leave this host's disk now.
         let _ = std::fs::remove_file(work.join(crate::protocol::SECRETS_FILE));
+        let tar = packed??;
         let opts = UploadToContainerOptionsBuilder::new().path(WORK).build();
         self.docker
             .upload_to_container(&worker.handle, Some(opts), bollard::body_full(tar.into()))
@@ -665,28 +683,43 @@ impl Launcher for DockerLauncher {
         let mut stream = self
             .docker
             .download_from_container(&worker.handle, Some(opts));
-        // Streamed to disk, then unpacked: an output may be larger than memory (the
-        // work volume bounds it).
-        let archive = work.with_extension("incoming.tar");
+        // Streamed to disk, then unpacked: an output may be larger than memory. At most
+        // what the container's work volume holds, with room for the archive's headers:
+        // sparse files, which the volume stores for nothing, arrive whole.
+        let max = self
+            .work_sizes
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&worker.handle).copied())
+            .unwrap_or(DEFAULT_WORK_BYTES);
+        let limit = max.saturating_add(64 << 20);
+        let archive = Removed(work.with_extension("incoming.tar"));
         {
             use tokio::io::AsyncWriteExt;
-            let mut f = tokio::fs::File::create(&archive).await?;
+            let mut f = tokio::fs::File::create(&archive.0).await?;
+            let mut received = 0u64;
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| {
                     std::io::Error::other(format!("cannot fetch the call's output: {e}"))
                 })?;
+                received += chunk.len() as u64;
+                if received > limit {
+                    return Err(std::io::Error::other(format!(
+                        "the call's folder holds more than its disk limit ({} MiB)",
+                        max >> 20
+                    )));
+                }
                 f.write_all(&chunk).await?;
             }
             f.flush().await?;
         }
-        let (dest, name, file) = (work.to_path_buf(), folder.to_string(), archive.clone());
-        let unpacked = tokio::task::spawn_blocking(move || {
-            crate::transfer::unpack(std::fs::File::open(&file)?, &dest, &name, u64::MAX)
+        let (dest, name, file) = (work.to_path_buf(), folder.to_string(), archive.0.clone());
+        tokio::task::spawn_blocking(move || {
+            crate::transfer::unpack(std::fs::File::open(&file)?, &dest, &name, max)
         })
         .await
-        .map_err(std::io::Error::other);
-        let _ = std::fs::remove_file(&archive);
-        unpacked??;
+        .map_err(std::io::Error::other)??;
+        drop(archive);
         // Emptied for the next call (the volume is the container's memory).
         let exec = self
             .docker
@@ -755,6 +788,15 @@ enum Mounts {
         code: String,
         work: String,
     },
+}
+
+/// A file removed when dropped (on every way out of a function).
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// A remote container's work volume when the call sets no disk limit.

@@ -126,9 +126,11 @@ pub(crate) async fn exchange<L: Launcher>(
             false,
         ),
     };
-    // A folder that did not come back (an engine gone mid-call) fails the call.
+    // A folder that did not come back (an engine gone mid-call) fails a call that
+    // succeeded; a failure keeps its own reason (out of memory, a timeout).
     let (outcome, healthy) = match back {
         Ok(()) => (outcome, healthy),
+        Err(_) if matches!(outcome, Outcome::Failed { .. }) => (outcome, false),
         Err(e) => (
             Outcome::Failed {
                 error: format!(

@@ -5,6 +5,10 @@
 use std::io::Read;
 use std::path::{Component, Path};
 
+/// The most files and folders an archive brought back may hold (each costs an inode
+/// here, however small).
+const MAX_ENTRIES: usize = 10_000;
+
 /// The user (and group) that workers run as: what they get to own.
 pub const WORKER_UID: u64 = 1000;
 
@@ -63,9 +67,16 @@ fn append_dir(b: &mut tar::Builder<Vec<u8>>, name: &Path) -> std::io::Result<()>
 pub fn unpack(archive: impl Read, dest: &Path, strip: &str, max_bytes: u64) -> std::io::Result<()> {
     let mut a = tar::Archive::new(archive);
     let mut total = 0u64;
+    let mut count = 0usize;
     std::fs::create_dir_all(dest)?;
     for entry in a.entries()? {
         let mut entry = entry?;
+        count += 1;
+        if count > MAX_ENTRIES {
+            return Err(std::io::Error::other(format!(
+                "the folder holds more than {MAX_ENTRIES} files and folders"
+            )));
+        }
         let path = entry.path()?.into_owned();
         let mut parts = path.components();
         match parts.next() {
@@ -142,6 +153,14 @@ mod tests {
         b.append(&h, &b"x"[..]).unwrap();
         let evil = b.into_inner().unwrap();
         assert!(unpack(&evil[..], dest.path(), "inv-1", 1 << 20).is_err());
+        // Too many entries (an inode bomb of empty files): refused.
+        let many = tempfile::tempdir().unwrap();
+        for i in 0..=MAX_ENTRIES {
+            std::fs::write(many.path().join(i.to_string()), b"").unwrap();
+        }
+        let tar = pack(many.path(), Some("inv-1")).unwrap();
+        let err = unpack(&tar[..], dest.path(), "inv-1", 1 << 20).unwrap_err();
+        assert!(err.to_string().contains("more than 10000"), "{err}");
         // A link is left out when packing.
         std::os::unix::fs::symlink("/etc/passwd", src.path().join("link")).unwrap();
         let tar = pack(src.path(), Some("inv-1")).unwrap();

@@ -538,4 +538,15 @@ fn functions_run_on_a_docker_engine_that_shares_no_disk() {
         err.contains("unsupported Docker host 'ftp://nowhere'"),
         "{err}"
     );
+    // An engine over TCP without TLS: inputs and secrets would cross in the clear.
+    let out = std::process::Command::new(lh_e2e::lh_bin())
+        .args(["server", "--bind", "127.0.0.1:0", "--runtime", "docker"])
+        .args(["--docker-host", &host, "--data-dir"])
+        .arg(tmp.path().join("data2"))
+        .env("LH_HOME", tmp.path().join("home"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs TLS: give --docker-tls DIR"), "{err}");
 }

@@ -265,8 +265,8 @@ impl DockerLauncher {
         let image = self.image(&env.python_version);
         let env_volume = format!("lh-env-{}", short_hash(&env.key));
         let code_volume = format!("lh-code-{}", short_hash(&code.display().to_string()));
-        self.cache_volume(&env_volume, site, &image).await?;
-        self.cache_volume(&code_volume, code, &image).await?;
+        let env_volume = self.cache_volume(&env_volume, site, &image).await?;
+        let code_volume = self.cache_volume(&code_volume, code, &image).await?;
         let work = work_volume(name);
         let size = limits.disk_bytes.unwrap_or(DEFAULT_WORK_BYTES);
         if let Ok(mut m) = self.work_sizes.lock() {
@@ -299,29 +299,44 @@ impl DockerLauncher {
         })
     }
 
-    /// A volume `name` of the engine holding the files of `src`, filled once: a marker
-    /// volume `<name>.ready` says it is whole (a fill cut short is redone).
-    async fn cache_volume(&self, name: &str, src: &Path, image: &str) -> Result<(), RunnerError> {
+    /// The volume of the engine holding the files of `src` under the key `name`,
+    /// filled once: each filler fills a volume of its own (`<name>-<unique>`), then
+    /// publishes it by creating the marker volume `<name>.ready` labelled with its name;
+    /// the engine keeps the first marker made, so every server sharing the engine uses
+    /// the one volume published first, and never one partly filled.
+    async fn cache_volume(
+        &self,
+        name: &str,
+        src: &Path,
+        image: &str,
+    ) -> Result<String, RunnerError> {
         let ready = format!("{name}.ready");
-        if self.docker.inspect_volume(&ready).await.is_ok() {
-            return Ok(());
+        let published = || async {
+            self.docker
+                .inspect_volume(&ready)
+                .await
+                .ok()
+                .and_then(|v| v.labels.get("lh.volume").cloned())
+        };
+        if let Some(v) = published().await {
+            return Ok(v);
         }
         let lock = {
             let mut m = self.filling.lock().await;
             m.entry(name.to_string()).or_default().clone()
         };
         let _filling = lock.lock().await;
-        if self.docker.inspect_volume(&ready).await.is_ok() {
-            return Ok(());
+        if let Some(v) = published().await {
+            return Ok(v);
         }
-        let labels = HashMap::from([("lh.cache".to_string(), "1".to_string())]);
-        let _ = self
-            .docker
-            .remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>)
-            .await;
+        let mine = format!(
+            "{name}-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
+        );
+        let labels = HashMap::from([("lh.cache".to_string(), name.to_string())]);
         self.docker
             .create_volume(VolumeCreateRequest {
-                name: Some(name.to_string()),
+                name: Some(mine.clone()),
                 labels: Some(labels.clone()),
                 ..Default::default()
             })
@@ -340,7 +355,7 @@ impl DockerLauncher {
                 network_mode: Some("none".into()),
                 mounts: Some(vec![Mount {
                     target: Some("/fill".into()),
-                    source: Some(name.to_string()),
+                    source: Some(mine.clone()),
                     typ: Some(MountType::VOLUME),
                     ..Default::default()
                 }]),
@@ -348,13 +363,26 @@ impl DockerLauncher {
             }),
             ..Default::default()
         };
-        self.docker
+        let remove_mine = || async {
+            let _ = self
+                .docker
+                .remove_volume(
+                    &mine,
+                    None::<bollard::query_parameters::RemoveVolumeOptions>,
+                )
+                .await;
+        };
+        if let Err(e) = self
+            .docker
             .create_container(
                 Some(CreateContainerOptionsBuilder::new().name(&filler).build()),
                 body,
             )
             .await
-            .map_err(docker_err("cannot create a container to fill a volume"))?;
+        {
+            remove_mine().await;
+            return Err(docker_err("cannot create a container to fill a volume")(e));
+        }
         let from = src.to_path_buf();
         let packed = tokio::task::spawn_blocking(move || crate::transfer::pack(&from, None))
             .await
@@ -373,17 +401,52 @@ impl DockerLauncher {
             Err(e) => Err(e),
         };
         self.remove(&filler).await;
-        filled?;
-        self.docker
-            .create_volume(VolumeCreateRequest {
-                name: Some(ready),
-                labels: Some(labels),
-                ..Default::default()
-            })
-            .await
-            .map_err(docker_err("cannot create a volume"))?;
-        tracing::info!(volume = name, "filled a cache volume on the engine");
-        Ok(())
+        if let Err(e) = filled {
+            remove_mine().await;
+            return Err(e);
+        }
+        // Published: the marker names the volume; one made first by another server
+        // stays, and names its volume instead.
+        let mut marker = labels;
+        marker.insert("lh.volume".to_string(), mine.clone());
+        let publish = || async {
+            self.docker
+                .create_volume(VolumeCreateRequest {
+                    name: Some(ready.clone()),
+                    labels: Some(marker.clone()),
+                    ..Default::default()
+                })
+                .await
+                .map_err(docker_err("cannot create a volume"))
+        };
+        publish().await?;
+        if published().await.is_none() {
+            // A marker that names no volume (an earlier lh's): replaced.
+            let _ = self
+                .docker
+                .remove_volume(
+                    &ready,
+                    None::<bollard::query_parameters::RemoveVolumeOptions>,
+                )
+                .await;
+            publish().await?;
+        }
+        match published().await {
+            Some(v) if v == mine => {
+                tracing::info!(volume = %mine, "filled a cache volume on the engine");
+                Ok(mine)
+            }
+            Some(v) => {
+                remove_mine().await;
+                Ok(v)
+            }
+            None => {
+                remove_mine().await;
+                Err(RunnerError::Worker(format!(
+                    "the cache volume {name} has a marker that names no volume"
+                )))
+            }
+        }
     }
 
     /// Removes the work volume of container `name` (a remote engine's).

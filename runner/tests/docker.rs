@@ -428,3 +428,69 @@ async fn a_restarted_server_removes_its_orphans(engine: Engine) {
     );
     again.shutdown().await;
 }
+
+/// Two servers sharing a remote engine start workers for the same code at once: each
+/// fills a cache volume of its own, one is published, both use it, and the other is
+/// removed (a volume partly filled is never used).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_fill_one_cache_volume_on_a_shared_engine() {
+    let a = fixture(Engine::Remote).await;
+    let (docker, version) = connect_to(&Engine::Remote.addr()).await.unwrap();
+    let b_rt = DockerRuntime::new(
+        docker,
+        version,
+        DockerConfig {
+            image_prefix: "lh-runtime:".into(),
+            work_root: a.dir.path().join("work-b"),
+            idle_timeout: Duration::from_secs(60),
+            max_containers: 4,
+            owner: format!("test-{}", uuid::Uuid::new_v4().simple()),
+            pids_limit: 64,
+            default_memory: 512 << 20,
+            remote: true,
+        },
+    )
+    .await
+    .unwrap();
+    let b = Fixture {
+        dir: tempfile::tempdir().unwrap(),
+        rt: b_rt,
+        env: a.env.clone(),
+        code: a.code.clone(),
+        owner: String::new(),
+        engine: Engine::Remote,
+    };
+    let limits = Limits {
+        memory_bytes: Some(512 << 20),
+        ..Limits::default()
+    };
+    let (ra, rb) = tokio::join!(call(&a, "identity", &limits), call(&b, "identity", &limits));
+    assert_eq!(ra.outcome, Outcome::Model { rows: 3 }, "{}", ra.log);
+    assert_eq!(rb.outcome, Outcome::Model { rows: 3 }, "{}", rb.log);
+    // The code snapshot's volumes on the engine: one published, none left over.
+    let key = blake3_code_key(&a.code.join("snap"));
+    let out = tokio::process::Command::new("docker")
+        .args(Engine::Remote.cli())
+        .args([
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=lh.cache=lh-code-{key}"),
+        ])
+        .output()
+        .await
+        .unwrap();
+    let names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(names.len(), 2, "one volume and its marker: {names:?}");
+    a.rt.shutdown().await;
+    b.rt.shutdown().await;
+}
+
+/// The key part of a code snapshot's cache volume (as the launcher names it).
+fn blake3_code_key(code: &Path) -> String {
+    blake3::hash(code.display().to_string().as_bytes()).to_hex()[..32].to_string()
+}

@@ -142,19 +142,7 @@ impl Run {
             rec.reason = Some(
                 "recovered: its output was committed on the run's branch before the server driving the run stopped".into(),
             );
-            rec.rows = svc
-                .tables
-                .metadata(&p.metadata_location)
-                .await
-                .ok()
-                .and_then(|m| {
-                    m.current_snapshot().and_then(|s| {
-                        s.summary()
-                            .additional_properties
-                            .get("added-records")
-                            .and_then(|v| v.parse().ok())
-                    })
-                });
+            rec.rows = snapshot_count(svc, &p, "added-records").await;
             rec.output = Some(pointer(&p));
             let _ = svc
                 .store
@@ -450,6 +438,18 @@ impl Run {
     }
 }
 
+/// A count of the current snapshot's summary (`added-records`, `total-records`) of the
+/// table version `p`, if it has one.
+async fn snapshot_count(svc: &RunService, p: &lh_catalog::TablePointer, key: &str) -> Option<u64> {
+    let m = svc.tables.metadata(&p.metadata_location).await.ok()?;
+    m.current_snapshot()?
+        .summary()
+        .additional_properties
+        .get(key)?
+        .parse()
+        .ok()
+}
+
 /// Runs one node to its end state (never panics on user errors: they are the record).
 async fn run_node(shared: &Shared, i: usize, mut rec: NodeRecord) -> NodeRecord {
     let svc = &shared.svc;
@@ -646,19 +646,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         rec.status = NodeStatus::Cached;
         rec.cached = true;
         rec.output = Some(pointer(&p));
-        rec.rows = svc
-            .tables
-            .metadata(&p.metadata_location)
-            .await
-            .ok()
-            .and_then(|m| {
-                m.current_snapshot().and_then(|s| {
-                    s.summary()
-                        .additional_properties
-                        .get("total-records")
-                        .and_then(|v| v.parse().ok())
-                })
-            });
+        rec.rows = snapshot_count(svc, &p, "total-records").await;
         return Ok(());
     }
 

@@ -18,14 +18,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::Docker;
-use bollard::exec::StartExecOptions;
-use bollard::models::{
-    ContainerCreateBody, ExecConfig, HostConfig, Mount, MountType, VolumeCreateRequest,
-};
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, VolumeCreateRequest};
 use bollard::query_parameters::{
-    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder,
-    DownloadFromContainerOptionsBuilder, ListContainersOptionsBuilder, ListVolumesOptionsBuilder,
-    RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, ListContainersOptionsBuilder,
+    ListVolumesOptionsBuilder, RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
 };
 use futures::StreamExt;
 
@@ -33,7 +29,7 @@ use crate::env::Env;
 use crate::error::RunnerError;
 use crate::pool::PoolConfig;
 use crate::pooled::PooledRuntime;
-use crate::runtime::{Limits, TMP_BYTES};
+use crate::runtime::{DEFAULT_DISK_BYTES, Limits, TMP_BYTES};
 use crate::worker::{Launcher, Worker};
 
 /// How the Docker runtime runs containers.
@@ -99,8 +95,6 @@ pub struct DockerLauncher {
     version: String,
     /// Cache volumes being filled (remote engines), one filler each.
     filling: tokio::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// The size of each remote container's work volume, by container name.
-    work_sizes: std::sync::Mutex<HashMap<String, u64>>,
 }
 
 /// Connects to the engine of DOCKER_HOST (or the local socket), negotiating the API
@@ -177,7 +171,6 @@ impl PooledRuntime<DockerLauncher> {
             config,
             version,
             filling: Default::default(),
-            work_sizes: Default::default(),
         };
         let orphans = launcher.remove_owned().await?;
         if orphans > 0 {
@@ -268,10 +261,7 @@ impl DockerLauncher {
         let env_volume = self.cache_volume(&env_volume, site, &image).await?;
         let code_volume = self.cache_volume(&code_volume, code, &image).await?;
         let work = work_volume(name);
-        let size = limits.disk_bytes.unwrap_or(DEFAULT_WORK_BYTES);
-        if let Ok(mut m) = self.work_sizes.lock() {
-            m.insert(name.to_string(), size);
-        }
+        let size = limits.disk_bytes.unwrap_or(DEFAULT_DISK_BYTES);
         self.docker
             .create_volume(VolumeCreateRequest {
                 name: Some(work.clone()),
@@ -383,23 +373,15 @@ impl DockerLauncher {
             remove_mine().await;
             return Err(docker_err("cannot create a container to fill a volume")(e));
         }
-        let from = src.to_path_buf();
-        let packed = tokio::task::spawn_blocking(move || crate::transfer::pack(&from, None))
+        let filled = self
+            .docker
+            .upload_to_container(
+                &filler,
+                Some(UploadToContainerOptionsBuilder::new().path("/fill").build()),
+                bollard::body_try_stream(crate::transfer::packed(src.to_path_buf())),
+            )
             .await
-            .map_err(|e| RunnerError::Worker(e.to_string()))
-            .and_then(|r| r.map_err(RunnerError::from));
-        let filled = match packed {
-            Ok(tar) => self
-                .docker
-                .upload_to_container(
-                    &filler,
-                    Some(UploadToContainerOptionsBuilder::new().path("/fill").build()),
-                    bollard::body_full(tar.into()),
-                )
-                .await
-                .map_err(docker_err("cannot fill a volume")),
-            Err(e) => Err(e),
-        };
+            .map_err(docker_err("cannot fill a volume"));
         self.remove(&filler).await;
         if let Err(e) = filled {
             remove_mine().await;
@@ -451,9 +433,6 @@ impl DockerLauncher {
 
     /// Removes the work volume of container `name` (a remote engine's).
     async fn remove_work_volume(&self, name: &str) {
-        if let Ok(mut m) = self.work_sizes.lock() {
-            m.remove(name);
-        }
         if self.config.remote {
             let _ = self
                 .docker
@@ -696,118 +675,10 @@ impl Launcher for DockerLauncher {
         open_to_all(inside)
     }
 
-    /// On a remote engine, the folder goes as an archive into the container's work
-    /// volume (memory of the engine's machine); the call's secrets leave this host's
-    /// disk at once.
-    async fn send(
-        &self,
-        worker: &mut Worker<String>,
-        work: &Path,
-        folder: &str,
-    ) -> std::io::Result<()> {
-        if !self.config.remote {
-            let inside = worker.dir.join(folder);
-            std::fs::rename(work, &inside)?;
-            if let Err(e) = open_to_all(&inside) {
-                let _ = std::fs::rename(&inside, work);
-                return Err(e);
-            }
-            return Ok(());
-        }
-        let (src, name) = (work.to_path_buf(), folder.to_string());
-        let packed = tokio::task::spawn_blocking(move || crate::transfer::pack(&src, Some(&name)))
-            .await
-            .map_err(std::io::Error::other);
-        // Whatever happened, the call's secrets leave this host's disk now.
-        let _ = std::fs::remove_file(work.join(crate::protocol::SECRETS_FILE));
-        let tar = packed??;
-        let opts = UploadToContainerOptionsBuilder::new().path(WORK).build();
-        self.docker
-            .upload_to_container(&worker.handle, Some(opts), bollard::body_full(tar.into()))
-            .await
-            .map_err(|e| std::io::Error::other(format!("cannot send the call's inputs: {e}")))
-    }
-
-    /// On a remote engine, the folder comes back as an archive (regular files only,
-    /// within the call's disk limit), then is removed from the container.
-    async fn receive(
-        &self,
-        worker: &mut Worker<String>,
-        folder: &str,
-        work: &Path,
-    ) -> std::io::Result<()> {
-        if !self.config.remote {
-            return std::fs::rename(worker.dir.join(folder), work);
-        }
-        let path = format!("{WORK}/{folder}");
-        let opts = DownloadFromContainerOptionsBuilder::new()
-            .path(&path)
-            .build();
-        let mut stream = self
-            .docker
-            .download_from_container(&worker.handle, Some(opts));
-        // Streamed to disk, then unpacked: an output may be larger than memory. At most
-        // what the container's work volume holds, with room for the archive's headers:
-        // sparse files, which the volume stores for nothing, arrive whole.
-        let max = self
-            .work_sizes
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&worker.handle).copied())
-            .unwrap_or(DEFAULT_WORK_BYTES);
-        let limit = max.saturating_add(64 << 20);
-        let archive = Removed(work.with_extension("incoming.tar"));
-        {
-            use tokio::io::AsyncWriteExt;
-            let mut f = tokio::fs::File::create(&archive.0).await?;
-            let mut received = 0u64;
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| {
-                    std::io::Error::other(format!("cannot fetch the call's output: {e}"))
-                })?;
-                received += chunk.len() as u64;
-                if received > limit {
-                    return Err(std::io::Error::other(format!(
-                        "the call's folder holds more than its disk limit ({} MiB)",
-                        max >> 20
-                    )));
-                }
-                f.write_all(&chunk).await?;
-            }
-            f.flush().await?;
-        }
-        let (dest, name, file) = (work.to_path_buf(), folder.to_string(), archive.0.clone());
-        tokio::task::spawn_blocking(move || {
-            crate::transfer::unpack(std::fs::File::open(&file)?, &dest, &name, max)
-        })
-        .await
-        .map_err(std::io::Error::other)??;
-        drop(archive);
-        // Emptied for the next call (the volume is the container's memory).
-        let exec = self
-            .docker
-            .create_exec(
-                &worker.handle,
-                ExecConfig {
-                    cmd: Some(vec!["rm".into(), "-rf".into(), path]),
-                    user: Some("1000:1000".into()),
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| std::io::Error::other(format!("cannot empty the call's folder: {e}")))?;
-        self.docker
-            .start_exec(
-                &exec.id,
-                Some(StartExecOptions {
-                    detach: true,
-                    tty: false,
-                    output_capacity: None,
-                }),
-            )
-            .await
-            .map_err(|e| std::io::Error::other(format!("cannot empty the call's folder: {e}")))?;
-        Ok(())
+    /// On a remote engine, an invocation's folder crosses the container's attached
+    /// channel (the engine's disk is not this host's).
+    fn over_channel(&self) -> bool {
+        self.config.remote
     }
 
     /// A remote container's work volume is bounded by its size; here, the folder is
@@ -852,18 +723,6 @@ enum Mounts {
         work: String,
     },
 }
-
-/// A file removed when dropped (on every way out of a function).
-struct Removed(PathBuf);
-
-impl Drop for Removed {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// A remote container's work volume when the call sets no disk limit.
-const DEFAULT_WORK_BYTES: u64 = 1 << 30;
 
 /// The work volume of container `name`.
 fn work_volume(name: &str) -> String {

@@ -1,15 +1,18 @@
 //! The exchange of one invocation with a checked-out worker, the same for every runtime:
-//! the invocation's folder moves into the worker's folder, one JSON line goes to the
-//! worker, its answer is awaited within the function's timeout, the log the call wrote
-//! is sliced out, the answer becomes an [`Outcome`], and the folder moves back. The
-//! result says whether the worker may go back to the pool.
+//! the invocation's folder moves into the worker's folder (or, for a worker that shares
+//! no disk with the server, its files follow the request on the worker's channel), one
+//! JSON line goes to the worker, its answer is awaited within the function's timeout,
+//! the log the call wrote is sliced out, the answer becomes an [`Outcome`], and the
+//! folder moves back (or the files the call wrote follow the answer). The result says
+//! whether the worker may go back to the pool.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::RunnerError;
 use crate::protocol::{Answer, Invocation, Outcome};
-use crate::runtime::Limits;
+use crate::runtime::{DEFAULT_DISK_BYTES, Limits};
+use crate::transfer::Sent;
 use crate::worker::{Launcher, Worker, tail};
 
 /// How an exchange ended.
@@ -51,9 +54,14 @@ pub(crate) async fn exchange<L: Launcher>(
 ) -> Result<Exchanged, RunnerError> {
     let timeout = limits.timeout;
     let folder = format!("inv-{}", inv.id);
-    let line = request(launcher, worker, work, inv, &folder)?;
-    // The invocation's folder moves into the worker's own folder for the call.
-    launcher.send(worker, work, &folder).await?;
+    let channel = launcher.over_channel();
+    let (line, files) = request(launcher, worker, work, inv, &folder, limits)?;
+    if channel {
+        worker.expect_files(work, limits.disk_bytes.unwrap_or(DEFAULT_DISK_BYTES));
+    } else {
+        // The invocation's folder moves into the worker's own folder for the call.
+        launcher.send(worker, work, &folder).await?;
+    }
     let log_start = worker.log().len();
     let dir = worker.dir.clone();
     let measured = launcher.measures_folder();
@@ -72,17 +80,30 @@ pub(crate) async fn exchange<L: Launcher>(
             }
         }
     };
+    let secrets = work.join(crate::protocol::SECRETS_FILE);
     let call = async {
-        worker.send(&line).await.map_err(|_| NotSent)?;
+        // The worker reads every file before the call starts: a worker gone on the way
+        // ran nothing.
+        let sent = worker.send_with_files(&line, &files).await;
+        if channel {
+            // The call's secrets left this host's disk.
+            let _ = std::fs::remove_file(&secrets);
+        }
+        sent.map_err(|_| NotSent)?;
         Ok(worker.answer(&inv.id).await)
     };
     let reply = tokio::select! {
         r = tokio::time::timeout(timeout, call) => r.map_err(|_| Stopped::Timeout),
         stopped = watch => Err(stopped),
     };
+    if channel {
+        let _ = std::fs::remove_file(&secrets);
+    }
     let answer = match reply {
         Ok(Err(NotSent)) => {
-            let _ = launcher.receive(worker, &folder, work).await;
+            if !channel {
+                let _ = launcher.receive(worker, &folder, work).await;
+            }
             return Ok(Exchanged::NotSent);
         }
         Ok(Ok(answer)) => Ok(answer),
@@ -91,7 +112,16 @@ pub(crate) async fn exchange<L: Launcher>(
     // Give the log reader a moment to drain what the function printed last.
     tokio::time::sleep(Duration::from_millis(2)).await;
     let log = worker.log().since(log_start);
-    let back = launcher.receive(worker, &folder, work).await;
+    let back = if channel {
+        // An answer that listed no files (a harness that failed before the call) brings
+        // nothing back; one whose files could not be written here fails.
+        worker
+            .landed()
+            .unwrap_or(Ok(()))
+            .map_err(std::io::Error::other)
+    } else {
+        launcher.receive(worker, &folder, work).await
+    };
     let (outcome, healthy) = match answer {
         Ok(Some(line)) => match serde_json::from_str::<Answer>(&line) {
             Ok(a) if a.id.as_deref() == Some(inv.id.as_str()) => (a.outcome(), true),
@@ -104,8 +134,12 @@ pub(crate) async fn exchange<L: Launcher>(
             ),
         },
         Ok(None) => {
-            // The output ended: the worker died during the call.
-            let why = launcher.why_dead(&mut worker.handle).await;
+            // The output ended: the worker died during the call, or sent files that
+            // cannot be taken.
+            let why = match worker.landed() {
+                Some(Err(e)) => e,
+                _ => launcher.why_dead(&mut worker.handle).await,
+            };
             (
                 Outcome::Failed {
                     error: format!("the {} died: {why}", L::NOUN),
@@ -151,13 +185,18 @@ pub(crate) async fn exchange<L: Launcher>(
 
 /// The request line, with paths as the worker sees them: the invocation's folder inside
 /// the worker's folder, the code snapshot where the launcher mounts it.
+///
+/// For a worker reached over its channel, the line also lists the folder's files, whose
+/// bytes follow it (returned with where they are here), and asks for the files the call
+/// writes back, at most the call's disk limit.
 fn request<L: Launcher>(
     launcher: &L,
     worker: &Worker<L::Handle>,
     work: &Path,
     inv: &Invocation,
     folder: &str,
-) -> Result<String, RunnerError> {
+    limits: &Limits,
+) -> Result<(String, Vec<(Sent, PathBuf)>), RunnerError> {
     let seen = launcher.worker_path(&worker.dir).join(folder);
     let code = launcher.code_path(&inv.root);
     let view = |p: &Path| -> PathBuf {
@@ -195,7 +234,18 @@ fn request<L: Launcher>(
         )?;
         value["secrets_file"] = serde_json::json!(view(&file));
     }
-    Ok(serde_json::to_string(&value).map_err(|e| RunnerError::Worker(e.to_string()))? + "\n")
+    let mut files = Vec::new();
+    if launcher.over_channel() {
+        files = crate::transfer::listing(work)?;
+        let listed: Vec<&Sent> = files.iter().map(|(s, _)| s).collect();
+        value["channel"] = serde_json::json!({
+            "folder": folder,
+            "files": listed,
+            "return_max": limits.disk_bytes.unwrap_or(DEFAULT_DISK_BYTES),
+        });
+    }
+    let line = serde_json::to_string(&value).map_err(|e| RunnerError::Worker(e.to_string()))?;
+    Ok((line + "\n", files))
 }
 
 /// The bytes allocated to the files under `dir` (links not followed, each inode once,

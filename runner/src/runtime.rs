@@ -13,6 +13,10 @@ use crate::protocol::{Invocation, Outcome};
 /// every runtime: a function cannot fill the host's disk or memory through it.
 pub const TMP_BYTES: u64 = 256 << 20;
 
+/// The most a call may write into its folder when its function sets no disk limit, where
+/// the folder must have a size (a remote engine's volume in memory, what crosses back).
+pub const DEFAULT_DISK_BYTES: u64 = 1 << 30;
+
 /// Limits of one function.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Limits {

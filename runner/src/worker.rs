@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
@@ -128,6 +129,14 @@ pub trait Launcher: Send + Sync + 'static {
         std::fs::rename(worker.dir.join(folder), work)
     }
 
+    /// Whether an invocation's folder crosses the worker's own channel (its files after
+    /// the request line on stdin, the files the call wrote after the answer on stdout)
+    /// instead of [`Launcher::send`] and [`Launcher::receive`]: for workers that share no
+    /// disk with the server, at no cost beyond the bytes themselves.
+    fn over_channel(&self) -> bool {
+        false
+    }
+
     /// Whether the exchange measures the worker's folder on this host while a call runs
     /// (a launcher whose folders are elsewhere bounds them there).
     fn measures_folder(&self) -> bool {
@@ -152,6 +161,7 @@ pub struct Worker<H> {
     answers: mpsc::Receiver<String>,
     log: Log,
     ended: Arc<AtomicBool>,
+    landing: Arc<Mutex<Channel>>,
     /// The pool's slot, held for as long as the worker lives.
     pub(crate) permit: Option<OwnedSemaphorePermit>,
 }
@@ -173,12 +183,15 @@ impl<H> Worker<H> {
         let (tx, answers) = mpsc::channel(MAX_QUEUED_LINES);
         let log = Log::default();
         let ended = Arc::new(AtomicBool::new(false));
+        let landing = Arc::new(Mutex::new(Channel::default()));
         let output = Output {
             answers: Answers {
                 pending: Vec::new(),
                 skipping: false,
-                tx,
+                tx: Some(tx),
                 ended: ended.clone(),
+                landing: landing.clone(),
+                receiving: None,
             },
             log: LogSink {
                 pending: Vec::new(),
@@ -192,6 +205,7 @@ impl<H> Worker<H> {
             answers,
             log,
             ended,
+            landing,
             permit: None,
         };
         (worker, output)
@@ -237,10 +251,40 @@ impl<H> Worker<H> {
         }
     }
 
-    /// Writes one request line to the worker's stdin.
-    pub(crate) async fn send(&mut self, line: &str) -> std::io::Result<()> {
-        self.input.write_all(line.as_bytes()).await?;
-        self.input.flush().await
+    /// Writes a request line and then `size` bytes of each file (zeros make up for a
+    /// file that shrank: the worker reads exactly the size it was told), flushed once: a
+    /// small request is one write on the wire, not a line then files that wait on the
+    /// peer's delayed acknowledgement.
+    pub(crate) async fn send_with_files(
+        &mut self,
+        line: &str,
+        files: &[(crate::transfer::Sent, PathBuf)],
+    ) -> std::io::Result<()> {
+        let mut out = tokio::io::BufWriter::with_capacity(256 << 10, &mut self.input);
+        out.write_all(line.as_bytes()).await?;
+        for (sent, path) in files {
+            let file = tokio::fs::File::open(path).await?;
+            let copied = tokio::io::copy(&mut file.take(sent.size), &mut out).await?;
+            if copied < sent.size {
+                let mut zeros = tokio::io::repeat(0).take(sent.size - copied);
+                tokio::io::copy(&mut zeros, &mut out).await?;
+            }
+        }
+        out.flush().await
+    }
+
+    /// The files listed by the next answer land in `dir`, at most `max_bytes` of them.
+    pub(crate) fn expect_files(&self, dir: &Path, max_bytes: u64) {
+        let mut c = self.landing.lock().unwrap_or_else(PoisonError::into_inner);
+        c.expect = Some((dir.to_path_buf(), max_bytes));
+        c.landed = None;
+    }
+
+    /// What became of the files the last answer listed (none: it listed none).
+    pub(crate) fn landed(&self) -> Option<Result<(), String>> {
+        let mut c = self.landing.lock().unwrap_or_else(PoisonError::into_inner);
+        c.expect = None;
+        c.landed.take()
     }
 
     /// The answer to invocation `id`, or `None` when the worker's output ended first.
@@ -284,32 +328,122 @@ const MAX_QUEUED_LINES: usize = 1024;
 /// The longest line of stdout kept: an answer is far shorter; longer lines are stray.
 const MAX_LINE: usize = 16 << 20;
 
-/// Turns a worker's stdout into answer lines. Dropping it marks the worker as gone.
+/// Where the files an answer lists land, shared by a worker and its [`Answers`].
+#[derive(Debug, Default)]
+struct Channel {
+    /// The folder the next answer's files go to, and the most they may hold.
+    expect: Option<(PathBuf, u64)>,
+    /// What became of the last answer's files.
+    landed: Option<Result<(), String>>,
+}
+
+/// The part of an answer line that says files follow it.
+#[derive(Deserialize)]
+struct Announce {
+    files: Option<Vec<crate::transfer::Sent>>,
+}
+
+/// Turns a worker's stdout into answer lines, and the files an answer lists (their bytes
+/// follow its line) into files of the folder its caller expects them in: the line is
+/// handed over once they all arrived. Dropping it marks the worker as gone.
 #[derive(Debug)]
 pub struct Answers {
     pending: Vec<u8>,
     /// In a line longer than [`MAX_LINE`], dropped up to its end.
     skipping: bool,
-    tx: mpsc::Sender<String>,
+    /// None once the stream cannot be trusted (files nobody expected, a listing that
+    /// leaves its folder): the worker counts as gone.
+    tx: Option<mpsc::Sender<String>>,
     ended: Arc<AtomicBool>,
+    landing: Arc<Mutex<Channel>>,
+    /// An answer whose files are arriving.
+    receiving: Option<(String, crate::transfer::Landing)>,
 }
 
 impl Answers {
     /// Takes bytes of stdout; each complete line becomes an answer.
-    pub fn push(&mut self, bytes: &[u8]) {
-        self.pending.extend_from_slice(bytes);
-        while let Some(i) = self.pending.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.pending.drain(..=i).collect();
+    pub fn push(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() && self.tx.is_some() {
+            if let Some((_, landing)) = self.receiving.as_mut() {
+                let n = landing.take(bytes);
+                bytes = &bytes[n..];
+                self.delivered();
+                continue;
+            }
+            let Some(i) = bytes.iter().position(|b| *b == b'\n') else {
+                self.pending.extend_from_slice(bytes);
+                if self.pending.len() > MAX_LINE {
+                    self.pending.clear();
+                    self.skipping = true;
+                }
+                return;
+            };
+            self.pending.extend_from_slice(&bytes[..=i]);
+            bytes = &bytes[i + 1..];
+            let line = std::mem::take(&mut self.pending);
             if std::mem::take(&mut self.skipping) {
                 continue;
             }
-            let _ = self
-                .tx
-                .try_send(String::from_utf8_lossy(&line).trim_end().to_string());
+            self.line(String::from_utf8_lossy(&line).trim_end().to_string());
         }
-        if self.pending.len() > MAX_LINE {
-            self.pending.clear();
-            self.skipping = true;
+    }
+
+    /// A complete line: an answer, held back while the files it lists arrive.
+    fn line(&mut self, line: String) {
+        let files = if line.contains("\"files\"") {
+            serde_json::from_str::<Announce>(&line)
+                .ok()
+                .and_then(|a| a.files)
+        } else {
+            None
+        };
+        let Some(files) = files else {
+            self.send(line);
+            return;
+        };
+        let expected = self
+            .landing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .expect
+            .take();
+        let landing = match expected {
+            Some((dir, max)) => crate::transfer::Landing::new(&dir, files, max),
+            None => Err("files nobody asked for".to_string()),
+        };
+        match landing {
+            Ok(landing) => {
+                self.receiving = Some((line, landing));
+                self.delivered();
+            }
+            Err(e) => {
+                // What follows cannot be told apart from the files: the worker is done.
+                self.landed(Err(format!("the worker sent {e}")));
+                self.tx = None;
+            }
+        }
+    }
+
+    /// Hands over the answer whose files all arrived.
+    fn delivered(&mut self) {
+        if self.receiving.as_ref().is_some_and(|(_, l)| l.done())
+            && let Some((line, landing)) = self.receiving.take()
+        {
+            self.landed(landing.finish());
+            self.send(line);
+        }
+    }
+
+    fn landed(&self, result: Result<(), String>) {
+        self.landing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .landed = Some(result);
+    }
+
+    fn send(&self, line: String) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.try_send(line);
         }
     }
 
@@ -319,11 +453,9 @@ impl Answers {
 
 impl Drop for Answers {
     fn drop(&mut self) {
-        if !self.pending.is_empty() && !self.skipping {
+        if !self.pending.is_empty() && !self.skipping && self.receiving.is_none() {
             let rest = std::mem::take(&mut self.pending);
-            let _ = self
-                .tx
-                .try_send(String::from_utf8_lossy(&rest).trim_end().to_string());
+            self.send(String::from_utf8_lossy(&rest).trim_end().to_string());
         }
         self.ended.store(true, Ordering::Release);
     }

@@ -55,6 +55,37 @@ def sleeps(t):
 
 def whoami(t):
     raise RuntimeError(f"uid={os.getuid()}")
+
+def folder():
+    import glob
+    return glob.glob("/lh/work/inv-*")[0]
+
+def large(t):
+    import pyarrow as pa
+    return pa.table({"x": pa.array(range(3_000_000), pa.int64())})
+
+def fills_folder(t):
+    with open(os.path.join(folder(), "big"), "wb") as f:
+        for _ in range(64):
+            f.write(b"x" * (1 << 20))
+            f.flush()
+            time.sleep(0.01)
+    return t
+
+def reads_secret(t):
+    raise RuntimeError(f"token={os.environ.get('TOKEN')}")
+
+def forges_answer(t):
+    # An answer of its own, announcing files, on every descriptor it can find.
+    import json
+    id = os.path.basename(folder())[len("inv-"):]
+    line = json.dumps({"id": id, "ok": True, "rows": 1, "files": [{"path": "x", "size": 5}]}) + "\n"
+    for fd in range(3, 64):
+        try:
+            os.write(fd, line.encode())
+        except OSError:
+            pass
+    os._exit(0)
 "#;
 
 struct Fixture {
@@ -130,6 +161,7 @@ macro_rules! both_engines {
 }
 
 both_engines!(
+    a_call_s_folder_crosses_whole_and_within_its_limit,
     warm_containers_run_one_call_after_another,
     the_container_hides_the_host_and_the_network,
     limits_stop_memory_hogs_fork_bombs_and_hangs,
@@ -207,6 +239,16 @@ fn input(dir: &Path) -> PathBuf {
 }
 
 async fn call(f: &Fixture, function: &str, limits: &Limits) -> lh_runner::InvokeResult {
+    call_with(f, function, limits, Default::default()).await.0
+}
+
+/// A call with secrets; its result and its folder.
+async fn call_with(
+    f: &Fixture,
+    function: &str,
+    limits: &Limits,
+    secrets: lh_runner::SecretEnv,
+) -> (lh_runner::InvokeResult, PathBuf) {
     let id = format!(
         "{:x}",
         std::time::SystemTime::now()
@@ -226,9 +268,9 @@ async fn call(f: &Fixture, function: &str, limits: &Limits) -> lh_runner::Invoke
         inputs: BTreeMap::from([("t".to_string(), inp)]),
         params: BTreeMap::new(),
         output: work.join("out.parquet"),
-        env: Default::default(),
+        env: secrets,
     };
-    f.rt.invoke(&f.env, limits, &work, inv).await.unwrap()
+    (f.rt.invoke(&f.env, limits, &work, inv).await.unwrap(), work)
 }
 
 fn error(r: &lh_runner::InvokeResult) -> String {
@@ -294,6 +336,48 @@ async fn warm_containers_run_one_call_after_another(engine: Engine) {
     assert!(owned_containers(f.engine, &f.owner).await > 0);
     f.rt.shutdown().await;
     assert_eq!(owned_containers(f.engine, &f.owner).await, 0);
+}
+
+async fn a_call_s_folder_crosses_whole_and_within_its_limit(engine: Engine) {
+    let f = fixture(engine).await;
+    let limits = Limits {
+        memory_bytes: Some(512 << 20),
+        disk_bytes: Some(64 << 20),
+        ..Limits::default()
+    };
+    // A large output comes back whole.
+    let (r, work) = call_with(&f, "large", &limits, Default::default()).await;
+    assert_eq!(r.outcome, Outcome::Model { rows: 3_000_000 }, "{}", r.log);
+    let out = std::fs::read(work.join("out.parquet")).unwrap();
+    assert!(
+        out.len() > 1 << 20 && out.starts_with(b"PAR1") && out.ends_with(b"PAR1"),
+        "a whole Parquet file of {} bytes",
+        out.len()
+    );
+    // The call's secrets reach it, and leave this host's disk.
+    let secrets = lh_runner::SecretEnv(BTreeMap::from([("TOKEN".into(), "s3cr3t".into())]));
+    let (r, work) = call_with(&f, "reads_secret", &limits, secrets).await;
+    assert_eq!(error(&r), "RuntimeError: token=s3cr3t");
+    assert!(!work.join("secrets.json").exists());
+    // An answer forged by the function, announcing files, is not taken for the
+    // worker's: the channel stays in step and the warm worker serves the next call.
+    let r = call(&f, "forges_answer", &limits).await;
+    assert!(!r.cold);
+    let r = call(&f, "identity", &limits).await;
+    assert_eq!(r.outcome, Outcome::Model { rows: 3 }, "{}", r.log);
+    assert!(!r.cold, "the same warm worker");
+    // Past the disk limit, the call is stopped (measured here) or its folder is full
+    // (the engine's volume has the limit's size).
+    let small = Limits {
+        disk_bytes: Some(16 << 20),
+        ..limits.clone()
+    };
+    let e = error(&call(&f, "fills_folder", &small).await);
+    assert!(
+        e.contains("more than 16 MiB") || e.contains("No space left"),
+        "{e}"
+    );
+    f.rt.shutdown().await;
 }
 
 async fn the_container_hides_the_host_and_the_network(engine: Engine) {

@@ -270,7 +270,7 @@ async fn main() -> Result<()> {
         warm.len()
     );
     println!(
-        "| warm container, remote engine (no shared disk: TLS, archives) | {} | {} | {} |",
+        "| warm container, remote engine (no shared disk: TLS, files on the attached channel) | {} | {} | {} |",
         ms(warm_remote.percentile(50.0)),
         ms(warm_remote.percentile(99.0)),
         warm_remote.len()

@@ -23,6 +23,14 @@ A request:  {"id", "kind": "model"|"expectation", "file", "function", "root",
 An answer:  {"id", "ok": true, "rows": n} for a model,
             {"id", "ok": true, "passed": bool, "detail": str} for an expectation,
             {"id", "ok": false, "error": str, "traceback": str} when the function failed.
+
+A worker that shares no disk with the runner (a container on another machine's engine)
+gets its invocation's folder over this same channel: the request carries
+`"channel": {"folder": "inv-...", "files": [{"path", "size"}], "return_max": n}` and
+the files' bytes follow the line, in order, on stdin; the answer then lists the files
+the call wrote into that folder (`"files": [{"path", "size"}]`, at most `return_max`
+bytes) and their bytes follow it, in order, on the answers' descriptor. The folder is
+removed once sent.
 """
 
 import importlib
@@ -31,6 +39,7 @@ import json
 import os
 import select
 import signal
+import stat
 import sys
 import time
 import traceback
@@ -415,12 +424,128 @@ def call(req, answers):
     return {"id": req["id"], "ok": False, "error": f"the function's process {describe_status(status, ooms_before)}", "traceback": ""}
 
 
+# The most files a call's folder may send back.
+MAX_FILES = 10000
+# An answer may say only these (a call's own answer cannot announce files of its own).
+ANSWER_KEYS = ("id", "ok", "rows", "passed", "detail", "error", "traceback", "preload")
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def read_exactly(stream, size, into=None):
+    """Reads `size` bytes of `stream`, into the file `into` (None: dropped); the first
+    error writing them (the bytes are read all the same, to keep the channel in step)."""
+    error = None
+    while size:
+        chunk = stream.read(min(size, 1 << 20))
+        if not chunk:
+            raise EOFError("the runner's channel ended in the middle of a file")
+        size -= len(chunk)
+        if into is not None and error is None:
+            try:
+                into.write(chunk)
+            except OSError as e:
+                error = e
+    return error
+
+
+def inside(base, rel):
+    """`rel` under `base`, or None when it is not a plain relative path."""
+    if not isinstance(rel, str) or "\0" in rel or rel.startswith("/"):
+        return None
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return None
+    return os.path.join(base, *parts)
+
+
+def receive_files(stdin, work, channel):
+    """The invocation's folder, as the runner sends it after the request line: its path,
+    and the answer to give instead of calling when it could not be written whole."""
+    folder = channel.get("folder")
+    if not isinstance(folder, str) or not folder.startswith("inv-") or inside(work, folder) is None or "/" in folder:
+        raise ValueError(f"a bad folder name: {folder!r}")
+    base = os.path.join(work, folder)
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    failure = None
+    for entry in channel.get("files", []):
+        size = int(entry["size"])
+        path = inside(base, entry["path"])
+        f = None
+        if path is not None and failure is None:
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                f = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "wb")
+            except OSError as e:
+                failure = e
+        elif path is None:
+            failure = ValueError(f"a bad path: {entry['path']!r}")
+        try:
+            error = read_exactly(stdin, size, f)
+        finally:
+            if f is not None:
+                try:
+                    f.close()
+                except OSError as e:
+                    error = error or e
+        failure = failure or error
+    if failure is not None:
+        return base, {"ok": False, "error": f"the call's inputs do not fit in its folder (its disk limit): {failure}", "traceback": ""}
+    return base, None
+
+
+def files_back(answer, base, channel):
+    """The files the call wrote into its folder (not those it was sent), within the
+    channel's limits; past them the call fails instead."""
+    sent = {e.get("path") for e in channel.get("files", [])}
+    found, total = [], 0
+    for top, dirs, names in os.walk(base):
+        for name in names:
+            path = os.path.join(top, name)
+            rel = os.path.relpath(path, base).replace(os.sep, "/")
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if rel in sent or not stat.S_ISREG(st.st_mode):
+                continue
+            found.append((rel, path, st.st_size))
+            total += st.st_size
+    limit = int(channel.get("return_max", 0))
+    if total > limit or len(found) > MAX_FILES:
+        answer = {"id": answer.get("id"), "ok": False, "error": f"wrote more than {limit >> 20} MiB or {MAX_FILES} files into its folder", "traceback": ""}
+        found = []
+    answer["files"] = [{"path": rel, "size": size} for rel, _, size in found]
+    return answer, found
+
+
+def send_files(fd, found):
+    """The bytes of each file listed, exactly as many as listed (zeros for a file that
+    shrank since)."""
+    for _, path, size in found:
+        try:
+            f = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
+        except OSError:
+            f = None
+        left = size
+        while left:
+            chunk = f.read(min(left, 1 << 20)) if f is not None else b""
+            if not chunk:
+                chunk = bytes(min(left, 1 << 20))
+            write_all(fd, chunk[:left])
+            left -= min(len(chunk), left)
+        if f is not None:
+            f.close()
+
+
 def main():
     fd = int(os.environ.get("LH_WORKER_FD", "0") or 0)
-    if fd > 0:
-        answers = os.fdopen(fd, "w", buffering=1)
-    else:
-        answers = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    if fd <= 0:
+        fd = os.dup(sys.stdout.fileno())
         # User prints must not corrupt the answers: stdout becomes stderr.
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     # The worker's folder is not code: nothing is imported from it.
@@ -436,17 +561,35 @@ def main():
     import pyarrow.ipc  # noqa: F401
     import pyarrow.parquet  # noqa: F401
     import pyarrow.compute  # noqa: F401
-    answers.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
-    for line in sys.stdin:
+    write_all(fd, (json.dumps({"ready": True, "pid": os.getpid()}) + "\n").encode())
+    stdin = sys.stdin.buffer
+    while True:
+        line = stdin.readline()
+        if not line:
+            break
         if not line.strip():
             continue
         req = json.loads(line)
+        channel = req.pop("channel", None)
+        base, answer = None, None
+        if channel is not None:
+            base, answer = receive_files(stdin, work, channel)
         print(f"--- lh: {req.get('kind')} {req.get('function')} ---", file=sys.stderr, flush=True)
-        answer = call(req, answers.fileno())
+        if answer is None:
+            answer = call(req, fd)
+        answer["id"] = req.get("id")
+        answer = {k: v for k, v in answer.items() if k in ANSWER_KEYS}
         clear_scratch(work)
         modules = answer.pop("preload", None)
+        found = []
+        if channel is not None:
+            answer, found = files_back(answer, base, channel)
         sys.stderr.flush()
-        answers.write(json.dumps(answer) + "\n")
+        write_all(fd, (json.dumps(answer) + "\n").encode())
+        send_files(fd, found)
+        if channel is not None:
+            # Nothing of the call stays for the next one.
+            clear_dir(work, (), mount_points())
         if isinstance(modules, list):
             preload(modules)
 

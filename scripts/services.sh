@@ -100,14 +100,24 @@ docker_engine() {
 # A second Docker engine on loopback that stands for another machine: its own data root,
 # exec root and containerd namespace, no bridge, reached only over TCP with TLS (client
 # certificates made here with openssl), and lh's runtime image copied to it over the
-# wire (no registry). Needs the first engine (for the image).
+# wire (no registry). Needs the first engine (for the image). `docker-spare` is a third
+# one, the same way, that the fault tests kill and start again (its pid file is
+# exported).
 DOCKER_REMOTE_PORT=39016
+DOCKER_SPARE_PORT=39017
 docker_remote() {
+    tls_engine remote "$DOCKER_REMOTE_PORT" REMOTE
+}
+docker_spare() {
+    tls_engine spare "$DOCKER_SPARE_PORT" SPARE
+}
+tls_engine() {
+    local name=$1 port=$2 var=$3
     local cache="${LH_CACHE_DIR:-$HOME/.cache/lh}"
-    local dir="$cache/docker-remote"
-    local tls="$dir/tls"
+    local dir="$cache/docker-$name"
+    local tls="$cache/docker-remote/tls"
     if [ ! -f "$tls/key.pem" ]; then
-        log "making the TLS certificates of the second Docker engine in $tls"
+        log "making the TLS certificates of the Docker engines on loopback in $tls"
         mkdir -p "$tls"
         (
             cd "$tls"
@@ -123,30 +133,32 @@ docker_remote() {
                 -out cert.pem -extfile client.ext
         ) >/dev/null 2>&1 || { log "cannot make the TLS certificates"; exit 1; }
     fi
-    local host="tcp://127.0.0.1:$DOCKER_REMOTE_PORT"
+    local host="tcp://127.0.0.1:$port"
+    local pidfile="/run/lh-docker-$name.pid"
     local remote=(docker --host "$host" --tlsverify --tlscacert "$tls/ca.pem" --tlscert "$tls/cert.pem" --tlskey "$tls/key.pem")
     if ! "${remote[@]}" info >/dev/null 2>&1; then
-        log "starting the second Docker engine on $host (TLS)"
-        as_root mkdir -p "$dir/root" /run/lh-docker-remote
-        as_root sh -c "nohup dockerd --data-root '$dir/root' --exec-root /run/lh-docker-remote \
-            --pidfile /run/lh-docker-remote.pid --host '$host' --tlsverify \
+        log "starting the Docker engine '$name' on $host (TLS)"
+        as_root mkdir -p "$dir/root" "/run/lh-docker-$name"
+        as_root sh -c "nohup dockerd --data-root '$dir/root' --exec-root /run/lh-docker-$name \
+            --pidfile $pidfile --host '$host' --tlsverify \
             --tlscacert '$tls/ca.pem' --tlscert '$tls/server-cert.pem' --tlskey '$tls/server-key.pem' \
-            --containerd-namespace lh-remote --containerd-plugins-namespace lh-remote-plugins \
-            --bridge none --iptables=false --ip6tables=false >'$dir/dockerd.log' 2>&1 &"
+            --containerd-namespace lh-$name --containerd-plugins-namespace lh-$name-plugins \
+            --bridge none --iptables=false --ip6tables=false >>'$dir/dockerd.log' 2>&1 &"
         for _ in $(seq 1 60); do
             "${remote[@]}" info >/dev/null 2>&1 && break
             sleep 0.5
         done
-        "${remote[@]}" info >/dev/null 2>&1 || { log "the second dockerd did not start (see $dir/dockerd.log)"; exit 1; }
+        "${remote[@]}" info >/dev/null 2>&1 || { log "the dockerd '$name' did not start (see $dir/dockerd.log)"; exit 1; }
     fi
     local want
     want=$(docker image inspect -f '{{.Id}}' lh-runtime:3.11)
     if [ "$("${remote[@]}" image inspect -f '{{.Id}}' lh-runtime:3.11 2>/dev/null)" != "$want" ]; then
-        log "copying lh-runtime:3.11 to the second Docker engine"
+        log "copying lh-runtime:3.11 to the Docker engine '$name'"
         docker save lh-runtime:3.11 | "${remote[@]}" load >&2
     fi
-    echo "export LH_TEST_DOCKER_REMOTE=$host"
-    echo "export LH_TEST_DOCKER_REMOTE_CERTS=$tls"
+    echo "export LH_TEST_DOCKER_$var=$host"
+    echo "export LH_TEST_DOCKER_${var}_CERTS=$tls"
+    echo "export LH_TEST_DOCKER_${var}_PID=$pidfile"
 }
 
 # A Java runtime for Spark (pyspark comes with the Python packages).
@@ -260,6 +272,7 @@ for svc in "$@"; do
         dbt) dbt ;;
         docker) docker_engine ;;
         docker-remote) docker_remote ;;
+        docker-spare) docker_spare ;;
         s3) s3 ;;
         garage) garage ;;
         *) log "unknown service $svc"; exit 2 ;;

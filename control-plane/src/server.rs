@@ -61,8 +61,9 @@ pub struct ServerConfig {
     pub runtime: RuntimeChoice,
     /// At most this many warm workers (containers) at once.
     pub max_workers: usize,
-    /// The Docker engine of the Docker runtime.
-    pub docker: lh_runner::docker::EngineAddr,
+    /// The Docker engines of the Docker runtime (none: `DOCKER_HOST`, else the local
+    /// socket); with several, calls are placed among them.
+    pub docker: Vec<lh_runner::docker::EngineAddr>,
     /// How many writes (imports, SQL models, pipeline outputs) run at once, each with
     /// `duckdb_memory`; the others wait.
     pub max_concurrent_writes: usize,
@@ -421,38 +422,63 @@ async fn runs_service(
         }
     };
     let docker = async {
-        let (client, version) = lh_runner::docker::connect_to(&config.docker).await?;
+        let addrs = if config.docker.is_empty() {
+            vec![lh_runner::docker::EngineAddr::default()]
+        } else {
+            config.docker.clone()
+        };
         let owner =
             blake3::hash(data_dir.display().to_string().as_bytes()).to_hex()[..16].to_string();
-        let rt = DockerRuntime::new(
-            client,
-            version,
-            DockerConfig {
-                image_prefix: "lh-runtime:".into(),
-                work_root: work.join("containers"),
-                idle_timeout: config.worker_idle,
-                max_containers: config.max_workers.max(1),
-                owner,
-                pids_limit: 256,
-                default_memory: 4 << 30,
-                remote: !config.docker.is_local(),
-            },
-        )
-        .await?;
-        Ok::<_, lh_runner::RunnerError>(rt)
+        let mut engines = Vec::new();
+        for addr in &addrs {
+            let (client, version) = lh_runner::docker::connect_to(addr).await?;
+            let rt = DockerRuntime::new(
+                client,
+                version,
+                DockerConfig {
+                    image_prefix: "lh-runtime:".into(),
+                    work_root: work.join("containers"),
+                    idle_timeout: config.worker_idle,
+                    max_containers: config.max_workers.max(1),
+                    owner: owner.clone(),
+                    pids_limit: 256,
+                    default_memory: 4 << 30,
+                    remote: !addr.is_local(),
+                },
+            )
+            .await?;
+            engines.push((addr.describe(), rt));
+        }
+        Ok::<_, lh_runner::RunnerError>(engines)
+    };
+    // One engine is its runtime; several are placed among.
+    let placed = |engines: Vec<(String, Arc<DockerRuntime>)>| -> Arc<dyn Runtime> {
+        match <[_; 1]>::try_from(engines) {
+            Ok([(_, rt)]) => rt,
+            Err(engines) => lh_runner::engines::Engines::new(
+                engines
+                    .into_iter()
+                    .map(|(name, rt)| (name, rt as Arc<dyn lh_runner::engines::Placeable>))
+                    .collect(),
+            ),
+        }
     };
     let runtime: Arc<dyn Runtime> = match config.runtime {
         RuntimeChoice::Process => process(),
-        RuntimeChoice::Docker => docker
-            .await
-            .map_err(|e| anyhow::anyhow!("--runtime docker: {e}"))?,
+        RuntimeChoice::Docker => placed(
+            docker
+                .await
+                .map_err(|e| anyhow::anyhow!("--runtime docker: {e}"))?,
+        ),
         RuntimeChoice::Auto => match docker.await {
-            Ok(rt) if rt.has_image("3.11").await => rt,
-            Ok(rt) => {
+            Ok(engines) if engines[0].1.has_image("3.11").await => placed(engines),
+            Ok(engines) => {
                 tracing::info!(
                     "Docker is reachable but the runtime image is missing (make images): using the process runtime"
                 );
-                rt.shutdown().await;
+                for (_, rt) in engines {
+                    rt.shutdown().await;
+                }
                 process()
             }
             Err(e) => {

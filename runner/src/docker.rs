@@ -687,6 +687,14 @@ impl Launcher for DockerLauncher {
         !self.config.remote
     }
 
+    /// The engine answers its ping within two seconds.
+    async fn reachable(&self) -> bool {
+        matches!(
+            tokio::time::timeout(Duration::from_secs(2), self.docker.ping()).await,
+            Ok(Ok(_))
+        )
+    }
+
     fn describe(&self, live: usize, idle: usize) -> String {
         format!(
             "docker (engine {}{}), {} containers ({} warm, at most {})",
@@ -705,6 +713,10 @@ impl Launcher for DockerLauncher {
     /// Removes busy containers too, and any other this server's owner label marks.
     async fn shutdown(&self) {
         let _ = self.remove_owned().await;
+    }
+
+    async fn cleared(&self) -> bool {
+        self.owned().await.is_ok_and(|c| c.is_empty())
     }
 }
 

@@ -11,6 +11,10 @@ pub enum RunnerError {
     Sandbox(String),
     #[error("worker failed: {0}")]
     Worker(String),
+    /// The engine the call ran on stopped answering: the call is lost with it, but the
+    /// function did not fail (another engine may run it).
+    #[error("{0}")]
+    EngineLost(String),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -133,6 +133,12 @@ pub(crate) async fn exchange<L: Launcher>(
                 false,
             ),
         },
+        Ok(None) if !launcher.reachable().await => {
+            return Err(RunnerError::EngineLost(format!(
+                "its engine stopped answering during the call, and the {} is lost with it",
+                L::NOUN
+            )));
+        }
         Ok(None) => {
             // The output ended: the worker died during the call, or sent files that
             // cannot be taken.

@@ -12,12 +12,14 @@
 //! launcher.
 //!
 //! Modules depend on each other in one direction: `error`, `protocol` -> `env` ->
-//! `runtime` -> `worker` -> `pool`, `exchange` -> `pooled` -> `docker`, `process`. This
+//! `runtime` -> `worker` -> `pool`, `exchange` -> `pooled` -> `docker`, `process`, and
+//! `engines` (several engines as one runtime, over `pooled`). This
 //! file only declares and re-exports them.
 //!
 //! This crate knows nothing of HTTP, the catalog or DuckDB.
 
 pub mod docker;
+pub mod engines;
 pub mod env;
 mod error;
 mod exchange;

@@ -169,6 +169,15 @@ impl<L: Launcher> Pool<L> {
             .sum()
     }
 
+    /// Whether a worker of `key` waits warm.
+    pub(crate) fn has_idle(&self, key: &WorkerKey) -> bool {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .is_some_and(|v| v.iter().any(|w| !w.worker.ended()))
+    }
+
     /// How many workers are alive, idle or busy.
     pub(crate) fn live(&self) -> usize {
         self.capacity - self.slots.available_permits()

@@ -59,6 +59,22 @@ impl<L: Launcher> PooledRuntime<L> {
     pub fn idle_workers(&self) -> usize {
         self.pool.idle()
     }
+
+    /// Whether a worker for `env`, the snapshot `code` and `limits` waits warm.
+    pub fn has_warm(&self, env: &Env, code: &Path, limits: &Limits) -> bool {
+        self.pool
+            .has_idle(&self.pool.launcher().key(env, code, limits))
+    }
+
+    /// How many workers are alive, idle or busy.
+    pub fn live_workers(&self) -> usize {
+        self.pool.live()
+    }
+
+    /// Whether the place that runs the workers answers.
+    pub async fn reachable(&self) -> bool {
+        self.pool.launcher().reachable().await
+    }
 }
 
 #[async_trait::async_trait]
@@ -78,7 +94,15 @@ impl<L: Launcher> Runtime for PooledRuntime<L> {
         let key = self.pool.launcher().key(env, &inv.root, limits);
         // A warm worker killed between invocations costs one retry, not a failure.
         for _ in 0..2 {
-            let (mut worker, cold) = self.pool.checkout(&key, env, limits).await?;
+            let (mut worker, cold) = match self.pool.checkout(&key, env, limits).await {
+                Ok(w) => w,
+                Err(e) if !self.pool.launcher().reachable().await => {
+                    return Err(RunnerError::EngineLost(format!(
+                        "its engine does not answer: {e}"
+                    )));
+                }
+                Err(e) => return Err(e),
+            };
             let done = exchange(self.pool.launcher(), &mut worker, work, &inv, limits).await;
             match done {
                 Ok(Exchanged::Done {

@@ -143,12 +143,24 @@ pub trait Launcher: Send + Sync + 'static {
         true
     }
 
+    /// Whether the place that runs the workers answers (a Docker engine's ping); a worker
+    /// that ended while it does not was lost with it, the function did not fail.
+    async fn reachable(&self) -> bool {
+        true
+    }
+
     /// A line about the runtime's state, given how many workers are alive (idle or
     /// busy) and how many of them wait warm.
     fn describe(&self, live: usize, idle: usize) -> String;
 
     /// Removes whatever the launcher made besides the pool's workers.
     async fn shutdown(&self) {}
+
+    /// Whether nothing the launcher made is left (after [`Launcher::shutdown`]; an
+    /// engine still restoring its containers may keep some a moment longer).
+    async fn cleared(&self) -> bool {
+        true
+    }
 }
 
 /// A running worker, idle in the pool or checked out for a call.

@@ -550,3 +550,145 @@ fn functions_run_on_a_docker_engine_that_shares_no_disk() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("needs TLS: give --docker-tls DIR"), "{err}");
 }
+
+/// Two models of about four seconds each, side by side.
+const SLOW: &str = r#"
+import time
+import lh
+
+@lh.model()
+def left(t=lh.Model("raw.t")):
+    time.sleep(4)
+    return t
+
+@lh.model()
+def right(t=lh.Model("raw.t")):
+    time.sleep(4)
+    return t
+"#;
+
+/// Functions on two engines: a call goes to each; the engine running one of them is
+/// SIGKILLed mid-call; the call is run once more on the other engine and the run
+/// publishes whole; the dead engine is out of placement (a clear line in `lh info`)
+/// until it answers again, then takes calls again.
+#[test]
+fn a_docker_engine_killed_mid_call_loses_no_run() {
+    let get = |k: &str| {
+        std::env::var(k).unwrap_or_else(|_| {
+            panic!("{k} is not set: `scripts/services.sh docker-spare` starts the engine this test kills (make test does)")
+        })
+    };
+    let (spare, certs, pidfile) = (
+        get("LH_TEST_DOCKER_SPARE"),
+        get("LH_TEST_DOCKER_SPARE_CERTS"),
+        get("LH_TEST_DOCKER_SPARE_PID"),
+    );
+    let spare_cli = |args: &[&str]| -> String {
+        let out = std::process::Command::new("docker")
+            .args(["--host", &spare, "--tlsverify"])
+            .arg(format!("--tlscacert={certs}/ca.pem"))
+            .arg(format!("--tlscert={certs}/cert.pem"))
+            .arg(format!("--tlskey={certs}/key.pem"))
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let cache = env_cache();
+    let server = Server::start_with(&[
+        "--env-cache",
+        &cache,
+        "--runtime",
+        "docker",
+        "--docker-host",
+        "unix:///var/run/docker.sock",
+        "--docker-host",
+        &spare,
+        "--docker-tls",
+        &certs,
+    ]);
+    let lh = server.lh();
+    let runtime = |lh: &Lh| -> String {
+        let info: Value = serde_json::from_str(lh.run(&["info", "-o", "json"]).ok()).unwrap();
+        info["server"]["runtime"].as_str().unwrap().to_string()
+    };
+    assert!(runtime(&lh).starts_with("2 engines"), "{}", runtime(&lh));
+    seed(&lh);
+    let dir = project(
+        &lh,
+        "slow",
+        &[("lh_project.yml", PROJECT), ("models.py", SLOW)],
+    );
+    let d = dir.to_str().unwrap();
+    let id = lh.run(&["run", d, "--detach"]).ok().trim().to_string();
+    // The spare engine's call is running: its container is up, past its cold start.
+    let start = Instant::now();
+    while spare_cli(&["ps", "-q", "--filter", "label=lh.runtime=docker"])
+        .trim()
+        .is_empty()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "no call went to the spare engine: {}",
+            runtime(&lh)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let lost = spare_cli(&["ps", "-q", "--filter", "label=lh.runtime=docker"]);
+    let pid = std::fs::read_to_string(&pidfile).unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", pid.trim()])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "cannot kill the spare dockerd {pid}");
+    // The run publishes whole: the lost call ran again on the local engine.
+    let r = wait_end(&lh, &id, Duration::from_secs(120));
+    assert_eq!(r["status"], "succeeded", "{r:#}");
+    for m in ["t.left", "t.right"] {
+        assert_eq!(node(&r, m)["rows"], 100, "{r:#}");
+    }
+    let logs = lh.run(&["runs", "logs", &id]).ok().to_string();
+    assert!(
+        logs.contains(&format!(
+            "the engine at {spare} its engine stopped answering"
+        )) && logs.contains("run again on unix:///var/run/docker.sock"),
+        "{logs}"
+    );
+    let line = runtime(&lh);
+    assert!(
+        line.contains(&format!("{spare}: out of placement")),
+        "{line}"
+    );
+    // A run meanwhile uses the engine that answers (its calls run: nothing reused).
+    let again = lh.run(&["run", d, "--no-cache", "-o", "json"]);
+    let v: Value =
+        serde_json::from_str(&again.stdout).unwrap_or_else(|_| panic!("{}", again.stderr));
+    assert_eq!(v["status"], "succeeded", "{v:#}");
+    assert_eq!(node(&v, "t.left")["status"], "done", "{v:#}");
+    // Started again, the engine is back in placement.
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/services.sh");
+    let up = std::process::Command::new(script)
+        .arg("docker-spare")
+        .output()
+        .unwrap();
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let start = Instant::now();
+    while runtime(&lh).contains("out of placement") {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{}",
+            runtime(&lh)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // What the lost call left on it is gone.
+    let left = spare_cli(&["ps", "-aq"]);
+    for id in lost.lines() {
+        assert!(!left.contains(id), "{id} is left on the spare engine");
+    }
+}

@@ -89,17 +89,20 @@ pub struct ServerArgs {
     /// processes), or auto (docker when an engine and the runtime image are there)
     #[arg(long, value_enum, default_value_t = RuntimeArg::Auto)]
     pub runtime: RuntimeArg,
-    /// At most this many warm workers (containers) at once
+    /// At most this many warm workers (containers) at once, on each Docker engine
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub max_workers: usize,
-    /// The Docker engine functions run on: unix:///path (this machine), or
+    /// A Docker engine functions run on: unix:///path (this machine), or
     /// tcp://host:port with --docker-tls (an engine that shares no disk with the server:
-    /// environments, code and data reach it over its API) [default: DOCKER_HOST, else the
-    /// local socket]
+    /// environments and code reach it over its API, a call's data over its container's
+    /// channel). Give it again for several engines: a call goes to one with a warm
+    /// worker for it, else the least busy; an engine that stops answering leaves
+    /// placement until it answers, and its lost calls run once more on another
+    /// [default: DOCKER_HOST, else the local socket]
     #[arg(long, value_name = "URL")]
-    pub docker_host: Option<String>,
-    /// A folder with ca.pem, cert.pem and key.pem: TLS to a tcp:// engine, with a client
-    /// certificate (as the docker CLI's DOCKER_CERT_PATH)
+    pub docker_host: Vec<String>,
+    /// A folder with ca.pem, cert.pem and key.pem: TLS to the tcp:// engines, with a
+    /// client certificate (as the docker CLI's DOCKER_CERT_PATH)
     #[arg(long, value_name = "DIR")]
     pub docker_tls: Option<std::path::PathBuf>,
     /// Stop a worker idle for this long, in seconds
@@ -290,10 +293,17 @@ fn config(args: ServerArgs) -> ServerConfig {
         config.run_lease = l;
     }
     config.max_workers = args.max_workers.max(1);
-    config.docker = lh_runner::docker::EngineAddr {
-        url: args.docker_host,
-        tls: args.docker_tls,
-    };
+    let mut seen = std::collections::HashSet::new();
+    for url in args.docker_host {
+        if !seen.insert(url.clone()) {
+            tracing::warn!("--docker-host {url} is given twice: it is one engine");
+            continue;
+        }
+        config.docker.push(lh_runner::docker::EngineAddr {
+            url: Some(url),
+            tls: args.docker_tls.clone(),
+        });
+    }
     config.worker_idle = Duration::from_secs(args.worker_idle.max(1));
     config.runtime = match args.runtime {
         RuntimeArg::Auto => RuntimeChoice::Auto,

@@ -427,10 +427,14 @@ async fn runs_service(
         } else {
             config.docker.clone()
         };
-        let owner =
-            blake3::hash(data_dir.display().to_string().as_bytes()).to_hex()[..16].to_string();
         let mut engines = Vec::new();
         for addr in &addrs {
+            // This server's containers on this engine (one engine named by two URLs
+            // is two owners: neither removes the other's containers).
+            let owner =
+                blake3::hash(format!("{}\n{}", data_dir.display(), addr.describe()).as_bytes())
+                    .to_hex()[..16]
+                    .to_string();
             let (client, version) = lh_runner::docker::connect_to(addr).await?;
             let rt = DockerRuntime::new(
                 client,
@@ -440,7 +444,7 @@ async fn runs_service(
                     work_root: work.join("containers"),
                     idle_timeout: config.worker_idle,
                     max_containers: config.max_workers.max(1),
-                    owner: owner.clone(),
+                    owner,
                     pids_limit: 256,
                     default_memory: 4 << 30,
                     remote: !addr.is_local(),
@@ -463,13 +467,30 @@ async fn runs_service(
             ),
         }
     };
-    let runtime: Arc<dyn Runtime> = match config.runtime {
+    // Engines named on the command line are wanted: auto does not fall back from them.
+    let choice = match config.runtime {
+        RuntimeChoice::Auto if !config.docker.is_empty() => RuntimeChoice::Docker,
+        c => c,
+    };
+    let runtime: Arc<dyn Runtime> = match choice {
         RuntimeChoice::Process => process(),
-        RuntimeChoice::Docker => placed(
-            docker
+        RuntimeChoice::Docker => {
+            let engines = docker
                 .await
-                .map_err(|e| anyhow::anyhow!("--runtime docker: {e}"))?,
-        ),
+                .map_err(|e| anyhow::anyhow!("--runtime docker: {e}"))?;
+            if engines.len() > 1 {
+                // Each engine keeps its own images: one without the runtime image would
+                // fail every call placed on it.
+                for (name, rt) in &engines {
+                    if !rt.has_image("3.11").await {
+                        anyhow::bail!(
+                            "the Docker engine at {name} has no runtime image lh-runtime:3.11: load it there (docker save lh-runtime:3.11 | docker --host {name} load)"
+                        );
+                    }
+                }
+            }
+            placed(engines)
+        }
         RuntimeChoice::Auto => match docker.await {
             Ok(engines) if engines[0].1.has_image("3.11").await => placed(engines),
             Ok(engines) => {

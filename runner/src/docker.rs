@@ -236,12 +236,17 @@ impl DockerLauncher {
         Ok(ids.len())
     }
 
+    /// Removes a container, waiting at most half a minute for its engine.
     async fn remove(&self, id: &str) {
         let opts = RemoveContainerOptionsBuilder::new()
             .force(true)
             .v(true)
             .build();
-        let _ = self.docker.remove_container(id, Some(opts)).await;
+        let _ = tokio::time::timeout(
+            Duration::from_secs(30),
+            self.docker.remove_container(id, Some(opts)),
+        )
+        .await;
     }
 
     /// The volumes of a container on a remote engine: the environment and the code
@@ -500,7 +505,11 @@ impl DockerLauncher {
                 "/tmp".to_string(),
                 format!("rw,nosuid,nodev,size={TMP_BYTES}"),
             )])),
-            init: Some(true),
+            // No init process: the harness is the container's first process. An init
+            // (docker-init) would hold the container's stdin and stdout and stay
+            // dumpable, so a call could open its /proc/1/fd/0 and 1 and read the next
+            // call's request or write answers of its own; the harness makes itself not
+            // dumpable, and reaps what calls leave (it is their subreaper anyway).
             ..Default::default()
         };
         ContainerCreateBody {

@@ -1,11 +1,13 @@
 //! Several engines as one [`Runtime`] (`--docker-host` given more than once): a call
-//! goes to an engine that has a warm worker for it, else to the least loaded one; an
-//! engine that stops answering is taken out of placement until it answers again, and a
-//! call it lost is run once more on another engine.
+//! goes to the engine with the lowest load, counting its running calls against its warm
+//! workers for the call (so a warm worker draws the call, and a crowd of calls spreads
+//! once the warm ones are taken); an engine that stops answering (a call lost with it,
+//! or two failed pings) is taken out of placement until it answers again with nothing
+//! of ours running, and a call it lost is run once more on another engine.
 //!
-//! A call has no effect outside its own folder (a worker has no network, and its folder
-//! comes back only with its answer), so running a lost call again elsewhere cannot
-//! repeat anything.
+//! A call has no effect outside its own folder (a worker has no network), and the
+//! exchange puts a lost call's folder back as it was sent (nothing that landed from the
+//! lost engine stays), so running it again elsewhere repeats nothing.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,8 +27,8 @@ const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// What placement needs of one engine's runtime.
 #[async_trait::async_trait]
 pub trait Placeable: Runtime {
-    /// Whether a worker for this call waits warm there.
-    fn has_warm(&self, env: &Env, code: &Path, limits: &Limits) -> bool;
+    /// How many workers for this call wait warm there.
+    fn warm(&self, env: &Env, code: &Path, limits: &Limits) -> usize;
     /// Whether the engine answers.
     async fn answers(&self) -> bool;
     /// Forgets the workers of an engine that stopped answering (they are gone), and
@@ -37,8 +39,8 @@ pub trait Placeable: Runtime {
 
 #[async_trait::async_trait]
 impl<L: Launcher> Placeable for PooledRuntime<L> {
-    fn has_warm(&self, env: &Env, code: &Path, limits: &Limits) -> bool {
-        PooledRuntime::has_warm(self, env, code, limits)
+    fn warm(&self, env: &Env, code: &Path, limits: &Limits) -> usize {
+        self.warm_for(env, code, limits)
     }
 
     async fn answers(&self) -> bool {
@@ -61,6 +63,8 @@ struct Member {
     calls: AtomicUsize,
     /// Why and since when it is out of placement.
     down: Mutex<Option<(SystemTime, String)>>,
+    /// Pings missed in a row while in placement.
+    missed: AtomicUsize,
     /// One recovery at a time.
     recovering: tokio::sync::Mutex<()>,
 }
@@ -74,7 +78,21 @@ impl Member {
         }
     }
 
-    /// Takes the engine back when it answers again; whether it is up.
+    /// An engine in placement that misses two pings in a row leaves it (an engine gone
+    /// from the network ends no stream).
+    async fn check(&self) {
+        if !self.up.load(Ordering::Acquire) {
+            return;
+        }
+        if self.rt.answers().await {
+            self.missed.store(0, Ordering::Release);
+        } else if self.missed.fetch_add(1, Ordering::AcqRel) + 1 >= 2 {
+            self.take_down("it does not answer its pings");
+        }
+    }
+
+    /// Takes the engine back when it answers again and none of its calls still runs
+    /// (a reset removes every container of ours there); whether it is up.
     async fn probe(&self) -> bool {
         if self.up.load(Ordering::Acquire) {
             return true;
@@ -83,9 +101,13 @@ impl Member {
         if self.up.load(Ordering::Acquire) {
             return true;
         }
-        if !self.rt.answers().await || !self.rt.reset().await {
+        if self.calls.load(Ordering::Acquire) > 0
+            || !self.rt.answers().await
+            || !self.rt.reset().await
+        {
             return false;
         }
+        self.missed.store(0, Ordering::Release);
         *self.down.lock().unwrap_or_else(PoisonError::into_inner) = None;
         self.up.store(true, Ordering::Release);
         tracing::info!(engine = %self.name, "engine answers again: back in placement");
@@ -130,6 +152,7 @@ impl Engines {
                 up: AtomicBool::new(true),
                 calls: AtomicUsize::new(0),
                 down: Mutex::new(None),
+                missed: AtomicUsize::new(0),
                 recovering: tokio::sync::Mutex::new(()),
             })
             .collect();
@@ -145,6 +168,7 @@ impl Engines {
                     tokio::time::sleep(PROBE_EVERY).await;
                     let Some(e) = weak.upgrade() else { return };
                     for m in &e.members {
+                        m.check().await;
                         m.probe().await;
                     }
                 }
@@ -182,18 +206,13 @@ impl Engines {
     fn pick(&self, env: &Env, code: &Path, limits: &Limits, not: Option<usize>) -> Option<usize> {
         let n = self.members.len();
         let start = self.turn.fetch_add(1, Ordering::Relaxed);
-        let up: Vec<usize> = (0..n)
+        (0..n)
             .map(|k| (start + k) % n)
             .filter(|i| Some(*i) != not && self.is_up(*i))
-            .collect();
-        let warm: Vec<usize> = up
-            .iter()
-            .copied()
-            .filter(|i| self.members[*i].rt.has_warm(env, code, limits))
-            .collect();
-        let from = if warm.is_empty() { up } else { warm };
-        from.into_iter()
-            .min_by_key(|i| self.members[*i].calls.load(Ordering::Acquire))
+            .min_by_key(|i| {
+                let m = &self.members[*i];
+                m.calls.load(Ordering::Acquire) as i64 - m.rt.warm(env, code, limits) as i64
+            })
     }
 
     fn none_answers(&self) -> RunnerError {
@@ -340,8 +359,8 @@ mod tests {
 
     #[async_trait::async_trait]
     impl Placeable for Fake {
-        fn has_warm(&self, _env: &Env, _code: &Path, _limits: &Limits) -> bool {
-            self.warm.load(Ordering::Acquire)
+        fn warm(&self, _env: &Env, _code: &Path, _limits: &Limits) -> usize {
+            usize::from(self.warm.load(Ordering::Acquire))
         }
         async fn answers(&self) -> bool {
             self.answers.load(Ordering::Acquire)
@@ -402,6 +421,15 @@ mod tests {
         }
         assert_eq!(b.calls.load(Ordering::Acquire), 4);
         assert_eq!(a.calls.load(Ordering::Acquire), 0);
+        // A crowd of calls is not piled onto the one warm engine.
+        let all: Vec<_> = (0..4).map(|_| call(&e)).collect();
+        futures::future::join_all(all).await;
+        assert!(
+            a.calls.load(Ordering::Acquire) >= 1,
+            "spread once the warm one is taken"
+        );
+        a.calls.store(0, Ordering::Release);
+        b.calls.store(4, Ordering::Release);
         // Neither warm: calls at once spread over both.
         b.warm.store(false, Ordering::Release);
         let all: Vec<_> = (0..6).map(|_| call(&e)).collect();

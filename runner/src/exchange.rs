@@ -112,16 +112,32 @@ pub(crate) async fn exchange<L: Launcher>(
     // Give the log reader a moment to drain what the function printed last.
     tokio::time::sleep(Duration::from_millis(2)).await;
     let log = worker.log().since(log_start);
+    // What became of the files the answer listed (over the channel).
+    let landed = if channel { worker.landed() } else { None };
     let back = if channel {
-        // An answer that listed no files (a harness that failed before the call) brings
-        // nothing back; one whose files could not be written here fails.
-        worker
-            .landed()
+        // An answer that listed no files brings nothing back; one whose files could not
+        // be written here fails.
+        landed
+            .clone()
             .unwrap_or(Ok(()))
             .map_err(std::io::Error::other)
     } else {
         launcher.receive(worker, &folder, work).await
     };
+    // A worker whose output ended, or a call past its timeout, while its engine does not
+    // answer: lost with the engine (the function did not fail); the call's folder is
+    // as it was sent, for another engine.
+    let gone =
+        matches!(answer, Ok(None) | Err(Stopped::Timeout)) && !matches!(landed, Some(Err(_)));
+    if gone && !launcher.reachable().await {
+        if channel {
+            restore(work, &files);
+        }
+        return Err(RunnerError::EngineLost(format!(
+            "its engine stopped answering during the call, and the {} is lost with it",
+            L::NOUN
+        )));
+    }
     let (outcome, healthy) = match answer {
         Ok(Some(line)) => match serde_json::from_str::<Answer>(&line) {
             Ok(a) if a.id.as_deref() == Some(inv.id.as_str()) => (a.outcome(), true),
@@ -133,16 +149,10 @@ pub(crate) async fn exchange<L: Launcher>(
                 false,
             ),
         },
-        Ok(None) if !launcher.reachable().await => {
-            return Err(RunnerError::EngineLost(format!(
-                "its engine stopped answering during the call, and the {} is lost with it",
-                L::NOUN
-            )));
-        }
         Ok(None) => {
-            // The output ended: the worker died during the call, or sent files that
-            // cannot be taken.
-            let why = match worker.landed() {
+            // The output ended: the worker died during the call, or sent what cannot be
+            // taken.
+            let why = match landed {
                 Some(Err(e)) => e,
                 _ => launcher.why_dead(&mut worker.handle).await,
             };
@@ -187,6 +197,19 @@ pub(crate) async fn exchange<L: Launcher>(
         log,
         healthy,
     })
+}
+
+/// Puts the invocation's folder back as it was sent (`files`): whatever landed from a
+/// lost call goes, so that a call run again elsewhere finds only its inputs.
+fn restore(work: &Path, files: &[(Sent, PathBuf)]) {
+    let keep: std::collections::HashSet<&Path> = files.iter().map(|(_, p)| p.as_path()).collect();
+    if let Ok(now) = crate::transfer::listing(work) {
+        for (_, p) in now {
+            if !keep.contains(p.as_path()) {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
 }
 
 /// The request line, with paths as the worker sees them: the invocation's folder inside

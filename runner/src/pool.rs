@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::env::Env;
 use crate::error::RunnerError;
@@ -54,6 +54,8 @@ pub(crate) struct Pool<L: Launcher> {
     /// One permit per live worker; without `max_workers`, more permits than can be used.
     slots: Arc<Semaphore>,
     capacity: usize,
+    /// Told when a worker comes back to the pool, to calls waiting for a worker.
+    returned: Notify,
 }
 
 impl<L: Launcher> Pool<L> {
@@ -67,6 +69,7 @@ impl<L: Launcher> Pool<L> {
             idle: Mutex::new(HashMap::new()),
             slots: Arc::new(Semaphore::new(capacity)),
             capacity,
+            returned: Notify::new(),
         }
     }
 
@@ -81,9 +84,34 @@ impl<L: Launcher> Pool<L> {
         env: &Env,
         limits: &Limits,
     ) -> Result<(Worker<L::Handle>, bool), RunnerError> {
-        match self.take_warm(key) {
-            Some(w) => Ok((w, false)),
-            None => Ok((self.start(env, &key.code, limits).await?, true)),
+        loop {
+            if let Some(w) = self.take_warm(key) {
+                return Ok((w, false));
+            }
+            // A slot, freeing an idle worker of another kind if the pool is full.
+            if let Ok(p) = self.slots.clone().try_acquire_owned() {
+                return Ok((self.start(env, &key.code, limits, p).await?, true));
+            }
+            if self.evict(Evict::Oldest).await {
+                continue;
+            }
+            // Every slot is busy: wait for a worker to come back (a warm one of this
+            // key, or an idle one to stop) or for a slot to free.
+            let back = self.returned.notified();
+            tokio::pin!(back);
+            back.as_mut().enable();
+            if self.idle() > 0 {
+                continue;
+            }
+            tokio::select! {
+                () = &mut back => {}
+                p = self.slots.clone().acquire_owned() => {
+                    let p = p.map_err(|_| {
+                        RunnerError::Worker(format!("the {} pool is closed", L::NOUN))
+                    })?;
+                    return Ok((self.start(env, &key.code, limits, p).await?, true));
+                }
+            }
         }
     }
 
@@ -103,6 +131,7 @@ impl<L: Launcher> Pool<L> {
                 Some(worker)
             }
         };
+        self.returned.notify_waiters();
         if let Some(w) = surplus {
             self.launcher.stop(w).await;
         }
@@ -169,13 +198,13 @@ impl<L: Launcher> Pool<L> {
             .sum()
     }
 
-    /// Whether a worker of `key` waits warm.
-    pub(crate) fn has_idle(&self, key: &WorkerKey) -> bool {
+    /// How many workers of `key` wait warm.
+    pub(crate) fn idle_for(&self, key: &WorkerKey) -> usize {
         self.idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(key)
-            .is_some_and(|v| v.iter().any(|w| !w.worker.ended()))
+            .map_or(0, |v| v.iter().filter(|w| !w.worker.ended()).count())
     }
 
     /// How many workers are alive, idle or busy.
@@ -213,25 +242,14 @@ impl<L: Launcher> Pool<L> {
         found
     }
 
-    /// A new worker, once it said it is ready.
+    /// A new worker in slot `permit`, once it said it is ready.
     async fn start(
         &self,
         env: &Env,
         code: &Path,
         limits: &Limits,
+        permit: OwnedSemaphorePermit,
     ) -> Result<Worker<L::Handle>, RunnerError> {
-        // A slot, freeing an idle worker if the pool is full.
-        let permit =
-            loop {
-                if let Ok(p) = self.slots.clone().try_acquire_owned() {
-                    break p;
-                }
-                if !self.evict(Evict::Oldest).await {
-                    break self.slots.clone().acquire_owned().await.map_err(|_| {
-                        RunnerError::Worker(format!("the {} pool is closed", L::NOUN))
-                    })?;
-                }
-            };
         let mut worker = self.launcher.start(env, code, limits).await?;
         worker.permit = Some(permit);
         if worker.ready(L::READY_TIMEOUT).await {

@@ -60,10 +60,10 @@ impl<L: Launcher> PooledRuntime<L> {
         self.pool.idle()
     }
 
-    /// Whether a worker for `env`, the snapshot `code` and `limits` waits warm.
-    pub fn has_warm(&self, env: &Env, code: &Path, limits: &Limits) -> bool {
+    /// How many workers for `env`, the snapshot `code` and `limits` wait warm.
+    pub fn warm_for(&self, env: &Env, code: &Path, limits: &Limits) -> usize {
         self.pool
-            .has_idle(&self.pool.launcher().key(env, code, limits))
+            .idle_for(&self.pool.launcher().key(env, code, limits))
     }
 
     /// How many workers are alive, idle or busy.

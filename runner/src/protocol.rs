@@ -32,7 +32,9 @@ pub struct Invocation {
     /// The secrets the function declared, as environment variables of its call only.
     /// Never in the request line (the worker's warm parent would hold it): written to
     /// the invocation's folder for the call's process to read and remove
-    /// (`SECRETS_FILE`).
+    /// (`SECRETS_FILE`). A worker reached over its channel gets that file's bytes after
+    /// the request line; its parent moves them through a buffer of its own that it
+    /// zeroes after the call.
     #[serde(skip)]
     pub env: SecretEnv,
 }

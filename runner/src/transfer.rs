@@ -249,6 +249,12 @@ impl Landing {
     }
 
     fn open(&mut self, path: &Path) -> Option<std::fs::File> {
+        if !self.dir.is_dir() {
+            // The call was given up and its folder removed: nothing is made again.
+            self.error
+                .get_or_insert_with(|| "the folder is gone".to_string());
+            return None;
+        }
         let made = path
             .parent()
             .map_or(Ok(()), std::fs::create_dir_all)

@@ -386,6 +386,9 @@ impl Answers {
                 self.pending.extend_from_slice(bytes);
                 if self.pending.len() > MAX_LINE {
                     self.pending.clear();
+                    if self.expecting() {
+                        self.broken("the worker answered with a line too long".into());
+                    }
                     self.skipping = true;
                 }
                 return;
@@ -400,40 +403,44 @@ impl Answers {
         }
     }
 
-    /// A complete line: an answer, held back while the files it lists arrive.
+    /// A complete line: an answer, held back while the files it lists arrive. While a
+    /// call over the channel is in flight, its answer is the only line the worker
+    /// writes: any other line means the stream cannot be trusted.
     fn line(&mut self, line: String) {
-        let files = if line.contains("\"files\"") {
-            serde_json::from_str::<Announce>(&line)
-                .ok()
-                .and_then(|a| a.files)
-        } else {
-            None
-        };
-        let Some(files) = files else {
-            self.send(line);
-            return;
-        };
         let expected = self
             .landing
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .expect
             .take();
-        let landing = match expected {
-            Some((dir, max)) => crate::transfer::Landing::new(&dir, files, max),
-            None => Err("files nobody asked for".to_string()),
+        let Some((dir, max)) = expected else {
+            self.send(line);
+            return;
+        };
+        let landing = match serde_json::from_str::<Announce>(&line) {
+            Ok(Announce { files: Some(files) }) => {
+                crate::transfer::Landing::new(&dir, files, max).map_err(|e| format!("sent {e}"))
+            }
+            _ => Err(format!(
+                "answered without listing its files: {}",
+                tail(&line, 1).chars().take(200).collect::<String>()
+            )),
         };
         match landing {
-            Ok(landing) => {
+            Ok(mut landing) => {
+                // Files of no bytes land at once.
+                landing.take(&[]);
                 self.receiving = Some((line, landing));
                 self.delivered();
             }
-            Err(e) => {
-                // What follows cannot be told apart from the files: the worker is done.
-                self.landed(Err(format!("the worker sent {e}")));
-                self.tx = None;
-            }
+            Err(e) => self.broken(format!("the worker {e}")),
         }
+    }
+
+    /// What follows cannot be told apart from files or answers: the worker is done.
+    fn broken(&mut self, why: String) {
+        self.landed(Err(why));
+        self.tx = None;
     }
 
     /// Hands over the answer whose files all arrived.
@@ -444,6 +451,15 @@ impl Answers {
             self.landed(landing.finish());
             self.send(line);
         }
+    }
+
+    /// Whether a call over the channel waits for its answer.
+    fn expecting(&self) -> bool {
+        self.landing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .expect
+            .is_some()
     }
 
     fn landed(&self, result: Result<(), String>) {
@@ -572,6 +588,71 @@ mod tests {
         assert_eq!(w.log().since(4), "tw");
         assert!(w.ended());
         assert_eq!(w.answer("b").await, None, "a stray line is not an answer");
+    }
+
+    #[tokio::test]
+    async fn files_follow_an_answer_over_the_channel() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, mut out) = Worker::wire((), PathBuf::new(), Box::pin(tokio::io::sink()));
+        out.answers.push(b"{\"ready\": true}\n");
+        assert!(w.ready(Duration::from_secs(1)).await);
+        // The answer is handed over once its files (an empty one among them) arrived,
+        // whatever pieces the bytes come in.
+        w.expect_files(dir.path(), 1 << 20);
+        let line = br#"{"id": "a", "ok": true, "rows": 1, "files": [{"path": "empty", "size": 0}, {"path": "sub/out", "size": 5}]}"#;
+        out.answers.push(&line[..10]);
+        out.answers.push(&line[10..]);
+        out.answers.push(b"\nhel");
+        assert!(
+            w.answers.try_recv().is_err(),
+            "held back while files arrive"
+        );
+        out.answers.push(b"lo");
+        assert!(w.answer("a").await.is_some());
+        assert_eq!(w.landed(), Some(Ok(())));
+        assert_eq!(std::fs::read(dir.path().join("sub/out")).unwrap(), b"hello");
+        assert_eq!(std::fs::read(dir.path().join("empty")).unwrap(), b"");
+        // Only empty files: handed over at once.
+        w.expect_files(dir.path(), 1 << 20);
+        out.answers
+            .push(b"{\"id\": \"b\", \"ok\": true, \"files\": [{\"path\": \"e\", \"size\": 0}]}\n");
+        assert!(w.answer("b").await.is_some());
+        // A line that lists no files while a call waits: the stream is not trusted.
+        w.expect_files(dir.path(), 1 << 20);
+        out.answers.push(b"{\"id\": \"c\", \"ok\": true}\n");
+        assert_eq!(w.answer("c").await, None);
+        assert!(
+            w.landed()
+                .unwrap()
+                .unwrap_err()
+                .contains("without listing its files")
+        );
+    }
+
+    #[tokio::test]
+    async fn files_nobody_expects_or_that_leave_the_folder_end_the_worker() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, mut out) = Worker::wire((), PathBuf::new(), Box::pin(tokio::io::sink()));
+        w.expect_files(dir.path(), 1 << 20);
+        out.answers
+            .push(b"{\"id\": \"a\", \"files\": [{\"path\": \"../x\", \"size\": 1}]}\nx");
+        assert_eq!(w.answer("a").await, None);
+        assert!(
+            w.landed()
+                .unwrap()
+                .unwrap_err()
+                .contains("leaves the folder")
+        );
+        assert!(!dir.path().parent().unwrap().join("x").exists());
+        let (mut w, mut out) = Worker::wire((), PathBuf::new(), Box::pin(tokio::io::sink()));
+        w.expect_files(dir.path(), 4);
+        out.answers
+            .push(b"{\"id\": \"a\", \"files\": [{\"path\": \"big\", \"size\": 5}]}\n12345");
+        assert_eq!(
+            w.answer("a").await,
+            None,
+            "more than the call may bring back"
+        );
     }
 
     #[test]

@@ -161,6 +161,7 @@ macro_rules! both_engines {
 }
 
 both_engines!(
+    a_full_pool_hands_its_workers_to_waiting_calls,
     a_call_s_folder_crosses_whole_and_within_its_limit,
     warm_containers_run_one_call_after_another,
     the_container_hides_the_host_and_the_network,
@@ -169,6 +170,10 @@ both_engines!(
 );
 
 async fn fixture(engine: Engine) -> Fixture {
+    fixture_with(engine, 4).await
+}
+
+async fn fixture_with(engine: Engine, max_containers: usize) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let envs = std::env::var_os("LH_TEST_ENV_CACHE")
         .map(PathBuf::from)
@@ -199,7 +204,7 @@ async fn fixture(engine: Engine) -> Fixture {
             image_prefix: "lh-runtime:".into(),
             work_root: dir.path().join("work"),
             idle_timeout: Duration::from_secs(60),
-            max_containers: 4,
+            max_containers,
             owner: owner.clone(),
             pids_limit: 64,
             default_memory: 512 << 20,
@@ -336,6 +341,31 @@ async fn warm_containers_run_one_call_after_another(engine: Engine) {
     assert!(owned_containers(f.engine, &f.owner).await > 0);
     f.rt.shutdown().await;
     assert_eq!(owned_containers(f.engine, &f.owner).await, 0);
+}
+
+/// More calls at once than the pool may have containers, of two kinds: each waits for a
+/// warm worker of its kind or for a slot an idle one of the other kind gives up.
+async fn a_full_pool_hands_its_workers_to_waiting_calls(engine: Engine) {
+    let f = fixture_with(engine, 1).await;
+    let small = Limits {
+        memory_bytes: Some(256 << 20),
+        ..Limits::default()
+    };
+    let other = Limits {
+        memory_bytes: Some(300 << 20),
+        ..Limits::default()
+    };
+    let calls: Vec<_> = (0..6)
+        .map(|i| call(&f, "identity", if i % 2 == 0 { &small } else { &other }))
+        .collect();
+    let done = tokio::time::timeout(Duration::from_secs(120), futures::future::join_all(calls))
+        .await
+        .expect("every call got a worker");
+    for r in done {
+        assert_eq!(r.outcome, Outcome::Model { rows: 3 }, "{}", r.log);
+    }
+    assert!(owned_containers(f.engine, &f.owner).await <= 1);
+    f.rt.shutdown().await;
 }
 
 async fn a_call_s_folder_crosses_whole_and_within_its_limit(engine: Engine) {

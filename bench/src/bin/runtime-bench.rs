@@ -4,7 +4,9 @@
 //!   warm container, on a cold one (a new container each time), and `docker run` of the
 //!   same function as the baseline, in one run;
 //! - a 20-node pipeline on the docker runtime against the process runtime: wall time of
-//!   `lh run --no-cache` with warm workers, and the ratio.
+//!   `lh run --no-cache` with warm workers, and the ratio;
+//! - a 20-node pipeline whose nodes each take half a second, on two Docker engines (this
+//!   machine's and the remote one) against one, at most two containers per engine.
 //!
 //!     runtime-bench [--warm 100] [--cold 10]
 //!
@@ -314,7 +316,7 @@ async fn main() -> Result<()> {
             "\n@lh.model()\ndef n{i}(t=lh.Model(\"{input}\")):\n    return t\n"
         ));
     }
-    std::fs::write(proj.join("m.py"), src)?;
+    std::fs::write(proj.join("m.py"), &src)?;
     let csv = dir.path().join("numbers.csv");
     std::fs::write(
         &csv,
@@ -358,6 +360,89 @@ async fn main() -> Result<()> {
     println!(
         "| **ratio docker / process** | **{:.2}x** |",
         walls["docker"].as_secs_f64() / walls["process"].as_secs_f64()
+    );
+
+    // The same shape on one engine and on two, nodes that each take half a second (the
+    // engines share this machine's two cores: the nodes wait rather than compute, as a
+    // node whose work is on its engine's own machine would), two containers per engine.
+    let slow = dir.path().join("twenty-slow");
+    std::fs::create_dir_all(&slow)?;
+    std::fs::write(
+        slow.join("lh_project.yml"),
+        "name: twenty\nnamespace: slow\npython: \"3.11\"\n",
+    )?;
+    std::fs::write(
+        slow.join("m.py"),
+        src.replace("    return t\n", "    time.sleep(0.5)\n    return t\n")
+            .replace("import lh\n", "import time\nimport lh\n"),
+    )?;
+    let tls = remote
+        .tls
+        .as_ref()
+        .context("the remote engine's certificates")?;
+    let remote_url = remote.url.clone().context("the remote engine's URL")?;
+    let local_url = "unix:///var/run/docker.sock".to_string();
+    let mut by_engines = BTreeMap::new();
+    for (label, engines) in [
+        ("one engine", vec![local_url.clone()]),
+        ("two engines", vec![local_url.clone(), remote_url.clone()]),
+    ] {
+        let mut args = vec![
+            "--runtime".to_string(),
+            "docker".into(),
+            "--env-cache".into(),
+            cache.join("bench-envs").display().to_string(),
+            "--max-workers".into(),
+            "2".into(),
+            "--run-parallelism".into(),
+            "8".into(),
+            "--docker-tls".into(),
+            tls.display().to_string(),
+        ];
+        for e in &engines {
+            args.push("--docker-host".into());
+            args.push(e.clone());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let server = Server::start(&lh, Some(&dir.path().join(label.replace(' ', "-"))), &args)?;
+        lh_cmd(
+            &lh,
+            &server,
+            &[
+                "table",
+                "import",
+                "raw.numbers",
+                csv.to_str().context("path")?,
+            ],
+        )?;
+        let mut s = Samples::new();
+        for i in 0..4 {
+            let t = lh_cmd(
+                &lh,
+                &server,
+                &["run", slow.to_str().context("path")?, "--no-cache"],
+            )?;
+            if i > 0 {
+                s.push(t);
+            }
+        }
+        by_engines.insert(label, s.percentile(50.0));
+    }
+    println!(
+        "\n### A 20-node pipeline of half-second nodes on two Docker engines against one (at most 2 containers per engine, 8 nodes at once), median of 3\n"
+    );
+    println!("| engines | seconds |\n|---|---:|");
+    println!(
+        "| one (this machine's) | {:.2} |",
+        by_engines["one engine"].as_secs_f64()
+    );
+    println!(
+        "| two (this machine's and the remote one, TLS) | {:.2} |",
+        by_engines["two engines"].as_secs_f64()
+    );
+    println!(
+        "| **ratio two / one** | **{:.2}x** |",
+        by_engines["two engines"].as_secs_f64() / by_engines["one engine"].as_secs_f64()
     );
     Ok(())
 }

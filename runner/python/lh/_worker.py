@@ -348,10 +348,19 @@ def clear_dir(top, keep, mounts):
             continue
         try:
             if os.path.isdir(path) and not os.path.islink(path):
+                # A folder the call made unreadable or unwritable is opened up first.
+                os.chmod(path, 0o700)
+                for d, subdirs, _ in os.walk(path, onerror=lambda e: None):
+                    for sub in [d] + [os.path.join(d, x) for x in subdirs]:
+                        try:
+                            if not os.path.islink(sub):
+                                os.chmod(sub, 0o700)
+                        except OSError:
+                            pass
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 os.unlink(path)
-        except OSError:
+        except (OSError, RecursionError):
             pass
 
 
@@ -436,21 +445,69 @@ def write_all(fd, data):
         view = view[os.write(fd, view):]
 
 
-def read_exactly(stream, size, into=None):
-    """Reads `size` bytes of `stream`, into the file `into` (None: dropped); the first
-    error writing them (the bytes are read all the same, to keep the channel in step)."""
-    error = None
-    while size:
-        chunk = stream.read(min(size, 1 << 20))
-        if not chunk:
-            raise EOFError("the runner's channel ended in the middle of a file")
-        size -= len(chunk)
-        if into is not None and error is None:
-            try:
-                into.write(chunk)
-            except OSError as e:
-                error = e
-    return error
+class Channel:
+    """The runner's requests on stdin, read into one buffer of the harness's own, which
+    is zeroed after each request: the bytes of a call's files (its secrets among them)
+    never linger in this warm parent's memory, which every later call's process
+    inherits."""
+
+    SIZE = 4 << 20
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.buf = bytearray(self.SIZE)
+        self.view = memoryview(self.buf)
+        self.start = self.end = self.high = 0
+
+    def _read(self, at, limit):
+        n = os.readv(self.fd, [self.view[at:limit]])
+        self.high = max(self.high, at + n)
+        return n
+
+    def readline(self):
+        """The next line (b"" at the end of the input)."""
+        if self.start == self.end:
+            self.start = self.end = 0
+        while True:
+            i = self.buf.find(b"\n", self.start, self.end)
+            if i >= 0:
+                line = bytes(self.view[self.start:i + 1])
+                self.start = i + 1
+                return line
+            if self.end == self.SIZE:
+                raise ValueError("a request line longer than 4 MiB")
+            n = self._read(self.end, self.SIZE)
+            if n == 0:
+                line = bytes(self.view[self.start:self.end])
+                self.start = self.end
+                return line
+            self.end += n
+
+    def copy(self, size, out):
+        """Moves the next `size` bytes into the file descriptor `out` (None: dropped);
+        the first error writing them (they are read all the same, to stay in step)."""
+        error = None
+        while size:
+            if self.start == self.end:
+                self.start = self.end = 0
+                n = self._read(0, min(self.SIZE, size))
+                if n == 0:
+                    raise EOFError("the runner's channel ended in the middle of a file")
+                self.end = n
+            take = min(size, self.end - self.start)
+            if out is not None and error is None:
+                try:
+                    write_all(out, self.view[self.start:self.start + take])
+                except OSError as e:
+                    error = e
+            self.start += take
+            size -= take
+        return error
+
+    def wipe(self):
+        """Zeroes what the buffer held."""
+        self.view[:self.high] = bytes(self.high)
+        self.high = 0
 
 
 def inside(base, rel):
@@ -467,7 +524,7 @@ def receive_files(stdin, work, channel):
     """The invocation's folder, as the runner sends it after the request line: its path,
     and the answer to give instead of calling when it could not be written whole."""
     folder = channel.get("folder")
-    if not isinstance(folder, str) or not folder.startswith("inv-") or inside(work, folder) is None or "/" in folder:
+    if not isinstance(folder, str) or not folder.startswith("inv-") or "/" in folder or inside(work, folder) is None:
         raise ValueError(f"a bad folder name: {folder!r}")
     base = os.path.join(work, folder)
     os.makedirs(base, mode=0o700, exist_ok=True)
@@ -475,23 +532,20 @@ def receive_files(stdin, work, channel):
     for entry in channel.get("files", []):
         size = int(entry["size"])
         path = inside(base, entry["path"])
-        f = None
-        if path is not None and failure is None:
+        out = None
+        if path is None:
+            failure = failure or ValueError(f"a bad path: {entry['path']!r}")
+        elif failure is None:
             try:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                f = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "wb")
+                out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             except OSError as e:
                 failure = e
-        elif path is None:
-            failure = ValueError(f"a bad path: {entry['path']!r}")
         try:
-            error = read_exactly(stdin, size, f)
+            error = stdin.copy(size, out)
         finally:
-            if f is not None:
-                try:
-                    f.close()
-                except OSError as e:
-                    error = error or e
+            if out is not None:
+                os.close(out)
         failure = failure or error
     if failure is not None:
         return base, {"ok": False, "error": f"the call's inputs do not fit in its folder (its disk limit): {failure}", "traceback": ""}
@@ -500,24 +554,43 @@ def receive_files(stdin, work, channel):
 
 def files_back(answer, base, channel):
     """The files the call wrote into its folder (not those it was sent), within the
-    channel's limits; past them the call fails instead."""
+    channel's limits, for a call that succeeded (a failure brings nothing back); past
+    the limits, or with a name that is not UTF-8, the call fails instead."""
+    if not answer.get("ok"):
+        answer["files"] = []
+        return answer, []
     sent = {e.get("path") for e in channel.get("files", [])}
-    found, total = [], 0
-    for top, dirs, names in os.walk(base):
-        for name in names:
-            path = os.path.join(top, name)
-            rel = os.path.relpath(path, base).replace(os.sep, "/")
+    limit = int(channel.get("return_max", 0))
+    found, total, problem = [], 0, None
+    stack = [base]
+    while stack and problem is None:
+        top = stack.pop()
+        try:
+            entries = list(os.scandir(top))
+        except OSError:
+            continue
+        for e in entries:
+            rel = os.path.relpath(e.path, base).replace(os.sep, "/")
             try:
-                st = os.lstat(path)
+                st = e.stat(follow_symlinks=False)
+                rel.encode("utf-8")
+            except UnicodeEncodeError:
+                problem = f"wrote a file whose name is not UTF-8: {rel!r}"
+                break
             except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(e.path)
                 continue
             if rel in sent or not stat.S_ISREG(st.st_mode):
                 continue
-            found.append((rel, path, st.st_size))
+            found.append((rel, e.path, st.st_size))
             total += st.st_size
-    limit = int(channel.get("return_max", 0))
-    if total > limit or len(found) > MAX_FILES:
-        answer = {"id": answer.get("id"), "ok": False, "error": f"wrote more than {limit >> 20} MiB or {MAX_FILES} files into its folder", "traceback": ""}
+            if total > limit or len(found) > MAX_FILES:
+                problem = f"wrote more than {limit >> 20} MiB or {MAX_FILES} files into its folder"
+                break
+    if problem is not None:
+        answer = {"id": answer.get("id"), "ok": False, "error": problem, "traceback": ""}
         found = []
     answer["files"] = [{"path": rel, "size": size} for rel, _, size in found]
     return answer, found
@@ -525,21 +598,45 @@ def files_back(answer, base, channel):
 
 def send_files(fd, found):
     """The bytes of each file listed, exactly as many as listed (zeros for a file that
-    shrank since)."""
+    shrank or changed kind since)."""
     for _, path, size in found:
+        f = None
         try:
-            f = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
+            f = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            if not stat.S_ISREG(os.fstat(f).st_mode):
+                os.close(f)
+                f = None
         except OSError:
             f = None
         left = size
         while left:
-            chunk = f.read(min(left, 1 << 20)) if f is not None else b""
+            chunk = b""
+            if f is not None:
+                try:
+                    chunk = os.read(f, min(left, 1 << 20))
+                except OSError:
+                    chunk = b""
             if not chunk:
                 chunk = bytes(min(left, 1 << 20))
             write_all(fd, chunk[:left])
             left -= min(len(chunk), left)
         if f is not None:
-            f.close()
+            os.close(f)
+
+
+# The longest answer line (the runner drops longer lines): a longer traceback or detail
+# is cut.
+MAX_LINE = 8 << 20
+
+
+def answer_line(answer):
+    line = (json.dumps(answer) + "\n").encode()
+    if len(line) > MAX_LINE:
+        for key in ("traceback", "detail", "error"):
+            if isinstance(answer.get(key), str):
+                answer[key] = answer[key][-(64 << 10):]
+        line = (json.dumps(answer) + "\n").encode()
+    return line
 
 
 def main():
@@ -562,7 +659,7 @@ def main():
     import pyarrow.parquet  # noqa: F401
     import pyarrow.compute  # noqa: F401
     write_all(fd, (json.dumps({"ready": True, "pid": os.getpid()}) + "\n").encode())
-    stdin = sys.stdin.buffer
+    stdin = Channel(sys.stdin.fileno())
     while True:
         line = stdin.readline()
         if not line:
@@ -585,11 +682,12 @@ def main():
         if channel is not None:
             answer, found = files_back(answer, base, channel)
         sys.stderr.flush()
-        write_all(fd, (json.dumps(answer) + "\n").encode())
+        write_all(fd, answer_line(answer))
         send_files(fd, found)
         if channel is not None:
-            # Nothing of the call stays for the next one.
+            # Nothing of the call stays for the next one, in its folder or in memory.
             clear_dir(work, (), mount_points())
+            stdin.wipe()
         if isinstance(modules, list):
             preload(modules)
 

@@ -56,6 +56,16 @@ def sleeps(t):
 def whoami(t):
     raise RuntimeError(f"uid={os.getuid()}")
 
+def answers_for_the_worker(t):
+    # The container's first process holds its stdin and stdout.
+    for fd in (0, 1):
+        try:
+            os.open(f"/proc/1/fd/{fd}", os.O_RDWR)
+        except OSError as e:
+            continue
+        raise RuntimeError(f"opened the channel's fd {fd}")
+    raise RuntimeError("the channel is out of reach")
+
 def folder():
     import glob
     return glob.glob("/lh/work/inv-*")[0]
@@ -429,6 +439,8 @@ async fn the_container_hides_the_host_and_the_network(engine: Engine) {
     );
     let e = error(&call(&f, "writes_code", &limits).await);
     assert!(e.contains("Read-only file system"), "{e}");
+    let e = error(&call(&f, "answers_for_the_worker", &limits).await);
+    assert_eq!(e, "RuntimeError: the channel is out of reach");
     if engine == Engine::Remote {
         // Nothing of this host is mounted: the environment, the code and the call's
         // folder are volumes of the engine, and the server's folders for the

@@ -13,8 +13,8 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// The most files and folders an archive brought back may hold (each costs an inode
-/// here, however small).
+/// The most files a folder may send over a worker's channel, either way (each costs an
+/// inode where it lands, however small).
 const MAX_ENTRIES: usize = 10_000;
 
 /// The user (and group) that workers run as: what they get to own.

@@ -167,14 +167,15 @@ impl Launcher for ProcessLauncher {
     const NOT_STARTED: &'static str = "the worker did not start";
     const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
-    /// The process runtime does not enforce a CPU share, so workers of any share are
-    /// alike.
+    /// The process runtime does not enforce a CPU share, and measures a call's folder
+    /// per call, so workers of any share or disk limit are alike.
     fn key(&self, env: &Env, code: &Path, limits: &Limits) -> WorkerKey {
         WorkerKey {
             env: env.key.clone(),
             code: code.to_path_buf(),
             memory_bytes: limits.memory_bytes,
             cpus_milli: None,
+            disk_bytes: None,
         }
     }
 

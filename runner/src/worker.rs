@@ -39,6 +39,8 @@ pub struct WorkerKey {
     pub code: PathBuf,
     pub memory_bytes: Option<u64>,
     pub cpus_milli: Option<u32>,
+    /// A container's folder on a remote engine is sized by it, and its files by it.
+    pub disk_bytes: Option<u64>,
 }
 
 /// Starts and stops the workers of one kind of runtime. Everything else (the pool, the
@@ -64,6 +66,7 @@ pub trait Launcher: Send + Sync + 'static {
             code: code.to_path_buf(),
             memory_bytes: limits.memory_bytes,
             cpus_milli: limits.cpus_milli,
+            disk_bytes: limits.disk_bytes,
         }
     }
 

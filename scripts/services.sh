@@ -161,6 +161,55 @@ tls_engine() {
     echo "export LH_TEST_DOCKER_${var}_PID=$pidfile"
 }
 
+# A Docker engine reached over SSH, as `--docker-host ssh://...` reaches one: an sshd of
+# its own on loopback (port 39022, keys only, its keys in the cache), and a Host entry
+# `lh-ssh-engine` for it in /etc/ssh/ssh_config.d (the ssh client lh runs reads it: the
+# port and the key, which an ssh:// URL does not carry through). The engine behind it
+# is this machine's (`docker system dial-stdio` in the SSH session).
+SSHD_PORT=39022
+sshd_engine() {
+    apt_install openssh-server openssh-client
+    local dir="${LH_CACHE_DIR:-$HOME/.cache/lh}/sshd"
+    mkdir -p "$dir"
+    [ -f "$dir/host_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -f "$dir/host_ed25519"
+    [ -f "$dir/client_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -f "$dir/client_ed25519"
+    cp "$dir/client_ed25519.pub" "$dir/authorized_keys"
+    chmod 600 "$dir/authorized_keys"
+    cat >"$dir/sshd_config" <<CONF
+Port $SSHD_PORT
+ListenAddress 127.0.0.1
+HostKey $dir/host_ed25519
+PidFile $dir/sshd.pid
+AuthorizedKeysFile $dir/authorized_keys
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+StrictModes no
+UsePAM no
+CONF
+    as_root mkdir -p /run/sshd /etc/ssh/ssh_config.d
+    as_root tee /etc/ssh/ssh_config.d/lh-ssh-engine.conf >/dev/null <<CONF
+Host lh-ssh-engine
+    HostName 127.0.0.1
+    Port $SSHD_PORT
+    User $(id -un)
+    IdentityFile $dir/client_ed25519
+    IdentitiesOnly yes
+    UserKnownHostsFile $dir/known_hosts
+CONF
+    if ! { [ -f "$dir/sshd.pid" ] && as_root kill -0 "$(cat "$dir/sshd.pid")" 2>/dev/null; }; then
+        log "starting sshd on 127.0.0.1:$SSHD_PORT (a Docker engine over SSH)"
+        as_root /usr/sbin/sshd -f "$dir/sshd_config" -E "$dir/sshd.log"
+    fi
+    for _ in $(seq 1 20); do
+        ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new lh-ssh-engine docker version >/dev/null 2>&1 && break
+        sleep 0.25
+    done
+    ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new lh-ssh-engine docker version >/dev/null 2>&1 ||
+        { log "cannot reach the Docker engine over ssh (see $dir/sshd.log)"; exit 1; }
+    echo "export LH_TEST_DOCKER_SSH=ssh://lh-ssh-engine"
+}
+
 # A Java runtime for Spark (pyspark comes with the Python packages).
 java_runtime() {
     type -P java >/dev/null || apt_install openjdk-17-jre-headless
@@ -273,6 +322,7 @@ for svc in "$@"; do
         docker) docker_engine ;;
         docker-remote) docker_remote ;;
         docker-spare) docker_spare ;;
+        sshd) sshd_engine ;;
         s3) s3 ;;
         garage) garage ;;
         *) log "unknown service $svc"; exit 2 ;;

@@ -58,7 +58,7 @@ pub struct DockerConfig {
 /// Where a Docker engine is, as `--docker-host` names it.
 #[derive(Debug, Clone, Default)]
 pub struct EngineAddr {
-    /// `unix:///path`, `tcp://host:port` or `ssh://user@host`; none: `DOCKER_HOST`, else
+    /// `unix:///path`, `tcp://host:port` or `ssh://[user@]host`; none: `DOCKER_HOST`, else
     /// the local socket.
     pub url: Option<String>,
     /// For `tcp://`: a folder with `ca.pem`, `cert.pem` and `key.pem` (the docker CLI's
@@ -136,9 +136,21 @@ pub async fn connect_to(addr: &EngineAddr) -> Result<(Docker, String), RunnerErr
                 )));
             }
         },
+        // The system's ssh client, with its configuration (keys, ports: a Host entry),
+        // running `docker system dial-stdio` on the engine's machine.
+        Some(u) if u.starts_with("ssh://") => {
+            let host = u.trim_start_matches("ssh://");
+            if host.rsplit('@').next().is_some_and(|h| h.contains(':')) {
+                // The client would take "host:port" for a host name.
+                return Err(RunnerError::Sandbox(format!(
+                    "a port in '{u}' is not carried to ssh: name the engine's machine in a Host entry of the ssh configuration (HostName, Port, IdentityFile) and give ssh://that-name"
+                )));
+            }
+            Docker::connect_with_ssh(u, TIMEOUT, API_DEFAULT_VERSION, None)
+        }
         Some(u) => {
             return Err(RunnerError::Sandbox(format!(
-                "unsupported Docker host '{u}': use unix:///path or tcp://host:port (with --docker-tls DIR)"
+                "unsupported Docker host '{u}': use unix:///path, tcp://host:port (with --docker-tls DIR) or ssh://[user@]host"
             )));
         }
     }

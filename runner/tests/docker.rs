@@ -1,8 +1,10 @@
 //! The Docker runtime on a real engine: results, warm reuse, and each guard proven by a
-//! function that would escape without it; every test twice, on the local engine (bind
-//! mounts) and on a remote one that shares no disk with the server (a second dockerd
-//! reached over TCP with TLS, `scripts/services.sh docker-remote`). Needs both engines
-//! and the runtime image (`make test` starts them and builds it).
+//! function that would escape without it; every test three times: on the local engine
+//! (bind mounts), on a remote one that shares no disk with the server (a second dockerd
+//! reached over TCP with TLS, `scripts/services.sh docker-remote`), and on an engine
+//! reached over SSH (`scripts/services.sh sshd`; the server treats it as another
+//! machine's). Needs the engines and the runtime image (`make test` starts them and
+//! builds it).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -112,6 +114,9 @@ struct Fixture {
 enum Engine {
     Local,
     Remote,
+    /// This machine's engine, reached only over SSH (`scripts/services.sh sshd`): the
+    /// server treats it as another machine's.
+    Ssh,
 }
 
 impl Engine {
@@ -131,6 +136,14 @@ impl Engine {
                     tls: Some(PathBuf::from(get("LH_TEST_DOCKER_REMOTE_CERTS"))),
                 }
             }
+            Engine::Ssh => EngineAddr {
+                url: Some(std::env::var("LH_TEST_DOCKER_SSH").unwrap_or_else(|_| {
+                    panic!(
+                        "LH_TEST_DOCKER_SSH is not set: the engine over SSH comes from `scripts/services.sh sshd` (make test)"
+                    )
+                })),
+                tls: None,
+            },
         }
     }
 
@@ -138,6 +151,7 @@ impl Engine {
     fn cli(self) -> Vec<String> {
         let addr = self.addr();
         match (addr.url, addr.tls) {
+            (Some(url), None) => vec!["--host".into(), url],
             (Some(url), Some(tls)) => vec![
                 "--host".into(),
                 url,
@@ -165,6 +179,10 @@ macro_rules! both_engines {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn remote() {
                 super::$name(super::Engine::Remote).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn ssh() {
+                super::$name(super::Engine::Ssh).await
             }
         }
     )*};
@@ -218,7 +236,7 @@ async fn fixture_with(engine: Engine, max_containers: usize) -> Fixture {
             owner: owner.clone(),
             pids_limit: 64,
             default_memory: 512 << 20,
-            remote: engine == Engine::Remote,
+            remote: engine != Engine::Local,
         },
     )
     .await
@@ -441,7 +459,7 @@ async fn the_container_hides_the_host_and_the_network(engine: Engine) {
     assert!(e.contains("Read-only file system"), "{e}");
     let e = error(&call(&f, "answers_for_the_worker", &limits).await);
     assert_eq!(e, "RuntimeError: the channel is out of reach");
-    if engine == Engine::Remote {
+    if engine != Engine::Local {
         // Nothing of this host is mounted: the environment, the code and the call's
         // folder are volumes of the engine, and the server's folders for the
         // containers stay empty (the call's files went over the wire).
@@ -542,7 +560,7 @@ async fn a_restarted_server_removes_its_orphans(engine: Engine) {
             owner: owner.clone(),
             pids_limit: 64,
             default_memory: 256 << 20,
-            remote: engine == Engine::Remote,
+            remote: engine != Engine::Local,
         },
     )
     .await

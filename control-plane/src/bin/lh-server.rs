@@ -92,8 +92,9 @@ pub struct ServerArgs {
     /// At most this many warm workers (containers) at once, on each Docker engine
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub max_workers: usize,
-    /// A Docker engine functions run on: unix:///path (this machine), or
-    /// tcp://host:port with --docker-tls (an engine that shares no disk with the server:
+    /// A Docker engine functions run on: unix:///path (this machine),
+    /// tcp://host:port with --docker-tls, or ssh://[user@]host (the system's ssh client
+    /// and its configuration) (an engine that shares no disk with the server:
     /// environments and code reach it over its API, a call's data over its container's
     /// channel). Give it again for several engines: a call goes to one with a warm
     /// worker for it, else the least busy; an engine that stops answering leaves

@@ -448,6 +448,7 @@ async fn runs_service(
                     pids_limit: 256,
                     default_memory: 4 << 30,
                     remote: !addr.is_local(),
+                    cache_idle: lh_runner::docker::CACHE_IDLE,
                 },
             )
             .await?;

@@ -53,7 +53,16 @@ pub struct DockerConfig {
     /// code snapshots reach it as volumes it keeps by their key, an invocation's folder
     /// as archives over the API, into a bounded in-memory volume of the container.
     pub remote: bool,
+    /// A remote engine's cache volumes (environments, code snapshots) that this server
+    /// has not used for this long, and no container uses, are removed.
+    pub cache_idle: Duration,
 }
+
+/// How long a remote engine keeps a cache volume nobody uses: a day.
+pub const CACHE_IDLE: Duration = Duration::from_secs(24 * 3600);
+
+/// How often a remote engine's cache volumes are looked over.
+const TIDY_EVERY: Duration = Duration::from_secs(3600);
 
 /// Where a Docker engine is, as `--docker-host` names it.
 #[derive(Debug, Clone, Default)]
@@ -95,6 +104,12 @@ pub struct DockerLauncher {
     version: String,
     /// Cache volumes being filled (remote engines), one filler each.
     filling: tokio::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// When this server last used each cache volume, and when it started (the last use
+    /// of those it never used).
+    used: std::sync::Mutex<HashMap<String, std::time::Instant>>,
+    since: std::time::Instant,
+    /// When the cache volumes were last looked over.
+    tidied: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// Connects to the engine of DOCKER_HOST (or the local socket), negotiating the API
@@ -183,6 +198,9 @@ impl PooledRuntime<DockerLauncher> {
             config,
             version,
             filling: Default::default(),
+            used: Default::default(),
+            since: std::time::Instant::now(),
+            tidied: Default::default(),
         };
         let orphans = launcher.remove_owned().await?;
         if orphans > 0 {
@@ -261,6 +279,91 @@ impl DockerLauncher {
         .await;
     }
 
+    /// Removes the cache volumes of a remote engine that this server has not used for
+    /// `cache_idle` and no container uses: the marker goes first (no new user finds
+    /// the volume), then the volume; one still in use keeps it, and gets its marker
+    /// back. How many were removed.
+    pub async fn evict_cache(&self) -> usize {
+        if !self.config.remote {
+            return 0;
+        }
+        let filters = HashMap::from([("label", vec!["lh.cache".to_string()])]);
+        let opts = ListVolumesOptionsBuilder::new().filters(&filters).build();
+        let Ok(list) = self.docker.list_volumes(Some(opts)).await else {
+            return 0;
+        };
+        let volumes = list.volumes.unwrap_or_default();
+        // A filled volume's marker: the volume whose `lh.volume` label names it.
+        let markers: HashMap<String, (String, HashMap<String, String>)> = volumes
+            .iter()
+            .filter_map(|v| {
+                v.labels
+                    .get("lh.volume")
+                    .map(|of| (of.clone(), (v.name.clone(), v.labels.clone())))
+            })
+            .collect();
+        let idle = |name: &str| {
+            let last = self
+                .used
+                .lock()
+                .ok()
+                .and_then(|u| u.get(name).copied())
+                .unwrap_or(self.since);
+            last.elapsed() >= self.config.cache_idle
+        };
+        let mut removed = 0;
+        for v in volumes
+            .iter()
+            .filter(|v| !v.labels.contains_key("lh.volume"))
+        {
+            if !idle(&v.name) {
+                continue;
+            }
+            let marker = markers.get(&v.name);
+            if let Some((m, _)) = marker {
+                let _ = self
+                    .docker
+                    .remove_volume(m, None::<bollard::query_parameters::RemoveVolumeOptions>)
+                    .await;
+            }
+            let gone = self
+                .docker
+                .remove_volume(
+                    &v.name,
+                    None::<bollard::query_parameters::RemoveVolumeOptions>,
+                )
+                .await;
+            match gone {
+                Ok(()) => {
+                    removed += 1;
+                    if let Ok(mut used) = self.used.lock() {
+                        used.remove(&v.name);
+                    }
+                }
+                // In use: its marker comes back.
+                Err(_) => {
+                    if let Some((m, labels)) = marker {
+                        let _ = self
+                            .docker
+                            .create_volume(VolumeCreateRequest {
+                                name: Some(m.clone()),
+                                labels: Some(labels.clone()),
+                                ..Default::default()
+                            })
+                            .await;
+                    }
+                }
+            }
+        }
+        if removed > 0 {
+            tracing::info!(
+                volumes = removed,
+                "removed idle cache volumes of the engine"
+            );
+        }
+        removed
+    }
+
     /// The volumes of a container on a remote engine: the environment and the code
     /// snapshot as cache volumes of the engine (filled once, by their key), and a work
     /// volume of its own in the engine's memory, as large as the call's disk limit.
@@ -277,6 +380,11 @@ impl DockerLauncher {
         let code_volume = format!("lh-code-{}", short_hash(&code.display().to_string()));
         let env_volume = self.cache_volume(&env_volume, site, &image).await?;
         let code_volume = self.cache_volume(&code_volume, code, &image).await?;
+        if let Ok(mut used) = self.used.lock() {
+            let now = std::time::Instant::now();
+            used.insert(env_volume.clone(), now);
+            used.insert(code_volume.clone(), now);
+        }
         let work = work_volume(name);
         let size = limits.disk_bytes.unwrap_or(DEFAULT_DISK_BYTES);
         self.docker
@@ -738,6 +846,23 @@ impl Launcher for DockerLauncher {
 
     async fn cleared(&self) -> bool {
         self.owned().await.is_ok_and(|c| c.is_empty())
+    }
+
+    /// Once an hour, a remote engine's idle cache volumes go.
+    async fn tidy(&self) {
+        let due = {
+            let Ok(mut t) = self.tidied.lock() else {
+                return;
+            };
+            let due = t.is_none_or(|t| t.elapsed() >= TIDY_EVERY);
+            if due {
+                *t = Some(std::time::Instant::now());
+            }
+            due
+        };
+        if due {
+            self.evict_cache().await;
+        }
     }
 }
 

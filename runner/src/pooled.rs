@@ -44,6 +44,7 @@ impl<L: Launcher> PooledRuntime<L> {
                     tokio::time::sleep(EVICT_EVERY).await;
                     let Some(rt) = weak.upgrade() else { return };
                     rt.pool.evict(Evict::Expired).await;
+                    rt.pool.launcher().tidy().await;
                 }
             });
         }

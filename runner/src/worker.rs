@@ -159,6 +159,10 @@ pub trait Launcher: Send + Sync + 'static {
     /// Removes whatever the launcher made besides the pool's workers.
     async fn shutdown(&self) {}
 
+    /// Housekeeping of what the launcher keeps besides workers (a remote engine's cache
+    /// volumes), called every few seconds; the launcher decides when it is due.
+    async fn tidy(&self) {}
+
     /// Whether nothing the launcher made is left (after [`Launcher::shutdown`]; an
     /// engine still restoring its containers may keep some a moment longer).
     async fn cleared(&self) -> bool {

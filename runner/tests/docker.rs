@@ -117,6 +117,9 @@ enum Engine {
     /// This machine's engine, reached only over SSH (`scripts/services.sh sshd`): the
     /// server treats it as another machine's.
     Ssh,
+    /// A third engine like the remote one (`scripts/services.sh docker-spare`), which no
+    /// other test of this file uses: its cache volumes may be evicted at any moment.
+    Spare,
 }
 
 impl Engine {
@@ -134,6 +137,17 @@ impl Engine {
                 EngineAddr {
                     url: Some(get("LH_TEST_DOCKER_REMOTE")),
                     tls: Some(PathBuf::from(get("LH_TEST_DOCKER_REMOTE_CERTS"))),
+                }
+            }
+            Engine::Spare => {
+                let get = |k: &str| {
+                    std::env::var(k).unwrap_or_else(|_| {
+                        panic!("{k} is not set: `scripts/services.sh docker-spare` starts it (make test)")
+                    })
+                };
+                EngineAddr {
+                    url: Some(get("LH_TEST_DOCKER_SPARE")),
+                    tls: Some(PathBuf::from(get("LH_TEST_DOCKER_SPARE_CERTS"))),
                 }
             }
             Engine::Ssh => EngineAddr {
@@ -202,6 +216,10 @@ async fn fixture(engine: Engine) -> Fixture {
 }
 
 async fn fixture_with(engine: Engine, max_containers: usize) -> Fixture {
+    fixture_full(engine, max_containers, lh_runner::docker::CACHE_IDLE).await
+}
+
+async fn fixture_full(engine: Engine, max_containers: usize, cache_idle: Duration) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let envs = std::env::var_os("LH_TEST_ENV_CACHE")
         .map(PathBuf::from)
@@ -237,6 +255,7 @@ async fn fixture_with(engine: Engine, max_containers: usize) -> Fixture {
             pids_limit: 64,
             default_memory: 512 << 20,
             remote: engine != Engine::Local,
+            cache_idle,
         },
     )
     .await
@@ -561,6 +580,7 @@ async fn a_restarted_server_removes_its_orphans(engine: Engine) {
             pids_limit: 64,
             default_memory: 256 << 20,
             remote: engine != Engine::Local,
+            cache_idle: lh_runner::docker::CACHE_IDLE,
         },
     )
     .await
@@ -592,6 +612,7 @@ async fn two_servers_fill_one_cache_volume_on_a_shared_engine() {
             pids_limit: 64,
             default_memory: 512 << 20,
             remote: true,
+            cache_idle: lh_runner::docker::CACHE_IDLE,
         },
     )
     .await
@@ -637,4 +658,100 @@ async fn two_servers_fill_one_cache_volume_on_a_shared_engine() {
 /// The key part of a code snapshot's cache volume (as the launcher names it).
 fn blake3_code_key(code: &Path) -> String {
     blake3::hash(code.display().to_string().as_bytes()).to_hex()[..32].to_string()
+}
+
+/// A remote engine's cache volumes (the environment, the code snapshot, their markers)
+/// that this server has not used for `cache_idle` go, unless a container uses them; a
+/// later call fills them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_cache_volumes_leave_the_engine() {
+    // The spare engine is this test's alone here: containers left on it (by a test
+    // stopped halfway) would hold volumes.
+    let out = tokio::process::Command::new("docker")
+        .args(Engine::Spare.cli())
+        .args(["ps", "-aq"])
+        .output()
+        .await
+        .unwrap();
+    for id in String::from_utf8_lossy(&out.stdout).lines() {
+        tokio::process::Command::new("docker")
+            .args(Engine::Spare.cli())
+            .args(["rm", "-f", id])
+            .output()
+            .await
+            .unwrap();
+    }
+    let f = fixture_full(Engine::Spare, 4, Duration::ZERO).await;
+    let limits = Limits {
+        memory_bytes: Some(256 << 20),
+        ..Limits::default()
+    };
+    let cache = || async {
+        let out = tokio::process::Command::new("docker")
+            .args(Engine::Spare.cli())
+            .args(["volume", "ls", "-q", "--filter", "label=lh.cache"])
+            .output()
+            .await
+            .unwrap();
+        let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(String::from)
+            .collect();
+        v.sort();
+        v
+    };
+    let r = call(&f, "identity", &limits).await;
+    assert_eq!(r.outcome, Outcome::Model { rows: 3 }, "{}", r.log);
+    // The cache volumes the warm container mounts, and their markers.
+    let out = tokio::process::Command::new("docker")
+        .args(Engine::Spare.cli())
+        .args([
+            "ps",
+            "-q",
+            "--filter",
+            &format!("label=lh.owner={}", f.owner),
+        ])
+        .output()
+        .await
+        .unwrap();
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let out = tokio::process::Command::new("docker")
+        .args(Engine::Spare.cli())
+        .args(["inspect", "-f", "{{range .Mounts}}{{.Name}} {{end}}", &id])
+        .output()
+        .await
+        .unwrap();
+    let mut before = Vec::new();
+    for name in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+        if let Some(key) = name
+            .strip_prefix("lh-env-")
+            .or(name.strip_prefix("lh-code-"))
+        {
+            let kind = &name[..name.len() - key.len()];
+            let (hash, _) = key.split_once('-').unwrap();
+            before.push(name.to_string());
+            before.push(format!("{kind}{hash}.ready"));
+        }
+    }
+    assert_eq!(before.len(), 4, "two volumes and their markers: {before:?}");
+    let all = cache().await;
+    for v in &before {
+        assert!(all.contains(v), "{v} is listed: {all:?}");
+    }
+    // In use by the warm container: kept, with their markers.
+    f.rt.launcher().evict_cache().await;
+    let kept = cache().await;
+    for v in &before {
+        assert!(kept.contains(v), "{v} was in use");
+    }
+    // Unused: gone.
+    f.rt.shutdown().await;
+    assert!(f.rt.launcher().evict_cache().await >= 2);
+    let after = cache().await;
+    for v in &before {
+        assert!(!after.contains(v), "{v} is left");
+    }
+    let r = call(&f, "identity", &limits).await;
+    assert_eq!(r.outcome, Outcome::Model { rows: 3 }, "{}", r.log);
+    f.rt.shutdown().await;
 }

@@ -129,6 +129,7 @@ async fn main() -> Result<()> {
             pids_limit: 256,
             default_memory: 1 << 30,
             remote: false,
+            cache_idle: lh_runner::docker::CACHE_IDLE,
         },
     )
     .await?;
@@ -179,6 +180,7 @@ async fn main() -> Result<()> {
             pids_limit: 256,
             default_memory: 1 << 30,
             remote: true,
+            cache_idle: lh_runner::docker::CACHE_IDLE,
         },
     )
     .await?;

@@ -384,7 +384,13 @@ impl Answers {
     pub fn push(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() && self.tx.is_some() {
             if let Some((_, landing)) = self.receiving.as_mut() {
-                let n = landing.take(bytes);
+                // Files written here: off the async threads where the runtime allows.
+                let n = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+                    Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                        tokio::task::block_in_place(|| landing.take(bytes))
+                    }
+                    _ => landing.take(bytes),
+                };
                 bytes = &bytes[n..];
                 self.delivered();
                 continue;

@@ -443,15 +443,18 @@ async fn a_call_s_folder_crosses_whole_and_within_its_limit(engine: Engine) {
     let r = call(&f, "identity", &limits).await;
     assert_eq!(r.outcome, Outcome::Model { rows: 3 }, "{}", r.log);
     assert!(!r.cold, "the same warm worker");
-    // Past the disk limit, the call is stopped (measured here) or its folder is full
-    // (the engine's volume has the limit's size).
+    // Past the disk limit, the call is stopped (measured here), its file is too large
+    // (a container's largest file is its limit), or its folder is full (the engine's
+    // volume has the limit's size).
     let small = Limits {
         disk_bytes: Some(16 << 20),
         ..limits.clone()
     };
     let e = error(&call(&f, "fills_folder", &small).await);
     assert!(
-        e.contains("more than 16 MiB") || e.contains("No space left"),
+        e.contains("more than 16 MiB")
+            || e.contains("File too large")
+            || e.contains("No space left"),
         "{e}"
     );
     f.rt.shutdown().await;

@@ -173,17 +173,23 @@ sshd_engine() {
     mkdir -p "$dir"
     [ -f "$dir/host_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -f "$dir/host_ed25519"
     [ -f "$dir/client_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -f "$dir/client_ed25519"
-    cp "$dir/client_ed25519.pub" "$dir/authorized_keys"
+    # The key may do one thing: talk to the engine.
+    echo "restrict,command=\"docker system dial-stdio\" $(cat "$dir/client_ed25519.pub")" >"$dir/authorized_keys"
     chmod 600 "$dir/authorized_keys"
+    local root_login=no
+    [ "$(id -u)" = 0 ] && root_login=forced-commands-only
     cat >"$dir/sshd_config" <<CONF
 Port $SSHD_PORT
 ListenAddress 127.0.0.1
 HostKey $dir/host_ed25519
 PidFile $dir/sshd.pid
 AuthorizedKeysFile $dir/authorized_keys
+AllowUsers $(id -un)
 PasswordAuthentication no
 KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
+PermitRootLogin $root_login
+DisableForwarding yes
+PermitTTY no
 StrictModes no
 UsePAM no
 CONF
@@ -197,15 +203,24 @@ Host lh-ssh-engine
     IdentitiesOnly yes
     UserKnownHostsFile $dir/known_hosts
 CONF
+    # Started again when its configuration changed.
+    if [ -f "$dir/sshd.pid" ] && as_root kill -0 "$(cat "$dir/sshd.pid")" 2>/dev/null &&
+        ! cmp -s "$dir/sshd_config" "$dir/sshd_config.running"; then
+        as_root kill "$(cat "$dir/sshd.pid")"
+        sleep 0.5
+    fi
     if ! { [ -f "$dir/sshd.pid" ] && as_root kill -0 "$(cat "$dir/sshd.pid")" 2>/dev/null; }; then
         log "starting sshd on 127.0.0.1:$SSHD_PORT (a Docker engine over SSH)"
         as_root /usr/sbin/sshd -f "$dir/sshd_config" -E "$dir/sshd.log"
+        cp "$dir/sshd_config" "$dir/sshd_config.running"
     fi
+    # The engine answers through the key's one command (a ping over dial-stdio).
+    local probe='GET /_ping HTTP/1.0\r\n\r\n'
     for _ in $(seq 1 20); do
-        ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new lh-ssh-engine docker version >/dev/null 2>&1 && break
+        printf "$probe" | ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new lh-ssh-engine 2>/dev/null | grep -q OK && break
         sleep 0.25
     done
-    ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new lh-ssh-engine docker version >/dev/null 2>&1 ||
+    printf "$probe" | ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new lh-ssh-engine 2>/dev/null | grep -q OK ||
         { log "cannot reach the Docker engine over ssh (see $dir/sshd.log)"; exit 1; }
     echo "export LH_TEST_DOCKER_SSH=ssh://lh-ssh-engine"
 }

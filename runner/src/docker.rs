@@ -302,12 +302,13 @@ impl DockerLauncher {
                     .map(|of| (of.clone(), (v.name.clone(), v.labels.clone())))
             })
             .collect();
-        let idle = |name: &str| {
+        // By the cache's name (its key): when this server last asked for it.
+        let idle = |cache: &str| {
             let last = self
                 .used
                 .lock()
                 .ok()
-                .and_then(|u| u.get(name).copied())
+                .and_then(|u| u.get(cache).copied())
                 .unwrap_or(self.since);
             last.elapsed() >= self.config.cache_idle
         };
@@ -316,43 +317,27 @@ impl DockerLauncher {
             .iter()
             .filter(|v| !v.labels.contains_key("lh.volume"))
         {
-            if !idle(&v.name) {
+            if !idle(v.labels.get("lh.cache").map_or("", String::as_str)) {
                 continue;
             }
             let marker = markers.get(&v.name);
             if let Some((m, _)) = marker {
-                let _ = self
-                    .docker
-                    .remove_volume(m, None::<bollard::query_parameters::RemoveVolumeOptions>)
-                    .await;
+                self.drop_volume(m).await;
             }
-            let gone = self
-                .docker
-                .remove_volume(
-                    &v.name,
-                    None::<bollard::query_parameters::RemoveVolumeOptions>,
-                )
-                .await;
-            match gone {
-                Ok(()) => {
-                    removed += 1;
-                    if let Ok(mut used) = self.used.lock() {
-                        used.remove(&v.name);
-                    }
-                }
+            if self.drop_volume(&v.name).await {
                 // In use: its marker comes back.
-                Err(_) => {
-                    if let Some((m, labels)) = marker {
-                        let _ = self
-                            .docker
-                            .create_volume(VolumeCreateRequest {
-                                name: Some(m.clone()),
-                                labels: Some(labels.clone()),
-                                ..Default::default()
-                            })
-                            .await;
-                    }
+                if let Some((m, labels)) = marker {
+                    let _ = self
+                        .docker
+                        .create_volume(VolumeCreateRequest {
+                            name: Some(m.clone()),
+                            labels: Some(labels.clone()),
+                            ..Default::default()
+                        })
+                        .await;
                 }
+            } else if !self.is_filled(&v.name).await {
+                removed += 1;
             }
         }
         if removed > 0 {
@@ -362,6 +347,36 @@ impl DockerLauncher {
             );
         }
         removed
+    }
+
+    /// Whether `volume` is a cache volume lh filled (the engine makes an empty one, with
+    /// no label, for a container that names a volume that is gone).
+    /// Whether the engine did not answer is not a no: that is `true` (a transient
+    /// error must not drop a good volume).
+    async fn is_filled(&self, volume: &str) -> bool {
+        match self.docker.inspect_volume(volume).await {
+            Ok(v) => v.labels.contains_key("lh.cache"),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => false,
+            Err(_) => true,
+        }
+    }
+
+    /// Removes a volume; whether the engine refused because a container uses it.
+    async fn drop_volume(&self, volume: &str) -> bool {
+        matches!(
+            self.docker
+                .remove_volume(
+                    volume,
+                    None::<bollard::query_parameters::RemoveVolumeOptions>,
+                )
+                .await,
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409,
+                ..
+            })
+        )
     }
 
     /// The volumes of a container on a remote engine: the environment and the code
@@ -380,11 +395,6 @@ impl DockerLauncher {
         let code_volume = format!("lh-code-{}", short_hash(&code.display().to_string()));
         let env_volume = self.cache_volume(&env_volume, site, &image).await?;
         let code_volume = self.cache_volume(&code_volume, code, &image).await?;
-        if let Ok(mut used) = self.used.lock() {
-            let now = std::time::Instant::now();
-            used.insert(env_volume.clone(), now);
-            used.insert(code_volume.clone(), now);
-        }
         let work = work_volume(name);
         let size = limits.disk_bytes.unwrap_or(DEFAULT_DISK_BYTES);
         self.docker
@@ -426,12 +436,25 @@ impl DockerLauncher {
         image: &str,
     ) -> Result<String, RunnerError> {
         let ready = format!("{name}.ready");
+        if let Ok(mut used) = self.used.lock() {
+            used.insert(name.to_string(), std::time::Instant::now());
+        }
+        // The volume the marker names, if it is a filled cache volume; a marker naming
+        // one that is gone, or a volume the engine made empty in its place, is dropped
+        // (and the cache filled again).
         let published = || async {
-            self.docker
+            let v = self
+                .docker
                 .inspect_volume(&ready)
                 .await
                 .ok()
-                .and_then(|v| v.labels.get("lh.volume").cloned())
+                .and_then(|v| v.labels.get("lh.volume").cloned())?;
+            if self.is_filled(&v).await {
+                return Some(v);
+            }
+            self.drop_volume(&ready).await;
+            self.drop_volume(&v).await;
+            None
         };
         if let Some(v) = published().await {
             return Ok(v);
@@ -690,33 +713,65 @@ impl Launcher for DockerLauncher {
         // The container is known by its name: the work volume of a remote one is named
         // after it.
         let name = format!("lh-worker-{unique}");
-        let mounts = if self.config.remote {
-            match self.remote_volumes(env, &site, code, limits, &name).await {
-                Ok(m) => m,
-                Err(e) => {
-                    let _ = std::fs::remove_dir_all(&dir);
-                    return Err(e);
+        // On a remote engine, the container's cache volumes are checked once it holds
+        // them: a volume evicted between its marker and the container's creation comes
+        // back empty (the engine makes it), and the start is tried once more.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let mounts = if self.config.remote {
+                match self.remote_volumes(env, &site, code, limits, &name).await {
+                    Ok(m) => m,
+                    Err(e) => {
+                        let _ = std::fs::remove_dir_all(&dir);
+                        return Err(e);
+                    }
+                }
+            } else {
+                Mounts::Host {
+                    site: site.clone(),
+                    code: code.to_path_buf(),
+                    dir: dir.clone(),
+                }
+            };
+            let caches = match &mounts {
+                Mounts::Volumes { env, code, .. } => vec![env.clone(), code.clone()],
+                Mounts::Host { .. } => Vec::new(),
+            };
+            let body = self.container(env, limits, mounts);
+            if let Err(e) = self
+                .docker
+                .create_container(
+                    Some(CreateContainerOptionsBuilder::new().name(&name).build()),
+                    body,
+                )
+                .await
+            {
+                self.remove_work_volume(&name).await;
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(docker_err("cannot create a container")(e));
+            }
+            let mut empty = Vec::new();
+            for v in &caches {
+                if !self.is_filled(v).await {
+                    empty.push(v.clone());
                 }
             }
-        } else {
-            Mounts::Host {
-                site,
-                code: code.to_path_buf(),
-                dir: dir.clone(),
+            if empty.is_empty() {
+                break;
             }
-        };
-        let body = self.container(env, limits, mounts);
-        if let Err(e) = self
-            .docker
-            .create_container(
-                Some(CreateContainerOptionsBuilder::new().name(&name).build()),
-                body,
-            )
-            .await
-        {
+            self.remove(&name).await;
             self.remove_work_volume(&name).await;
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(docker_err("cannot create a container")(e));
+            for v in &empty {
+                self.drop_volume(v).await;
+            }
+            if attempts >= 2 {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(RunnerError::Worker(format!(
+                    "the engine's cache volumes {} went while the container was made",
+                    empty.join(", ")
+                )));
+            }
         }
         let id = name;
         let started = async {

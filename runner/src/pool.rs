@@ -41,8 +41,6 @@ struct Idle<H> {
 pub(crate) enum Evict {
     /// Those idle past the idle timeout, or gone.
     Expired,
-    /// The one idle the longest, to make room.
-    Oldest,
     /// All of them.
     All,
 }
@@ -92,7 +90,8 @@ impl<L: Launcher> Pool<L> {
             if let Ok(p) = self.slots.clone().try_acquire_owned() {
                 return Ok((self.start(env, &key.code, limits, p).await?, true));
             }
-            if self.evict(Evict::Oldest).await {
+            // (Not one of this key: one checked in since is this call's to take.)
+            if self.evict_oldest_but(key).await {
                 continue;
             }
             // Every slot is busy: wait for a worker to come back (a warm one of this
@@ -149,18 +148,6 @@ impl<L: Launcher> Pool<L> {
         {
             let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
             match which {
-                Evict::Oldest => {
-                    let oldest = idle
-                        .iter()
-                        .flat_map(|(k, v)| v.iter().enumerate().map(move |(i, w)| (w.since, k, i)))
-                        .min_by_key(|(t, _, _)| *t)
-                        .map(|(_, k, i)| (k.clone(), i));
-                    if let Some((k, i)) = oldest
-                        && let Some(v) = idle.get_mut(&k)
-                    {
-                        gone.push(v.remove(i).worker);
-                    }
-                }
                 Evict::Expired => {
                     for v in idle.values_mut() {
                         let (keep, old): (Vec<_>, Vec<_>) = v
@@ -180,6 +167,28 @@ impl<L: Launcher> Pool<L> {
             self.launcher.stop(w).await;
         }
         any
+    }
+
+    /// Stops the idle worker idle the longest, unless it is of `key` (then the caller
+    /// takes it); whether one was stopped.
+    async fn evict_oldest_but(&self, key: &WorkerKey) -> bool {
+        let gone = {
+            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+            let oldest = idle
+                .iter()
+                .filter(|(k, _)| *k != key)
+                .flat_map(|(k, v)| v.iter().enumerate().map(move |(i, w)| (w.since, k, i)))
+                .min_by_key(|(t, _, _)| *t)
+                .map(|(_, k, i)| (k.clone(), i));
+            oldest.and_then(|(k, i)| idle.get_mut(&k).map(|v| v.remove(i).worker))
+        };
+        match gone {
+            Some(w) => {
+                self.launcher.stop(w).await;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Stops every idle worker, then whatever else the launcher made.

@@ -44,7 +44,16 @@ impl<L: Launcher> PooledRuntime<L> {
                     tokio::time::sleep(EVICT_EVERY).await;
                     let Some(rt) = weak.upgrade() else { return };
                     rt.pool.evict(Evict::Expired).await;
-                    rt.pool.launcher().tidy().await;
+                    // Housekeeping of its own: a slow engine must not hold up the eviction
+                    // of idle workers.
+                    let tidy = rt.clone();
+                    tokio::spawn(async move {
+                        let _ = tokio::time::timeout(
+                            Duration::from_secs(300),
+                            tidy.pool.launcher().tidy(),
+                        )
+                        .await;
+                    });
                 }
             });
         }

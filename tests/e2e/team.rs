@@ -634,8 +634,22 @@ fn a_docker_engine_killed_mid_call_loses_no_run() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    std::thread::sleep(Duration::from_millis(1500));
+    // Mid-call: the container's harness has forked the call's process (two of them).
     let lost = spare_cli(&["ps", "-q", "--filter", "label=lh.runtime=docker"]);
+    let container = lost.lines().next().unwrap().to_string();
+    while spare_cli(&["top", &container])
+        .lines()
+        .filter(|l| l.contains("lh._worker"))
+        .count()
+        < 2
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "the call never started on the spare engine"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(300));
     let pid = std::fs::read_to_string(&pidfile).unwrap();
     let killed = std::process::Command::new("kill")
         .args(["-KILL", pid.trim()])

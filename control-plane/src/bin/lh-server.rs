@@ -295,14 +295,28 @@ fn config(args: ServerArgs) -> ServerConfig {
     }
     config.max_workers = args.max_workers.max(1);
     let mut seen = std::collections::HashSet::new();
-    for url in args.docker_host {
+    let mut hosts = args.docker_host;
+    // DOCKER_HOST names the engine when no --docker-host does (the local socket's
+    // client reads only a unix:// one itself; DOCKER_CERT_PATH then gives the TLS
+    // folder).
+    if hosts.is_empty()
+        && let Ok(h) = std::env::var("DOCKER_HOST")
+        && !h.is_empty()
+        && !h.starts_with("unix://")
+    {
+        hosts.push(h);
+    }
+    for url in hosts {
         if !seen.insert(url.clone()) {
             tracing::warn!("--docker-host {url} is given twice: it is one engine");
             continue;
         }
         config.docker.push(lh_runner::docker::EngineAddr {
             url: Some(url),
-            tls: args.docker_tls.clone(),
+            tls: args
+                .docker_tls
+                .clone()
+                .or_else(|| std::env::var_os("DOCKER_CERT_PATH").map(std::path::PathBuf::from)),
         });
     }
     config.worker_idle = Duration::from_secs(args.worker_idle.max(1));

@@ -124,41 +124,44 @@ enum Engine {
 
 impl Engine {
     fn addr(self) -> EngineAddr {
+        /// What `scripts/services.sh SERVICE` exported (make test starts them all).
+        fn get(k: &str, service: &str) -> String {
+            std::env::var(k).unwrap_or_else(|_| {
+                panic!("{k} is not set: `scripts/services.sh {service}` starts it (make test)")
+            })
+        }
         match self {
             Engine::Local => EngineAddr::default(),
-            Engine::Remote => {
-                let get = |k: &str| {
-                    std::env::var(k).unwrap_or_else(|_| {
-                        panic!(
-                            "{k} is not set: the remote engine comes from `scripts/services.sh docker-remote` (make test)"
-                        )
-                    })
-                };
-                EngineAddr {
-                    url: Some(get("LH_TEST_DOCKER_REMOTE")),
-                    tls: Some(PathBuf::from(get("LH_TEST_DOCKER_REMOTE_CERTS"))),
-                }
-            }
-            Engine::Spare => {
-                let get = |k: &str| {
-                    std::env::var(k).unwrap_or_else(|_| {
-                        panic!("{k} is not set: `scripts/services.sh docker-spare` starts it (make test)")
-                    })
-                };
-                EngineAddr {
-                    url: Some(get("LH_TEST_DOCKER_SPARE")),
-                    tls: Some(PathBuf::from(get("LH_TEST_DOCKER_SPARE_CERTS"))),
-                }
-            }
+            Engine::Remote => EngineAddr {
+                url: Some(get("LH_TEST_DOCKER_REMOTE", "docker-remote")),
+                tls: Some(PathBuf::from(get(
+                    "LH_TEST_DOCKER_REMOTE_CERTS",
+                    "docker-remote",
+                ))),
+            },
+            Engine::Spare => EngineAddr {
+                url: Some(get("LH_TEST_DOCKER_SPARE", "docker-spare")),
+                tls: Some(PathBuf::from(get(
+                    "LH_TEST_DOCKER_SPARE_CERTS",
+                    "docker-spare",
+                ))),
+            },
             Engine::Ssh => EngineAddr {
-                url: Some(std::env::var("LH_TEST_DOCKER_SSH").unwrap_or_else(|_| {
-                    panic!(
-                        "LH_TEST_DOCKER_SSH is not set: the engine over SSH comes from `scripts/services.sh sshd` (make test)"
-                    )
-                })),
+                url: Some(get("LH_TEST_DOCKER_SSH", "sshd")),
                 tls: None,
             },
         }
+    }
+
+    /// The docker CLI on this engine: what it printed.
+    async fn docker(self, args: &[&str]) -> String {
+        let out = tokio::process::Command::new("docker")
+            .args(self.cli())
+            .args(args)
+            .output()
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
     }
 
     /// The docker CLI's arguments that reach this engine.
@@ -333,13 +336,12 @@ fn error(r: &lh_runner::InvokeResult) -> String {
 }
 
 async fn owned_containers(engine: Engine, owner: &str) -> usize {
-    let out = tokio::process::Command::new("docker")
-        .args(engine.cli())
-        .args(["ps", "-aq", "--filter", &format!("label=lh.owner={owner}")])
-        .output()
+    let filter = format!("label=lh.owner={owner}");
+    engine
+        .docker(&["ps", "-aq", "--filter", &filter])
         .await
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).lines().count()
+        .lines()
+        .count()
 }
 
 async fn warm_containers_run_one_call_after_another(engine: Engine) {
@@ -670,19 +672,8 @@ fn blake3_code_key(code: &Path) -> String {
 async fn idle_cache_volumes_leave_the_engine() {
     // The spare engine is this test's alone here: containers left on it (by a test
     // stopped halfway) would hold volumes.
-    let out = tokio::process::Command::new("docker")
-        .args(Engine::Spare.cli())
-        .args(["ps", "-aq"])
-        .output()
-        .await
-        .unwrap();
-    for id in String::from_utf8_lossy(&out.stdout).lines() {
-        tokio::process::Command::new("docker")
-            .args(Engine::Spare.cli())
-            .args(["rm", "-f", id])
-            .output()
-            .await
-            .unwrap();
+    for id in Engine::Spare.docker(&["ps", "-aq"]).await.lines() {
+        Engine::Spare.docker(&["rm", "-f", id]).await;
     }
     let f = fixture_full(Engine::Spare, 4, Duration::ZERO).await;
     let limits = Limits {
@@ -690,18 +681,10 @@ async fn idle_cache_volumes_leave_the_engine() {
         ..Limits::default()
     };
     let cache = || async {
-        let out = tokio::process::Command::new("docker")
-            .args(Engine::Spare.cli())
-            .args(["volume", "ls", "-q", "--filter", "label=lh.cache"])
-            .output()
-            .await
-            .unwrap();
-        let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(String::from)
-            .collect();
-        v.sort();
-        v
+        let out = Engine::Spare
+            .docker(&["volume", "ls", "-q", "--filter", "label=lh.cache"])
+            .await;
+        out.lines().map(String::from).collect::<Vec<_>>()
     };
     let r = call(&f, "identity", &limits).await;
     assert_eq!(r.outcome, Outcome::Model { rows: 3 }, "{}", r.log);
@@ -757,4 +740,26 @@ async fn idle_cache_volumes_leave_the_engine() {
     let r = call(&f, "identity", &limits).await;
     assert_eq!(r.outcome, Outcome::Model { rows: 3 }, "{}", r.log);
     f.rt.shutdown().await;
+}
+
+/// An engine address lh cannot use safely or at all is refused before any request: an
+/// unknown scheme, TCP without TLS, a port in an ssh:// URL (ssh would take it for part
+/// of the host name).
+#[tokio::test]
+async fn bad_engine_addresses_are_refused_with_the_way_out() {
+    for (url, says) in [
+        ("ftp://nowhere", "unsupported Docker host"),
+        ("tcp://127.0.0.1:1", "needs TLS: give --docker-tls DIR"),
+        (
+            "ssh://me@builder:2222",
+            "name the engine's machine in a Host entry",
+        ),
+    ] {
+        let addr = EngineAddr {
+            url: Some(url.into()),
+            tls: None,
+        };
+        let err = connect_to(&addr).await.unwrap_err().to_string();
+        assert!(err.contains(says), "{url}: {err}");
+    }
 }

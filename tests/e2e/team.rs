@@ -91,6 +91,14 @@ fn publishes(lh: &Lh, id: &str) -> usize {
         .count()
 }
 
+/// What `scripts/services.sh SERVICE` exported (make test starts every service): a
+/// missing one fails the test.
+fn service_env(k: &str, service: &str) -> String {
+    std::env::var(k).unwrap_or_else(|_| {
+        panic!("{k} is not set: `scripts/services.sh {service}` starts it (make test does)")
+    })
+}
+
 fn http(server: &Server) -> ureq::Agent {
     let _ = server;
     ureq::Agent::config_builder()
@@ -480,14 +488,9 @@ fn a_postgres_restart_during_commits_loses_no_acknowledged_commit() {
 /// the local engine, and a second run reuses the warm container.
 #[test]
 fn functions_run_on_a_docker_engine_that_shares_no_disk() {
-    let get = |k: &str| {
-        std::env::var(k).unwrap_or_else(|_| {
-            panic!("{k} is not set: `scripts/services.sh docker-remote` starts the second engine (make test does)")
-        })
-    };
     let (host, certs) = (
-        get("LH_TEST_DOCKER_REMOTE"),
-        get("LH_TEST_DOCKER_REMOTE_CERTS"),
+        service_env("LH_TEST_DOCKER_REMOTE", "docker-remote"),
+        service_env("LH_TEST_DOCKER_REMOTE_CERTS", "docker-remote"),
     );
     let cache = env_cache();
     let server = Server::start_with(&[
@@ -573,15 +576,10 @@ def right(t=lh.Model("raw.t")):
 /// until it answers again, then takes calls again.
 #[test]
 fn a_docker_engine_killed_mid_call_loses_no_run() {
-    let get = |k: &str| {
-        std::env::var(k).unwrap_or_else(|_| {
-            panic!("{k} is not set: `scripts/services.sh docker-spare` starts the engine this test kills (make test does)")
-        })
-    };
     let (spare, certs, pidfile) = (
-        get("LH_TEST_DOCKER_SPARE"),
-        get("LH_TEST_DOCKER_SPARE_CERTS"),
-        get("LH_TEST_DOCKER_SPARE_PID"),
+        service_env("LH_TEST_DOCKER_SPARE", "docker-spare"),
+        service_env("LH_TEST_DOCKER_SPARE_CERTS", "docker-spare"),
+        service_env("LH_TEST_DOCKER_SPARE_PID", "docker-spare"),
     );
     let spare_cli = |args: &[&str]| -> String {
         let out = std::process::Command::new("docker")

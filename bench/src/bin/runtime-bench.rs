@@ -330,28 +330,7 @@ async fn main() -> Result<()> {
     let mut walls = BTreeMap::new();
     for runtime in ["docker", "process"] {
         let server = start(&lh, dir.path(), runtime, &cache.join("bench-envs"))?;
-        lh_cmd(
-            &lh,
-            &server,
-            &[
-                "table",
-                "import",
-                "raw.numbers",
-                csv.to_str().context("path")?,
-            ],
-        )?;
-        let mut s = Samples::new();
-        for i in 0..4 {
-            let t = lh_cmd(
-                &lh,
-                &server,
-                &["run", proj.to_str().context("path")?, "--no-cache"],
-            )?;
-            if i > 0 {
-                s.push(t); // the first run starts the workers
-            }
-        }
-        walls.insert(runtime, s.percentile(50.0));
+        walls.insert(runtime, warm_median(&lh, &server, &csv, &proj)?);
     }
     println!(
         "\n### A 20-node pipeline (4 layers of 5 Python nodes), `lh run --no-cache` with warm workers, median of 3\n"
@@ -407,28 +386,7 @@ async fn main() -> Result<()> {
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let server = Server::start(&lh, Some(&dir.path().join(label.replace(' ', "-"))), &args)?;
-        lh_cmd(
-            &lh,
-            &server,
-            &[
-                "table",
-                "import",
-                "raw.numbers",
-                csv.to_str().context("path")?,
-            ],
-        )?;
-        let mut s = Samples::new();
-        for i in 0..4 {
-            let t = lh_cmd(
-                &lh,
-                &server,
-                &["run", slow.to_str().context("path")?, "--no-cache"],
-            )?;
-            if i > 0 {
-                s.push(t);
-            }
-        }
-        by_engines.insert(label, s.percentile(50.0));
+        by_engines.insert(label, warm_median(&lh, &server, &csv, &slow)?);
     }
     println!(
         "\n### A 20-node pipeline of half-second nodes on two Docker engines against one (at most 2 containers per engine, 8 nodes at once), median of 3\n"
@@ -447,6 +405,25 @@ async fn main() -> Result<()> {
         by_engines["two engines"].as_secs_f64() / by_engines["one engine"].as_secs_f64()
     );
     Ok(())
+}
+
+/// Imports `csv` as `raw.numbers`, then runs `proj` four times with `--no-cache`: the
+/// median of the last three (the first starts the workers).
+fn warm_median(lh: &Path, server: &Server, csv: &Path, proj: &Path) -> Result<Duration> {
+    let csv = csv.to_str().context("path")?;
+    lh_cmd(lh, server, &["table", "import", "raw.numbers", csv])?;
+    let mut s = Samples::new();
+    for i in 0..4 {
+        let t = lh_cmd(
+            lh,
+            server,
+            &["run", proj.to_str().context("path")?, "--no-cache"],
+        )?;
+        if i > 0 {
+            s.push(t);
+        }
+    }
+    Ok(s.percentile(50.0))
 }
 
 fn start(lh: &Path, dir: &Path, runtime: &str, envs: &Path) -> Result<Server> {

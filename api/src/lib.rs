@@ -524,6 +524,13 @@ pub struct TableDetail {
     pub delete_files: u64,
     /// Newest first.
     pub snapshots: Vec<SnapshotInfo>,
+    /// The partition spec new data is written with, as `--partition-by` takes it
+    /// (`day(ts), bucket(16, id)`); empty for an unpartitioned table.
+    #[serde(default)]
+    pub partition_by: String,
+    /// The id of that spec (tables partitioned more than once keep older specs' files).
+    #[serde(default)]
+    pub partition_spec_id: i32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -532,6 +539,10 @@ pub enum ImportMode {
     Create,
     Append,
     Replace,
+    /// Replace exactly the partitions the new rows fall in, keep the others (Iceberg's
+    /// dynamic overwrite); the whole table when it is unpartitioned.
+    #[serde(rename = "overwrite_partitions")]
+    OverwritePartitions,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -584,6 +595,10 @@ pub struct ImportRequest {
     /// The names the user gave the files, for messages.
     #[serde(default)]
     pub file_names: Vec<String>,
+    /// The partition spec of a table created (or, with `replace`, repartitioned):
+    /// `day(ts), bucket(16, id)`; identity, year, month, day, hour, bucket, truncate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_by: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -594,6 +609,13 @@ pub struct ImportResponse {
     pub rows: u64,
     pub files: u64,
     pub bytes: u64,
+    /// Partitions written (0 for an unpartitioned table).
+    #[serde(default)]
+    pub partitions: u64,
+    /// Times the write was rebased onto a table other writes had moved meanwhile
+    /// (appends commute; see `lh table import --help`).
+    #[serde(default)]
+    pub rebased: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

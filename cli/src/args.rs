@@ -461,11 +461,20 @@ pub struct ImportArgs {
     /// The branch to write [default: the active branch]
     #[arg(long = "ref", value_name = "BRANCH")]
     pub reference: Option<String>,
+    /// create a table; append rows; replace the table's rows (and schema); or
+    /// overwrite-partitions: replace only the partitions the files' rows fall in.
+    /// An append that finds the table moved by other appends, or by writes to other
+    /// partitions, is rebased onto them (and says so); writes that overlap it conflict
     #[arg(long, value_enum, default_value_t = ImportModeArg::Create)]
     pub mode: ImportModeArg,
     /// The files' format [default: from their extension]
     #[arg(long, value_enum)]
     pub format: Option<FormatArg>,
+    /// The Iceberg partition spec of a table created (or repartitioned by --mode
+    /// replace): comma-separated fields among a column (identity), year(c), month(c),
+    /// day(c), hour(c), bucket(N, c), truncate(W, c). Example: 'day(ts), bucket(16, id)'
+    #[arg(long, value_name = "SPEC")]
+    pub partition_by: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -473,6 +482,7 @@ pub enum ImportModeArg {
     Create,
     Append,
     Replace,
+    OverwritePartitions,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

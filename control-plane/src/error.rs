@@ -58,6 +58,7 @@ codes! {
     BadInput = "bad_input",
     BadInputFile = "bad_input_file",
     BadParameter = "bad_parameter",
+    BadPartitionSpec = "bad_partition_spec",
     ChecksFailed = "checks_failed",
     CheckNotFound = "check_not_found",
     HookNotFound = "hook_not_found",

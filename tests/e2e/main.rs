@@ -8,6 +8,7 @@ mod gc;
 mod interop;
 mod isolation;
 mod oidc_keys;
+mod partitions;
 mod query;
 mod refs;
 mod rest;

@@ -1188,29 +1188,44 @@ fn spark_writes_a_branch_that_a_merge_publishes() {
         ),
         visits
     );
-    let head = lh.head("spark");
-    let more = lh.file("visits.csv", "id,at,page\n1000,2026-01-05 00:00:00,p0\n");
-    for mode in ["append", "replace"] {
-        let refused = lh.run(&[
-            "table",
-            "import",
+    // lh writes Spark's partitioned table (day(at), bucket(4, id)), on a branch of its
+    // own: each file with the partition pyiceberg's transforms give its rows.
+    lh.run(&["branch", "create", "lh-on-spark", "--from", "spark"])
+        .ok();
+    let more = lh.file(
+        "visits.csv",
+        "id,at,page\n1000,2026-01-05 00:00:00,p0\n1001,2026-01-01 23:59:59,p1\n1002,2026-01-09 12:00:00,p2\n",
+    );
+    let out = lh.run(&[
+        "table",
+        "import",
+        "shop.visits",
+        more.to_str().unwrap(),
+        "--mode",
+        "append",
+        "--ref",
+        "lh-on-spark",
+    ]);
+    assert!(out.stderr.contains("in 3 partitions"), "{}", out.stderr);
+    let total: usize = visits
+        .iter()
+        .map(|v| v["n"].as_u64().unwrap() as usize)
+        .sum();
+    let py = client(
+        &server,
+        "partitions",
+        "lh-on-spark",
+        &[
             "shop.visits",
-            more.to_str().unwrap(),
-            "--mode",
-            mode,
-            "--ref",
-            "spark",
-        ]);
-        let err = refused.fails(5);
-        assert!(
-            err.contains(
-                "table 'shop.visits' is partitioned by at_day (day), id_bucket (bucket[4]); \
-                 lh writes unpartitioned tables only"
-            ),
-            "{err}"
-        );
-    }
-    assert_eq!(lh.head("spark"), head);
+            "at",
+            "2026-01-05T00:00:00+00:00",
+            "2026-01-06T00:00:00+00:00",
+        ],
+    );
+    assert_eq!(py["wrong"], json!([]), "{py}");
+    assert_eq!(py["rows"], total + 3, "{py}");
+    assert_eq!(py["duckdb_rows"], total + 3, "{py}");
+    assert_eq!(py["filtered"], py["duckdb_filtered"], "{py}");
 
     // Merge-on-read: lh applies Spark's position deletes, in queries and in `table show`.
     let shown = |lh: &Lh| -> Value {

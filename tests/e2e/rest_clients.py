@@ -253,6 +253,71 @@ def duckdb_write_error(uri, warehouse, sql):
         print(json.dumps({"error": type(e).__name__, "message": str(e)}))
 
 
+def partitions(uri, warehouse, name, column, low, high):
+    """A table lh partitioned, read by pyiceberg and DuckDB: its spec; every data file's
+    partition recomputed from the file's rows with pyiceberg's own transforms (the rows
+    whose value differs from the manifest's are listed); all rows, and the rows whose
+    `column` is in [low, high), each client with its own pruning."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    table = catalog(uri, warehouse).load_table(name)
+    spec = table.spec()
+    schema = table.schema()
+    fields = [(f.name, str(f.transform), schema.find_field(f.source_id).name) for f in spec.fields]
+    files = table.inspect.files().to_pylist()
+    wrong = []
+    io = table.io
+    for f in files:
+        path = f["file_path"]
+        with io.new_input(path).open() as stream:
+            rows = pq.read_table(stream)
+        for pf in spec.fields:
+            source = schema.find_field(pf.source_id)
+            fn = pf.transform.transform(source.field_type)
+            got = f["partition"][pf.name]
+            for v in rows.column(source.name).to_pylist():
+                want = fn(to_iceberg(v, source.field_type))
+                if want != to_iceberg(got, pf.transform.result_type(source.field_type)):
+                    wrong.append([path.rsplit("/", 1)[-1], pf.name, str(v), str(got), str(want)])
+    filt = And(GreaterThanOrEqual(column, low), LessThan(column, high))
+    scan = table.scan(row_filter=filt)
+    planned = len(list(scan.plan_files()))
+    some = scan.to_arrow().num_rows
+    total = table.scan().to_arrow().num_rows
+    con = duckdb_connection()
+    attach(con, uri, warehouse)
+    ns, t = name.split(".")
+    duck_total = con.sql(f"SELECT count(*) FROM lake.{ns}.{t}").fetchone()[0]
+    duck_some = con.sql(
+        f"SELECT count(*) FROM lake.{ns}.{t} WHERE \"{column}\" >= '{low}' AND \"{column}\" < '{high}'"
+    ).fetchone()[0]
+    print(json.dumps({"fields": fields, "files": len(files), "wrong": wrong[:20],
+                      "rows": total, "filtered": some, "planned_files": planned,
+                      "duckdb_rows": duck_total, "duckdb_filtered": duck_some}))
+
+
+def to_iceberg(v, ty):
+    """A Python value (as pyarrow reads it, or a partition value) as pyiceberg's
+    transforms take and give it: dates as days, times and timestamps as microseconds."""
+    import datetime
+    from pyiceberg.types import DateType, TimestampType, TimestamptzType, TimeType
+    if v is None:
+        return None
+    if isinstance(ty, DateType) and isinstance(v, datetime.date):
+        return (v - datetime.date(1970, 1, 1)).days
+    if isinstance(ty, (TimestampType, TimestamptzType)) and isinstance(v, datetime.datetime):
+        if v.tzinfo is not None:
+            v = v.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        d = v - datetime.datetime(1970, 1, 1)
+        return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
+    if isinstance(ty, TimeType) and isinstance(v, datetime.time):
+        return ((v.hour * 60 + v.minute) * 60 + v.second) * 1_000_000 + v.microsecond
+    return v
+
+
 SCENARIOS = {
     "pyiceberg_basics": pyiceberg_basics,
     "read": read,
@@ -264,6 +329,7 @@ SCENARIOS = {
     "duckdb": duckdb_scenario,
     "duckdb_read": duckdb_read,
     "duckdb_write_error": duckdb_write_error,
+    "partitions": partitions,
 }
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ fn show(settings: &Settings, at: &str, d: &TableDetail) -> CliResult<()> {
                 ("files", d.files.to_string()),
                 ("delete_files", d.delete_files.to_string()),
                 ("size_bytes", d.size_bytes.to_string()),
+                ("partition_by", d.partition_by.clone()),
                 (
                     "snapshot",
                     d.pointer
@@ -101,6 +102,13 @@ fn show(settings: &Settings, at: &str, d: &TableDetail) -> CliResult<()> {
     )?;
     writeln!(out, "location  {}", d.location)?;
     writeln!(out, "format    Iceberg v{}", d.format_version)?;
+    if !d.partition_by.is_empty() {
+        writeln!(
+            out,
+            "partition {} (spec {})",
+            d.partition_by, d.partition_spec_id
+        )?;
+    }
     writeln!(out, "\nschema")?;
     let rows: Vec<Vec<String>> = d
         .columns
@@ -190,10 +198,12 @@ async fn import(client: &Client, settings: &Settings, args: ImportArgs) -> CliRe
             ImportModeArg::Create => ImportMode::Create,
             ImportModeArg::Append => ImportMode::Append,
             ImportModeArg::Replace => ImportMode::Replace,
+            ImportModeArg::OverwritePartitions => ImportMode::OverwritePartitions,
         },
         uploads,
         format,
         file_names: args.files.iter().map(|f| f.display().to_string()).collect(),
+        partition_by: args.partition_by.clone(),
     };
     let result = client.import(&args.name, &req).await;
     spinner.finish_and_clear();
@@ -208,6 +218,8 @@ async fn import(client: &Client, settings: &Settings, args: ImportArgs) -> CliRe
                 ("rows", r.rows.to_string()),
                 ("files", r.files.to_string()),
                 ("bytes", r.bytes.to_string()),
+                ("partitions", r.partitions.to_string()),
+                ("rebased", r.rebased.to_string()),
             ],
         );
     }
@@ -215,9 +227,22 @@ async fn import(client: &Client, settings: &Settings, args: ImportArgs) -> CliRe
         ImportModeArg::Create => "created",
         ImportModeArg::Append => "appended to",
         ImportModeArg::Replace => "replaced",
+        ImportModeArg::OverwritePartitions => "overwrote partitions of",
+    };
+    let partitions = if r.partitions > 0 {
+        format!(" in {}", output::count(r.partitions as usize, "partition"))
+    } else {
+        String::new()
+    };
+    let rebased = match r.rebased {
+        0 => String::new(),
+        n => format!(
+            "; rebased onto other writes {}",
+            output::count(n as usize, "time")
+        ),
     };
     eprintln!(
-        "{verb} {} on '{at}': {}, {}, {} (commit {})",
+        "{verb} {} on '{at}': {}, {}{partitions}, {} (commit {}){rebased}",
         r.table,
         output::count(r.rows as usize, "row"),
         output::count(r.files as usize, "file"),

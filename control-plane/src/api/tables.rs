@@ -270,6 +270,7 @@ async fn import_files(
         files,
         names,
         by: identity.clone(),
+        partition_by: req.partition_by.clone(),
     };
     let result = import::import(&s.tables, &s.import, job).await;
     for id in &req.uploads {

@@ -20,7 +20,7 @@
 mod commits;
 pub mod sql;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 pub mod view;
 
 use std::path::PathBuf;

@@ -11,7 +11,7 @@ use crate::tables::LoadedTable;
 use crate::tables::write::{ImportContext, ImportJob, import};
 use crate::warehouse::Warehouse;
 
-async fn setup(dir: &std::path::Path) -> (Arc<Tables>, QueryEngine, ImportContext) {
+pub(crate) async fn setup(dir: &std::path::Path) -> (Arc<Tables>, QueryEngine, ImportContext) {
     let catalog = Catalog::open(&format!("sqlite:{}", dir.join("c.db").display()))
         .await
         .unwrap();
@@ -92,6 +92,7 @@ async fn import_file(
         files: vec![path],
         names: vec![name.into()],
         by: crate::auth::Identity::admin("t"),
+        partition_by: None,
     };
     import(tables, ctx, job).await.unwrap();
 }
@@ -721,6 +722,7 @@ async fn writes_wait_for_a_slot_and_leave_no_spill_folder() {
         message: None,
         properties: Default::default(),
         timeout: Some(Duration::from_millis(300)),
+        partition_by: None,
     };
     let err = crate::tables::write::write_table(&tables, &ctx, job.clone())
         .await

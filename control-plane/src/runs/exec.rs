@@ -770,6 +770,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
             Lang::Sql { .. } => Some(node.lang.limits().timeout),
             Lang::Python { .. } => None,
         },
+        partition_by: None,
     };
     if svc.import.writers.available_permits() == 0 {
         rec.log.push_str(

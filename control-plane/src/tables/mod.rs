@@ -11,6 +11,7 @@
 pub mod commit;
 pub mod files;
 pub mod gc;
+pub mod partition;
 pub mod snapshot;
 pub mod staging;
 pub mod stats;
@@ -197,6 +198,12 @@ impl Tables {
             size_bytes: total("total-files-size"),
             delete_files: total("total-delete-files"),
             snapshots,
+            partition_by: if m.default_partition_spec().is_unpartitioned() {
+                String::new()
+            } else {
+                partition::describe(m.default_partition_spec(), m.current_schema())
+            },
+            partition_spec_id: m.default_partition_spec_id(),
         })
     }
 }

@@ -4,7 +4,7 @@
 //! append only; lh also needs overwrite, so it produces snapshots itself with the
 //! crate's public writers.)
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use iceberg::TableUpdate;
 use iceberg::io::FileIO;
@@ -18,12 +18,16 @@ use uuid::Uuid;
 use crate::error::{Code, Error, Result};
 
 /// What a new snapshot does to the table's files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SnapshotOp {
     /// Keep every live file, add the new ones.
     Append,
     /// Replace every live file by the new ones.
     Overwrite,
+    /// Replace the live data files of these partitions (keys of
+    /// `files::partition_key`) by the new ones, keep the rest: Iceberg's dynamic
+    /// overwrite.
+    ReplacePartitions(BTreeSet<String>),
 }
 
 /// The manifests of the table's current snapshot (none for an empty table).
@@ -53,9 +57,10 @@ pub struct Produced {
     pub files: Vec<(String, bytes::Bytes)>,
 }
 
-/// lh writes unpartitioned Iceberg v2 tables (its data files carry no partition
-/// values); any other table, made by another engine through the REST catalog, is refused
-/// before anything is written, rather than given files its readers would misplace.
+/// lh writes Iceberg v2 tables whose partition spec it can compute (see
+/// `partition::Partitioner`); any other table, made by another engine through the REST
+/// catalog, is refused before anything is written, rather than given files its readers
+/// would misplace.
 pub fn check_writable(name: &str, metadata: &TableMetadata) -> Result<()> {
     if metadata.format_version() != FormatVersion::V2 {
         return Err(Error::bad_request(
@@ -67,25 +72,19 @@ pub fn check_writable(name: &str, metadata: &TableMetadata) -> Result<()> {
         )
         .with_hint("write it with the engine that made it, through lh's Iceberg REST catalog"));
     }
-    let spec = metadata.default_partition_spec();
-    if !spec.is_unpartitioned() {
-        let fields: Vec<String> = spec
-            .fields()
-            .iter()
-            .map(|f| format!("{} ({})", f.name, f.transform))
-            .collect();
-        return Err(Error::bad_request(
-            Code::UnsupportedTable,
-            format!(
-                "{name} is partitioned by {}; lh writes unpartitioned tables only",
-                fields.join(", ")
-            ),
-        )
-        .with_hint(
-            "write it with the engine that partitioned it, through lh's Iceberg REST catalog, \
-             or import the rows into a new table",
-        ));
-    }
+    super::partition::Partitioner::new(
+        metadata.default_partition_spec(),
+        metadata.current_schema(),
+    )
+    .map_err(|e| {
+        let message = format!("{name}: {}", e.message);
+        let hint = e.hint.clone();
+        let mut e = Error::bad_request(Code::UnsupportedTable, message);
+        if let Some(h) = hint {
+            e = e.with_hint(h);
+        }
+        e
+    })?;
     Ok(())
 }
 
@@ -114,15 +113,23 @@ pub async fn produce(
     let mut summary = SnapshotSummaryCollector::default();
     let mut manifests: Vec<ManifestFile> = Vec::new();
     let mut pending = Vec::new();
-    match op {
+    // What a replace removes: counted for the totals.
+    let (mut removed_records, mut removed_bytes, mut removed_files) = (0u64, 0u64, 0u64);
+    let default_spec = base.default_partition_spec_id();
+    match &op {
         SnapshotOp::Append => manifests.extend(previous),
-        SnapshotOp::Overwrite => {
-            // Record every live file as deleted, so that readers of changes see them go:
-            // in a manifest of the partition spec it was written with. Delete files are
-            // dropped with the rows they applied to.
+        SnapshotOp::Overwrite | SnapshotOp::ReplacePartitions(_) => {
+            // Record every file replaced as deleted, so that readers of changes see them
+            // go: in a manifest of the partition spec it was written with, next to the
+            // files of its manifest that stay. An overwrite drops delete files with the
+            // rows they applied to; a partition replace keeps them (they apply to older
+            // files only, by sequence number, or name files gone).
             let mut writers = std::collections::BTreeMap::new();
             for m in previous {
                 if m.content != ManifestContentType::Data {
+                    if matches!(op, SnapshotOp::ReplacePartitions(_)) {
+                        manifests.push(m);
+                    }
                     continue;
                 }
                 let spec_id = m.partition_spec_id;
@@ -133,34 +140,60 @@ pub async fn produce(
                     ))
                 })?;
                 let manifest = m.load_manifest(io).await?;
-                for entry in manifest.entries() {
-                    if !entry.is_alive() {
-                        continue;
+                let replaced = |df: &DataFile| match &op {
+                    SnapshotOp::ReplacePartitions(keys) => {
+                        keys.contains(&super::files::partition_key(spec_id, df.partition()))
                     }
-                    let w = match writers.entry(spec_id) {
-                        std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
-                        std::collections::btree_map::Entry::Vacant(v) => {
-                            let out = out.new_output(format!(
-                                "{meta_dir}/{commit}-m-deleted-{spec_id}.avro"
-                            ))?;
-                            v.insert(
-                                ManifestWriterBuilder::new(
-                                    out,
-                                    Some(snapshot_id),
-                                    schema.clone(),
-                                    file_spec.as_ref().clone(),
-                                )
-                                .build_v2_data(),
+                    _ => true,
+                };
+                let live: Vec<_> = manifest.entries().iter().filter(|e| e.is_alive()).collect();
+                if !live.iter().any(|e| replaced(e.data_file())) {
+                    manifests.push(m);
+                    continue;
+                }
+                if spec_id != default_spec && !matches!(op, SnapshotOp::Overwrite) {
+                    return Err(Error::bad_request(
+                        Code::UnsupportedTable,
+                        "the partitions to replace hold files of an older partition spec",
+                    )
+                    .with_hint(
+                        "replace the whole table, or compact it first (`lh table compact`)",
+                    ));
+                }
+                let w = match writers.entry(spec_id) {
+                    std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+                    std::collections::btree_map::Entry::Vacant(v) => {
+                        let out = out
+                            .new_output(format!("{meta_dir}/{commit}-m-replaced-{spec_id}.avro"))?;
+                        v.insert(
+                            ManifestWriterBuilder::new(
+                                out,
+                                Some(snapshot_id),
+                                schema.clone(),
+                                file_spec.as_ref().clone(),
                             )
-                        }
-                    };
+                            .build_v2_data(),
+                        )
+                    }
+                };
+                for entry in live {
                     let df = entry.data_file().clone();
-                    summary.remove_file(&df, schema.clone(), file_spec.clone());
-                    w.add_delete_file(
-                        df,
-                        entry.sequence_number().unwrap_or(0),
-                        entry.file_sequence_number.or(entry.sequence_number()),
-                    )?;
+                    let seq = entry.sequence_number().unwrap_or(0);
+                    let file_seq = entry.file_sequence_number.or(entry.sequence_number());
+                    if replaced(&df) {
+                        removed_records += df.record_count();
+                        removed_bytes += df.file_size_in_bytes();
+                        removed_files += 1;
+                        summary.remove_file(&df, schema.clone(), file_spec.clone());
+                        w.add_delete_file(df, seq, file_seq)?;
+                    } else {
+                        w.add_existing_file(
+                            df,
+                            entry.snapshot_id().unwrap_or(snapshot_id),
+                            seq,
+                            file_seq,
+                        )?;
+                    }
                 }
             }
             pending.extend(writers.into_values());
@@ -193,15 +226,27 @@ pub async fn produce(
     list.close().await?;
 
     // The totals: an append keeps every file of the previous snapshot (delete files
-    // included) and adds its own; an overwrite leaves only its own.
+    // included) and adds its own; an overwrite leaves only its own; a partition replace
+    // keeps the others' files.
     let kept = |key: &str| -> u64 {
-        match op {
-            SnapshotOp::Append => base
-                .current_snapshot()
-                .and_then(|s| s.summary().additional_properties.get(key))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
-            SnapshotOp::Overwrite => 0,
+        let before = base
+            .current_snapshot()
+            .and_then(|s| s.summary().additional_properties.get(key))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        match (&op, key) {
+            (SnapshotOp::Append, _) => before,
+            (SnapshotOp::Overwrite, _) => 0,
+            (SnapshotOp::ReplacePartitions(_), "total-records") => {
+                before.saturating_sub(removed_records)
+            }
+            (SnapshotOp::ReplacePartitions(_), "total-files-size") => {
+                before.saturating_sub(removed_bytes)
+            }
+            (SnapshotOp::ReplacePartitions(_), "total-data-files") => {
+                before.saturating_sub(removed_files)
+            }
+            (SnapshotOp::ReplacePartitions(_), _) => before,
         }
     };
     let mut props = properties;
@@ -219,7 +264,7 @@ pub async fn produce(
     }
     let operation = match op {
         SnapshotOp::Append => Operation::Append,
-        SnapshotOp::Overwrite => Operation::Overwrite,
+        SnapshotOp::Overwrite | SnapshotOp::ReplacePartitions(_) => Operation::Overwrite,
     };
     let snapshot = Snapshot::builder()
         .with_manifest_list(list_path)

@@ -25,6 +25,7 @@ pub fn data_file(
     url: &str,
     schema: &Schema,
     spec: &PartitionSpec,
+    partition: Struct,
 ) -> Result<DataFile> {
     let file = File::open(path)?;
     let size = file.metadata()?.len();
@@ -91,9 +92,7 @@ pub fn data_file(
         .content(DataContentType::Data)
         .file_path(url.to_string())
         .file_format(DataFileFormat::Parquet)
-        // lh writes unpartitioned tables: a spec with only `void` fields gets a null for
-        // each (see `snapshot::check_writable`).
-        .partition(Struct::from_iter(spec.fields().iter().map(|_| None)))
+        .partition(partition)
         .partition_spec_id(spec.spec_id())
         .record_count(meta.file_metadata().num_rows() as u64)
         .file_size_in_bytes(size)

@@ -79,6 +79,9 @@ pub struct WriteJob {
     /// How long reading the source and writing the files may take (a SQL model's
     /// timeout); past it DuckDB is interrupted and nothing is written.
     pub timeout: Option<Duration>,
+    /// The partition spec of a table created, or repartitioned by a replace
+    /// (`day(ts), bucket(16, id)`, see `partition::parse_spec`).
+    pub partition_by: Option<String>,
 }
 
 /// One import, as the API received it.
@@ -93,6 +96,7 @@ pub struct ImportJob {
     /// The files as the user named them, for messages.
     pub names: Vec<String>,
     pub by: Identity,
+    pub partition_by: Option<String>,
 }
 
 /// Where writes may read and spill, and how many run at once.
@@ -158,6 +162,7 @@ pub async fn import(
         message: None,
         properties: BTreeMap::new(),
         timeout: None,
+        partition_by: job.partition_by,
     };
     write_table(tables, ctx, write).await
 }
@@ -181,7 +186,7 @@ pub async fn write_table(
             )
             .with_hint("use --mode append or --mode replace"));
         }
-        (ImportMode::Append | ImportMode::Replace, None) => {
+        (ImportMode::Append | ImportMode::Replace | ImportMode::OverwritePartitions, None) => {
             return Err(Error::not_found(
                 Code::TableNotFound,
                 format!("table '{}' not found on '{}'", job.table, job.branch),
@@ -192,6 +197,29 @@ pub async fn write_table(
     }
     if let Some(t) = &existing {
         super::snapshot::check_writable(&format!("table '{}'", job.table), &t.metadata)?;
+        if let (Some(text), ImportMode::Append | ImportMode::OverwritePartitions) =
+            (&job.partition_by, job.mode)
+        {
+            let m = &t.metadata;
+            let spec = super::partition::parse_spec(text, m.current_schema())?;
+            let same = spec.fields().len() == m.default_partition_spec().fields().len()
+                && spec
+                    .fields()
+                    .iter()
+                    .zip(m.default_partition_spec().fields())
+                    .all(|(a, b)| a.source_id == b.source_id && a.transform == b.transform);
+            if !same {
+                return Err(Error::bad_request(
+                    Code::BadPartitionSpec,
+                    format!(
+                        "table '{}' is partitioned by '{}'; an append keeps the table's partitioning",
+                        job.table,
+                        super::partition::describe(m.default_partition_spec(), m.current_schema())
+                    ),
+                )
+                .with_hint("--mode replace --partition-by ... repartitions the table"));
+            }
+        }
     }
     let table_uuid = Uuid::now_v7();
     let location = match &existing {
@@ -323,6 +351,9 @@ pub async fn write_table(
     // they are made and written while the data files upload (on S3, round trips of
     // their own), and the catalog commits once both are done.
     let staged = written.staged.clone();
+    // A write that finds its table moved is staged again on the new state, with the
+    // same data files, when it commutes with what happened (see `rebase_check`).
+    let again = written.clone();
     let (published, ready) = tokio::join!(
         tables.warehouse.publish(&data_dir, &staged),
         stage_write(tables, &job, existing.as_ref(), written)
@@ -340,17 +371,142 @@ pub async fn write_table(
             return Err(e);
         }
     };
-    match commit_staged(tables, &job, ready).await {
-        Ok(response) => Ok(response),
-        // The catalog failed in a way that may have committed: the files stay (what no
-        // commit reaches, `lh gc` removes later).
-        Err(e) if e.commit_state_unknown() => Err(e),
-        // Refused: the transaction removed its own files; the data files go too.
-        Err(e) => {
-            cleanup(&staged);
+    let mut outcome = commit_staged(tables, &job, ready).await;
+    let mut rebased = 0;
+    let mut read = existing.clone();
+    loop {
+        match outcome {
+            Ok(mut response) => {
+                response.rebased = rebased;
+                if rebased > 0 {
+                    tracing::info!(table = %job.table, rebased, "write rebased onto other writes");
+                }
+                return Ok(response);
+            }
             Err(e)
+                if e.code == Code::Conflict
+                    && rebased < MAX_REBASES
+                    && matches!(
+                        job.mode,
+                        ImportMode::Append | ImportMode::OverwritePartitions
+                    ) =>
+            {
+                let now = match async {
+                    let head = tables.catalog.resolve(&job.branch).await?;
+                    tables.load(&head.commit, &job.table).await
+                }
+                .await
+                {
+                    Ok(now) => now,
+                    Err(_) => {
+                        cleanup(&staged);
+                        return Err(e);
+                    }
+                };
+                if let Err(why) =
+                    rebase_check(tables, &job, read.as_ref(), now.as_ref(), &again).await
+                {
+                    cleanup(&staged);
+                    let mut e = e;
+                    e.message = format!("{}; {why}", e.message);
+                    return Err(e);
+                }
+                rebased += 1;
+                // Jittered, growing pauses: writers that lost together spread out.
+                let cap = 10u64 << rebased.min(6);
+                let jitter = (Uuid::new_v4().as_u128() % u128::from(cap)) as u64;
+                tokio::time::sleep(Duration::from_millis(cap / 2 + jitter)).await;
+                let mut w = again.clone();
+                if let Some(t) = &now {
+                    w.base = (*t.metadata).clone();
+                }
+                outcome = match stage_write(tables, &job, now.as_ref(), w).await {
+                    Ok(ready) => commit_staged(tables, &job, ready).await,
+                    Err(e) => Err(e),
+                };
+                read = now;
+            }
+            // The catalog failed in a way that may have committed: the files stay (what
+            // no commit reaches, `lh gc` removes later).
+            Err(e) if e.commit_state_unknown() => return Err(e),
+            // Refused: the transaction removed its own files; the data files go too.
+            Err(e) => {
+                cleanup(&staged);
+                return Err(e);
+            }
         }
     }
+}
+
+/// How many times a write is staged again on a table other writes moved.
+const MAX_REBASES: u32 = 30;
+
+/// Whether a write staged on `read` may be staged again on `now`, the table as other
+/// writes left it: an append commutes with appends and with writes to other partitions;
+/// a partition replace with anything that left its partitions' files alone. A schema or
+/// partitioning change, a table dropped or replaced, a rewritten history, and files
+/// removed from (or, for a replace, added to) the partitions written still conflict.
+async fn rebase_check(
+    tables: &Tables,
+    job: &WriteJob,
+    read: Option<&LoadedTable>,
+    now: Option<&LoadedTable>,
+    w: &Written,
+) -> std::result::Result<(), String> {
+    let (Some(read), Some(now)) = (read, now) else {
+        return Err("the table was dropped or created meanwhile".into());
+    };
+    let (a, b) = (&read.metadata, &now.metadata);
+    if a.uuid() != b.uuid() {
+        return Err("the table was replaced by another meanwhile".into());
+    }
+    if a.current_schema_id() != b.current_schema_id() {
+        return Err("the table's schema changed meanwhile".into());
+    }
+    if a.default_partition_spec_id() != b.default_partition_spec_id() {
+        return Err("the table's partitioning changed meanwhile".into());
+    }
+    // The snapshots made meanwhile, from the new one back to the one read.
+    let mut ops = Vec::new();
+    let mut at = b.current_snapshot();
+    while let Some(s) = at {
+        if Some(s.snapshot_id()) == a.current_snapshot_id() {
+            break;
+        }
+        ops.push(s.summary().operation.clone());
+        at = s.parent_snapshot_id().and_then(|p| b.snapshot_by_id(p));
+    }
+    if at.is_none() && a.current_snapshot_id().is_some() {
+        return Err("the table's history was rewritten meanwhile".into());
+    }
+    let appends_only = ops.iter().all(|o| *o == iceberg::spec::Operation::Append);
+    if appends_only && job.mode == ImportMode::Append {
+        return Ok(());
+    }
+    let spec = b.default_partition_spec_id();
+    let ours: std::collections::BTreeSet<String> = w
+        .partitions
+        .iter()
+        .map(|p| super::files::partition_key(spec, p))
+        .collect();
+    let files = async |t: &LoadedTable| {
+        tables.live_files(t).await.map(|f| {
+            f.data
+                .iter()
+                .filter(|d| ours.contains(&d.partition))
+                .map(|d| d.url.clone())
+                .collect::<std::collections::BTreeSet<String>>()
+        })
+    };
+    let before = files(read).await.map_err(|e| e.message)?;
+    let after = files(now).await.map_err(|e| e.message)?;
+    if before.difference(&after).next().is_some() {
+        return Err("rows of the partitions written were replaced or deleted meanwhile".into());
+    }
+    if job.mode == ImportMode::OverwritePartitions && after.difference(&before).next().is_some() {
+        return Err("rows were added to the partitions being replaced meanwhile".into());
+    }
+    Ok(())
 }
 
 /// Stops a write's DuckDB work from another thread: a statement running is interrupted,
@@ -443,6 +599,7 @@ impl Drop for StopOnDrop {
 }
 
 /// What the DuckDB part of an import produced.
+#[derive(Clone)]
 struct Written {
     /// The metadata to add the snapshot to (new for a create, evolved for a replace).
     base: TableMetadata,
@@ -451,6 +608,8 @@ struct Written {
     staged: Vec<Staged>,
     rows: u64,
     bytes: u64,
+    /// The partitions written (an unpartitioned table's one, empty tuple, included).
+    partitions: Vec<iceberg::spec::Struct>,
 }
 
 /// A write ready for its catalog commit: its table files are written.
@@ -463,6 +622,7 @@ enum Ready<'a> {
         rows: u64,
         files: u64,
         bytes: u64,
+        partitions: u64,
     },
 }
 
@@ -477,7 +637,17 @@ async fn stage_write<'a>(
 ) -> Result<Ready<'a>> {
     let io = tables.warehouse.io();
     let n_files = w.files.len() as u64;
-    if w.rows == 0 && job.mode == ImportMode::Append {
+    let n_partitions = if w.base.default_partition_spec().is_unpartitioned() {
+        0
+    } else {
+        w.partitions.len() as u64
+    };
+    if w.rows == 0
+        && matches!(
+            job.mode,
+            ImportMode::Append | ImportMode::OverwritePartitions
+        )
+    {
         let head = tables.catalog.resolve(&job.branch).await?;
         return Ok(Ready::Nothing(ImportResponse {
             table: job.table.clone(),
@@ -486,13 +656,22 @@ async fn stage_write<'a>(
             rows: 0,
             files: 0,
             bytes: 0,
+            partitions: 0,
+            rebased: 0,
         }));
     }
     let (updates, files) = if w.rows == 0 && job.mode == ImportMode::Create {
         (Vec::new(), Vec::new())
     } else {
+        let spec = w.base.default_partition_spec_id();
         let op = match job.mode {
             ImportMode::Replace => SnapshotOp::Overwrite,
+            ImportMode::OverwritePartitions => SnapshotOp::ReplacePartitions(
+                w.partitions
+                    .iter()
+                    .map(|p| super::files::partition_key(spec, p))
+                    .collect(),
+            ),
             _ => SnapshotOp::Append,
         };
         let mut props = HashMap::new();
@@ -509,6 +688,7 @@ async fn stage_write<'a>(
         ImportMode::Create => "create",
         ImportMode::Append => "append to",
         ImportMode::Replace => "replace",
+        ImportMode::OverwritePartitions => "overwrite partitions of",
     };
     let message = job
         .message
@@ -516,7 +696,10 @@ async fn stage_write<'a>(
         .unwrap_or_else(|| format!("{verb} {} from {}", job.table, job.source.describe()));
     let mut meta = CommitMeta::new(&job.by.user, message).with_property(
         "lh.operation",
-        format!("import-{}", verb.split(' ').next().unwrap_or(verb)),
+        match job.mode {
+            ImportMode::OverwritePartitions => "import-overwrite-partitions".to_string(),
+            _ => format!("import-{}", verb.split(' ').next().unwrap_or(verb)),
+        },
     );
     meta.properties.extend(job.properties.clone());
     // The new metadata file follows the stored one in the table's metadata log.
@@ -535,6 +718,7 @@ async fn stage_write<'a>(
         rows: w.rows,
         files: if w.rows == 0 { 0 } else { n_files },
         bytes: w.bytes,
+        partitions: n_partitions,
     })
 }
 
@@ -543,7 +727,7 @@ async fn commit_staged(
     job: &WriteJob,
     ready: Ready<'_>,
 ) -> Result<ImportResponse> {
-    let (written, meta, rows, files, bytes) = match ready {
+    let (written, meta, rows, files, bytes, partitions) = match ready {
         Ready::Nothing(response) => return Ok(response),
         Ready::Staged {
             written,
@@ -551,7 +735,8 @@ async fn commit_staged(
             rows,
             files,
             bytes,
-        } => (written, meta, rows, files, bytes),
+            partitions,
+        } => (written, meta, rows, files, bytes, partitions),
     };
     let mut tx = tables.begin().await;
     tx.adopt(written);
@@ -569,6 +754,8 @@ async fn commit_staged(
         rows,
         files,
         bytes,
+        partitions,
+        rebased: 0,
     })
 }
 
@@ -632,9 +819,13 @@ impl WritePlan {
 
         let (base, src) = match (&self.base, self.job.mode) {
             (None, _) => {
+                let spec = match &self.job.partition_by {
+                    Some(text) => super::partition::parse_spec(text, &source)?,
+                    None => UnboundPartitionSpec::builder().build(),
+                };
                 let built = super::commit::first_metadata(
                     source,
-                    UnboundPartitionSpec::builder().build(),
+                    spec,
                     SortOrder::unsorted_order(),
                     self.location.clone(),
                     FormatVersion::V2,
@@ -644,7 +835,7 @@ impl WritePlan {
                 .build()?;
                 (built.metadata, src)
             }
-            (Some(base), ImportMode::Append) => {
+            (Some(base), ImportMode::Append | ImportMode::OverwritePartitions) => {
                 let target = base.current_schema();
                 self.check_append(&source, target)?;
                 // A CSV's inferred types are guesses: read it with the table's types.
@@ -659,20 +850,27 @@ impl WritePlan {
                 (base.clone(), src)
             }
             (Some(base), _) => {
-                let evolved = evolve(base, &source)?;
-                match evolved {
-                    None => (base.clone(), src),
-                    Some(schema) => {
-                        let built = TableMetadataBuilder::new_from_metadata(base.clone(), None)
-                            .add_current_schema(schema)?
-                            .build()?;
-                        (built.metadata, src)
-                    }
+                let mut next = base.clone();
+                if let Some(schema) = evolve(base, &source)? {
+                    next = TableMetadataBuilder::new_from_metadata(next, None)
+                        .add_current_schema(schema)?
+                        .build()?
+                        .metadata;
                 }
+                if let Some(text) = &self.job.partition_by {
+                    let spec = super::partition::parse_spec(text, next.current_schema())?;
+                    next = TableMetadataBuilder::new_from_metadata(next, None)
+                        .add_default_partition_spec(spec)?
+                        .build()?
+                        .metadata;
+                }
+                (next, src)
             }
         };
         let schema = base.current_schema().clone();
-        let select: Vec<String> = schema
+        let spec = base.default_partition_spec().clone();
+        let partitioner = super::partition::Partitioner::new(&spec, &schema)?;
+        let casts: Vec<String> = schema
             .as_struct()
             .fields()
             .iter()
@@ -685,31 +883,141 @@ impl WritePlan {
                 )
             })
             .collect();
-        let copy = format!(
-            "COPY (SELECT {} FROM {src}) TO {} (FORMAT parquet, FIELD_IDS {}, FILE_SIZE_BYTES '{DATA_FILE_BYTES}', FILENAME_PATTERN 'part-{{i}}', COMPRESSION snappy)",
-            select.join(", "),
-            quote_literal(&self.data_dir.display().to_string()),
+        let options = format!(
+            "FORMAT parquet, FIELD_IDS {}, FILENAME_PATTERN 'part-{{i}}', COMPRESSION snappy",
             duckdb_field_ids(&schema),
         );
-        stop.check()?;
-        let rows = conn.execute(&copy, []).map_err(|e| self.read_error(e))? as u64;
+        let target = quote_literal(&self.data_dir.display().to_string());
+        // Each file written, with its partition.
+        let mut parts: Vec<iceberg::spec::Struct> = Vec::new();
+        let rows = match &partitioner {
+            None => {
+                // DuckDB rolls files at a size only when it does not partition.
+                let copy = format!(
+                    "COPY (SELECT {} FROM {src}) TO {target} ({options}, FILE_SIZE_BYTES '{DATA_FILE_BYTES}')",
+                    casts.join(", ")
+                );
+                stop.check()?;
+                let rows = conn.execute(&copy, []).map_err(|e| self.read_error(e))? as u64;
+                parts.push(iceberg::spec::Struct::from_iter(
+                    spec.fields().iter().map(|_| None),
+                ));
+                rows
+            }
+            Some(p) => {
+                p.prepare(&conn)?;
+                let pcols: Vec<String> = (0..p.width()).map(super::partition::column).collect();
+                // The rows with their partition values, once; then the distinct tuples,
+                // numbered; then one folder of files per number.
+                stop.check()?;
+                conn.execute_batch(&format!(
+                    "CREATE TEMP TABLE lh_rows AS SELECT *, {} FROM (SELECT {} FROM {src})",
+                    p.columns().join(", "),
+                    casts.join(", ")
+                ))
+                .map_err(|e| self.read_error(e))?;
+                stop.check()?;
+                conn.execute_batch(&format!(
+                    "CREATE TEMP TABLE lh_parts AS SELECT CAST(row_number() OVER () - 1 AS BIGINT) AS lh_part, * \
+                     FROM (SELECT DISTINCT {cols} FROM lh_rows)",
+                    cols = pcols.join(", ")
+                ))
+                .map_err(|e| self.read_error(e))?;
+                let count: i64 = conn
+                    .query_row("SELECT count(*) FROM lh_parts", [], |r| r.get(0))
+                    .map_err(|e| self.read_error(e))?;
+                if count as u64 > super::partition::MAX_PARTITIONS_PER_WRITE {
+                    return Err(Error::bad_request(
+                        Code::BadPartitionSpec,
+                        format!(
+                            "the rows fall into {count} partitions of '{}'; one write takes at most {}",
+                            super::partition::describe(&spec, &schema),
+                            super::partition::MAX_PARTITIONS_PER_WRITE
+                        ),
+                    )
+                    .with_hint("write the rows in several imports, or partition more coarsely"));
+                }
+                let mut stmt = conn
+                    .prepare(&format!(
+                        "SELECT {} FROM lh_parts ORDER BY lh_part",
+                        pcols.join(", ")
+                    ))
+                    .map_err(|e| self.read_error(e))?;
+                for batch in stmt.query_arrow([]).map_err(|e| self.read_error(e))? {
+                    parts.extend(p.values(&batch)?);
+                }
+                drop(stmt);
+                let on: Vec<String> = pcols
+                    .iter()
+                    .map(|c| format!("r.{c} IS NOT DISTINCT FROM p.{c}"))
+                    .collect();
+                let names: Vec<String> = schema
+                    .as_struct()
+                    .fields()
+                    .iter()
+                    .map(|f| format!("r.{}", quote_ident(&f.name)))
+                    .collect();
+                let copy = format!(
+                    "COPY (SELECT {}, p.lh_part FROM lh_rows AS r JOIN lh_parts AS p ON {}) \
+                     TO {target} ({options}, PARTITION_BY (lh_part))",
+                    names.join(", "),
+                    on.join(" AND "),
+                );
+                stop.check()?;
+                conn.execute(&copy, []).map_err(|e| self.read_error(e))? as u64
+            }
+        };
         drop(conn);
 
-        let mut paths: Vec<PathBuf> = match std::fs::read_dir(&self.data_dir) {
-            Ok(rd) => rd
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
-                .collect(),
-            Err(_) => Vec::new(),
+        // The files, and the partition of each: an unpartitioned write's are in the
+        // folder; a partitioned one's in `lh_part=N/`, moved up as `pN-part-K.parquet`
+        // (no `key=value` folder, which readers could take for Hive partitioning).
+        let mut found: Vec<(PathBuf, usize)> = Vec::new();
+        let list = |dir: &std::path::Path| -> Vec<PathBuf> {
+            let mut v: Vec<PathBuf> = match std::fs::read_dir(dir) {
+                Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+                Err(_) => Vec::new(),
+            };
+            v.sort();
+            v
         };
-        paths.sort();
-        let mut files = Vec::with_capacity(paths.len());
-        let mut staged = Vec::with_capacity(paths.len());
+        for p in list(&self.data_dir) {
+            let name = p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .to_string();
+            if partitioner.is_none() {
+                if name.ends_with(".parquet") {
+                    found.push((p, 0));
+                }
+                continue;
+            }
+            let Some(n) = name
+                .strip_prefix("lh_part=")
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|n| *n < parts.len())
+            else {
+                continue;
+            };
+            for f in list(&p) {
+                let fname = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                if !fname.ends_with(".parquet") {
+                    continue;
+                }
+                let flat = self.data_dir.join(format!("p{n}-{fname}"));
+                std::fs::rename(&f, &flat)?;
+                found.push((flat, n));
+            }
+            let _ = std::fs::remove_dir(&p);
+        }
+        let mut files = Vec::with_capacity(found.len());
+        let mut staged = Vec::with_capacity(found.len());
         let mut bytes = 0;
-        for p in &paths {
+        for (p, part) in &found {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
             let url = format!("{}/{name}", self.data_url);
-            let df = stats::data_file(p, &url, &schema, base.default_partition_spec())?;
+            let df = stats::data_file(p, &url, &schema, &spec, parts[*part].clone())?;
             bytes += df.file_size_in_bytes();
             files.push(df);
             staged.push(Staged {
@@ -723,6 +1031,7 @@ impl WritePlan {
             staged,
             rows,
             bytes,
+            partitions: if rows == 0 { Vec::new() } else { parts },
         })
     }
 
@@ -985,4 +1294,421 @@ fn bind_params(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::query::tests::setup;
+
+    fn job(ctx: &ImportContext, table: &str, mode: ImportMode, name: &str, body: &str) -> WriteJob {
+        let path = ctx.uploads.join(name);
+        std::fs::write(&path, body).unwrap();
+        WriteJob {
+            branch: "main".into(),
+            table: table.into(),
+            mode,
+            source: Source::Files {
+                format: FileFormat::Csv,
+                files: vec![path],
+                names: vec![name.into()],
+            },
+            by: Identity::admin("t"),
+            grants_on: None,
+            message: None,
+            properties: BTreeMap::new(),
+            timeout: None,
+            partition_by: None,
+        }
+    }
+
+    async fn current(tables: &Tables, name: &str) -> LoadedTable {
+        let head = tables.catalog.resolve("main").await.unwrap().commit;
+        tables.load(&head, name).await.unwrap().unwrap()
+    }
+
+    /// The table's live data files: (partition as users read it, rows).
+    async fn partitions(tables: &Tables, name: &str) -> Vec<(String, u64)> {
+        let t = current(tables, name).await;
+        let m = &t.metadata;
+        let mut out = Vec::new();
+        for manifest in snapshot::current_manifests(tables.warehouse.io(), m)
+            .await
+            .unwrap()
+        {
+            let spec = m.partition_spec_by_id(manifest.partition_spec_id).unwrap();
+            let loaded = manifest.load_manifest(tables.warehouse.io()).await.unwrap();
+            for e in loaded.entries().iter().filter(|e| e.is_alive()) {
+                let df = e.data_file();
+                out.push((
+                    super::super::partition::display(spec, m.current_schema(), df.partition()),
+                    df.record_count(),
+                ));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    const DAYS: &str = "id,ts,name\n\
+        1,2026-11-01 10:00:00,a\n2,2026-11-01 23:59:59,b\n3,2026-11-02 00:00:00,c\n\
+        4,2026-11-03 12:00:00,d\n5,2026-11-03 13:00:00,e\n6,,f\n";
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_partitioned_import_writes_one_file_per_partition_with_its_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tables, engine, ctx) = setup(dir.path()).await;
+        let mut j = job(&ctx, "raw.events", ImportMode::Create, "a.csv", DAYS);
+        j.partition_by = Some("day(ts), bucket(2, id)".into());
+        let r = write_table(&tables, &ctx, j).await.unwrap();
+        assert_eq!((r.rows, r.partitions), (6, r.files));
+        let parts = partitions(&tables, "raw.events").await;
+        let days: BTreeSet<&str> = parts
+            .iter()
+            .map(|(p, _)| p.split('/').next().unwrap())
+            .collect();
+        assert_eq!(
+            days,
+            BTreeSet::from([
+                "ts_day=2026-11-01",
+                "ts_day=2026-11-02",
+                "ts_day=2026-11-03",
+                "ts_day=null"
+            ])
+        );
+        assert_eq!(parts.iter().map(|(_, n)| n).sum::<u64>(), 6);
+        // Every row is in the file of its own partition: DuckDB agrees, row by row.
+        let out = engine
+            .run("SELECT count(*) FROM raw.events", "main", None, None)
+            .await
+            .unwrap();
+        let n = out.batches[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .unwrap()
+            .value(0);
+        assert_eq!(n, 6);
+        let t = current(&tables, "raw.events").await;
+        assert_eq!(
+            super::super::partition::describe(
+                t.metadata.default_partition_spec(),
+                t.metadata.current_schema()
+            ),
+            "day(ts), bucket(2, id)"
+        );
+
+        // An append adds files in its partitions; the others are untouched.
+        let r = write_table(
+            &tables,
+            &ctx,
+            job(
+                &ctx,
+                "raw.events",
+                ImportMode::Append,
+                "b.csv",
+                "id,ts,name\n7,2026-11-04 01:00:00,g\n",
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!((r.rows, r.partitions, r.rebased), (1, 1, 0));
+        assert_eq!(
+            partitions(&tables, "raw.events").await.len(),
+            parts.len() + 1
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn overwrite_partitions_replaces_only_the_partitions_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tables, engine, ctx) = setup(dir.path()).await;
+        let mut j = job(&ctx, "raw.events", ImportMode::Create, "a.csv", DAYS);
+        j.partition_by = Some("day(ts)".into());
+        write_table(&tables, &ctx, j).await.unwrap();
+        let r = write_table(
+            &tables,
+            &ctx,
+            job(
+                &ctx,
+                "raw.events",
+                ImportMode::OverwritePartitions,
+                "b.csv",
+                "id,ts,name\n30,2026-11-02 08:00:00,x\n31,2026-11-02 09:00:00,y\n",
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!((r.rows, r.partitions), (2, 1));
+        let out = engine
+            .run(
+                "SELECT string_agg(CAST(id AS VARCHAR), ',' ORDER BY id) FROM raw.events",
+                "main",
+                None,
+                None,
+            )
+            .await
+            .unwrap();
+        let ids = out.batches[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow::array::StringArray>()
+            .unwrap()
+            .value(0)
+            .to_string();
+        assert_eq!(
+            ids, "1,2,4,5,6,30,31",
+            "day 2's row 3 replaced, the others kept"
+        );
+        let t = current(&tables, "raw.events").await;
+        let s = t.metadata.current_snapshot().unwrap();
+        assert_eq!(s.summary().operation, iceberg::spec::Operation::Overwrite);
+        assert_eq!(s.summary().additional_properties["total-records"], "7");
+        assert_eq!(s.summary().additional_properties["deleted-data-files"], "1");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn eight_concurrent_appends_all_land() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tables, engine, ctx) = setup(dir.path()).await;
+        let ctx = ImportContext {
+            writers: Arc::new(tokio::sync::Semaphore::new(8)),
+            ..ctx
+        };
+        let mut j = job(&ctx, "raw.events", ImportMode::Create, "a.csv", DAYS);
+        j.partition_by = Some("day(ts)".into());
+        write_table(&tables, &ctx, j).await.unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let (tables, ctx) = (tables.clone(), ctx.clone());
+            let body = format!(
+                "id,ts,name\n{},2026-11-0{} 01:00:00,n\n{},2026-11-01 02:00:00,m\n",
+                100 + i,
+                1 + i % 3,
+                200 + i
+            );
+            let j = job(
+                &ctx,
+                "raw.events",
+                ImportMode::Append,
+                &format!("c{i}.csv"),
+                &body,
+            );
+            tasks.push(tokio::spawn(
+                async move { write_table(&tables, &ctx, j).await },
+            ));
+        }
+        let mut rebased = 0;
+        for t in tasks {
+            rebased += t.await.unwrap().unwrap().rebased;
+        }
+        assert!(
+            rebased > 0,
+            "eight appends at once: some found the table moved"
+        );
+        let out = engine
+            .run("SELECT count(*) FROM raw.events", "main", None, None)
+            .await
+            .unwrap();
+        let n = out.batches[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .unwrap()
+            .value(0);
+        assert_eq!(n, 6 + 16);
+        let t = current(&tables, "raw.events").await;
+        assert_eq!(
+            t.metadata
+                .current_snapshot()
+                .unwrap()
+                .summary()
+                .additional_properties["total-records"],
+            "22"
+        );
+    }
+
+    /// What commutes and what still conflicts, decided on two states of a table.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn overlapping_writes_still_conflict() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tables, _engine, ctx) = setup(dir.path()).await;
+        let mut j = job(&ctx, "raw.events", ImportMode::Create, "a.csv", DAYS);
+        j.partition_by = Some("day(ts)".into());
+        write_table(&tables, &ctx, j).await.unwrap();
+        let read = current(&tables, "raw.events").await;
+        // The partition of 2026-11-`d`.
+        let day = |d: u32| {
+            let date = chrono::NaiveDate::from_ymd_opt(2026, 11, d).unwrap();
+            let days = (date - chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap()).num_days();
+            iceberg::spec::Struct::from_iter([Some(iceberg::spec::Literal::date(days as i32))])
+        };
+        let written = |parts: Vec<iceberg::spec::Struct>| Written {
+            base: (*read.metadata).clone(),
+            files: vec![],
+            staged: vec![],
+            rows: 1,
+            bytes: 0,
+            partitions: parts,
+        };
+        let append = job(&ctx, "raw.events", ImportMode::Append, "x.csv", "id\n");
+        let replace = job(
+            &ctx,
+            "raw.events",
+            ImportMode::OverwritePartitions,
+            "x.csv",
+            "id\n",
+        );
+
+        // Another append, to day 2: an append anywhere commutes; a replace of day 2 not.
+        write_table(
+            &tables,
+            &ctx,
+            job(
+                &ctx,
+                "raw.events",
+                ImportMode::Append,
+                "b.csv",
+                "id,ts,name\n9,2026-11-02 05:00:00,z\n",
+            ),
+        )
+        .await
+        .unwrap();
+        let now = current(&tables, "raw.events").await;
+        rebase_check(
+            &tables,
+            &append,
+            Some(&read),
+            Some(&now),
+            &written(vec![day(2)]),
+        )
+        .await
+        .unwrap();
+        rebase_check(
+            &tables,
+            &replace,
+            Some(&read),
+            Some(&now),
+            &written(vec![day(1)]),
+        )
+        .await
+        .unwrap();
+        let e = rebase_check(
+            &tables,
+            &replace,
+            Some(&read),
+            Some(&now),
+            &written(vec![day(2)]),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.contains("added to the partitions"), "{e}");
+
+        // A replace of day 3: appends to day 3 conflict, to day 1 not.
+        write_table(
+            &tables,
+            &ctx,
+            job(
+                &ctx,
+                "raw.events",
+                ImportMode::OverwritePartitions,
+                "c.csv",
+                "id,ts,name\n8,2026-11-03 05:00:00,z\n",
+            ),
+        )
+        .await
+        .unwrap();
+        let now = current(&tables, "raw.events").await;
+        rebase_check(
+            &tables,
+            &append,
+            Some(&read),
+            Some(&now),
+            &written(vec![day(1)]),
+        )
+        .await
+        .unwrap();
+        let e = rebase_check(
+            &tables,
+            &append,
+            Some(&read),
+            Some(&now),
+            &written(vec![day(3)]),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.contains("replaced or deleted"), "{e}");
+
+        // A schema change, and a table replaced, conflict with anything.
+        write_table(
+            &tables,
+            &ctx,
+            job(
+                &ctx,
+                "raw.events",
+                ImportMode::Replace,
+                "d.csv",
+                "id,ts,name,extra\n1,2026-11-01 00:00:00,a,b\n",
+            ),
+        )
+        .await
+        .unwrap();
+        let now = current(&tables, "raw.events").await;
+        let e = rebase_check(
+            &tables,
+            &append,
+            Some(&read),
+            Some(&now),
+            &written(vec![day(1)]),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.contains("schema"), "{e}");
+        let e = rebase_check(&tables, &append, Some(&read), None, &written(vec![]))
+            .await
+            .unwrap_err();
+        assert!(e.contains("dropped"), "{e}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bad_partition_specs_are_refused_before_anything_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tables, _engine, ctx) = setup(dir.path()).await;
+        for (spec, says) in [
+            ("day(nope)", "no column 'nope'"),
+            ("hour(name)", "cannot apply"),
+            ("bucket(-1, id)", "positive integer"),
+        ] {
+            let mut j = job(&ctx, "raw.bad", ImportMode::Create, "a.csv", DAYS);
+            j.partition_by = Some(spec.into());
+            let e = write_table(&tables, &ctx, j).await.unwrap_err();
+            assert_eq!(e.code, Code::BadPartitionSpec, "{spec}");
+            assert!(e.message.contains(says), "{spec}: {}", e.message);
+        }
+        let head = tables.catalog.resolve("main").await.unwrap().commit;
+        assert!(tables.load(&head, "raw.bad").await.unwrap().is_none());
+        // An append keeps the table's partitioning.
+        let mut j = job(&ctx, "raw.t", ImportMode::Create, "a.csv", DAYS);
+        j.partition_by = Some("day(ts)".into());
+        write_table(&tables, &ctx, j).await.unwrap();
+        let mut j = job(&ctx, "raw.t", ImportMode::Append, "b.csv", DAYS);
+        j.partition_by = Some("month(ts)".into());
+        let e = write_table(&tables, &ctx, j).await.unwrap_err();
+        assert!(
+            e.message.contains("partitioned by 'day(ts)'"),
+            "{}",
+            e.message
+        );
+        // Too many partitions for one write.
+        let mut body = String::from("id\n");
+        for i in 0..(super::super::partition::MAX_PARTITIONS_PER_WRITE + 1) {
+            body.push_str(&format!("{i}\n"));
+        }
+        let mut j = job(&ctx, "raw.many", ImportMode::Create, "m.csv", &body);
+        j.partition_by = Some("id".into());
+        let e = write_table(&tables, &ctx, j).await.unwrap_err();
+        assert!(e.message.contains("10001 partitions"), "{}", e.message);
+    }
 }

@@ -190,3 +190,110 @@ fn overwrite_partitions_and_concurrent_appends_through_the_cli() {
     assert_eq!(appends, 8, "{}", log.ok());
     eprintln!("eight concurrent appends: {rebased} rebases");
 }
+
+/// A Python and a SQL model that overwrite their day's partition: each run replaces
+/// only the day it computed, and the tables carry the models' partition specs.
+#[test]
+fn models_overwrite_only_their_partitions() {
+    use crate::runs::{project, run_json, server};
+    let server = server("process");
+    let lh = server.lh();
+    let events = lh.file(
+        "events.csv",
+        "id,ts,amount\n1,2026-11-01 08:00:00,10\n2,2026-11-01 09:00:00,5\n\
+         3,2026-11-02 10:00:00,7\n4,2026-11-02 11:00:00,1\n5,2026-11-03 12:00:00,2\n",
+    );
+    lh.run(&[
+        "table",
+        "import",
+        "raw.events",
+        events.to_str().unwrap(),
+        "--partition-by",
+        "day(ts)",
+    ])
+    .ok();
+    let dir = project(
+        &lh,
+        "daily",
+        &[
+            (
+                "lh_project.yml",
+                "name: daily\nnamespace: mart\nparameters:\n  day: {type: str}\n",
+            ),
+            (
+                "models.py",
+                r#"
+import lh
+import pyarrow.compute as pc
+
+@lh.model(materialize="overwrite_partitions", partitioned_by=["day(ts)"])
+def by_event(events=lh.Model("raw.events"), day=lh.Parameter("day")):
+    return events.filter(pc.equal(pc.strftime(events["ts"], format="%Y-%m-%d"), day))
+"#,
+            ),
+            (
+                "daily_totals.sql",
+                "-- Each day's total.\n-- lh.materialize: overwrite_partitions\n-- lh.partitioned_by: day\n\
+                 SELECT CAST(ts AS DATE) AS day, sum(amount) AS total, count(*) AS n\n\
+                 FROM mart.by_event GROUP BY 1\n",
+            ),
+        ],
+    );
+    let d = dir.to_str().unwrap();
+    for day in ["2026-11-01", "2026-11-02"] {
+        let (code, run) = run_json(&lh, &[d, "--param", &format!("day={day}")]);
+        assert_eq!(code, 0, "{run}");
+    }
+    let totals = lh.rows(
+        "SELECT CAST(day AS VARCHAR) AS day, total, n FROM mart.daily_totals ORDER BY day",
+        "main",
+    );
+    assert_eq!(
+        serde_json::Value::Array(totals),
+        serde_json::json!([
+            {"day": "2026-11-01", "total": 15, "n": 2},
+            {"day": "2026-11-02", "total": 8, "n": 2},
+        ])
+    );
+    // Day 2 again, after a correction: its partition alone changes.
+    let fixed = lh.file(
+        "fix.csv",
+        "id,ts,amount\n3,2026-11-02 10:00:00,70\n4,2026-11-02 11:00:00,1\n",
+    );
+    lh.run(&[
+        "table",
+        "import",
+        "raw.events",
+        fixed.to_str().unwrap(),
+        "--mode",
+        "overwrite-partitions",
+    ])
+    .ok();
+    let (code, run) = run_json(&lh, &[d, "--param", "day=2026-11-02"]);
+    assert_eq!(code, 0, "{run}");
+    let totals = lh.rows(
+        "SELECT CAST(day AS VARCHAR) AS day, total FROM mart.daily_totals ORDER BY day",
+        "main",
+    );
+    assert_eq!(
+        serde_json::Value::Array(totals),
+        serde_json::json!([{"day": "2026-11-01", "total": 15}, {"day": "2026-11-02", "total": 71}])
+    );
+    for (table, spec) in [("mart.by_event", "day(ts)"), ("mart.daily_totals", "day")] {
+        let show: Value =
+            serde_json::from_str(lh.run(&["table", "show", table, "-o", "json"]).ok()).unwrap();
+        assert_eq!(show["partition_by"], spec, "{show}");
+    }
+    // A bad setting is the plan's error, with its file and line.
+    std::fs::write(
+        dir.join("daily_totals.sql"),
+        "-- lh.materialize: upsert\nSELECT 1 AS x\n",
+    )
+    .unwrap();
+    let out = lh.run(&["run", d, "--param", "day=2026-11-02"]);
+    let err = out.fails(5);
+    assert!(
+        err.contains("daily_totals.sql:1: lh.materialize 'upsert': use 'replace', 'append' or 'overwrite_partitions'"),
+        "{err}"
+    );
+}

@@ -654,6 +654,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         (_, None) => ImportMode::Create,
         (Materialize::Replace, Some(_)) => ImportMode::Replace,
         (Materialize::Append, Some(_)) => ImportMode::Append,
+        (Materialize::OverwritePartitions, Some(_)) => ImportMode::OverwritePartitions,
     };
     let props = BTreeMap::from([
         ("lh.run".to_string(), shared.id.clone()),
@@ -770,7 +771,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
             Lang::Sql { .. } => Some(node.lang.limits().timeout),
             Lang::Python { .. } => None,
         },
-        partition_by: None,
+        partition_by: node.partitioned_by.clone(),
     };
     if svc.import.writers.available_permits() == 0 {
         rec.log.push_str(
@@ -1001,9 +1002,10 @@ fn fingerprint(
         NodeKind::Model { materialize } => format!("{materialize:?}"),
         NodeKind::Expectation { .. } => String::new(),
     };
+    // What a model adds to (an append, a partition overwrite) is part of its output.
     let previous = match node.kind {
         NodeKind::Model {
-            materialize: Materialize::Append,
+            materialize: Materialize::Append | Materialize::OverwritePartitions,
         } => current.map(|p| p.metadata_location.clone()),
         _ => None,
     };
@@ -1029,6 +1031,10 @@ fn fingerprint(
         ("parameters".to_string(), short(&serde_json::json!(params))),
         ("materialization".to_string(), materialize.clone()),
         (
+            "partitioned_by".to_string(),
+            node.partitioned_by.clone().unwrap_or_default(),
+        ),
+        (
             "the table appended to".to_string(),
             short(&serde_json::json!(previous)),
         ),
@@ -1045,6 +1051,9 @@ fn fingerprint(
     });
     if !secrets.is_empty() {
         doc["secrets"] = serde_json::json!(secrets);
+    }
+    if let Some(spec) = &node.partitioned_by {
+        doc["partitioned_by"] = serde_json::json!(spec);
     }
     Ok((
         blake3::hash(doc.to_string().as_bytes())

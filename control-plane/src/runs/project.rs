@@ -40,6 +40,86 @@ pub struct ProjectFile {
     pub resources: Option<ResourcesDecl>,
 }
 
+/// A partition spec as a model gives it: a list of fields or one string; checked for
+/// its syntax (the columns are checked against the output when it is written).
+fn partition_text(v: &serde_json::Value) -> std::result::Result<String, String> {
+    let text = match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(items) => {
+            let mut parts = Vec::new();
+            for i in items {
+                match i.as_str() {
+                    Some(s) => parts.push(s.to_string()),
+                    None => return Err(format!("{i} is not a partition field (a string)")),
+                }
+            }
+            parts.join(", ")
+        }
+        other => return Err(format!("{other} is not a list of partition fields")),
+    };
+    crate::tables::partition::parse_fields(&text).map_err(|e| e.message)?;
+    Ok(text)
+}
+
+/// A SQL model's settings, from `-- lh.materialize: ...` and `-- lh.partitioned_by: ...`
+/// comment lines before its query.
+fn sql_settings(
+    file: &str,
+    text: &str,
+) -> std::result::Result<(Materialize, Option<String>), Vec<String>> {
+    let mut materialize = Materialize::Replace;
+    let mut partitioned_by = None;
+    let mut problems = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let Some(comment) = line.strip_prefix("--") else {
+            break;
+        };
+        let Some(setting) = comment.trim().strip_prefix("lh.") else {
+            continue;
+        };
+        let n = i as u32 + 1;
+        let Some((key, value)) = setting.split_once(':') else {
+            problems.push(loc(
+                file,
+                n,
+                format!("'-- lh.{setting}': write `-- lh.KEY: VALUE`"),
+            ));
+            continue;
+        };
+        let value = value.trim();
+        match key.trim() {
+            "materialize" => match Materialize::parse(value) {
+                Some(m) => materialize = m,
+                None => problems.push(loc(
+                    file,
+                    n,
+                    format!("lh.materialize '{value}': use {MATERIALIZE_CHOICES}"),
+                )),
+            },
+            "partitioned_by" => {
+                match partition_text(&serde_json::Value::String(value.to_string())) {
+                    Ok(t) => partitioned_by = Some(t),
+                    Err(e) => problems.push(loc(file, n, format!("lh.partitioned_by: {e}"))),
+                }
+            }
+            other => problems.push(loc(
+                file,
+                n,
+                format!("unknown setting 'lh.{other}' (lh.materialize, lh.partitioned_by)"),
+            )),
+        }
+    }
+    if problems.is_empty() {
+        Ok((materialize, partitioned_by))
+    } else {
+        Err(problems)
+    }
+}
+
 fn default_python() -> String {
     "3.11".into()
 }
@@ -88,7 +168,24 @@ pub struct Plan {
 pub enum Materialize {
     Replace,
     Append,
+    /// Replace the partitions the output's rows fall in, keep the others.
+    #[serde(rename = "overwrite_partitions")]
+    OverwritePartitions,
 }
+
+impl Materialize {
+    fn parse(text: &str) -> Option<Materialize> {
+        match text {
+            "replace" => Some(Materialize::Replace),
+            "append" => Some(Materialize::Append),
+            "overwrite_partitions" => Some(Materialize::OverwritePartitions),
+            _ => None,
+        }
+    }
+}
+
+/// What a model may say about its materialization.
+const MATERIALIZE_CHOICES: &str = "'replace', 'append' or 'overwrite_partitions'";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -185,6 +282,10 @@ pub struct PlanNode {
     pub inputs: Vec<PlanInput>,
     /// Argument (Python) or `$name` (SQL) to the parameter it takes.
     pub params: BTreeMap<String, String>,
+    /// A model's partition spec (`day(order_date), bucket(4, id)`), for the table it
+    /// creates or repartitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitioned_by: Option<String>,
 }
 
 impl PlanNode {
@@ -609,16 +710,15 @@ impl Planner<'_> {
         };
         let kind = if f.kind == "model" {
             let materialize = match str_arg("model", "materialize").as_deref() {
-                None | Some("replace") => Materialize::Replace,
-                Some("append") => Materialize::Append,
-                Some(other) => {
+                None => Materialize::Replace,
+                Some(text) => Materialize::parse(text).unwrap_or_else(|| {
                     problems.push(loc(
                         &f.file,
                         f.line,
-                        format!("@lh.model(materialize='{other}'): use 'replace' or 'append'"),
+                        format!("@lh.model(materialize='{text}'): use {MATERIALIZE_CHOICES}"),
                     ));
                     Materialize::Replace
-                }
+                }),
             };
             NodeKind::Model { materialize }
         } else {
@@ -788,10 +888,29 @@ impl Planner<'_> {
                 }
             }
         }
+        let partitioned_by = match f
+            .decorators
+            .get("model")
+            .and_then(|d| d.get("partitioned_by"))
+        {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => match partition_text(v) {
+                Ok(text) => Some(text),
+                Err(e) => {
+                    problems.push(loc(
+                        &f.file,
+                        f.line,
+                        format!("@lh.model(partitioned_by=...): {e}"),
+                    ));
+                    None
+                }
+            },
+        };
         if !problems.is_empty() {
             return Err(problems);
         }
         Ok(PlanNode {
+            partitioned_by,
             name,
             kind,
             lang: Lang::Python {
@@ -883,11 +1002,11 @@ impl Planner<'_> {
             .iter()
             .map(|p| (p.clone(), p.clone()))
             .collect();
+        let (materialize, partitioned_by) = sql_settings(file, &text)?;
         Ok(PlanNode {
+            partitioned_by,
             name,
-            kind: NodeKind::Model {
-                materialize: Materialize::Replace,
-            },
+            kind: NodeKind::Model { materialize },
             lang: Lang::Sql {
                 sql: text,
                 timeout_secs,

@@ -30,19 +30,11 @@ use crate::error::{Code, Error, Result};
 /// writes, and each a manifest entry.
 pub const MAX_PARTITIONS_PER_WRITE: u64 = 10_000;
 
-/// The partition spec that `text` describes for a table of `schema`: comma-separated
-/// fields, each a column (identity) or `identity(c)`, `year(c)`, `month(c)`, `day(c)`,
-/// `hour(c)`, `bucket(N, c)`, `truncate(W, c)`, or `void(c)`. Field names follow
-/// Spark's: `c` for identity, `c_day`, `c_bucket`, `c_trunc`, ...
-pub fn parse_spec(text: &str, schema: &Schema) -> Result<UnboundPartitionSpec> {
-    let bad = |msg: String| {
-        Error::bad_request(Code::BadPartitionSpec, msg).with_hint(
-            "write fields like 'day(ts), bucket(16, id), truncate(4, name), region' \
-             (identity, year, month, day, hour, bucket, truncate, void)",
-        )
-    };
-    let mut b = UnboundPartitionSpec::builder();
-    let mut names = std::collections::BTreeSet::new();
+/// The fields `text` describes, unchecked against any schema: each a transform and a
+/// column. What the planner checks before a model runs.
+pub fn parse_fields(text: &str) -> Result<Vec<(Transform, String)>> {
+    let bad = |msg: String| bad_spec(msg);
+    let mut out = Vec::new();
     for part in split_fields(text) {
         let part = part.trim();
         if part.is_empty() {
@@ -80,14 +72,40 @@ pub fn parse_spec(text: &str, schema: &Schema) -> Result<UnboundPartitionSpec> {
                 let column = match (&transform, args.as_slice()) {
                     (Transform::Bucket(_) | Transform::Truncate(_), [_, c]) => c.to_string(),
                     (Transform::Bucket(_) | Transform::Truncate(_), _) => unreachable!(),
-                    (_, [c]) => c.to_string(),
+                    (_, [c]) if !c.is_empty() => c.to_string(),
                     _ => return Err(bad(format!("'{part}' takes one column: {func}(column)"))),
                 };
                 (transform, column)
             }
         };
-        let column = column.trim_matches('"').to_string();
-        let field = schema.field_by_name(&column).ok_or_else(|| {
+        out.push((transform, column.trim_matches('"').to_string()));
+    }
+    Ok(out)
+}
+
+fn bad_spec(msg: String) -> Error {
+    Error::bad_request(Code::BadPartitionSpec, msg).with_hint(
+        "write fields like 'day(ts), bucket(16, id), truncate(4, name), region' \
+         (identity, year, month, day, hour, bucket, truncate, void)",
+    )
+}
+
+/// The partition spec that `text` describes for a table of `schema`: comma-separated
+/// fields, each a column (identity) or `identity(c)`, `year(c)`, `month(c)`, `day(c)`,
+/// `hour(c)`, `bucket(N, c)`, `truncate(W, c)`, or `void(c)`. Field names follow
+/// Spark's: `c` for identity, `c_day`, `c_bucket`, `c_trunc`, ...
+pub fn parse_spec(text: &str, schema: &Schema) -> Result<UnboundPartitionSpec> {
+    let bad = bad_spec;
+    let mut b = UnboundPartitionSpec::builder();
+    let mut names = std::collections::BTreeSet::new();
+    for (transform, column) in parse_fields(text)? {
+        let part = match transform {
+            Transform::Identity => column.clone(),
+            Transform::Bucket(n) => format!("bucket({n}, {column})"),
+            Transform::Truncate(w) => format!("truncate({w}, {column})"),
+            ref t => format!("{t}({column})"),
+        };
+        let field = schema.as_struct().field_by_name(&column).ok_or_else(|| {
             bad(format!(
                 "'{part}': the table has no column '{column}' (its columns: {})",
                 schema
@@ -99,11 +117,6 @@ pub fn parse_spec(text: &str, schema: &Schema) -> Result<UnboundPartitionSpec> {
                     .join(", ")
             ))
         })?;
-        if schema.as_struct().field_by_name(&column).is_none() {
-            return Err(bad(format!(
-                "'{part}': only top-level columns can partition a table"
-            )));
-        }
         transform.result_type(&field.field_type).map_err(|_| {
             bad(format!(
                 "'{part}': {transform} cannot apply to '{column}', a {} column",
@@ -141,6 +154,17 @@ pub fn parse_spec(text: &str, schema: &Schema) -> Result<UnboundPartitionSpec> {
         .map_err(|e| bad(e.message().to_string()))?;
     Partitioner::new(&bound, schema)?;
     Ok(spec)
+}
+
+/// Whether `spec` partitions like `text` (same columns, same transforms, in order).
+pub fn same_spec(text: &str, spec: &PartitionSpec, schema: &Schema) -> Result<bool> {
+    let wanted = parse_spec(text, schema)?;
+    Ok(wanted.fields().len() == spec.fields().len()
+        && wanted
+            .fields()
+            .iter()
+            .zip(spec.fields())
+            .all(|(a, b)| a.source_id == b.source_id && a.transform == b.transform))
 }
 
 /// Splits on the commas between fields, not those inside `bucket(16, id)`.

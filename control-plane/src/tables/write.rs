@@ -201,13 +201,8 @@ pub async fn write_table(
             (&job.partition_by, job.mode)
         {
             let m = &t.metadata;
-            let spec = super::partition::parse_spec(text, m.current_schema())?;
-            let same = spec.fields().len() == m.default_partition_spec().fields().len()
-                && spec
-                    .fields()
-                    .iter()
-                    .zip(m.default_partition_spec().fields())
-                    .all(|(a, b)| a.source_id == b.source_id && a.transform == b.transform);
+            let same =
+                super::partition::same_spec(text, m.default_partition_spec(), m.current_schema())?;
             if !same {
                 return Err(Error::bad_request(
                     Code::BadPartitionSpec,
@@ -857,7 +852,13 @@ impl WritePlan {
                         .build()?
                         .metadata;
                 }
-                if let Some(text) = &self.job.partition_by {
+                if let Some(text) = &self.job.partition_by
+                    && !super::partition::same_spec(
+                        text,
+                        next.default_partition_spec(),
+                        next.current_schema(),
+                    )?
+                {
                     let spec = super::partition::parse_spec(text, next.current_schema())?;
                     next = TableMetadataBuilder::new_from_metadata(next, None)
                         .add_default_partition_spec(spec)?

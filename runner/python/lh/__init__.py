@@ -56,12 +56,15 @@ def _attach(fn, key, value):
     return fn
 
 
-def model(materialize="replace", name=None, namespace=None):
+def model(materialize="replace", name=None, namespace=None, partitioned_by=None):
     """Marks a function as a model; its output table is `name` (the function's name by
-    default) in `namespace` (the project's by default). `materialize` is "replace" or
-    "append"."""
+    default) in `namespace` (the project's by default). `materialize` is "replace",
+    "append" or "overwrite_partitions" (replace only the partitions the output's rows
+    fall in). `partitioned_by` is the table's Iceberg partition spec, a list of fields
+    such as ["day(order_date)", "bucket(16, customer_id)", "region"]."""
     def wrap(fn):
-        return _attach(fn, "model", {"materialize": materialize, "name": name, "namespace": namespace})
+        return _attach(fn, "model", {"materialize": materialize, "name": name, "namespace": namespace,
+                                     "partitioned_by": partitioned_by})
     return wrap
 
 

@@ -14,13 +14,13 @@ import sys
 
 DECORATORS = {"model", "python", "expectation", "resources"}
 ARGS = {
-    "model": {"materialize", "name", "namespace"},
+    "model": {"materialize", "name", "namespace", "partitioned_by"},
     "python": {"version", "packages", "secrets"},
     "expectation": {"severity"},
     "resources": {"memory", "cpus", "timeout"},
 }
 POSITIONAL = {
-    "model": ["materialize", "name", "namespace"],
+    "model": ["materialize", "name", "namespace", "partitioned_by"],
     "python": ["version", "packages", "secrets"],
     "expectation": ["severity"],
     "resources": ["memory", "cpus", "timeout"],

@@ -5,6 +5,8 @@
 pub mod config_file;
 pub mod env_vars;
 
+pub mod units;
+
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
@@ -855,6 +857,35 @@ pub struct PlanResponse {
     pub params: BTreeMap<String, serde_json::Value>,
     /// In execution order.
     pub nodes: Vec<PlannedNode>,
+}
+
+/// A compaction of a table on a branch (`POST /api/v1/tables/{name}/compact`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CompactRequest {
+    /// The branch; the server's default branch when absent.
+    #[serde(rename = "ref", default)]
+    pub reference: Option<String>,
+    /// The size files are written at; files under three quarters of it are small.
+    /// 256 MiB when absent.
+    #[serde(default)]
+    pub target_file_size: Option<u64>,
+}
+
+/// What a compaction did: one commit that changes no row, or nothing.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CompactResponse {
+    pub table: String,
+    /// The commit made; the head it found when there was nothing to compact.
+    pub commit: String,
+    pub compacted: bool,
+    /// Data files of the table before and after.
+    pub files_before: u64,
+    pub files_after: u64,
+    /// Delete files applied to the rows rewritten, and removed.
+    pub delete_files_removed: u64,
+    /// Data files rewritten, and the rows they held.
+    pub files_rewritten: u64,
+    pub rows: u64,
 }
 
 /// A garbage collection of the warehouse (`POST /api/v1/gc`).

@@ -442,6 +442,17 @@ pub enum TableCommand {
     },
     /// Create a table from, append to, or replace a table with CSV, Parquet or JSON files
     Import(ImportArgs),
+    /// Rewrite a table's small files (and apply its delete files) into fewer, as one
+    /// commit that changes no row
+    Compact {
+        name: String,
+        #[arg(long = "ref", value_name = "BRANCH")]
+        reference: Option<String>,
+        /// The size files are written at; files under 3/4 of it are rewritten, per
+        /// partition, when there are two or more
+        #[arg(long, value_name = "SIZE", default_value = "256MB", value_parser = lh_api::units::parse_size)]
+        target_file_size: u64,
+    },
     /// Remove a table from a branch
     #[command(alias = "delete")]
     Rm {

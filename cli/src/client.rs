@@ -9,10 +9,10 @@ use arrow::record_batch::RecordBatch;
 use futures::TryStreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use lh_api::{
-    CreateRef, DiffResponse, DropResponse, ErrorBody, GcRequest, GcResponse, ImportRequest,
-    ImportResponse, LogPage, MergeRequest, MergeResponse, PlanResponse, QueryRequest, RefInfo,
-    RefKind, RerunRequest, RunInfo, RunList, RunRequest, ServerInfo, TableDetail, TableList,
-    Upload,
+    CompactRequest, CompactResponse, CreateRef, DiffResponse, DropResponse, ErrorBody, GcRequest,
+    GcResponse, ImportRequest, ImportResponse, LogPage, MergeRequest, MergeResponse, PlanResponse,
+    QueryRequest, RefInfo, RefKind, RerunRequest, RunInfo, RunList, RunRequest, ServerInfo,
+    TableDetail, TableList, Upload,
 };
 use reqwest::{Method, RequestBuilder, Response};
 use serde::Serialize;
@@ -297,6 +297,11 @@ impl Client {
 
     pub async fn import(&self, name: &str, req: &ImportRequest) -> CliResult<ImportResponse> {
         self.post(&format!("/tables/{}/import", segment(name)?), req)
+            .await
+    }
+
+    pub async fn compact(&self, name: &str, req: &CompactRequest) -> CliResult<CompactResponse> {
+        self.post(&format!("/tables/{}/compact", segment(name)?), req)
             .await
     }
 

@@ -10,6 +10,7 @@ pub mod db;
 pub mod duck;
 pub mod error;
 pub mod http;
+pub mod maintenance;
 pub mod merges;
 pub mod namespaces;
 pub mod query;

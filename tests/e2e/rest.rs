@@ -460,6 +460,60 @@ fn duckdb_attaches_a_branch_reads_lh_tables_and_writes() {
         lh.rows("select count(*) AS n from shop.by_city", "v1"),
         vec![json!({"n": 3})]
     );
+
+    // lh compacts what DuckDB wrote: its deletes applied, one file, the same rows; and
+    // DuckDB and pyiceberg read the compacted table alike.
+    let out = lh.run(&["table", "compact", "shop.numbers", "--ref", "feat"]);
+    assert!(
+        out.stderr.contains("compacted shop.numbers on 'feat': 3 data files into 1 (3 files rewritten, 3 delete files applied, 909 rows unchanged"),
+        "{}",
+        out.stderr
+    );
+    let show: Value = serde_json::from_str(
+        lh.run(&[
+            "table",
+            "show",
+            "shop.numbers",
+            "--ref",
+            "feat",
+            "-o",
+            "json",
+        ])
+        .ok(),
+    )
+    .unwrap();
+    assert_eq!(
+        (&show["rows"], &show["files"], &show["delete_files"]),
+        (&json!(909), &json!(1), &json!(0)),
+        "{show}"
+    );
+    assert_eq!(
+        lh.rows(
+            "select count(*) AS n, sum(twice) AS s from shop.numbers",
+            "feat"
+        ),
+        vec![json!({"n": 909, "s": 899_997})]
+    );
+    let dd = client(
+        &server,
+        "duckdb_read",
+        "feat",
+        &["SELECT count(*), sum(twice) FROM lake.shop.numbers"],
+    );
+    assert_eq!(dd["rows"], json!([[909, 899_997]]));
+    let py = client(&server, "read", "feat", &["shop.numbers"]);
+    assert_eq!(py["rows"].as_array().unwrap().len(), 909);
+    // The tag still reads the version before.
+    assert_eq!(
+        lh.rows("select count(*) AS n from shop.numbers", "v1"),
+        vec![json!({"n": 909})]
+    );
+    let again = lh.run(&["table", "compact", "shop.numbers", "--ref", "feat"]);
+    assert!(
+        again.stderr.contains("nothing to compact"),
+        "{}",
+        again.stderr
+    );
 }
 
 // ------------------------------------------------------------------ raw protocol

@@ -39,6 +39,43 @@ pub async fn run(client: &Client, settings: &Settings, cmd: TableCommand) -> Cli
             show(settings, &at, &d)
         }
         TableCommand::Import(args) => import(client, settings, args).await,
+        TableCommand::Compact {
+            name,
+            reference,
+            target_file_size,
+        } => {
+            let at = client.resolve_ref(settings.reference(&reference)).await?;
+            let req = lh_api::CompactRequest {
+                reference: Some(at.clone()),
+                target_file_size: Some(target_file_size),
+            };
+            let r = client.compact(&name, &req).await?;
+            if settings.output != OutputFormat::Table {
+                return output::item(settings.output, &r, &[]);
+            }
+            if r.compacted {
+                let deletes = match r.delete_files_removed {
+                    0 => String::new(),
+                    n => format!(", {} applied", output::count(n as usize, "delete file")),
+                };
+                eprintln!(
+                    "compacted {} on '{at}': {} data files into {} ({} rewritten{deletes}, {} unchanged; commit {})",
+                    r.table,
+                    r.files_before,
+                    r.files_after,
+                    output::count(r.files_rewritten as usize, "file"),
+                    output::count(r.rows as usize, "row"),
+                    short(&r.commit)
+                );
+            } else {
+                eprintln!(
+                    "{} on '{at}' has nothing to compact ({}); no commit",
+                    r.table,
+                    output::count(r.files_before as usize, "data file")
+                );
+            }
+            Ok(())
+        }
         TableCommand::Rm { name, reference } => {
             let at = client.resolve_ref(settings.reference(&reference)).await?;
             let r = client.drop_table(&name, &at).await?;

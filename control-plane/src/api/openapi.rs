@@ -31,6 +31,7 @@ use crate::state::AppState;
         super::tables::drop_table,
         super::tables::upload,
         super::tables::import_files,
+        super::tables::compact,
         super::tables::gc,
         super::query::query,
         super::runs::plan_run,

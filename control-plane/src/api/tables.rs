@@ -9,8 +9,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::StreamExt;
 use lh_api::{
-    DropResponse, FileFormat, GcRequest, GcResponse, ImportRequest, ImportResponse, TableDetail,
-    TableList, TableSummary, Upload,
+    CompactRequest, CompactResponse, DropResponse, FileFormat, GcRequest, GcResponse,
+    ImportRequest, ImportResponse, TableDetail, TableList, TableSummary, Upload,
 };
 use tokio::io::AsyncWriteExt;
 
@@ -26,6 +26,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/tables", get(list_tables))
         .route("/api/v1/tables/{name}", get(show_table).delete(drop_table))
         .route("/api/v1/tables/{name}/import", post(import_files))
+        .route("/api/v1/tables/{name}/compact", post(compact))
         .route("/api/v1/uploads", post(upload))
         .route("/api/v1/gc", post(gc))
 }
@@ -104,6 +105,34 @@ async fn drop_table(
         table: name,
         commit: commit.id.to_hex(),
     }))
+}
+
+/// Rewrites a table's small files (and applies its delete files) into fewer, as one
+/// commit that changes no row.
+#[utoipa::path(post, path = "/api/v1/tables/{name}/compact", params(("name" = String, Path)),
+    request_body = CompactRequest,
+    responses((status = 200, body = CompactResponse), (status = 404, body = lh_api::ErrorBody),
+        (status = 409, body = lh_api::ErrorBody)))]
+async fn compact(
+    State(s): State<AppState>,
+    identity: Identity,
+    Path(name): Path<String>,
+    Json(req): Json<CompactRequest>,
+) -> ApiResult<Json<CompactResponse>> {
+    let at = req
+        .reference
+        .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
+    let target = req
+        .target_file_size
+        .unwrap_or(crate::maintenance::TARGET_FILE_BYTES);
+    if target < 1 << 20 {
+        return Err(
+            Error::bad_request(Code::BadInput, "the target file size is at least 1 MiB").into(),
+        );
+    }
+    let r =
+        crate::maintenance::compact(&s.tables, &s.import, &at, &name, target, &identity).await?;
+    Ok(Json(r))
 }
 
 /// Removes the warehouse files that no commit of the catalog reaches (what failed or

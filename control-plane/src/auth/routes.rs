@@ -44,6 +44,7 @@ routes! {
     GET "/api/v1/tables/{name}" => Some(Read),
     DELETE "/api/v1/tables/{name}" => Some(Write),
     POST "/api/v1/tables/{name}/import" => Some(Write),
+    POST "/api/v1/tables/{name}/compact" => Some(Write),
     POST "/api/v1/uploads" => Some(Write),
     POST "/api/v1/gc" => Some(Admin),
     POST "/api/v1/query" => Some(Read),

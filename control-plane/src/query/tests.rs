@@ -723,6 +723,7 @@ async fn writes_wait_for_a_slot_and_leave_no_spill_folder() {
         properties: Default::default(),
         timeout: Some(Duration::from_millis(300)),
         partition_by: None,
+        replaces: None,
     };
     let err = crate::tables::write::write_table(&tables, &ctx, job.clone())
         .await

@@ -772,6 +772,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
             Lang::Python { .. } => None,
         },
         partition_by: node.partitioned_by.clone(),
+        replaces: None,
     };
     if svc.import.writers.available_permits() == 0 {
         rec.log.push_str(

@@ -47,6 +47,8 @@ pub struct LiveFile {
     pub sequence: i64,
     /// Its partition: spec id and partition tuple.
     pub partition: String,
+    /// Its rows, as the manifest says.
+    pub records: u64,
 }
 
 /// A file's partition as a key: its spec id and partition values, with the values of a
@@ -163,6 +165,7 @@ impl Tables {
                         size: df.file_size_in_bytes(),
                         sequence,
                         partition,
+                        records: df.record_count(),
                     }),
                     (DataContentType::PositionDeletes, DataFileFormat::Parquet) => out
                         .position_deletes
@@ -277,7 +280,27 @@ impl Tables {
     /// The live data files of a table, grouped by their physical columns, as local paths:
     /// what its view reads, readable while `pins` lives. Footers are read once per file.
     pub async fn file_groups(&self, t: &LoadedTable, pins: &mut Pins) -> Result<TableFiles> {
-        let files = self.live_files(t).await?;
+        self.file_groups_where(t, pins, |_| true).await
+    }
+
+    /// [`file_groups`](Self::file_groups) of the data files `keep` takes (with every
+    /// delete file): a compaction's, or a query's the partition values and column
+    /// bounds leave. Only those are fetched into the read cache.
+    pub async fn file_groups_where(
+        &self,
+        t: &LoadedTable,
+        pins: &mut Pins,
+        keep: impl Fn(&LiveFile) -> bool,
+    ) -> Result<TableFiles> {
+        let all = self.live_files(t).await?;
+        let files = if all.data.iter().all(&keep) {
+            all
+        } else {
+            Arc::new(LiveFiles {
+                data: all.data.iter().filter(|f| keep(f)).cloned().collect(),
+                ..(*all).clone()
+            })
+        };
         let local = self.readable_all(&files, pins).await?;
         let (data_paths, rest) = local.split_at(files.data.len());
         let (position_paths, equality_paths) = rest.split_at(files.position_deletes.len());

@@ -28,6 +28,13 @@ pub enum SnapshotOp {
     /// `files::partition_key`) by the new ones, keep the rest: Iceberg's dynamic
     /// overwrite.
     ReplacePartitions(BTreeSet<String>),
+    /// Replace these live data files (locations) by the new ones, which hold the same
+    /// rows (a compaction); with `deletes`, every delete file goes too (the new files
+    /// hold the rows they left).
+    Rewrite {
+        files: BTreeSet<String>,
+        deletes: bool,
+    },
 }
 
 /// The manifests of the table's current snapshot (none for an empty table).
@@ -118,17 +125,51 @@ pub async fn produce(
     let default_spec = base.default_partition_spec_id();
     match &op {
         SnapshotOp::Append => manifests.extend(previous),
-        SnapshotOp::Overwrite | SnapshotOp::ReplacePartitions(_) => {
+        SnapshotOp::Overwrite | SnapshotOp::ReplacePartitions(_) | SnapshotOp::Rewrite { .. } => {
             // Record every file replaced as deleted, so that readers of changes see them
             // go: in a manifest of the partition spec it was written with, next to the
             // files of its manifest that stay. An overwrite drops delete files with the
             // rows they applied to; a partition replace keeps them (they apply to older
             // files only, by sequence number, or name files gone).
             let mut writers = std::collections::BTreeMap::new();
+            let mut found = 0usize;
             for m in previous {
                 if m.content != ManifestContentType::Data {
-                    if matches!(op, SnapshotOp::ReplacePartitions(_)) {
-                        manifests.push(m);
+                    match &op {
+                        SnapshotOp::ReplacePartitions(_)
+                        | SnapshotOp::Rewrite { deletes: false, .. } => manifests.push(m),
+                        SnapshotOp::Rewrite { deletes: true, .. } => {
+                            // Recorded as deleted, for readers of changes.
+                            let spec_id = m.partition_spec_id;
+                            let file_spec =
+                                base.partition_spec_by_id(spec_id).cloned().ok_or_else(|| {
+                                    Error::internal(format!(
+                                        "manifest {} names an unknown partition spec {spec_id}",
+                                        m.manifest_path
+                                    ))
+                                })?;
+                            let manifest = m.load_manifest(io).await?;
+                            let out = out.new_output(format!(
+                                "{meta_dir}/{commit}-m-deletes-gone-{}.avro",
+                                pending.len()
+                            ))?;
+                            let mut w = ManifestWriterBuilder::new(
+                                out,
+                                Some(snapshot_id),
+                                schema.clone(),
+                                file_spec.as_ref().clone(),
+                            )
+                            .build_v2_deletes();
+                            for entry in manifest.entries().iter().filter(|e| e.is_alive()) {
+                                w.add_delete_file(
+                                    entry.data_file().clone(),
+                                    entry.sequence_number().unwrap_or(0),
+                                    entry.file_sequence_number.or(entry.sequence_number()),
+                                )?;
+                            }
+                            pending.push(w);
+                        }
+                        _ => {}
                     }
                     continue;
                 }
@@ -144,6 +185,7 @@ pub async fn produce(
                     SnapshotOp::ReplacePartitions(keys) => {
                         keys.contains(&super::files::partition_key(spec_id, df.partition()))
                     }
+                    SnapshotOp::Rewrite { files, .. } => files.contains(df.file_path()),
                     _ => true,
                 };
                 let live: Vec<_> = manifest.entries().iter().filter(|e| e.is_alive()).collect();
@@ -151,7 +193,7 @@ pub async fn produce(
                     manifests.push(m);
                     continue;
                 }
-                if spec_id != default_spec && !matches!(op, SnapshotOp::Overwrite) {
+                if spec_id != default_spec && matches!(op, SnapshotOp::ReplacePartitions(_)) {
                     return Err(Error::bad_request(
                         Code::UnsupportedTable,
                         "the partitions to replace hold files of an older partition spec",
@@ -181,6 +223,7 @@ pub async fn produce(
                     let seq = entry.sequence_number().unwrap_or(0);
                     let file_seq = entry.file_sequence_number.or(entry.sequence_number());
                     if replaced(&df) {
+                        found += 1;
                         removed_records += df.record_count();
                         removed_bytes += df.file_size_in_bytes();
                         removed_files += 1;
@@ -197,6 +240,18 @@ pub async fn produce(
                 }
             }
             pending.extend(writers.into_values());
+            // A rewrite replaces exactly the files it read: one gone meanwhile would
+            // bring its rows back.
+            if let SnapshotOp::Rewrite { files, .. } = &op
+                && found != files.len()
+            {
+                return Err(Error::new(
+                    crate::error::Kind::Conflict,
+                    Code::Conflict,
+                    "files being compacted were replaced or removed meanwhile; nothing was written",
+                )
+                .with_hint("compact again"));
+            }
         }
     }
     let mut added_records = 0u64;
@@ -237,16 +292,14 @@ pub async fn produce(
         match (&op, key) {
             (SnapshotOp::Append, _) => before,
             (SnapshotOp::Overwrite, _) => 0,
-            (SnapshotOp::ReplacePartitions(_), "total-records") => {
-                before.saturating_sub(removed_records)
-            }
-            (SnapshotOp::ReplacePartitions(_), "total-files-size") => {
-                before.saturating_sub(removed_bytes)
-            }
-            (SnapshotOp::ReplacePartitions(_), "total-data-files") => {
-                before.saturating_sub(removed_files)
-            }
-            (SnapshotOp::ReplacePartitions(_), _) => before,
+            (
+                SnapshotOp::Rewrite { deletes: true, .. },
+                "total-delete-files" | "total-position-deletes" | "total-equality-deletes",
+            ) => 0,
+            (_, "total-records") => before.saturating_sub(removed_records),
+            (_, "total-files-size") => before.saturating_sub(removed_bytes),
+            (_, "total-data-files") => before.saturating_sub(removed_files),
+            (_, _) => before,
         }
     };
     let mut props = properties;
@@ -265,6 +318,7 @@ pub async fn produce(
     let operation = match op {
         SnapshotOp::Append => Operation::Append,
         SnapshotOp::Overwrite | SnapshotOp::ReplacePartitions(_) => Operation::Overwrite,
+        SnapshotOp::Rewrite { .. } => Operation::Replace,
     };
     let snapshot = Snapshot::builder()
         .with_manifest_list(list_path)

@@ -82,6 +82,21 @@ pub struct WriteJob {
     /// The partition spec of a table created, or repartitioned by a replace
     /// (`day(ts), bucket(16, id)`, see `partition::parse_spec`).
     pub partition_by: Option<String>,
+    /// A rewrite (with mode append): the live data files the rows come from, which the
+    /// new files replace in the same snapshot (a compaction).
+    pub replaces: Option<Replaces>,
+}
+
+/// The files a rewrite replaces.
+#[derive(Debug, Clone)]
+pub struct Replaces {
+    pub files: std::collections::BTreeSet<String>,
+    /// Every delete file goes too (the rows read had them applied, and every data
+    /// file of the table is rewritten).
+    pub deletes: bool,
+    /// Delete files of the table as read: one added meanwhile conflicts (its rows
+    /// would come back).
+    pub delete_files: std::collections::BTreeSet<String>,
 }
 
 /// One import, as the API received it.
@@ -163,6 +178,7 @@ pub async fn import(
         properties: BTreeMap::new(),
         timeout: None,
         partition_by: job.partition_by,
+        replaces: None,
     };
     write_table(tables, ctx, write).await
 }
@@ -461,6 +477,26 @@ async fn rebase_check(
     if a.default_partition_spec_id() != b.default_partition_spec_id() {
         return Err("the table's partitioning changed meanwhile".into());
     }
+    if let Some(r) = &job.replaces {
+        // A compaction commutes with anything that left its files and added no delete.
+        let live = tables.live_files(now).await.map_err(|e| e.message)?;
+        let urls: std::collections::BTreeSet<&str> =
+            live.data.iter().map(|f| f.url.as_str()).collect();
+        if r.files.iter().any(|f| !urls.contains(f.as_str())) {
+            return Err("files being compacted were replaced or removed meanwhile".into());
+        }
+        let deletes = live
+            .position_deletes
+            .iter()
+            .map(|(u, _)| u)
+            .chain(live.equality_deletes.iter().map(|d| &d.url));
+        for d in deletes {
+            if !r.delete_files.contains(d) {
+                return Err("rows were deleted from the table meanwhile".into());
+            }
+        }
+        return Ok(());
+    }
     // The snapshots made meanwhile, from the new one back to the one read.
     let mut ops = Vec::new();
     let mut at = b.current_snapshot();
@@ -638,6 +674,7 @@ async fn stage_write<'a>(
         w.partitions.len() as u64
     };
     if w.rows == 0
+        && job.replaces.is_none()
         && matches!(
             job.mode,
             ImportMode::Append | ImportMode::OverwritePartitions
@@ -660,6 +697,14 @@ async fn stage_write<'a>(
     } else {
         let spec = w.base.default_partition_spec_id();
         let op = match job.mode {
+            _ if job.replaces.is_some() => SnapshotOp::Rewrite {
+                files: job
+                    .replaces
+                    .as_ref()
+                    .map(|r| r.files.clone())
+                    .unwrap_or_default(),
+                deletes: job.replaces.as_ref().is_some_and(|r| r.deletes),
+            },
             ImportMode::Replace => SnapshotOp::Overwrite,
             ImportMode::OverwritePartitions => SnapshotOp::ReplacePartitions(
                 w.partitions
@@ -670,9 +715,10 @@ async fn stage_write<'a>(
             _ => SnapshotOp::Append,
         };
         let mut props = HashMap::new();
-        let key = match &job.source {
-            Source::Files { .. } => "lh.import.files",
-            Source::Query { .. } => "lh.source",
+        let key = match (&job.source, &job.replaces) {
+            (_, Some(_)) => "lh.compacted",
+            (Source::Files { .. }, _) => "lh.import.files",
+            (Source::Query { .. }, _) => "lh.source",
         };
         props.insert(key.to_string(), job.source.describe());
         let added = if w.rows == 0 { vec![] } else { w.files };
@@ -692,6 +738,7 @@ async fn stage_write<'a>(
     let mut meta = CommitMeta::new(&job.by.user, message).with_property(
         "lh.operation",
         match job.mode {
+            _ if job.replaces.is_some() => "compact".to_string(),
             ImportMode::OverwritePartitions => "import-overwrite-partitions".to_string(),
             _ => format!("import-{}", verb.split(' ').next().unwrap_or(verb)),
         },
@@ -1298,13 +1345,16 @@ fn bind_params(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeSet;
-
+mod tests_support {
     use super::*;
-    use crate::query::tests::setup;
 
-    fn job(ctx: &ImportContext, table: &str, mode: ImportMode, name: &str, body: &str) -> WriteJob {
+    pub(super) fn job(
+        ctx: &ImportContext,
+        table: &str,
+        mode: ImportMode,
+        name: &str,
+        body: &str,
+    ) -> WriteJob {
         let path = ctx.uploads.join(name);
         std::fs::write(&path, body).unwrap();
         WriteJob {
@@ -1322,16 +1372,17 @@ mod tests {
             properties: BTreeMap::new(),
             timeout: None,
             partition_by: None,
+            replaces: None,
         }
     }
 
-    async fn current(tables: &Tables, name: &str) -> LoadedTable {
+    pub(super) async fn current(tables: &Tables, name: &str) -> LoadedTable {
         let head = tables.catalog.resolve("main").await.unwrap().commit;
         tables.load(&head, name).await.unwrap().unwrap()
     }
 
     /// The table's live data files: (partition as users read it, rows).
-    async fn partitions(tables: &Tables, name: &str) -> Vec<(String, u64)> {
+    pub(super) async fn partitions(tables: &Tables, name: &str) -> Vec<(String, u64)> {
         let t = current(tables, name).await;
         let m = &t.metadata;
         let mut out = Vec::new();
@@ -1353,9 +1404,18 @@ mod tests {
         out
     }
 
-    const DAYS: &str = "id,ts,name\n\
+    pub(super) const DAYS: &str = "id,ts,name\n\
         1,2026-11-01 10:00:00,a\n2,2026-11-01 23:59:59,b\n3,2026-11-02 00:00:00,c\n\
         4,2026-11-03 12:00:00,d\n5,2026-11-03 13:00:00,e\n6,,f\n";
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::tests_support::*;
+    use super::*;
+    use crate::query::tests::setup;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_partitioned_import_writes_one_file_per_partition_with_its_values() {
@@ -1711,5 +1771,158 @@ mod tests {
         j.partition_by = Some("id".into());
         let e = write_table(&tables, &ctx, j).await.unwrap_err();
         assert!(e.message.contains("10001 partitions"), "{}", e.message);
+    }
+}
+
+#[cfg(test)]
+mod compaction {
+    use super::tests_support::*;
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn compaction_rewrites_small_files_and_changes_no_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tables, engine, ctx) = crate::query::tests::setup(dir.path()).await;
+        let mut j = job(&ctx, "raw.events", ImportMode::Create, "a.csv", DAYS);
+        j.partition_by = Some("day(ts)".into());
+        write_table(&tables, &ctx, j).await.unwrap();
+        let mut commits = vec![tables.catalog.resolve("main").await.unwrap().commit.id];
+        for i in 0..12 {
+            let body = format!(
+                "id,ts,name\n{},2026-11-0{} 0{}:00:00,x{i}\n",
+                100 + i,
+                1 + i % 3,
+                i % 10
+            );
+            write_table(
+                &tables,
+                &ctx,
+                job(&ctx, "raw.events", ImportMode::Append, "b.csv", &body),
+            )
+            .await
+            .unwrap();
+            commits.push(tables.catalog.resolve("main").await.unwrap().commit.id);
+        }
+        let all = "SELECT id, CAST(ts AS VARCHAR) AS ts, name FROM raw.events ORDER BY id";
+        let rows = |at: String| {
+            let engine = &engine;
+            async move {
+                let out = engine.run(all, &at, None, None).await.unwrap();
+                arrow::util::pretty::pretty_format_batches(&out.batches)
+                    .unwrap()
+                    .to_string()
+            }
+        };
+        let before = rows("main".into()).await;
+        let files_before = tables
+            .live_files(&current(&tables, "raw.events").await)
+            .await
+            .unwrap()
+            .data
+            .len();
+        assert_eq!(files_before, 4 + 12);
+        let r = crate::maintenance::compact(
+            &tables,
+            &ctx,
+            "main",
+            "raw.events",
+            256 << 20,
+            &Identity::admin("t"),
+        )
+        .await
+        .unwrap();
+        assert!(r.compacted);
+        // Days 1 to 3 had several files each; the null day's one file stays.
+        assert_eq!((r.files_before, r.files_after), (16, 4), "{r:?}");
+        assert_eq!(rows("main".into()).await, before);
+        let t = current(&tables, "raw.events").await;
+        let s = t.metadata.current_snapshot().unwrap();
+        assert_eq!(s.summary().operation, iceberg::spec::Operation::Replace);
+        assert_eq!(s.summary().additional_properties["total-records"], "18");
+        assert_eq!(tables.live_files(&t).await.unwrap().data.len(), 4);
+        // Every earlier commit reads as it did.
+        for (i, c) in commits.iter().enumerate() {
+            let at = format!("@{}", c.to_hex());
+            let text = rows(at).await;
+            assert_eq!(text.lines().count(), 4 + 6 + i, "commit {i}");
+        }
+        // Nothing left to do: no commit.
+        let again = crate::maintenance::compact(
+            &tables,
+            &ctx,
+            "main",
+            "raw.events",
+            256 << 20,
+            &Identity::admin("t"),
+        )
+        .await
+        .unwrap();
+        assert!(!again.compacted);
+        assert_eq!(
+            again.commit,
+            tables
+                .catalog
+                .resolve("main")
+                .await
+                .unwrap()
+                .commit
+                .id
+                .to_hex()
+        );
+    }
+
+    /// A compaction whose files another write replaced meanwhile writes nothing: their
+    /// rows would come back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_compaction_of_files_gone_meanwhile_conflicts() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tables, _engine, ctx) = crate::query::tests::setup(dir.path()).await;
+        write_table(
+            &tables,
+            &ctx,
+            job(&ctx, "raw.t", ImportMode::Create, "a.csv", "id\n1\n"),
+        )
+        .await
+        .unwrap();
+        write_table(
+            &tables,
+            &ctx,
+            job(&ctx, "raw.t", ImportMode::Append, "b.csv", "id\n2\n"),
+        )
+        .await
+        .unwrap();
+        let read = current(&tables, "raw.t").await;
+        let live = tables.live_files(&read).await.unwrap();
+        let files: std::collections::BTreeSet<String> =
+            live.data.iter().map(|f| f.url.clone()).collect();
+        write_table(
+            &tables,
+            &ctx,
+            job(&ctx, "raw.t", ImportMode::Replace, "c.csv", "id\n3\n"),
+        )
+        .await
+        .unwrap();
+        let mut j = job(&ctx, "raw.t", ImportMode::Append, "d.csv", "id\n1\n2\n");
+        j.replaces = Some(Replaces {
+            files,
+            deletes: false,
+            delete_files: Default::default(),
+        });
+        let e = write_table(&tables, &ctx, j).await.unwrap_err();
+        assert_eq!(e.code, Code::Conflict, "{e:?}");
+        assert!(
+            e.message.contains("replaced or removed meanwhile"),
+            "{}",
+            e.message
+        );
+        let now = current(&tables, "raw.t").await;
+        assert_eq!(
+            now.metadata
+                .current_snapshot()
+                .unwrap()
+                .summary()
+                .additional_properties["total-records"],
+            "1"
+        );
     }
 }

@@ -1,0 +1,131 @@
+//! Table maintenance that changes no row: compaction (`lh table compact`).
+//!
+//! A compaction picks, per partition, the data files under three quarters of the target
+//! size when there are at least two (every data file when the table has delete files,
+//! which it then applies and removes), reads their rows through the same view queries
+//! use (deletes applied, columns by field id), and writes them with the table's
+//! partitioning as one snapshot of operation `replace`: one ordinary commit, which
+//! names exactly the files it replaces (a file gone meanwhile is a conflict, so no
+//! deleted row comes back) and commutes with appends made meanwhile.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use lh_api::{CompactResponse, ImportMode};
+
+use crate::auth::{Action, Identity};
+use crate::error::{Code, Error, Result};
+use crate::query::view::{view_name, view_sql};
+use crate::tables::Tables;
+use crate::tables::write::{ImportContext, Replaces, Source, WriteJob, write_table};
+use crate::warehouse::cache::Pins;
+
+/// The default target size of compacted files.
+pub const TARGET_FILE_BYTES: u64 = 256 << 20;
+
+/// Compacts `table` on `branch` as `by`.
+pub async fn compact(
+    tables: &Tables,
+    ctx: &ImportContext,
+    branch: &str,
+    table: &str,
+    target: u64,
+    by: &Identity,
+) -> Result<CompactResponse> {
+    lh_catalog::names::validate_table_name(table)?;
+    by.require_table(Action::Write, branch, table, "compacting a table")?;
+    let resolved = tables.catalog.resolve(branch).await?;
+    crate::tables::require_branch(branch, &resolved)?;
+    let t = tables.load(&resolved.commit, table).await?.ok_or_else(|| {
+        Error::not_found(
+            Code::TableNotFound,
+            format!("table '{table}' not found on '{branch}'"),
+        )
+    })?;
+    crate::tables::snapshot::check_writable(&format!("table '{table}'"), &t.metadata)?;
+    let live = tables.live_files(&t).await?;
+    let delete_files: BTreeSet<String> = live
+        .position_deletes
+        .iter()
+        .map(|(u, _)| u.clone())
+        .chain(live.equality_deletes.iter().map(|d| d.url.clone()))
+        .collect();
+    let before = live.data.len() as u64;
+    let small = target / 4 * 3;
+    let picked: BTreeSet<String> = if !delete_files.is_empty() {
+        live.data.iter().map(|f| f.url.clone()).collect()
+    } else {
+        let mut by_partition: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for f in live.data.iter().filter(|f| f.size < small) {
+            by_partition.entry(&f.partition).or_default().push(&f.url);
+        }
+        by_partition
+            .into_values()
+            .filter(|files| files.len() > 1)
+            .flatten()
+            .map(String::from)
+            .collect()
+    };
+    if picked.is_empty() {
+        return Ok(CompactResponse {
+            table: table.to_string(),
+            commit: resolved.commit.id.to_hex(),
+            compacted: false,
+            files_before: before,
+            files_after: before,
+            delete_files_removed: 0,
+            files_rewritten: 0,
+            rows: 0,
+        });
+    }
+    let mut pins = Pins::none();
+    let files = tables
+        .file_groups_where(&t, &mut pins, |f| picked.contains(&f.url))
+        .await?;
+    let parts: Vec<String> = match table.rsplit_once('.') {
+        Some((ns, name)) => vec![ns.to_string(), name.to_string()],
+        None => return Err(Error::internal("a table name without a namespace")),
+    };
+    let setup = vec![view_sql(&parts, &t, &files)];
+    let job = WriteJob {
+        branch: branch.to_string(),
+        table: table.to_string(),
+        mode: ImportMode::Append,
+        source: Source::Query {
+            setup,
+            sql: format!("SELECT * FROM {}", view_name(&parts)),
+            params: BTreeMap::new(),
+            label: format!("the compaction of {table}"),
+        },
+        by: by.clone(),
+        grants_on: None,
+        message: Some(format!(
+            "compact {table}: {} data files{}",
+            picked.len(),
+            if delete_files.is_empty() {
+                String::new()
+            } else {
+                format!(" and {} delete files", delete_files.len())
+            }
+        )),
+        properties: BTreeMap::new(),
+        timeout: None,
+        partition_by: None,
+        replaces: Some(Replaces {
+            files: picked.clone(),
+            deletes: !delete_files.is_empty(),
+            delete_files: delete_files.clone(),
+        }),
+    };
+    let written = write_table(tables, ctx, job).await?;
+    drop(pins);
+    Ok(CompactResponse {
+        table: table.to_string(),
+        commit: written.commit,
+        compacted: true,
+        files_before: before,
+        files_after: before - picked.len() as u64 + written.files,
+        delete_files_removed: delete_files.len() as u64,
+        files_rewritten: picked.len() as u64,
+        rows: written.rows,
+    })
+}

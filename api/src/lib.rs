@@ -22,6 +22,9 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 pub const COMMIT_HEADER: &str = "x-lh-commit";
 /// On a query result: present when `max_rows` cut the result short.
 pub const TRUNCATED_HEADER: &str = "x-lh-truncated";
+/// The data files a query's views read, after pruning by its filters (in the answer's
+/// headers).
+pub const FILES_READ_HEADER: &str = "x-lh-files-read";
 /// The media type of query results.
 pub const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
 

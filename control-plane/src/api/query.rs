@@ -68,5 +68,6 @@ async fn query(
     if out.truncated {
         h.insert(lh_api::TRUNCATED_HEADER, HeaderValue::from_static("true"));
     }
+    h.insert(lh_api::FILES_READ_HEADER, HeaderValue::from(out.files_read));
     Ok(resp)
 }

@@ -18,11 +18,13 @@
 //! live in, `view.rs` writes a view's SQL, `sql.rs` reads DuckDB's parse of a statement.
 
 mod commits;
+pub mod prune;
 pub mod sql;
 #[cfg(test)]
 pub(crate) mod tests;
 pub mod view;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,6 +72,8 @@ pub struct QueryOutput {
     pub batches: Vec<RecordBatch>,
     /// Whether `max_rows` cut the result short.
     pub truncated: bool,
+    /// The data files of the tables it names that its views read (after pruning).
+    pub files_read: u64,
 }
 
 /// Interrupts a running query when dropped, unless it finished first: a caller that
@@ -179,6 +183,7 @@ impl QueryEngine {
                 Some(&catalog),
                 std::slice::from_ref(&parts),
                 &missing,
+                &BTreeMap::new(),
             ),
         )
         .await
@@ -294,29 +299,48 @@ impl QueryEngine {
         let timeout = timeout.map_or(self.limits.timeout, |t| t.min(self.limits.timeout));
         let _permit = self.slot().await?;
         let resolved = self.tables.catalog.resolve(at).await?;
+        let analysis = self.analyze(sql).await?;
+        // The tables whose filters leave files out, and the files the views read.
+        let mut pruned = BTreeMap::new();
+        let mut files_read = 0u64;
+        for parts in &analysis.tables {
+            if parts.len() != 2 || !readable(&parts.join(".")) {
+                continue;
+            }
+            let Some(t) = self.tables.load(&resolved.commit, &parts.join(".")).await? else {
+                continue;
+            };
+            let live = self.tables.live_files(&t).await?;
+            let bound = analysis
+                .filters
+                .get(parts)
+                .map(|f| prune::bind(&t, f))
+                .unwrap_or_default();
+            let kept = live
+                .data
+                .iter()
+                .filter(|f| prune::may_match(&t, &bound, f))
+                .count();
+            files_read += kept as u64;
+            if kept < live.data.len() {
+                pruned.insert(parts.clone(), bound);
+            }
+        }
         // A caller who may not read everything gets a catalog of its own, holding only the
         // views of the tables this statement names (and may read): the commit's shared
         // one holds other callers' views, which DuckDB also binds from names that do not
-        // say them (a bare name falls back to its default schema, lh's `main`).
-        let catalog = if restricted {
+        // say them (a bare name falls back to its default schema, lh's `main`). So does a
+        // statement whose filters leave files out: its views are its own.
+        let catalog = if restricted || !pruned.is_empty() {
             Arc::new(CommitCatalog::attach(&self.database)?)
         } else {
             self.commit_catalog(&resolved.commit.id)?
         };
 
         let database = self.database.clone();
-        let text = sql.to_string();
         let in_catalog = catalog.clone();
-        let (session, refs) = blocking(move || {
-            let session = Session::in_commit(&database, in_catalog)?;
-            let serialized: String = session
-                .conn
-                .prepare("SELECT json_serialize_sql(?::VARCHAR)")?
-                .query_row([&text], |r| r.get(0))?;
-            let a = sql::analyze(&serialized)?;
-            Ok((session, (a.tables, a.ctes)))
-        })
-        .await?;
+        let session = blocking(move || Session::in_commit(&database, in_catalog)).await?;
+        let refs = (analysis.tables, analysis.ctes);
 
         let missing = |name: &str| {
             Error::not_found(
@@ -344,7 +368,7 @@ impl QueryEngine {
         // On S3 making the views may fetch data files: that counts towards the timeout.
         let (views, _pins) = tokio::time::timeout(
             timeout,
-            self.views(&resolved.commit, Some(&catalog), &refs, &missing),
+            self.views(&resolved.commit, Some(&catalog), &refs, &missing, &pruned),
         )
         .await
         .map_err(|_| fetch_timeout(timeout))??;
@@ -365,6 +389,7 @@ impl QueryEngine {
             schema,
             batches,
             truncated,
+            files_read,
         })
     }
 
@@ -402,6 +427,7 @@ impl QueryEngine {
         catalog: Option<&CommitCatalog>,
         names: &[TableRef],
         missing: &(dyn Fn(&str) -> Error + Sync),
+        pruned: &BTreeMap<TableRef, Vec<prune::Bound>>,
     ) -> Result<(Vec<View>, Pins)> {
         let mut views = Vec::new();
         let mut pins = Pins::none();
@@ -429,7 +455,23 @@ impl QueryEngine {
             };
             let view = view_name(parts);
             if !catalog.is_some_and(|c| c.has_view(&view)) {
-                let files = self.tables.file_groups(&table, &mut pins).await?;
+                let files = match pruned.get(parts) {
+                    Some(bound) => {
+                        let files = self
+                            .tables
+                            .file_groups_where(&table, &mut pins, |f| {
+                                prune::may_match(&table, bound, f)
+                            })
+                            .await?;
+                        tracing::debug!(
+                            table = %name,
+                            files = files.groups.iter().map(|g| g.1.len()).sum::<usize>(),
+                            "pruned by the query's filters"
+                        );
+                        files
+                    }
+                    None => self.tables.file_groups(&table, &mut pins).await?,
+                };
                 views.push(View {
                     sql: view_sql(parts, &table, &files),
                     name: view,

@@ -18,6 +18,51 @@ pub struct Analysis {
     pub params: Vec<String>,
     /// The names of its common table expressions.
     pub ctes: Vec<String>,
+    /// Comparisons of a table's column with constants that every row of the result
+    /// passes (conjuncts of the top-level WHERE), for tables named once: what pruning
+    /// may use to leave out files (see `prune.rs`).
+    pub filters: std::collections::BTreeMap<TableRef, Vec<Filter>>,
+}
+
+/// `column op constant`, as DuckDB parsed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filter {
+    pub column: String,
+    pub op: Op,
+    /// The constants (several for `IN`).
+    pub values: Vec<Constant>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Eq,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    /// Equal to one of the values.
+    In,
+}
+
+impl Op {
+    /// `a op b` as `b op' a`.
+    fn flipped(self) -> Op {
+        match self {
+            Op::Lt => Op::Gt,
+            Op::Le => Op::Ge,
+            Op::Gt => Op::Lt,
+            Op::Ge => Op::Le,
+            other => other,
+        }
+    }
+}
+
+/// A constant: its text, and whether it is a number or text (DuckDB casts it to the
+/// column's type).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Constant {
+    Integer(i64),
+    Text(String),
 }
 
 /// Checks the parse of a query and returns what it reads.
@@ -52,6 +97,9 @@ pub fn analyze(serialized: &str) -> Result<Analysis> {
     }
     let mut out = Analysis::default();
     walk(&v, &mut out)?;
+    if let Some(node) = v.pointer("/statements/0/node") {
+        out.filters = filters(node, &out.tables);
+    }
     for list in [&mut out.params, &mut out.ctes] {
         list.sort();
         list.dedup();
@@ -165,6 +213,227 @@ fn walk(v: &Value, out: &mut Analysis) -> Result<()> {
         _ => {}
     }
     Ok(())
+}
+
+/// The filters of a plain SELECT's WHERE on the tables of its FROM (base tables joined
+/// by regular joins, each named once in the whole statement): a conjunct comparing one
+/// table's column with constants holds for every row the WHERE keeps, NULL-extended
+/// rows of outer joins included (a comparison with NULL is not true), so leaving out
+/// files whose rows cannot pass it changes no result. ASOF and positional joins are
+/// left alone: which row they match depends on rows the filter removes.
+fn filters(node: &Value, named: &[TableRef]) -> std::collections::BTreeMap<TableRef, Vec<Filter>> {
+    let mut out = std::collections::BTreeMap::new();
+    if node.get("type").and_then(Value::as_str) != Some("SELECT_NODE") {
+        return out;
+    }
+    // alias (or table name) -> table
+    let mut from: Vec<(String, TableRef)> = Vec::new();
+    if !from_tables(node.get("from_table").unwrap_or(&Value::Null), &mut from) {
+        return out;
+    }
+    let once = |t: &TableRef| named.iter().filter(|n| *n == t).count() == 1;
+    let mut conjuncts = Vec::new();
+    flatten_and(
+        node.get("where_clause").unwrap_or(&Value::Null),
+        &mut conjuncts,
+    );
+    for c in conjuncts {
+        for (col, filter) in comparison(c) {
+            let table = match col.as_slice() {
+                [column] if from.len() == 1 => Some((from[0].1.clone(), column.clone())),
+                [qualifier, column] => {
+                    let mut matching = from
+                        .iter()
+                        .filter(|(alias, _)| alias.eq_ignore_ascii_case(qualifier));
+                    match (matching.next(), matching.next()) {
+                        (Some((_, t)), None) => Some((t.clone(), column.clone())),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            let Some((table, column)) = table else {
+                continue;
+            };
+            if !once(&table) {
+                continue;
+            }
+            out.entry(table).or_insert_with(Vec::new).push(Filter {
+                column: column.to_ascii_lowercase(),
+                ..filter
+            });
+        }
+    }
+    out
+}
+
+/// The base tables of a FROM clause with the names their columns are qualified by;
+/// false when it holds anything else (a subquery, a function, an ASOF join...).
+fn from_tables(v: &Value, out: &mut Vec<(String, TableRef)>) -> bool {
+    match v.get("type").and_then(Value::as_str) {
+        Some("BASE_TABLE") => {
+            let part = |k: &str| {
+                v.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_ascii_lowercase()
+            };
+            let parts: TableRef = [
+                part("catalog_name"),
+                part("schema_name"),
+                part("table_name"),
+            ]
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .collect();
+            let alias = match part("alias") {
+                a if a.is_empty() => part("table_name"),
+                a => a,
+            };
+            out.push((alias, parts));
+            true
+        }
+        Some("JOIN") => {
+            let regular = matches!(
+                v.get("ref_type").and_then(Value::as_str),
+                Some("REGULAR" | "CROSS")
+            ) && matches!(
+                v.get("join_type").and_then(Value::as_str),
+                Some("INNER" | "LEFT" | "RIGHT" | "FULL" | "OUTER")
+            );
+            regular
+                && from_tables(v.get("left").unwrap_or(&Value::Null), out)
+                && from_tables(v.get("right").unwrap_or(&Value::Null), out)
+        }
+        _ => false,
+    }
+}
+
+fn flatten_and<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
+    if v.get("type").and_then(Value::as_str) == Some("CONJUNCTION_AND") {
+        for c in v
+            .get("children")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            flatten_and(c, out);
+        }
+    } else if !v.is_null() {
+        out.push(v);
+    }
+}
+
+/// `column op constant` (either way round), `column BETWEEN a AND b` (two filters), or
+/// `column IN (constants)`.
+fn comparison(v: &Value) -> Vec<(Vec<String>, Filter)> {
+    if v.get("type").and_then(Value::as_str) == Some("COMPARE_BETWEEN") {
+        let half = |bound: &str, op| -> Option<(Vec<String>, Filter)> {
+            let col = column_ref(v.get("input")?)?;
+            Some((
+                col,
+                Filter {
+                    column: String::new(),
+                    op,
+                    values: vec![constant(v.get(bound)?)?],
+                },
+            ))
+        };
+        return [half("lower", Op::Ge), half("upper", Op::Le)]
+            .into_iter()
+            .flatten()
+            .collect();
+    }
+    one_comparison(v).into_iter().collect()
+}
+
+fn column_ref(v: &Value) -> Option<Vec<String>> {
+    (v.get("class").and_then(Value::as_str) == Some("COLUMN_REF"))
+        .then(|| {
+            v.get("column_names").and_then(Value::as_array).map(|a| {
+                a.iter()
+                    .filter_map(|p| p.as_str().map(String::from))
+                    .collect()
+            })
+        })
+        .flatten()
+}
+
+fn one_comparison(v: &Value) -> Option<(Vec<String>, Filter)> {
+    let column = |v: &Value| -> Option<Vec<String>> {
+        (v.get("class").and_then(Value::as_str) == Some("COLUMN_REF"))
+            .then(|| {
+                v.get("column_names").and_then(Value::as_array).map(|a| {
+                    a.iter()
+                        .filter_map(|p| p.as_str().map(String::from))
+                        .collect()
+                })
+            })
+            .flatten()
+    };
+    let filter = |op, values| Filter {
+        column: String::new(),
+        op,
+        values,
+    };
+    let op = match v.get("type").and_then(Value::as_str)? {
+        "COMPARE_EQUAL" => Op::Eq,
+        "COMPARE_LESSTHAN" => Op::Lt,
+        "COMPARE_LESSTHANOREQUALTO" => Op::Le,
+        "COMPARE_GREATERTHAN" => Op::Gt,
+        "COMPARE_GREATERTHANOREQUALTO" => Op::Ge,
+        "COMPARE_IN" => {
+            let children = v.get("children")?.as_array()?;
+            let (first, rest) = children.split_first()?;
+            let col = column(first)?;
+            let values = rest.iter().map(constant).collect::<Option<Vec<_>>>()?;
+            return Some((col, filter(Op::In, values)));
+        }
+        _ => return None,
+    };
+    let (l, r) = (v.get("left")?, v.get("right")?);
+    match (column(l), column(r)) {
+        (Some(col), None) => Some((col, filter(op, vec![constant(r)?]))),
+        (None, Some(col)) => Some((col, filter(op.flipped(), vec![constant(l)?]))),
+        _ => None,
+    }
+}
+
+/// A constant, or a cast of a text constant (`DATE '2026-01-01'`): integers and text
+/// only (DuckDB casts them to the column's type; decimals and floats are left alone).
+fn constant(v: &Value) -> Option<Constant> {
+    if v.get("class").and_then(Value::as_str) == Some("CAST") {
+        let target = v.pointer("/cast_type/id").and_then(Value::as_str)?;
+        if v.get("try_cast").and_then(Value::as_bool) == Some(true)
+            || !matches!(
+                target,
+                "DATE" | "TIMESTAMP" | "TIMESTAMP WITH TIME ZONE" | "VARCHAR"
+            )
+        {
+            return None;
+        }
+        return match constant(v.get("child")?)? {
+            Constant::Text(t) => Some(Constant::Text(t)),
+            Constant::Integer(_) => None,
+        };
+    }
+    if v.get("class").and_then(Value::as_str) != Some("CONSTANT") {
+        return None;
+    }
+    let value = v.get("value")?;
+    if value.get("is_null").and_then(Value::as_bool) != Some(false) {
+        return None;
+    }
+    match value.pointer("/type/id").and_then(Value::as_str)? {
+        "TINYINT" | "SMALLINT" | "INTEGER" | "BIGINT" => {
+            value.get("value")?.as_i64().map(Constant::Integer)
+        }
+        "VARCHAR" => value
+            .get("value")?
+            .as_str()
+            .map(|s| Constant::Text(s.to_string())),
+        _ => None,
+    }
 }
 
 /// The table functions a query may call: they make rows from values. Every other one

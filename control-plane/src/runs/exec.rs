@@ -674,7 +674,10 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
                 })
                 .collect();
             let missing = |_: &str| Error::internal("input vanished");
-            let (views, pins) = svc.queries.views(&head, None, &names, &missing).await?;
+            let (views, pins) = svc
+                .queries
+                .views(&head, None, &names, &missing, &Default::default())
+                .await?;
             input_pins = pins;
             let mut setup: Vec<String> = views.into_iter().map(|v| v.sql).collect();
             // A table the SQL names without a namespace is exposed under its bare name too.

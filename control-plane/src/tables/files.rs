@@ -49,6 +49,9 @@ pub struct LiveFile {
     pub partition: String,
     /// Its rows, as the manifest says.
     pub records: u64,
+    /// Its manifest entry: partition values and column metrics, for pruning.
+    pub file: Arc<iceberg::spec::DataFile>,
+    pub spec_id: i32,
 }
 
 /// A file's partition as a key: its spec id and partition values, with the values of a
@@ -166,6 +169,8 @@ impl Tables {
                         sequence,
                         partition,
                         records: df.record_count(),
+                        file: Arc::new(df.clone()),
+                        spec_id: m.partition_spec_id,
                     }),
                     (DataContentType::PositionDeletes, DataFileFormat::Parquet) => out
                         .position_deletes

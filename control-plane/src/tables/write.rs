@@ -1345,10 +1345,10 @@ fn bind_params(
 }
 
 #[cfg(test)]
-mod tests_support {
+pub(crate) mod tests_support {
     use super::*;
 
-    pub(super) fn job(
+    pub(crate) fn job(
         ctx: &ImportContext,
         table: &str,
         mode: ImportMode,
@@ -1376,13 +1376,13 @@ mod tests_support {
         }
     }
 
-    pub(super) async fn current(tables: &Tables, name: &str) -> LoadedTable {
+    pub(crate) async fn current(tables: &Tables, name: &str) -> LoadedTable {
         let head = tables.catalog.resolve("main").await.unwrap().commit;
         tables.load(&head, name).await.unwrap().unwrap()
     }
 
     /// The table's live data files: (partition as users read it, rows).
-    pub(super) async fn partitions(tables: &Tables, name: &str) -> Vec<(String, u64)> {
+    pub(crate) async fn partitions(tables: &Tables, name: &str) -> Vec<(String, u64)> {
         let t = current(tables, name).await;
         let m = &t.metadata;
         let mut out = Vec::new();
@@ -1404,7 +1404,7 @@ mod tests_support {
         out
     }
 
-    pub(super) const DAYS: &str = "id,ts,name\n\
+    pub(crate) const DAYS: &str = "id,ts,name\n\
         1,2026-11-01 10:00:00,a\n2,2026-11-01 23:59:59,b\n3,2026-11-02 00:00:00,c\n\
         4,2026-11-03 12:00:00,d\n5,2026-11-03 13:00:00,e\n6,,f\n";
 }

@@ -622,6 +622,18 @@ impl Catalog {
                         from: ours,
                         to: change.to,
                     });
+                } else if let Some(r) = options.resolutions.iter().find(|r| {
+                    r.table == change.table
+                        && r.base == change.from
+                        && r.ours == ours
+                        && r.theirs == change.to
+                }) {
+                    edits.push((change.table.clone(), Some(r.pointer.clone())));
+                    taken.push(TableDiff {
+                        table: change.table,
+                        from: ours,
+                        to: Some(r.pointer.clone()),
+                    });
                 } else if ours != change.to {
                     conflicts.push(TableConflict {
                         table: change.table,

@@ -309,6 +309,21 @@ pub struct MergeOptions {
     /// Make the merge's commit but move no ref: the outcome's `head` is the commit the
     /// target would point at, to be checked and then assigned (expecting `base_head`).
     pub prepare: bool,
+    /// Tables changed on both sides that the caller combined: each is taken as its
+    /// `pointer` when the merge finds exactly the three versions it was made from;
+    /// otherwise the table is a conflict as usual.
+    pub resolutions: Vec<Resolution>,
+}
+
+/// A table version that combines both sides of a merge (see [`MergeOptions`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolution {
+    pub table: String,
+    /// The table at the merge base, at the target, and at the source.
+    pub base: Option<TablePointer>,
+    pub ours: Option<TablePointer>,
+    pub theirs: Option<TablePointer>,
+    pub pointer: TablePointer,
 }
 
 /// What [`crate::Catalog::check_integrity`] read.

@@ -343,6 +343,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
     let _ = checks.runs.set(Arc::new(runs.clone()));
     let merger = Arc::new(crate::merges::Merger {
         catalog: catalog.clone(),
+        tables: tables.clone(),
         protected: protected.clone(),
         roles: roles.clone(),
         checks,

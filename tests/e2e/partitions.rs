@@ -297,3 +297,78 @@ def by_event(events=lh.Model("raw.events"), day=lh.Parameter("day")):
         "{err}"
     );
 }
+
+/// Two branches that both appended to a table merge by combining their appends; a
+/// branch that replaced the table still conflicts.
+#[test]
+fn a_merge_combines_two_branches_appends() {
+    let server = Server::start();
+    let lh = server.lh();
+    let first = lh.file(
+        "a.csv",
+        "id,ts\n1,2026-11-01 00:00:00\n2,2026-11-02 00:00:00\n",
+    );
+    lh.run(&[
+        "table",
+        "import",
+        "raw.e",
+        first.to_str().unwrap(),
+        "--partition-by",
+        "day(ts)",
+    ])
+    .ok();
+    for b in ["left", "right", "wipe"] {
+        lh.run(&["branch", "create", b, "--from", "main"]).ok();
+    }
+    let append = |branch: &str, body: &str| {
+        let f = lh.file(&format!("{branch}.csv"), body);
+        lh.run(&[
+            "table",
+            "import",
+            "raw.e",
+            f.to_str().unwrap(),
+            "--mode",
+            "append",
+            "--ref",
+            branch,
+        ])
+        .ok();
+    };
+    append(
+        "left",
+        "id,ts\n10,2026-11-01 05:00:00\n11,2026-11-03 05:00:00\n",
+    );
+    append("right", "id,ts\n20,2026-11-01 06:00:00\n");
+    append("right", "id,ts\n21,2026-11-04 06:00:00\n");
+    append("main", "id,ts\n30,2026-11-02 07:00:00\n");
+    lh.run(&["merge", "left", "--into", "main"]).ok();
+    let out = lh.run(&["merge", "right", "--into", "main"]);
+    out.ok();
+    let ids: Vec<i64> = lh
+        .rows("SELECT id FROM raw.e ORDER BY id", "main")
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [1, 2, 10, 11, 20, 21, 30]);
+    let show: Value =
+        serde_json::from_str(lh.run(&["table", "show", "raw.e", "-o", "json"]).ok()).unwrap();
+    assert_eq!(show["rows"], 7, "{show}");
+    // A replace on the other side is no append: the merge conflicts, nothing changes.
+    let f = lh.file("w.csv", "id,ts\n99,2026-11-09 00:00:00\n");
+    lh.run(&[
+        "table",
+        "import",
+        "raw.e",
+        f.to_str().unwrap(),
+        "--mode",
+        "replace",
+        "--ref",
+        "wipe",
+    ])
+    .ok();
+    let head = lh.head("main");
+    let err = lh.run(&["merge", "wipe", "--into", "main"]);
+    let msg = err.fails(4);
+    assert!(msg.contains("changed on both sides (raw.e)"), "{msg}");
+    assert_eq!(lh.head("main"), head);
+}

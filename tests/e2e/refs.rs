@@ -189,13 +189,14 @@ fn merge_conflicts_are_listed_and_change_nothing() {
             "dev",
         ])
         .ok();
+        // A replace on main: appends alone on both sides would combine.
         lh.run(&[
             "table",
             "import",
             t,
             a.to_str().unwrap(),
             "--mode",
-            "append",
+            "replace",
         ])
         .ok();
     }

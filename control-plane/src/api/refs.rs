@@ -434,6 +434,7 @@ async fn merge(
                 expected_head,
                 no_fast_forward: req.no_fast_forward,
                 prepare: false,
+                resolutions: Vec::new(),
             },
         )
         .await?;

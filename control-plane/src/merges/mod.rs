@@ -42,6 +42,8 @@ pub struct Merged {
 
 pub struct Merger {
     pub catalog: Catalog,
+    /// Combines two sides' appends to one table (see `tables::combine`).
+    pub tables: Arc<crate::tables::Tables>,
     pub protected: Arc<ProtectedBranches>,
     pub roles: Arc<Roles>,
     pub checks: Arc<checks::Checks>,
@@ -52,6 +54,61 @@ pub struct Merger {
 const ATTEMPTS: usize = 3;
 
 impl Merger {
+    /// The merge commit, prepared: tables both sides only appended to are combined
+    /// (their appends together), any other table changed on both sides is a conflict.
+    async fn prepared(
+        &self,
+        from: &str,
+        into: &str,
+        options: MergeOptions,
+    ) -> Result<lh_catalog::MergeOutcome> {
+        let e = match self.catalog.merge(from, into, options.clone()).await {
+            Ok(out) => return Ok(out),
+            Err(e) if e.kind() == lh_catalog::ErrorKind::Conflict && !e.conflicts().is_empty() => e,
+            Err(e) => return Err(e.into()),
+        };
+        let mut resolutions = Vec::new();
+        for c in e.conflicts() {
+            let theirs = c.incoming.clone().flatten();
+            match self
+                .tables
+                .combine_appends(
+                    &c.table,
+                    c.expected.as_ref(),
+                    c.actual.as_ref(),
+                    theirs.as_ref(),
+                )
+                .await?
+            {
+                Some(pointer) => resolutions.push(lh_catalog::Resolution {
+                    table: c.table.clone(),
+                    base: c.expected.clone(),
+                    ours: c.actual.clone(),
+                    theirs,
+                    pointer,
+                }),
+                None => return Err(e.into()),
+            }
+        }
+        tracing::info!(
+            from,
+            into,
+            tables = resolutions.len(),
+            "merge combines both sides' appends"
+        );
+        Ok(self
+            .catalog
+            .merge(
+                from,
+                into,
+                MergeOptions {
+                    resolutions,
+                    ..options
+                },
+            )
+            .await?)
+    }
+
     /// The identity as its roles are now (a run's starter may have lost a grant since).
     async fn current(&self, by: &Identity) -> Result<Identity> {
         let mut now = by.clone();
@@ -91,7 +148,7 @@ impl Merger {
             ..options.clone()
         };
         for attempt in 1..=ATTEMPTS {
-            let out = self.catalog.merge(from, into, prepare.clone()).await?;
+            let out = self.prepared(from, into, prepare.clone()).await?;
             if out.kind == MergeKind::UpToDate {
                 return Ok(Merged {
                     outcome: out,

@@ -334,6 +334,7 @@ impl Run {
                 expected_head: None,
                 no_fast_forward: true,
                 prepare: false,
+                resolutions: Vec::new(),
             };
             let merged = match svc.merger.get() {
                 Some(m) => {

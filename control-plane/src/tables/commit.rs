@@ -655,6 +655,15 @@ pub struct WrittenPut<'a> {
     version: Version,
 }
 
+impl WrittenPut<'_> {
+    /// Keeps the version's files, whatever happens to the commit that will name it (a
+    /// merge's): what no commit reaches, `lh gc` removes. Its pointer.
+    pub fn keep(self) -> TablePointer {
+        self.pending.keep();
+        self.version.pointer
+    }
+}
+
 /// The builder of a table's first metadata, with the uuid lh chose; updates may follow.
 pub fn first_metadata(
     schema: Schema,

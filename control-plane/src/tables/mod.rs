@@ -8,6 +8,7 @@
 //! place tables change (lh's writes and the Iceberg REST catalog's alike); this file
 //! reads them.
 
+pub mod combine;
 pub mod commit;
 pub mod files;
 pub mod gc;

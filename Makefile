@@ -41,7 +41,13 @@ fmt:
 	$(CARGO) fmt --all
 
 ## Every benchmark of BENCHMARKS.md (long: the catalog runs alone take about an hour).
-bench: bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest bench-s3 bench-auth bench-team
+bench: bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest bench-s3 bench-auth bench-team bench-tables
+
+## Partitioned tables and maintenance: pruning, small appends before and after compaction,
+## eight concurrent appends against one writer.
+bench-tables: libduckdb
+	$(CARGO) build -q -p lh-cli -p lh-control-plane -p lh-bench --bins && \
+	$(CARGO) run -q -p lh-bench --bin table-bench -- $(TABLE_BENCH_ARGS)
 
 ## Two servers on one PostgreSQL: commits/s with one and two, and the take-over of a run.
 bench-team: libduckdb

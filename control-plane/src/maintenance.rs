@@ -19,6 +19,57 @@ use crate::tables::Tables;
 use crate::tables::write::{ImportContext, Replaces, Source, WriteJob, write_table};
 use crate::warehouse::cache::Pins;
 
+/// After a write left `table` on `branch`: compacts it in the background when a
+/// partition holds more than the server's `--auto-compact-files` small files (off by
+/// default). The compaction is `by`'s, an ordinary commit; a failure (a conflict with
+/// a later write, a protected branch) is logged and changes nothing.
+pub fn after_write(
+    tables: &std::sync::Arc<Tables>,
+    ctx: &ImportContext,
+    branch: &str,
+    table: &str,
+    by: &Identity,
+) {
+    let Some(limit) = ctx.auto_compact_files else {
+        return;
+    };
+    if crate::tables::is_run_branch(branch) {
+        return;
+    }
+    let (tables, ctx) = (tables.clone(), ctx.clone());
+    let (branch, table, by) = (branch.to_string(), table.to_string(), by.clone());
+    tokio::spawn(async move {
+        let small = TARGET_FILE_BYTES / 4 * 3;
+        let crowded = async {
+            let head = tables.catalog.resolve(&branch).await?;
+            let Some(t) = tables.load(&head.commit, &table).await? else {
+                return Ok::<bool, Error>(false);
+            };
+            let live = tables.live_files(&t).await?;
+            let mut per: BTreeMap<&str, usize> = BTreeMap::new();
+            for f in live.data.iter().filter(|f| f.size < small) {
+                *per.entry(&f.partition).or_default() += 1;
+            }
+            Ok(per.values().any(|n| *n > limit))
+        };
+        match crowded.await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(%table, %branch, error = %e.message, "auto-compaction: cannot read the table");
+                return;
+            }
+        }
+        match compact(&tables, &ctx, &branch, &table, TARGET_FILE_BYTES, &by).await {
+            Ok(r) => tracing::info!(
+                %table, %branch, files_before = r.files_before, files_after = r.files_after,
+                "auto-compaction"
+            ),
+            Err(e) => tracing::warn!(%table, %branch, error = %e.message, "auto-compaction failed"),
+        }
+    });
+}
+
 /// The default target size of compacted files.
 pub const TARGET_FILE_BYTES: u64 = 256 << 20;
 

@@ -67,6 +67,9 @@ pub struct ServerConfig {
     /// How many writes (imports, SQL models, pipeline outputs) run at once, each with
     /// `duckdb_memory`; the others wait.
     pub max_concurrent_writes: usize,
+    /// Compact a table after an import or a run left more than this many small files in
+    /// one of its partitions (off: `None`).
+    pub auto_compact_files: Option<usize>,
     /// The largest file an upload (`lh table import`) may stage.
     pub max_upload_bytes: u64,
     /// The most the Python environment cache keeps.
@@ -135,6 +138,7 @@ impl ServerConfig {
             max_workers: 8,
             docker: Default::default(),
             max_concurrent_writes: 2,
+            auto_compact_files: None,
             max_upload_bytes: 64 << 30,
             env_cache_bytes: 20 << 30,
             function_ceilings: crate::runs::limits::Ceilings::for_this_machine(),
@@ -262,13 +266,14 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
     );
     // The spill folders of writes a previous server left (none runs yet).
     let _ = std::fs::remove_dir_all(spill.join("import"));
-    let import = ImportContext::new(
+    let mut import = ImportContext::new(
         uploads.dir.clone(),
         data_dir.join("work").join("invocations"),
         spill.join("import"),
         duck,
         config.max_concurrent_writes,
     );
+    import.auto_compact_files = config.auto_compact_files;
     // The server's own tables (runs, namespaces) live in the catalog's database.
     let db = crate::db::open(&catalog_url)
         .await

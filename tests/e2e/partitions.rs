@@ -372,3 +372,43 @@ fn a_merge_combines_two_branches_appends() {
     assert!(msg.contains("changed on both sides (raw.e)"), "{msg}");
     assert_eq!(lh.head("main"), head);
 }
+
+/// With `--auto-compact-files`, a table that imports left with too many small files in
+/// a partition is compacted by the server, as one more commit, rows unchanged.
+#[test]
+fn a_server_compacts_tables_that_imports_left_crowded() {
+    let server = Server::start_with(&["--auto-compact-files", "3"]);
+    let lh = server.lh();
+    for i in 0..4 {
+        let f = lh.file(&format!("{i}.csv"), &format!("id,v\n{i},x\n"));
+        let mode = if i == 0 { "create" } else { "append" };
+        lh.run(&[
+            "table",
+            "import",
+            "raw.t",
+            f.to_str().unwrap(),
+            "--mode",
+            mode,
+        ])
+        .ok();
+    }
+    // Four files (more than three): compacted in the background, soon.
+    let mut files = 0;
+    for _ in 0..100 {
+        let show: Value =
+            serde_json::from_str(lh.run(&["table", "show", "raw.t", "-o", "json"]).ok()).unwrap();
+        files = show["files"].as_u64().unwrap();
+        if files == 1 {
+            assert_eq!(show["rows"], 4);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(files, 1, "{}", server.log());
+    let log = lh.run(&["log", "-n", "1"]);
+    assert!(
+        log.ok().contains("compact raw.t: 4 data files"),
+        "{}",
+        log.ok()
+    );
+}

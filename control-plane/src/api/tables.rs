@@ -301,11 +301,14 @@ async fn import_files(
         by: identity.clone(),
         partition_by: req.partition_by.clone(),
     };
+    let (branch, table) = (job.branch.clone(), job.table.clone());
     let result = import::import(&s.tables, &s.import, job).await;
     for id in &req.uploads {
         s.uploads.remove(&s.tables.warehouse, id).await;
     }
-    Ok(Json(result?))
+    let result = result?;
+    crate::maintenance::after_write(&s.tables, &s.import, &branch, &table, &identity);
+    Ok(Json(result))
 }
 
 #[cfg(test)]

@@ -66,6 +66,10 @@ pub struct ServerArgs {
     /// wait. Writes use at most this many times --duckdb-memory
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub max_concurrent_writes: usize,
+    /// Compact a table (`lh table compact`) after an import or a run left it with more
+    /// than N small data files in a partition; off when absent
+    #[arg(long, value_name = "N")]
+    pub auto_compact_files: Option<usize>,
     /// The largest file `lh table import` may upload (larger ones are refused, 413)
     #[arg(long, default_value = "64g", value_name = "SIZE", value_parser = parse_size)]
     pub max_upload: u64,
@@ -282,6 +286,7 @@ fn config(args: ServerArgs) -> ServerConfig {
     config.max_concurrent_queries = args.max_concurrent_queries.max(1);
     config.duckdb_memory = args.duckdb_memory;
     config.max_concurrent_writes = args.max_concurrent_writes.max(1);
+    config.auto_compact_files = args.auto_compact_files.map(|n| n.max(2));
     config.max_upload_bytes = args.max_upload;
     config.env_cache_bytes = args.env_cache_size;
     config.env_cache = args.env_cache;

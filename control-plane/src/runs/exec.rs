@@ -351,6 +351,15 @@ impl Run {
             };
             match merged.map(|m| m.outcome) {
                 Ok(out) => {
+                    for t in &out.tables {
+                        crate::maintenance::after_write(
+                            &svc.tables,
+                            &svc.import,
+                            &self.info.target,
+                            &t.table,
+                            &self.shared.by,
+                        );
+                    }
                     // Already in the target (published by the server that stopped):
                     // the merge commit is the one that names the run.
                     let head = match out.kind {

@@ -19,7 +19,7 @@ pub mod stats;
 pub mod types;
 pub mod write;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use iceberg::spec::TableMetadata;
@@ -53,7 +53,14 @@ pub struct Tables {
     pub commit_gate: tokio::sync::RwLock<()>,
     /// The protected branches, which no transaction commits to (set by the server).
     pub protected: std::sync::OnceLock<Arc<crate::auth::protected::ProtectedBranches>>,
+    /// One lock per table and branch that this server's writes commit under: writers of
+    /// one table queue for their commit instead of losing races to each other (writers
+    /// on other servers still race, and rebase).
+    commit_locks: std::sync::Mutex<HashMap<(String, String), CommitLock>>,
 }
+
+/// A table's commit lock on a branch, as the map keeps it: gone once no write holds it.
+type CommitLock = std::sync::Weak<tokio::sync::Mutex<()>>;
 
 impl Tables {
     pub fn new(catalog: Catalog, warehouse: Warehouse) -> Tables {
@@ -66,7 +73,24 @@ impl Tables {
             in_flight: gc::InFlight::default(),
             commit_gate: tokio::sync::RwLock::new(()),
             protected: std::sync::OnceLock::new(),
+            commit_locks: std::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The commit lock of `table` on `branch` (see `commit_locks`).
+    pub fn commit_lock(&self, branch: &str, table: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.commit_locks.lock().expect("commit locks");
+        let key = (branch.to_string(), table.to_string());
+        if let Some(l) = locks.get(&key).and_then(std::sync::Weak::upgrade) {
+            return l;
+        }
+        // Locks no write holds any more go.
+        if locks.len() > 1024 {
+            locks.retain(|_, l| l.strong_count() > 0);
+        }
+        let l = Arc::new(tokio::sync::Mutex::new(()));
+        locks.insert(key, Arc::downgrade(&l));
+        l
     }
 
     /// The metadata file at `location`.

@@ -128,6 +128,9 @@ pub struct ImportContext {
     /// One permit per write running (imports, SQL models, pipeline outputs alike): each
     /// gets `limits.memory_limit`, so writes use at most that many times the memory.
     pub writers: Arc<tokio::sync::Semaphore>,
+    /// Compact a table after an import or a run left more than this many small files in
+    /// a partition (`maintenance::after_write`); off when `None`.
+    pub auto_compact_files: Option<usize>,
 }
 
 impl ImportContext {
@@ -144,6 +147,7 @@ impl ImportContext {
             spill,
             limits,
             writers: Arc::new(tokio::sync::Semaphore::new(max_writers.max(1))),
+            auto_compact_files: None,
         }
     }
 }
@@ -382,6 +386,10 @@ pub async fn write_table(
             return Err(e);
         }
     };
+    // Writers of this table on this server commit one after the other; one that finds
+    // the table moved rebases at once, on the state it reads under the lock.
+    let lock = tables.commit_lock(&job.branch, &job.table);
+    let _turn = lock.lock().await;
     let mut outcome = commit_staged(tables, &job, ready).await;
     let mut rebased = 0;
     let mut read = existing.clone();
@@ -423,10 +431,13 @@ pub async fn write_table(
                     return Err(e);
                 }
                 rebased += 1;
-                // Jittered, growing pauses: writers that lost together spread out.
-                let cap = 10u64 << rebased.min(6);
-                let jitter = (Uuid::new_v4().as_u128() % u128::from(cap)) as u64;
-                tokio::time::sleep(Duration::from_millis(cap / 2 + jitter)).await;
+                // Lost again with the lock held: a writer on another server. Jittered,
+                // growing pauses spread the servers' writers out.
+                if rebased > 1 {
+                    let cap = 10u64 << rebased.min(6);
+                    let jitter = (Uuid::new_v4().as_u128() % u128::from(cap)) as u64;
+                    tokio::time::sleep(Duration::from_millis(cap / 2 + jitter)).await;
+                }
                 let mut w = again.clone();
                 if let Some(t) = &now {
                     w.base = (*t.metadata).clone();

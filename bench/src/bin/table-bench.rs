@@ -1,0 +1,301 @@
+//! Partitioned tables and maintenance, for BENCHMARKS.md, in one run against one server:
+//!
+//! - pruning: a one-day query on a table of 365 daily partitions (one file each), and
+//!   the same query on the same table with pruning defeated (the table read through a
+//!   subquery): data files read (the `x-lh-files-read` header) and p50 time;
+//! - small appends: a table grown by `--appends` imports of `--rows` rows each, queried
+//!   (a full aggregate) against the same rows imported as one file, before and after
+//!   `lh table compact`;
+//! - concurrent appends: eight writers appending `--each` times at once to one table
+//!   (each rebased onto the others when it finds the table moved) against one writer
+//!   appending as many times in a row: appends per second, and every row landed.
+//!
+//! ```text
+//! table-bench [--days 365] [--rows-per-day 1000] [--appends 1000] [--rows 20]
+//!             [--each 25] [--queries 20]
+//! ```
+//!
+//! Needs the `lh` binary next to this one.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use lh_bench::{Samples, Server, arg, lh_bin, ms};
+use serde_json::{Value, json};
+
+struct Api {
+    url: String,
+    token: String,
+    agent: ureq::Agent,
+}
+
+impl Api {
+    fn post(&self, path: &str, body: Value) -> Result<(Vec<u8>, Option<String>)> {
+        let mut res = self
+            .agent
+            .post(&format!("{}{path}", self.url))
+            .header("Authorization", &format!("Bearer {}", self.token))
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .send_json(body)?;
+        let files = res
+            .headers()
+            .get(lh_api::FILES_READ_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from);
+        let status = res.status();
+        let bytes = res.body_mut().with_config().limit(1 << 30).read_to_vec()?;
+        if !status.is_success() {
+            bail!("POST {path}: {status}: {}", String::from_utf8_lossy(&bytes));
+        }
+        Ok((bytes, files))
+    }
+
+    /// Imports `csv` into `table` (`mode`: create, append...).
+    fn import(
+        &self,
+        table: &str,
+        csv: &[u8],
+        mode: &str,
+        partition_by: Option<&str>,
+    ) -> Result<Value> {
+        let mut res = self
+            .agent
+            .post(&format!("{}/api/v1/uploads?name=rows.csv", self.url))
+            .header("Authorization", &format!("Bearer {}", self.token))
+            .send(csv)?;
+        let upload: Value = res.body_mut().read_json()?;
+        let id = upload["id"].as_str().context("upload id")?;
+        let mut body =
+            json!({"ref": "main", "mode": mode, "uploads": [id], "file_names": ["rows.csv"]});
+        if let Some(p) = partition_by {
+            body["partition_by"] = json!(p);
+        }
+        let (bytes, _) = self.post(&format!("/api/v1/tables/{table}/import"), body)?;
+        Ok(serde_json::from_slice(&bytes)?)
+    }
+
+    /// Runs `sql` on main: its time and the data files it read.
+    fn query(&self, sql: &str) -> Result<(Duration, u64)> {
+        let start = Instant::now();
+        let (_, files) = self.post("/api/v1/query", json!({"sql": sql, "ref": "main"}))?;
+        Ok((
+            start.elapsed(),
+            files.and_then(|f| f.parse().ok()).unwrap_or(0),
+        ))
+    }
+
+    /// p50 of `n` runs of `sql` (after two warm-ups), and the files it read.
+    fn p50(&self, sql: &str, n: usize) -> Result<(Duration, u64)> {
+        let mut s = Samples::new();
+        let mut files = 0;
+        for i in 0..n + 2 {
+            let (d, f) = self.query(sql)?;
+            files = f;
+            if i >= 2 {
+                s.push(d);
+            }
+        }
+        Ok((s.percentile(50.0), files))
+    }
+
+    fn count(&self, table: &str) -> Result<u64> {
+        let (bytes, _) = self.post(
+            "/api/v1/query",
+            json!({"sql": format!("SELECT count(*) AS n FROM {table}"), "ref": "main"}),
+        )?;
+        let mut reader =
+            arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
+        let batch = reader.next().context("no count")??;
+        let col = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .context("count is a BIGINT")?;
+        Ok(col.value(0) as u64)
+    }
+}
+
+fn rows(from: u64, n: u64, day0: chrono::NaiveDate, per_day: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity((n * 48) as usize);
+    writeln!(out, "id,ts,amount,note").unwrap();
+    for i in from..from + n {
+        let day = day0 + chrono::Duration::days((i / per_day) as i64);
+        let secs = (i % per_day) * 86_399 / per_day.max(1);
+        writeln!(
+            out,
+            "{i},{day} {:02}:{:02}:{:02},{}.{:02},n{}",
+            secs / 3600,
+            secs / 60 % 60,
+            secs % 60,
+            i % 1000,
+            i % 100,
+            i % 7
+        )
+        .unwrap();
+    }
+    out
+}
+
+fn main() -> Result<()> {
+    let days = arg("--days", 365)? as u64;
+    let per_day = arg("--rows-per-day", 1000)? as u64;
+    let appends = arg("--appends", 1000)? as u64;
+    let small = arg("--rows", 20)? as u64;
+    let each = arg("--each", 25)? as u64;
+    let queries = arg("--queries", 20)?;
+    let lh = lh_bin()?;
+    let server = Server::start(&lh, None, &[])?;
+    let api = Api {
+        url: server.url.clone(),
+        token: server.token()?,
+        agent: ureq::Agent::config_builder().build().into(),
+    };
+    let day0 = chrono::NaiveDate::from_ymd_opt(2026, 1, 1).context("date")?;
+    println!(
+        "table-bench: {days} days x {per_day} rows; {appends} appends of {small} rows; 8 writers x {each} appends; {}\n",
+        chrono::Utc::now().format("%Y-%m-%d")
+    );
+
+    // Pruning.
+    let all = rows(0, days * per_day, day0, per_day);
+    let r = api.import("raw.daily", &all, "create", Some("day(ts)"))?;
+    let day = day0 + chrono::Duration::days((days / 2) as i64);
+    let next = day + chrono::Duration::days(1);
+    let filter = format!("ts >= '{day}' AND ts < '{next}'");
+    let (pruned, pruned_files) = api.p50(
+        &format!("SELECT count(*), sum(amount) FROM raw.daily WHERE {filter}"),
+        queries,
+    )?;
+    let (full, full_files) = api.p50(
+        &format!("SELECT count(*), sum(amount) FROM (SELECT * FROM raw.daily) WHERE {filter}"),
+        queries,
+    )?;
+    println!(
+        "| one-day query, {} partitions | data files read | p50 |",
+        r["partitions"]
+    );
+    println!("|---|---:|---:|");
+    println!(
+        "| pruned by the query's filter | {pruned_files} | {} ms |",
+        ms(pruned)
+    );
+    println!(
+        "| whole table (pruning defeated) | {full_files} | {} ms |",
+        ms(full)
+    );
+    println!(
+        "\nfiles read: {:.4} of the table's; time: {:.2}x\n",
+        pruned_files as f64 / full_files.max(1) as f64,
+        pruned.as_secs_f64() / full.as_secs_f64()
+    );
+
+    // Small appends against one file, before and after compaction.
+    let started = Instant::now();
+    for i in 0..appends {
+        let mode = if i == 0 { "create" } else { "append" };
+        api.import(
+            "raw.small",
+            &rows(i * small, small, day0, per_day),
+            mode,
+            None,
+        )?;
+    }
+    let append_time = started.elapsed();
+    api.import(
+        "raw.one",
+        &rows(0, appends * small, day0, per_day),
+        "create",
+        None,
+    )?;
+    let agg = |t: &str| format!("SELECT count(*), sum(amount), count(DISTINCT note) FROM {t}");
+    let (one, _) = api.p50(&agg("raw.one"), queries)?;
+    let (before, before_files) = api.p50(&agg("raw.small"), queries)?;
+    let started = Instant::now();
+    let (compacted, _) = api.post("/api/v1/tables/raw.small/compact", json!({"ref": "main"}))?;
+    let compact_time = started.elapsed();
+    let compacted: Value = serde_json::from_slice(&compacted)?;
+    let (after, after_files) = api.p50(&agg("raw.small"), queries)?;
+    if api.count("raw.small")? != appends * small {
+        bail!("the compacted table lost rows");
+    }
+    println!(
+        "| full aggregate over {} rows | data files | p50 | against one file |",
+        appends * small
+    );
+    println!("|---|---:|---:|---:|");
+    println!("| one file | 1 | {} ms | 1.00x |", ms(one));
+    for (name, files, d) in [
+        (format!("{appends} small appends"), before_files, before),
+        ("after `lh table compact`".to_string(), after_files, after),
+    ] {
+        println!(
+            "| {name} | {files} | {} ms | {:.2}x |",
+            ms(d),
+            d.as_secs_f64() / one.as_secs_f64()
+        );
+    }
+    println!(
+        "\n{appends} appends took {:.1} s ({} ms each); the compaction {} ms ({} files into {})\n",
+        append_time.as_secs_f64(),
+        ms(append_time / appends.max(1) as u32),
+        ms(compact_time),
+        compacted["files_before"],
+        compacted["files_after"]
+    );
+
+    // Concurrent appends.
+    let one_row = |i: u64| rows(i, 1, day0, per_day);
+    api.import("raw.serial", &one_row(0), "create", Some("day(ts)"))?;
+    api.import("raw.shared", &one_row(0), "create", Some("day(ts)"))?;
+    let total = 8 * each;
+    let started = Instant::now();
+    for i in 0..total {
+        api.import("raw.serial", &one_row(1 + i), "append", None)?;
+    }
+    let serial = started.elapsed();
+    let started = Instant::now();
+    let rebased: u64 = std::thread::scope(|s| -> Result<u64> {
+        let handles: Vec<_> = (0..8)
+            .map(|w| {
+                let api = &api;
+                let one_row = &one_row;
+                s.spawn(move || -> Result<u64> {
+                    let mut rebased = 0;
+                    for i in 0..each {
+                        let r =
+                            api.import("raw.shared", &one_row(1 + w * each + i), "append", None)?;
+                        rebased += r["rebased"].as_u64().unwrap_or(0);
+                    }
+                    Ok(rebased)
+                })
+            })
+            .collect();
+        let mut sum = 0;
+        for h in handles {
+            sum += h.join().map_err(|_| anyhow::anyhow!("writer panicked"))??;
+        }
+        Ok(sum)
+    })?;
+    let concurrent = started.elapsed();
+    let landed = api.count("raw.shared")?;
+    if landed != total + 1 {
+        bail!("{landed} rows landed of {}", total + 1);
+    }
+    println!("| {total} one-row appends to one table | wall time | appends/s | rebases |");
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| one writer | {:.2} s | {:.1} | 0 |",
+        serial.as_secs_f64(),
+        total as f64 / serial.as_secs_f64()
+    );
+    println!(
+        "| eight writers at once | {:.2} s | {:.1} | {rebased} |",
+        concurrent.as_secs_f64(),
+        total as f64 / concurrent.as_secs_f64()
+    );
+    println!("\nall {total} concurrent appends landed ({landed} rows with the first).");
+    Ok(())
+}

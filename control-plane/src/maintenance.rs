@@ -36,9 +36,25 @@ pub fn after_write(
     if crate::tables::is_run_branch(branch) {
         return;
     }
+    // One compaction of a table at a time: writes that follow while it runs add no
+    // other (the next write after it looks again).
+    static RUNNING: std::sync::Mutex<BTreeSet<(String, String)>> =
+        std::sync::Mutex::new(BTreeSet::new());
+    let key = (branch.to_string(), table.to_string());
+    if !RUNNING.lock().expect("compactions").insert(key.clone()) {
+        return;
+    }
+    struct Done((String, String));
+    impl Drop for Done {
+        fn drop(&mut self) {
+            RUNNING.lock().expect("compactions").remove(&self.0);
+        }
+    }
+    let done = Done(key);
     let (tables, ctx) = (tables.clone(), ctx.clone());
     let (branch, table, by) = (branch.to_string(), table.to_string(), by.clone());
     tokio::spawn(async move {
+        let _done = done;
         let small = TARGET_FILE_BYTES / 4 * 3;
         let crowded = async {
             let head = tables.catalog.resolve(&branch).await?;

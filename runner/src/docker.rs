@@ -200,7 +200,9 @@ impl PooledRuntime<DockerLauncher> {
             filling: Default::default(),
             used: Default::default(),
             since: std::time::Instant::now(),
-            tidied: Default::default(),
+            // The first sweep an hour after start: one at start would race the first
+            // calls' fills (with a short `cache_idle`, it took a volume being filled).
+            tidied: std::sync::Mutex::new(Some(std::time::Instant::now())),
         };
         let orphans = launcher.remove_owned().await?;
         if orphans > 0 {

@@ -58,6 +58,8 @@ impl Merger {
     /// (their appends together), any other table changed on both sides is a conflict.
     async fn prepared(
         &self,
+        by: &Identity,
+        action: Action,
         from: &str,
         into: &str,
         options: MergeOptions,
@@ -69,6 +71,10 @@ impl Merger {
         };
         let mut resolutions = Vec::new();
         for c in e.conflicts() {
+            // Nothing is written for a table the identity may not change there.
+            if !by.can_table(action, into, &c.table) {
+                return Err(e.into());
+            }
             let theirs = c.incoming.clone().flatten();
             match self
                 .tables
@@ -110,7 +116,7 @@ impl Merger {
     }
 
     /// The identity as its roles are now (a run's starter may have lost a grant since).
-    async fn current(&self, by: &Identity) -> Result<Identity> {
+    pub(crate) async fn current(&self, by: &Identity) -> Result<Identity> {
         let mut now = by.clone();
         now.access = self.roles.access(&by.access.roles).await?;
         Ok(now)
@@ -148,7 +154,9 @@ impl Merger {
             ..options.clone()
         };
         for attempt in 1..=ATTEMPTS {
-            let out = self.prepared(from, into, prepare.clone()).await?;
+            let out = self
+                .prepared(&by, action, from, into, prepare.clone())
+                .await?;
             if out.kind == MergeKind::UpToDate {
                 return Ok(Merged {
                     outcome: out,

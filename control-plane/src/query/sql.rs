@@ -57,13 +57,21 @@ impl Op {
     }
 }
 
-/// A constant: its text, and whether it is a number or text (DuckDB casts it to the
-/// column's type).
+/// A constant: an integer, text (which DuckDB casts to the column's type), or text cast
+/// to a type (`DATE '2026-01-01'`: then DuckDB may cast the column instead).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Constant {
     Integer(i64),
     Text(String),
+    /// Text cast to `DATE`, `TIMESTAMP`, `TIMESTAMP WITH TIME ZONE` or `VARCHAR`.
+    Typed {
+        text: String,
+        to: String,
+    },
 }
+
+/// An `IN` list longer than this prunes nothing (its cost would grow with the files).
+const MAX_IN_VALUES: usize = 256;
 
 /// Checks the parse of a query and returns what it reads.
 pub fn analyze(serialized: &str) -> Result<Analysis> {
@@ -226,6 +234,10 @@ fn filters(node: &Value, named: &[TableRef]) -> std::collections::BTreeMap<Table
     if node.get("type").and_then(Value::as_str) != Some("SELECT_NODE") {
         return out;
     }
+    // A sample is taken before the WHERE: fewer files would change which rows it takes.
+    if node.get("sample").is_some_and(|s| !s.is_null()) {
+        return out;
+    }
     // alias (or table name) -> table
     let mut from: Vec<(String, TableRef)> = Vec::new();
     if !from_tables(node.get("from_table").unwrap_or(&Value::Null), &mut from) {
@@ -272,6 +284,15 @@ fn filters(node: &Value, named: &[TableRef]) -> std::collections::BTreeMap<Table
 fn from_tables(v: &Value, out: &mut Vec<(String, TableRef)>) -> bool {
     match v.get("type").and_then(Value::as_str) {
         Some("BASE_TABLE") => {
+            // Columns renamed in the FROM (`t AS x(a, b)`), or a sample of the table:
+            // left alone.
+            if v.get("column_name_alias")
+                .and_then(Value::as_array)
+                .is_some_and(|a| !a.is_empty())
+                || v.get("sample").is_some_and(|s| !s.is_null())
+            {
+                return false;
+            }
             let part = |k: &str| {
                 v.get(k)
                     .and_then(Value::as_str)
@@ -386,6 +407,9 @@ fn one_comparison(v: &Value) -> Option<(Vec<String>, Filter)> {
             let children = v.get("children")?.as_array()?;
             let (first, rest) = children.split_first()?;
             let col = column(first)?;
+            if rest.len() > MAX_IN_VALUES {
+                return None;
+            }
             let values = rest.iter().map(constant).collect::<Option<Vec<_>>>()?;
             return Some((col, filter(Op::In, values)));
         }
@@ -413,8 +437,11 @@ fn constant(v: &Value) -> Option<Constant> {
             return None;
         }
         return match constant(v.get("child")?)? {
-            Constant::Text(t) => Some(Constant::Text(t)),
-            Constant::Integer(_) => None,
+            Constant::Text(text) => Some(Constant::Typed {
+                text,
+                to: target.to_string(),
+            }),
+            _ => None,
         };
     }
     if v.get("class").and_then(Value::as_str) != Some("CONSTANT") {

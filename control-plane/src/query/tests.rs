@@ -766,3 +766,97 @@ async fn writes_wait_for_a_slot_and_leave_no_spill_folder() {
         .unwrap_or_default();
     assert!(left.is_empty(), "spill folders left: {left:?}");
 }
+
+/// A compaction applies the equality deletes (and removes them), changing no row; one
+/// that read the table before a delete landed writes nothing: its files would escape
+/// the delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_applies_deletes_and_never_outruns_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tables, engine, ctx) = setup(dir.path()).await;
+    let all = "select id from raw.t order by id";
+    import_file(
+        &tables,
+        &ctx,
+        "raw.t",
+        "a.csv",
+        "id,name\n1,a\n2,b\n",
+        ImportMode::Create,
+    )
+    .await;
+    import_file(
+        &tables,
+        &ctx,
+        "raw.t",
+        "b.csv",
+        "id,name\n3,c\n4,d\n",
+        ImportMode::Append,
+    )
+    .await;
+    add_equality_delete(&tables, "raw.t", "SELECT 2::BIGINT AS id", &["id"]).await;
+    let before = rows(&engine, all).await;
+    assert_eq!(before.len(), 3 + 3 + 1, "{before:?}");
+
+    // What a compaction read, before another delete.
+    let head = tables.catalog.resolve("main").await.unwrap().commit;
+    let read = tables.load(&head, "raw.t").await.unwrap().unwrap();
+    let live = tables.live_files(&read).await.unwrap();
+    let stale = crate::tables::write::Replaces {
+        files: live.data.iter().map(|f| f.url.clone()).collect(),
+        deletes: true,
+        delete_files: live
+            .equality_deletes
+            .iter()
+            .map(|d| d.url.clone())
+            .collect(),
+    };
+    add_equality_delete(&tables, "raw.t", "SELECT 3::BIGINT AS id", &["id"]).await;
+    let path = ctx.uploads.join("c.csv");
+    std::fs::write(&path, "id,name\n1,a\n3,c\n4,d\n").unwrap();
+    let job = crate::tables::write::WriteJob {
+        branch: "main".into(),
+        table: "raw.t".into(),
+        mode: ImportMode::Append,
+        source: crate::tables::write::Source::Files {
+            format: FileFormat::Csv,
+            files: vec![path],
+            names: vec!["c.csv".into()],
+        },
+        by: crate::auth::Identity::admin("t"),
+        grants_on: None,
+        message: None,
+        properties: Default::default(),
+        timeout: None,
+        partition_by: None,
+        replaces: Some(stale),
+    };
+    let e = crate::tables::write::write_table(&tables, &ctx, job)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, Code::Conflict, "{e:?}");
+    assert!(e.message.contains("deleted"), "{}", e.message);
+    let now = rows(&engine, all).await;
+    assert_eq!(now.len(), 3 + 2 + 1, "row 3 stays deleted: {now:?}");
+
+    // The real compaction: every file, the deletes applied and gone, the same rows.
+    let r = crate::maintenance::compact(
+        &tables,
+        &ctx,
+        "main",
+        "raw.t",
+        256 << 20,
+        &crate::auth::Identity::admin("t"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (r.files_after, r.delete_files_removed, r.rows),
+        (1, 2, 2),
+        "{r:?}"
+    );
+    assert_eq!(rows(&engine, all).await, now);
+    let head = tables.catalog.resolve("main").await.unwrap().commit;
+    let t = tables.load(&head, "raw.t").await.unwrap().unwrap();
+    let live = tables.live_files(&t).await.unwrap();
+    assert!(live.equality_deletes.is_empty() && live.position_deletes.is_empty());
+}

@@ -351,14 +351,21 @@ impl Run {
             };
             match merged.map(|m| m.outcome) {
                 Ok(out) => {
-                    for t in &out.tables {
-                        crate::maintenance::after_write(
-                            &svc.tables,
-                            &svc.import,
-                            &self.info.target,
-                            &t.table,
-                            &self.shared.by,
-                        );
+                    // With the starter's grants as they are now.
+                    let by = match svc.merger.get() {
+                        Some(m) => m.current(&self.shared.by).await.ok(),
+                        None => None,
+                    };
+                    if let Some(by) = &by {
+                        for t in &out.tables {
+                            crate::maintenance::after_write(
+                                &svc.tables,
+                                &svc.import,
+                                &self.info.target,
+                                &t.table,
+                                by,
+                            );
+                        }
                     }
                     // Already in the target (published by the server that stopped):
                     // the merge commit is the one that names the run.

@@ -191,6 +191,9 @@ fn split_fields(text: &str) -> Vec<&str> {
 pub struct Partitioner {
     fields: Vec<FieldExpr>,
     bucket: bool,
+    /// What the columns a write adds are named with: no column of the table starts
+    /// with it.
+    prefix: String,
 }
 
 #[derive(Debug, Clone)]
@@ -200,11 +203,6 @@ struct FieldExpr {
     sql: String,
     /// The field's Iceberg type.
     result: PrimitiveType,
-}
-
-/// The column holding a row's `i`-th partition value while a write partitions.
-pub fn column(i: usize) -> String {
-    format!("lh_p{i}")
 }
 
 impl Partitioner {
@@ -287,9 +285,49 @@ impl Partitioner {
                 }
                 _ => return Err(unsupported(&f.name, &f.transform, &ty.to_string())),
             };
+            // An infinite date or timestamp has no partition: the write fails rather than
+            // file it under NULL (which readers take for "no value").
+            let sql = match (&f.transform, ty) {
+                (
+                    Transform::Year
+                    | Transform::Month
+                    | Transform::Day
+                    | Transform::Hour
+                    | Transform::Identity
+                    | Transform::Bucket(_),
+                    PrimitiveType::Date | PrimitiveType::Timestamp | PrimitiveType::Timestamptz,
+                ) => format!(
+                    "CASE WHEN isinf({c}) THEN error('lh cannot partition by an infinite date or timestamp (column {})') ELSE {sql} END",
+                    source.name.replace('\'', "''")
+                ),
+                _ => sql,
+            };
             fields.push(FieldExpr { sql, result });
         }
-        Ok(Some(Partitioner { fields, bucket }))
+        let mut prefix = "lh_p".to_string();
+        while schema
+            .as_struct()
+            .fields()
+            .iter()
+            .any(|f| f.name.to_ascii_lowercase().starts_with(&prefix))
+        {
+            prefix.insert(0, '_');
+        }
+        Ok(Some(Partitioner {
+            fields,
+            bucket,
+            prefix,
+        }))
+    }
+
+    /// The column holding a row's `i`-th partition value while a write partitions.
+    pub fn column(&self, i: usize) -> String {
+        format!("{}{i}", self.prefix)
+    }
+
+    /// The column numbering a row's partition tuple while a write partitions.
+    pub fn part_column(&self) -> String {
+        format!("{}part", self.prefix)
     }
 
     /// `expr AS lh_p0, ...`: the partition columns, for a SELECT over the table's rows.
@@ -297,7 +335,7 @@ impl Partitioner {
         self.fields
             .iter()
             .enumerate()
-            .map(|(i, f)| format!("{} AS {}", f.sql, column(i)))
+            .map(|(i, f)| format!("{} AS {}", f.sql, self.column(i)))
             .collect()
     }
 
@@ -427,6 +465,15 @@ fn literal(array: &ArrayRef, row: usize, ty: &PrimitiveType) -> Result<Option<Li
             0
         } else {
             row
+        }
+    };
+    // A value the cast could not carry is an error, never a default.
+    let cast = |to: &DataType| -> Result<ArrayRef> {
+        let a = cast(to)?;
+        if a.is_null(at(&a)) {
+            Err(wrong())
+        } else {
+            Ok(a)
         }
     };
     let p = match ty {

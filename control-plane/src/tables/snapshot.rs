@@ -34,6 +34,9 @@ pub enum SnapshotOp {
     Rewrite {
         files: BTreeSet<String>,
         deletes: bool,
+        /// The delete files the rows were read with: any other one (added since)
+        /// conflicts, since the new files would escape it.
+        delete_files: BTreeSet<String>,
     },
 }
 
@@ -135,6 +138,22 @@ pub async fn produce(
             let mut found = 0usize;
             for m in previous {
                 if m.content != ManifestContentType::Data {
+                    if let SnapshotOp::Rewrite { delete_files, .. } = &op {
+                        let manifest = m.load_manifest(io).await?;
+                        if manifest
+                            .entries()
+                            .iter()
+                            .filter(|e| e.is_alive())
+                            .any(|e| !delete_files.contains(e.file_path()))
+                        {
+                            return Err(Error::new(
+                                crate::error::Kind::Conflict,
+                                Code::Conflict,
+                                "rows were deleted from the table while it was compacted; nothing was written",
+                            )
+                            .with_hint("compact again"));
+                        }
+                    }
                     match &op {
                         SnapshotOp::ReplacePartitions(_)
                         | SnapshotOp::Rewrite { deletes: false, .. } => manifests.push(m),
@@ -189,6 +208,17 @@ pub async fn produce(
                     _ => true,
                 };
                 let live: Vec<_> = manifest.entries().iter().filter(|e| e.is_alive()).collect();
+                // Partitions of an older spec cannot be told apart by the new one's values.
+                if spec_id != default_spec
+                    && !live.is_empty()
+                    && matches!(op, SnapshotOp::ReplacePartitions(_))
+                {
+                    return Err(Error::bad_request(
+                        Code::UnsupportedTable,
+                        "the table holds files of an older partition spec; replacing partitions would keep their rows",
+                    )
+                    .with_hint("replace the whole table, or compact it first (`lh table compact`)"));
+                }
                 if !live.iter().any(|e| replaced(e.data_file())) {
                     manifests.push(m);
                     continue;

@@ -521,7 +521,13 @@ async fn rebase_check(
     if at.is_none() && a.current_snapshot_id().is_some() {
         return Err("the table's history was rewritten meanwhile".into());
     }
-    let appends_only = ops.iter().all(|o| *o == iceberg::spec::Operation::Append);
+    // A compaction (`replace`) changes no row: an append commutes with it too.
+    let appends_only = ops.iter().all(|o| {
+        matches!(
+            o,
+            iceberg::spec::Operation::Append | iceberg::spec::Operation::Replace
+        )
+    });
     if appends_only && job.mode == ImportMode::Append {
         return Ok(());
     }
@@ -707,17 +713,14 @@ async fn stage_write<'a>(
         (Vec::new(), Vec::new())
     } else {
         let spec = w.base.default_partition_spec_id();
-        let op = match job.mode {
-            _ if job.replaces.is_some() => SnapshotOp::Rewrite {
-                files: job
-                    .replaces
-                    .as_ref()
-                    .map(|r| r.files.clone())
-                    .unwrap_or_default(),
-                deletes: job.replaces.as_ref().is_some_and(|r| r.deletes),
+        let op = match (&job.replaces, job.mode) {
+            (Some(r), _) => SnapshotOp::Rewrite {
+                files: r.files.clone(),
+                deletes: r.deletes,
+                delete_files: r.delete_files.clone(),
             },
-            ImportMode::Replace => SnapshotOp::Overwrite,
-            ImportMode::OverwritePartitions => SnapshotOp::ReplacePartitions(
+            (None, ImportMode::Replace) => SnapshotOp::Overwrite,
+            (None, ImportMode::OverwritePartitions) => SnapshotOp::ReplacePartitions(
                 w.partitions
                     .iter()
                     .map(|p| super::files::partition_key(spec, p))
@@ -965,7 +968,8 @@ impl WritePlan {
             }
             Some(p) => {
                 p.prepare(&conn)?;
-                let pcols: Vec<String> = (0..p.width()).map(super::partition::column).collect();
+                let pcols: Vec<String> = (0..p.width()).map(|i| p.column(i)).collect();
+                let part = p.part_column();
                 // The rows with their partition values, once; then the distinct tuples,
                 // numbered; then one folder of files per number.
                 stop.check()?;
@@ -977,7 +981,7 @@ impl WritePlan {
                 .map_err(|e| self.read_error(e))?;
                 stop.check()?;
                 conn.execute_batch(&format!(
-                    "CREATE TEMP TABLE lh_parts AS SELECT CAST(row_number() OVER () - 1 AS BIGINT) AS lh_part, * \
+                    "CREATE TEMP TABLE lh_parts AS SELECT CAST(row_number() OVER () - 1 AS BIGINT) AS {part}, * \
                      FROM (SELECT DISTINCT {cols} FROM lh_rows)",
                     cols = pcols.join(", ")
                 ))
@@ -998,7 +1002,7 @@ impl WritePlan {
                 }
                 let mut stmt = conn
                     .prepare(&format!(
-                        "SELECT {} FROM lh_parts ORDER BY lh_part",
+                        "SELECT {} FROM lh_parts ORDER BY {part}",
                         pcols.join(", ")
                     ))
                     .map_err(|e| self.read_error(e))?;
@@ -1017,8 +1021,8 @@ impl WritePlan {
                     .map(|f| format!("r.{}", quote_ident(&f.name)))
                     .collect();
                 let copy = format!(
-                    "COPY (SELECT {}, p.lh_part FROM lh_rows AS r JOIN lh_parts AS p ON {}) \
-                     TO {target} ({options}, PARTITION_BY (lh_part))",
+                    "COPY (SELECT {}, p.{part} FROM lh_rows AS r JOIN lh_parts AS p ON {}) \
+                     TO {target} ({options}, PARTITION_BY ({part}))",
                     names.join(", "),
                     on.join(" AND "),
                 );
@@ -1029,7 +1033,7 @@ impl WritePlan {
         drop(conn);
 
         // The files, and the partition of each: an unpartitioned write's are in the
-        // folder; a partitioned one's in `lh_part=N/`, moved up as `pN-part-K.parquet`
+        // folder; a partitioned one's in `<part column>=N/`, moved up as `pN-part-K.parquet`
         // (no `key=value` folder, which readers could take for Hive partitioning).
         let mut found: Vec<(PathBuf, usize)> = Vec::new();
         let list = |dir: &std::path::Path| -> Vec<PathBuf> {
@@ -1053,7 +1057,13 @@ impl WritePlan {
                 continue;
             }
             let Some(n) = name
-                .strip_prefix("lh_part=")
+                .strip_prefix(&format!(
+                    "{}=",
+                    partitioner
+                        .as_ref()
+                        .map(|p| p.part_column())
+                        .unwrap_or_default()
+                ))
                 .and_then(|n| n.parse::<usize>().ok())
                 .filter(|n| *n < parts.len())
             else {
@@ -1490,6 +1500,27 @@ mod tests {
         assert_eq!(
             partitions(&tables, "raw.events").await.len(),
             parts.len() + 1
+        );
+    }
+
+    /// Columns named like the ones a partitioned write adds change nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn columns_named_like_the_partition_columns_are_the_users() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tables, _engine, ctx) = setup(dir.path()).await;
+        let body =
+            "ts,lh_p0,lh_ppart,_lh_p0\n2026-11-01 10:00:00,9,x,y\n2026-11-02 10:00:00,8,z,w\n";
+        let mut j = job(&ctx, "raw.c", ImportMode::Create, "c.csv", body);
+        j.partition_by = Some("day(ts)".into());
+        let r = write_table(&tables, &ctx, j).await.unwrap();
+        assert_eq!((r.rows, r.partitions), (2, 2));
+        let parts = partitions(&tables, "raw.c").await;
+        assert_eq!(
+            parts,
+            vec![
+                ("ts_day=2026-11-01".to_string(), 1),
+                ("ts_day=2026-11-02".to_string(), 1)
+            ]
         );
     }
 

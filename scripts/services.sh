@@ -251,7 +251,9 @@ s3() {
         log "starting s3s-fs on 127.0.0.1:$S3_PORT"
         rm -rf "$root"
         mkdir -p "$root/lhb"
-        nohup "$bin" --host 127.0.0.1 --port "$S3_PORT" --access-key lh-test-key \
+        # From a folder that stays: s3s-fs resolves every object against its working
+        # directory, and a clone removed under it would fail every request.
+        nohup env -C "$cache" "$bin" --host 127.0.0.1 --port "$S3_PORT" --access-key lh-test-key \
             --secret-key lh-test-secret "$root" >"$cache/s3s-fs.log" 2>&1 &
         for _ in $(seq 1 60); do
             curl -s -o /dev/null "http://127.0.0.1:$S3_PORT/" && break

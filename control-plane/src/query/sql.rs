@@ -381,17 +381,7 @@ fn column_ref(v: &Value) -> Option<Vec<String>> {
 }
 
 fn one_comparison(v: &Value) -> Option<(Vec<String>, Filter)> {
-    let column = |v: &Value| -> Option<Vec<String>> {
-        (v.get("class").and_then(Value::as_str) == Some("COLUMN_REF"))
-            .then(|| {
-                v.get("column_names").and_then(Value::as_array).map(|a| {
-                    a.iter()
-                        .filter_map(|p| p.as_str().map(String::from))
-                        .collect()
-                })
-            })
-            .flatten()
-    };
+    let column = column_ref;
     let filter = |op, values| Filter {
         column: String::new(),
         op,

@@ -1642,20 +1642,6 @@ mod tests {
         j.partition_by = Some("day(ts)".into());
         write_table(&tables, &ctx, j).await.unwrap();
         let read = current(&tables, "raw.events").await;
-        // The partition of 2026-11-`d`.
-        let day = |d: u32| {
-            let date = chrono::NaiveDate::from_ymd_opt(2026, 11, d).unwrap();
-            let days = (date - chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap()).num_days();
-            iceberg::spec::Struct::from_iter([Some(iceberg::spec::Literal::date(days as i32))])
-        };
-        let written = |parts: Vec<iceberg::spec::Struct>| Written {
-            base: (*read.metadata).clone(),
-            files: vec![],
-            staged: vec![],
-            rows: 1,
-            bytes: 0,
-            partitions: parts,
-        };
         let append = job(&ctx, "raw.events", ImportMode::Append, "x.csv", "id\n");
         let replace = job(
             &ctx,
@@ -1664,114 +1650,62 @@ mod tests {
             "x.csv",
             "id\n",
         );
-
-        // Another append, to day 2: an append anywhere commutes; a replace of day 2 not.
-        write_table(
-            &tables,
-            &ctx,
-            job(
+        // Another write, then whether a write staged on `read` into 2026-11-`day` may
+        // be rebased onto the table it left.
+        let other = async |mode, body: &str| {
+            let j = job(
                 &ctx,
                 "raw.events",
-                ImportMode::Append,
-                "b.csv",
-                "id,ts,name\n9,2026-11-02 05:00:00,z\n",
-            ),
-        )
-        .await
-        .unwrap();
-        let now = current(&tables, "raw.events").await;
-        rebase_check(
-            &tables,
-            &append,
-            Some(&read),
-            Some(&now),
-            &written(vec![day(2)]),
-        )
-        .await
-        .unwrap();
-        rebase_check(
-            &tables,
-            &replace,
-            Some(&read),
-            Some(&now),
-            &written(vec![day(1)]),
-        )
-        .await
-        .unwrap();
-        let e = rebase_check(
-            &tables,
-            &replace,
-            Some(&read),
-            Some(&now),
-            &written(vec![day(2)]),
-        )
-        .await
-        .unwrap_err();
+                mode,
+                "o.csv",
+                &format!("id,ts,name\n{body}\n"),
+            );
+            write_table(&tables, &ctx, j).await.unwrap();
+            current(&tables, "raw.events").await
+        };
+        let check = async |j: &WriteJob, now: Option<&LoadedTable>, day: Option<u32>| {
+            let parts = day.map(|d| {
+                let date = chrono::NaiveDate::from_ymd_opt(2026, 11, d).unwrap();
+                let days = (date - chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap()).num_days();
+                iceberg::spec::Struct::from_iter([Some(iceberg::spec::Literal::date(days as i32))])
+            });
+            let w = Written {
+                base: (*read.metadata).clone(),
+                files: vec![],
+                staged: vec![],
+                rows: 1,
+                bytes: 0,
+                partitions: parts.into_iter().collect(),
+            };
+            rebase_check(&tables, j, Some(&read), now, &w).await
+        };
+
+        // Another append, to day 2: an append anywhere commutes; a replace of day 2 not.
+        let now = other(ImportMode::Append, "9,2026-11-02 05:00:00,z").await;
+        check(&append, Some(&now), Some(2)).await.unwrap();
+        check(&replace, Some(&now), Some(1)).await.unwrap();
+        let e = check(&replace, Some(&now), Some(2)).await.unwrap_err();
         assert!(e.contains("added to the partitions"), "{e}");
 
         // A replace of day 3: appends to day 3 conflict, to day 1 not.
-        write_table(
-            &tables,
-            &ctx,
-            job(
-                &ctx,
-                "raw.events",
-                ImportMode::OverwritePartitions,
-                "c.csv",
-                "id,ts,name\n8,2026-11-03 05:00:00,z\n",
-            ),
-        )
-        .await
-        .unwrap();
-        let now = current(&tables, "raw.events").await;
-        rebase_check(
-            &tables,
-            &append,
-            Some(&read),
-            Some(&now),
-            &written(vec![day(1)]),
-        )
-        .await
-        .unwrap();
-        let e = rebase_check(
-            &tables,
-            &append,
-            Some(&read),
-            Some(&now),
-            &written(vec![day(3)]),
-        )
-        .await
-        .unwrap_err();
+        let now = other(ImportMode::OverwritePartitions, "8,2026-11-03 05:00:00,z").await;
+        check(&append, Some(&now), Some(1)).await.unwrap();
+        let e = check(&append, Some(&now), Some(3)).await.unwrap_err();
         assert!(e.contains("replaced or deleted"), "{e}");
 
-        // A schema change, and a table replaced, conflict with anything.
-        write_table(
-            &tables,
+        // A schema change, and a table dropped, conflict with anything.
+        let j = job(
             &ctx,
-            job(
-                &ctx,
-                "raw.events",
-                ImportMode::Replace,
-                "d.csv",
-                "id,ts,name,extra\n1,2026-11-01 00:00:00,a,b\n",
-            ),
-        )
-        .await
-        .unwrap();
+            "raw.events",
+            ImportMode::Replace,
+            "d.csv",
+            "id,ts,name,extra\n1,2026-11-01 00:00:00,a,b\n",
+        );
+        write_table(&tables, &ctx, j).await.unwrap();
         let now = current(&tables, "raw.events").await;
-        let e = rebase_check(
-            &tables,
-            &append,
-            Some(&read),
-            Some(&now),
-            &written(vec![day(1)]),
-        )
-        .await
-        .unwrap_err();
+        let e = check(&append, Some(&now), Some(1)).await.unwrap_err();
         assert!(e.contains("schema"), "{e}");
-        let e = rebase_check(&tables, &append, Some(&read), None, &written(vec![]))
-            .await
-            .unwrap_err();
+        let e = check(&append, None, None).await.unwrap_err();
         assert!(e.contains("dropped"), "{e}");
     }
 

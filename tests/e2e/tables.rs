@@ -310,8 +310,10 @@ fn remove_a_table() {
     lh.run(&["table", "show", "raw.orders"]).fails(3);
 }
 
+/// Appends commute: six imports appending to one table at once all land, each rebased
+/// onto the others' as it finds the table moved (across servers too).
 #[test]
-fn concurrent_appends_conflict_instead_of_losing_rows() {
+fn concurrent_appends_all_land() {
     let server = Server::start();
     let lh = server.lh();
     let csv = lh.file("orders.csv", ORDERS);
@@ -333,24 +335,13 @@ fn concurrent_appends_conflict_instead_of_losing_rows() {
             })
         })
         .collect();
-    let mut ok = 0;
     for h in handles {
-        let run = h.join().unwrap();
-        match run.code {
-            0 => ok += 1,
-            4 => assert!(run.stderr.contains("conflict"), "{}", run.stderr),
-            other => panic!("unexpected exit {other}: {}", run.stderr),
-        }
+        h.join().unwrap().ok();
     }
-    assert!(ok >= 1);
     let n = lh.rows("select count(*) AS n from raw.orders", "main")[0]["n"]
         .as_i64()
         .unwrap();
-    assert_eq!(
-        n,
-        3 + 3 * ok,
-        "every acknowledged append is there, no other"
-    );
+    assert_eq!(n, 3 + 3 * 6, "every append is there, once");
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -177,20 +177,7 @@ fn walk(v: &Value, out: &mut Analysis) -> Result<()> {
                     )
                     .with_hint("choose the commit with --ref (main@<hash>, main@<time>)"));
                 }
-                let part = |k: &str| {
-                    m.get(k)
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_ascii_lowercase()
-                };
-                let parts: Vec<String> = [
-                    part("catalog_name"),
-                    part("schema_name"),
-                    part("table_name"),
-                ]
-                .into_iter()
-                .filter(|p| !p.is_empty())
-                .collect();
+                let parts = table_parts(v);
                 // DuckDB reads a "table" named like a file (`FROM 'x.parquet'`, or
                 // `FROM x.parquet`, whose parts it joins) as that file: a query sees
                 // tables, never paths.
@@ -293,22 +280,9 @@ fn from_tables(v: &Value, out: &mut Vec<(String, TableRef)>) -> bool {
             {
                 return false;
             }
-            let part = |k: &str| {
-                v.get(k)
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_ascii_lowercase()
-            };
-            let parts: TableRef = [
-                part("catalog_name"),
-                part("schema_name"),
-                part("table_name"),
-            ]
-            .into_iter()
-            .filter(|p| !p.is_empty())
-            .collect();
-            let alias = match part("alias") {
-                a if a.is_empty() => part("table_name"),
+            let parts = table_parts(v);
+            let alias = match lower(v, "alias") {
+                a if a.is_empty() => lower(v, "table_name"),
                 a => a,
             };
             out.push((alias, parts));
@@ -328,6 +302,22 @@ fn from_tables(v: &Value, out: &mut Vec<(String, TableRef)>) -> bool {
         }
         _ => false,
     }
+}
+
+/// A BASE_TABLE's dotted name, lowercased (`["raw", "orders"]`).
+fn table_parts(v: &Value) -> TableRef {
+    ["catalog_name", "schema_name", "table_name"]
+        .into_iter()
+        .map(|k| lower(v, k))
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+fn lower(v: &Value, key: &str) -> String {
+    v.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_ascii_lowercase()
 }
 
 fn flatten_and<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {

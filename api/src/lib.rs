@@ -660,6 +660,11 @@ pub struct RunRequest {
     /// Failed warning expectations also stop the run from publishing.
     #[serde(default)]
     pub strict: bool,
+    /// The partitions to run, for a project whose models run per partition: one
+    /// (`2026-11-03`), a range (`2026-11-01..2026-11-30`, both included) or a list
+    /// (`eu,us`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<String>,
 }
 
 /// Replay a run (`lh rerun`).
@@ -815,6 +820,67 @@ pub struct RunInfo {
     #[serde(default)]
     pub environments: BTreeMap<String, String>,
     pub nodes: Vec<RunNode>,
+    /// For a partitioned run: each partition and the state of its nodes (`failed` when
+    /// one failed, `running`, `waiting`, `skipped`, `cached` when every one was reused,
+    /// `done`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<RunPartition>,
+}
+
+/// A partition of a partitioned run.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RunPartition {
+    pub partition: String,
+    pub status: NodeStatus,
+    /// Its nodes (the instances of the partitioned models).
+    pub nodes: Vec<String>,
+}
+
+impl RunPartition {
+    /// The partitions of a run's nodes, by their names (`analytics.t[2026-11-03]`), in
+    /// the order they first appear.
+    pub fn of(nodes: &[RunNode]) -> Vec<RunPartition> {
+        let mut out: Vec<RunPartition> = Vec::new();
+        for n in nodes {
+            let Some(label) = n
+                .name
+                .strip_suffix(']')
+                .and_then(|s| s.rsplit_once('['))
+                .map(|(_, p)| p)
+            else {
+                continue;
+            };
+            match out.iter_mut().find(|p| p.partition == label) {
+                Some(p) => p.nodes.push(n.name.clone()),
+                None => out.push(RunPartition {
+                    partition: label.to_string(),
+                    status: NodeStatus::Done,
+                    nodes: vec![n.name.clone()],
+                }),
+            }
+        }
+        for p in &mut out {
+            let states: Vec<NodeStatus> = nodes
+                .iter()
+                .filter(|n| p.nodes.contains(&n.name))
+                .map(|n| n.status)
+                .collect();
+            p.status = [
+                NodeStatus::Failed,
+                NodeStatus::Running,
+                NodeStatus::Waiting,
+                NodeStatus::Skipped,
+            ]
+            .into_iter()
+            .find(|s| states.contains(s))
+            .unwrap_or(if states.iter().all(|s| *s == NodeStatus::Cached) {
+                NodeStatus::Cached
+            } else {
+                NodeStatus::Done
+            });
+        }
+        out
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -300,6 +300,13 @@ pub struct RunArgs {
     /// Plan the run and print the DAG, without running anything
     #[arg(long)]
     pub dry_run: bool,
+    /// Run one partition of a partitioned project (2026-11-03, 2026-11-03T05, eu)
+    #[arg(long, value_name = "P", conflicts_with = "partitions")]
+    pub partition: Option<String>,
+    /// Run (backfill) several partitions: a range A..B (both included) or a list a,b,c;
+    /// they run in parallel and publish in one merge
+    #[arg(long, value_name = "A..B")]
+    pub partitions: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -412,3 +412,263 @@ fn a_server_compacts_tables_that_imports_left_crowded() {
         log.ok()
     );
 }
+
+/// A 30-day backfill of a partitioned pipeline: a Python and a SQL model run once per
+/// day, each reading only its day, in parallel, published in one merge; a failing day
+/// fails the run (nothing published) and `lh rerun --from-failed` recomputes that day
+/// alone; a later backfill after one day's input changed recomputes that day alone.
+#[test]
+fn a_backfill_reruns_only_its_failed_day_and_recomputes_only_a_changed_one() {
+    use crate::runs::{project, run_json, server};
+    let server = server("process");
+    let lh = server.lh();
+    // Three orders a day; day 17 holds a negative amount the first code refuses.
+    let day = |d: u32| format!("2026-11-{d:02}");
+    let mut csv = String::from("id,ordered_at,amount\n");
+    for d in 1..=30u32 {
+        for k in 0..3u32 {
+            let amount = if d == 17 && k == 0 {
+                -5
+            } else {
+                (d * 10 + k) as i64
+            };
+            csv.push_str(&format!(
+                "{},{} {:02}:15:00,{amount}\n",
+                d * 10 + k,
+                day(d),
+                8 + k
+            ));
+        }
+    }
+    let orders = lh.file("orders.csv", &csv);
+    lh.run(&[
+        "table",
+        "import",
+        "raw.orders",
+        orders.to_str().unwrap(),
+        "--partition-by",
+        "day(ordered_at)",
+    ])
+    .ok();
+    let model = |on_negative: &str| {
+        format!(
+            r#"
+import lh
+import pyarrow.compute as pc
+
+@lh.model(materialize="overwrite_partitions", partitioned_by=["day(ordered_at)"])
+def orders_daily(orders=lh.Model("raw.orders"), day=lh.Parameter("partition")):
+    # Its input holds its day's rows only.
+    days = set(str(t)[:10] for t in orders["ordered_at"].to_pylist())
+    if days != {{day}}:
+        raise ValueError(f"partition {{day}} read days {{sorted(days)}}")
+    if pc.any(pc.less(orders["amount"], 0)).as_py():
+        {on_negative}
+    return orders
+"#
+        )
+    };
+    let files = |on_negative: &str| {
+        vec![
+            (
+                "lh_project.yml".to_string(),
+                "name: backfill\nnamespace: mart\npartitions:\n  daily: {start: 2026-11-01}\n"
+                    .to_string(),
+            ),
+            ("models.py".to_string(), model(on_negative)),
+            (
+                "daily_revenue.sql".to_string(),
+                "-- lh.materialize: overwrite_partitions\n-- lh.partitioned_by: day\n\
+                 SELECT CAST(ordered_at AS DATE) AS day, sum(amount) AS revenue, count(*) AS n,\n\
+                 $partition AS computed_for FROM mart.orders_daily GROUP BY 1\n"
+                    .to_string(),
+            ),
+            (
+                "checks.py".to_string(),
+                r#"
+import lh
+import pyarrow.compute as pc
+
+@lh.expectation()
+def revenue_is_positive(t=lh.Model("mart.daily_revenue")):
+    return pc.all(pc.greater(t["revenue"], 0)).as_py()
+"#
+                .to_string(),
+            ),
+        ]
+    };
+    let write = |name: &str, on_negative: &str| {
+        let f = files(on_negative);
+        let refs: Vec<(&str, &str)> = f.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        project(&lh, name, &refs)
+    };
+    let v1 = write("v1", "raise ValueError('a negative amount')");
+    let v2 = write(
+        "v2",
+        "orders = orders.filter(pc.greater_equal(orders['amount'], 0))",
+    );
+    let (d1, d2) = (v1.to_str().unwrap(), v2.to_str().unwrap());
+
+    // Which partitions: required, within the declared range.
+    let err = lh.run(&["run", d1]).fails(5).to_string();
+    assert!(err.contains("--partition"), "{err}");
+    let err = lh
+        .run(&["run", d1, "--partition", "2026-10-31"])
+        .fails(5)
+        .to_string();
+    assert!(
+        err.contains("outside the project's daily partitions"),
+        "{err}"
+    );
+    let err = lh
+        .run(&["run", d1, "--partitions", "2026-11-30..2026-11-01"])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("ends before it starts"), "{err}");
+
+    let head = lh.head("main");
+    let (code, failed) = run_json(&lh, &[d1, "--partitions", "2026-11-01..2026-11-30"]);
+    assert_ne!(code, 0, "{failed}");
+    assert_eq!(failed["status"], "failed");
+    assert_eq!(lh.head("main"), head, "nothing published");
+    let parts = failed["partitions"].as_array().unwrap();
+    assert_eq!(parts.len(), 30, "{failed}");
+    for p in parts {
+        let want = if p["partition"] == "2026-11-17" {
+            "failed"
+        } else {
+            "done"
+        };
+        assert_eq!(p["status"], want, "{p}");
+    }
+    let nodes = failed["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 61, "30 + 30 instances and the expectation");
+    let node = |run: &Value, name: &str| -> Value {
+        run["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no node {name} in {run}"))
+    };
+    assert!(
+        node(&failed, "mart.orders_daily[2026-11-17]")["error"]
+            .as_str()
+            .unwrap()
+            .contains("a negative amount")
+    );
+    assert_eq!(
+        node(&failed, "mart.daily_revenue[2026-11-17]")["status"],
+        "skipped"
+    );
+    assert_eq!(node(&failed, "revenue_is_positive")["status"], "skipped");
+    let shown = lh.run(&["runs", "show", &failed["id"].as_str().unwrap()[..12]]);
+    let shown = shown.ok();
+    assert!(shown.contains("partitions 30"), "{shown}");
+    assert!(shown.contains("failed   2026-11-17"), "{shown}");
+
+    // The fix, replayed from the failure: day 17 alone runs.
+    let id = failed["id"].as_str().unwrap();
+    let out = lh.run(&[
+        "rerun",
+        &id[..12],
+        "--from-failed",
+        "--code",
+        d2,
+        "-o",
+        "json",
+    ]);
+    let replay: Value = serde_json::from_str(out.ok()).unwrap();
+    assert_eq!(replay["status"], "succeeded", "{replay}");
+    let ran: Vec<&str> = replay["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["status"] == "done" || n["status"] == "passed")
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ran,
+        [
+            "mart.orders_daily[2026-11-17]",
+            "mart.daily_revenue[2026-11-17]",
+            "revenue_is_positive"
+        ]
+        .iter()
+        .copied()
+        .filter(|n| ran.contains(n))
+        .collect::<Vec<_>>()
+    );
+    assert_eq!(ran.len(), 3, "{ran:?}");
+    let revenue = |at: &str| {
+        lh.rows(
+            "SELECT CAST(day AS VARCHAR) AS day, revenue, n, computed_for FROM mart.daily_revenue ORDER BY day",
+            at,
+        )
+    };
+    let published = revenue("main");
+    assert_eq!(published.len(), 30);
+    for (i, r) in published.iter().enumerate() {
+        let d = i as i64 + 1;
+        let (want, n) = if d == 17 {
+            (171 + 172, 2)
+        } else {
+            (30 * d + 3, 3)
+        };
+        assert_eq!(r["day"], day(d as u32));
+        assert_eq!(r["computed_for"], day(d as u32));
+        assert_eq!(
+            (r["revenue"].as_i64(), r["n"].as_i64()),
+            (Some(want), Some(n)),
+            "{r}"
+        );
+    }
+    // One file per day in each table, written by the instances (or put back).
+    let files = lh.rows(
+        "SELECT count(*) AS n FROM (SELECT DISTINCT day FROM mart.daily_revenue)",
+        "main",
+    );
+    assert_eq!(files[0]["n"], 30);
+
+    // The fixed code's backfill once, then day 5's orders change: day 5 alone runs.
+    let (code, first) = run_json(&lh, &[d2, "--partitions", "2026-11-01..2026-11-30"]);
+    assert_eq!(code, 0, "{first}");
+    let fix = lh.file(
+        "day5.csv",
+        "id,ordered_at,amount\n50,2026-11-05 08:15:00,1000\n",
+    );
+    lh.run(&[
+        "table",
+        "import",
+        "raw.orders",
+        fix.to_str().unwrap(),
+        "--mode",
+        "overwrite-partitions",
+    ])
+    .ok();
+    let (code, again) = run_json(&lh, &[d2, "--partitions", "2026-11-01..2026-11-30"]);
+    assert_eq!(code, 0, "{again}");
+    let ran: Vec<&str> = again["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["name"].as_str().unwrap().contains('[') && n["status"] != "cached")
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ran,
+        [
+            "mart.orders_daily[2026-11-05]",
+            "mart.daily_revenue[2026-11-05]"
+        ],
+        "{again}"
+    );
+    let now = revenue("main");
+    assert_eq!(now.len(), 30);
+    assert_eq!(
+        (now[4]["revenue"].as_i64(), now[4]["n"].as_i64()),
+        (Some(1000), Some(1))
+    );
+    assert_eq!(now[5], published[5], "other days untouched");
+}

@@ -108,6 +108,7 @@ pub async fn run(client: &Client, settings: &Settings, args: RunArgs) -> CliResu
         params: parse_params(&args.params)?,
         no_cache: args.no_cache,
         strict: args.strict,
+        partitions: args.partition.or(args.partitions),
     };
     if args.dry_run {
         let plan = client.plan_run(&req).await?;
@@ -439,6 +440,16 @@ pub async fn runs(client: &Client, settings: &Settings, cmd: RunsCommand) -> Cli
                 writeln!(out, "params    {}", ps.join(", "))?;
             }
             writeln!(out, "author    {}", r.author)?;
+            if !r.partitions.is_empty() {
+                let mut by: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+                for p in &r.partitions {
+                    by.entry(p.status.as_str()).or_default().push(&p.partition);
+                }
+                writeln!(out, "partitions {}", r.partitions.len())?;
+                for (status, labels) in by {
+                    writeln!(out, "  {status:<8} {}", labels.join(", "))?;
+                }
+            }
             writeln!(out)?;
             let width = r.nodes.iter().map(|n| n.name.len()).max().unwrap_or(10);
             for n in &r.nodes {

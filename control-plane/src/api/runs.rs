@@ -52,7 +52,16 @@ async fn plan_run(
     };
     identity.require_ref(Action::Run, at, "planning a pipeline on it")?;
     let code = code_of(&s, &req.upload).await?;
-    Ok(Json(s.runs.plan(&code, &req.reference, &req.params).await?))
+    Ok(Json(
+        s.runs
+            .plan(
+                &code,
+                &req.reference,
+                &req.params,
+                req.partitions.as_deref(),
+            )
+            .await?,
+    ))
 }
 
 /// Starts a run of a project on a branch; it goes on in the background.
@@ -84,6 +93,7 @@ async fn start_run(
         input_commit: None,
         reuse: Default::default(),
         param_values: None,
+        partitions: req.partitions,
     };
     Ok((StatusCode::CREATED, Json(s.runs.start(start).await?)))
 }
@@ -92,7 +102,8 @@ async fn start_run(
 /// it may read, an expectation whose inputs it may read.
 fn node_visible(identity: &Identity, target: &str, n: &lh_api::RunNode) -> bool {
     let model = n.kind == "model";
-    (!model || identity.can_table(Action::Read, target, &n.name))
+    let table = crate::runs::partitions::table_of(&n.name);
+    (!model || identity.can_table(Action::Read, target, table))
         && n.inputs
             .iter()
             .all(|t| identity.can_table(Action::Read, target, t))

@@ -169,7 +169,22 @@ impl QueryEngine {
                 format!("the filter of input '{table}' may use only that table's columns"),
             ));
         }
-        let catalog = self.commit_catalog(&commit.id)?;
+        // A filter that leaves files out (a partition's rows) reads only the others,
+        // through views of its own.
+        let mut pruned = BTreeMap::new();
+        if let (Some(f), Some(t)) = (
+            analysis.filters.get(&parts),
+            self.tables.load(commit, table).await?,
+        ) {
+            let bound = prune::bind(&t, f);
+            if !bound.is_empty() {
+                pruned.insert(parts.clone(), bound);
+            }
+        }
+        let catalog = match pruned.is_empty() {
+            true => self.commit_catalog(&commit.id)?,
+            false => Arc::new(CommitCatalog::attach(&self.database)?),
+        };
         let missing = |_: &str| {
             Error::not_found(
                 Code::TableNotFound,
@@ -183,7 +198,7 @@ impl QueryEngine {
                 Some(&catalog),
                 std::slice::from_ref(&parts),
                 &missing,
-                &BTreeMap::new(),
+                &pruned,
             ),
         )
         .await

@@ -45,6 +45,9 @@ struct Shared {
     control: Control,
     /// The commit the run's branch started from.
     input_commit: String,
+    /// Held by the instance of a partitioned model that creates its table, while it
+    /// does: the other instances then overwrite partitions of it.
+    creating: tokio::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -112,6 +115,7 @@ impl Run {
             claim,
             control,
             input_commit: info.input_commit.clone(),
+            creating: tokio::sync::Mutex::new(()),
         });
         Run {
             initial: vec![NodeStatus::Waiting; shared.plan.nodes.len()],
@@ -169,7 +173,7 @@ impl Run {
     fn record(&self, i: usize) -> NodeRecord {
         let n = &self.shared.plan.nodes[i];
         NodeRecord::new(
-            n.name.clone(),
+            n.display_name(),
             0,
             kind_name(&n.kind).into(),
             lang_name(&n.lang).into(),
@@ -200,11 +204,7 @@ impl Run {
                     if status[i] != NodeStatus::Waiting {
                         continue;
                     }
-                    let producers: Vec<usize> = plan.nodes[i]
-                        .inputs
-                        .iter()
-                        .filter_map(|x| x.producer)
-                        .collect();
+                    let producers = plan.nodes[i].depends_on();
                     if producers
                         .iter()
                         .any(|&p| matches!(status[p], NodeStatus::Failed | NodeStatus::Skipped))
@@ -474,7 +474,7 @@ async fn run_node(shared: &Shared, i: usize, mut rec: NodeRecord) -> NodeRecord 
     rec.started_at = Some(Utc::now());
     let _ = svc.store.update_node(&shared.id, &shared.claim, &rec).await;
     let node = &shared.plan.nodes[i];
-    let span = tracing::info_span!("node", run = %shared.id, node = %node.name);
+    let span = tracing::info_span!("node", run = %shared.id, node = %node.display_name());
     let _enter = span.enter();
     if let Err(e) = node_body(shared, node, &mut rec).await {
         rec.status = NodeStatus::Failed;
@@ -482,7 +482,7 @@ async fn run_node(shared: &Shared, i: usize, mut rec: NodeRecord) -> NodeRecord 
     }
     rec.finished_at = Some(Utc::now());
     if let Err(e) = svc.store.update_node(&shared.id, &shared.claim, &rec).await {
-        tracing::error!("cannot record node {}: {e}", node.name);
+        tracing::error!("cannot record node {}: {e}", node.display_name());
     }
     rec
 }
@@ -490,25 +490,36 @@ async fn run_node(shared: &Shared, i: usize, mut rec: NodeRecord) -> NodeRecord 
 async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Result<()> {
     let svc = &shared.svc;
     let head = svc.catalog.resolve(&shared.run_branch).await?.commit;
-    // The inputs as they are on the run's branch now (upstream outputs included).
+    // The inputs as they are on the run's branch now (upstream outputs included); an
+    // instance of a partitioned model reads them filtered to its partition.
     let mut inputs = Vec::new();
     for inp in &node.inputs {
-        let p = svc
-            .catalog
-            .table_in(&head, &inp.table)
-            .await?
-            .ok_or_else(|| {
-                Error::not_found(
-                    Code::TableNotFound,
-                    format!("input '{}' is not on the run's branch", inp.table),
-                )
-            })?;
-        inputs.push(p);
+        let t = svc.tables.load(&head, &inp.table).await?.ok_or_else(|| {
+            Error::not_found(
+                Code::TableNotFound,
+                format!("input '{}' is not on the run's branch", inp.table),
+            )
+        })?;
+        let part = match &node.partition {
+            Some(p) => partition_input(svc, &t, p).await?,
+            None => None,
+        };
+        inputs.push(Input {
+            pointer: t.pointer.clone(),
+            part,
+        });
     }
+    let partition_params = node.partition.as_ref().map(|p| p.params());
     let params: BTreeMap<String, serde_json::Value> = node
         .params
         .iter()
-        .filter_map(|(arg, p)| shared.plan.params.get(p).map(|v| (arg.clone(), v.clone())))
+        .filter_map(|(arg, p)| {
+            partition_params
+                .as_ref()
+                .and_then(|pp| pp.get(p))
+                .or_else(|| shared.plan.params.get(p))
+                .map(|v| (arg.clone(), v.clone()))
+        })
         .collect();
 
     if let NodeKind::Expectation { severity } = node.kind {
@@ -521,6 +532,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
             &head,
             InvocationKind::Expectation,
             &params,
+            &inputs,
             rec,
         )
         .await?;
@@ -563,7 +575,12 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         .await?
         .commit;
     let original = svc.catalog.table_in(&input, &table).await?;
-    if let Some(p) = current.as_ref().filter(|p| Some(*p) != original.as_ref()) {
+    // (The instances of a partitioned model all write its table: each overwrites its
+    // partitions, which is the same when done twice.)
+    if let Some(p) = current
+        .as_ref()
+        .filter(|p| Some(*p) != original.as_ref() && node.partition.is_none())
+    {
         rec.status = NodeStatus::Done;
         rec.reason = Some(
             "recovered: its output was committed on the run's branch by the server that drove the run before".into(),
@@ -607,7 +624,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
     let parts_json = serde_json::to_string(&parts).unwrap_or_default();
 
     // Reuse: the replayed run's output (--from-failed), or a memoized one.
-    let reused = match shared.reuse.get(&node.name) {
+    let reused = match shared.reuse.get(&node.display_name()) {
         Some(p) => {
             rec.reason = Some("reused: the output of the replayed run (--from-failed)".into());
             Some(p.clone())
@@ -638,6 +655,26 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
             None
         }
     };
+    // An instance's output is its files, put back into its partitions.
+    let reused = match (reused, &node.partition) {
+        (Some(p), Some(_)) => match put_back(shared, node, &p).await {
+            Ok((p, rows)) => {
+                rec.status = NodeStatus::Cached;
+                rec.cached = true;
+                rec.rows = Some(rows);
+                rec.output = Some(p);
+                return Ok(());
+            }
+            Err(e) => {
+                rec.reason = Some(format!(
+                    "ran: the output to reuse cannot be put back ({})",
+                    e.message
+                ));
+                None
+            }
+        },
+        (reused, _) => reused,
+    };
     if let Some(p) = reused {
         let p = catalog_pointer(&p);
         if current.as_ref() != Some(&p) {
@@ -667,7 +704,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         return Ok(());
     }
 
-    let mode = match (materialize, &current) {
+    let mut mode = match (materialize, &current) {
         (_, None) => ImportMode::Create,
         (Materialize::Replace, Some(_)) => ImportMode::Replace,
         (Materialize::Append, Some(_)) => ImportMode::Append,
@@ -691,12 +728,37 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
                 })
                 .collect();
             let missing = |_: &str| Error::internal("input vanished");
+            let pruned: BTreeMap<Vec<String>, Vec<crate::query::prune::Bound>> = names
+                .iter()
+                .zip(&inputs)
+                .filter_map(|(n, i)| Some((n.clone(), i.part.as_ref()?.bound.clone())))
+                .collect();
             let (views, pins) = svc
                 .queries
-                .views(&head, None, &names, &missing, &Default::default())
+                .views(&head, None, &names, &missing, &pruned)
                 .await?;
             input_pins = pins;
             let mut setup: Vec<String> = views.into_iter().map(|v| v.sql).collect();
+            // An input filtered to the partition: its view renamed, and a view of the
+            // partition's rows in its place.
+            for (k, (parts, i)) in names.iter().zip(&inputs).enumerate() {
+                let (Some(part), [ns, _]) = (&i.part, parts.as_slice()) else {
+                    continue;
+                };
+                let all = format!("lh_unfiltered_{k}");
+                setup.push(format!(
+                    "ALTER VIEW {} RENAME TO {};",
+                    view_name(parts),
+                    quote_ident(&all)
+                ));
+                setup.push(format!(
+                    "CREATE VIEW {} AS SELECT * FROM {}.{} WHERE {};",
+                    view_name(parts),
+                    quote_ident(ns),
+                    quote_ident(&all),
+                    part.sql
+                ));
+            }
             // A table the SQL names without a namespace is exposed under its bare name too.
             for (inp, parts) in node.inputs.iter().zip(&names) {
                 if let (true, [_, table]) = (inp.bare, parts.as_slice()) {
@@ -727,6 +789,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
                 &head,
                 InvocationKind::Model,
                 &params,
+                &inputs,
                 rec,
                 &work,
                 python_env,
@@ -772,6 +835,16 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
             (source, Some(work))
         }
     };
+    // The first instance of a partitioned model to write creates its table; the others
+    // wait for it, then overwrite their partitions.
+    let creating = match &node.partition {
+        Some(_) => {
+            let (turn, m) = instance_mode(shared, &table).await?;
+            mode = m;
+            turn
+        }
+        None => None,
+    };
     let job = WriteJob {
         branch: shared.run_branch.clone(),
         table: table.clone(),
@@ -805,6 +878,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         ));
     }
     let written = write_table(&svc.tables, &svc.import, job).await;
+    drop(creating);
     drop(input_pins);
     if let Some(w) = work {
         let _ = std::fs::remove_dir_all(w);
@@ -814,13 +888,174 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         .catalog
         .get_table(&format!("@{}", written.commit), &table)
         .await?;
-    svc.store
-        .memo_put(&fingerprint, &table, &pointer(&p), &shared.id, &parts_json)
-        .await?;
+    // An instance that wrote no rows made no snapshot of its own to reuse later.
+    if node.partition.is_none() || written.rows > 0 {
+        svc.store
+            .memo_put(&fingerprint, &table, &pointer(&p), &shared.id, &parts_json)
+            .await?;
+    }
     rec.status = NodeStatus::Done;
     rec.rows = Some(written.rows);
     rec.output = Some(pointer(&p));
     Ok(())
+}
+
+/// An input as a node reads it.
+struct Input {
+    pointer: lh_catalog::TablePointer,
+    /// For an instance of a partitioned model: the input filtered to its partition.
+    part: Option<PartInput>,
+}
+
+struct PartInput {
+    /// The filter, SQL on the input's columns.
+    sql: String,
+    /// The same, bound to the input's schema for pruning.
+    bound: Vec<crate::query::prune::Bound>,
+    /// The key of what it reads: the data files that may hold the partition's rows,
+    /// and the table's delete files.
+    files: String,
+}
+
+/// How an instance of a partitioned model reads the input `t`: filtered to partition
+/// `p` where they share its key, else whole (`None`).
+async fn partition_input(
+    svc: &RunService,
+    t: &crate::tables::LoadedTable,
+    p: &super::partitions::Partition,
+) -> Result<Option<PartInput>> {
+    use crate::query::prune;
+    let Some((column, ty)) = super::partitions::shared_key(t, p) else {
+        return Ok(None);
+    };
+    let (sql, filters) = super::partitions::input_filter(&column, &ty, p);
+    let bound = prune::bind(t, &filters);
+    let live = svc.tables.live_files(t).await?;
+    let mut data: Vec<&str> = live
+        .data
+        .iter()
+        .filter(|f| prune::may_match(t, &bound, f))
+        .map(|f| f.url.as_str())
+        .collect();
+    data.sort_unstable();
+    let mut deletes: Vec<&str> = live
+        .position_deletes
+        .iter()
+        .map(|(u, _)| u.as_str())
+        .chain(live.equality_deletes.iter().map(|d| d.url.as_str()))
+        .collect();
+    deletes.sort_unstable();
+    let doc = serde_json::json!({
+        "schema": t.metadata.current_schema_id(), "data": data, "deletes": deletes,
+    });
+    Ok(Some(PartInput {
+        sql,
+        bound,
+        files: blake3::hash(doc.to_string().as_bytes())
+            .to_hex()
+            .to_string(),
+    }))
+}
+
+/// How an instance writes its model's table: the first to find it missing creates it
+/// (holding the run's turn to create while it does), the others overwrite partitions.
+async fn instance_mode<'a>(
+    shared: &'a Shared,
+    table: &str,
+) -> Result<(Option<tokio::sync::MutexGuard<'a, ()>>, ImportMode)> {
+    let turn = shared.creating.lock().await;
+    let head = shared.svc.catalog.resolve(&shared.run_branch).await?.commit;
+    Ok(match shared.svc.catalog.table_in(&head, table).await? {
+        Some(_) => (None, ImportMode::OverwritePartitions),
+        None => (Some(turn), ImportMode::Create),
+    })
+}
+
+/// Puts an instance's earlier output (the files its snapshot at `p` added) back into
+/// its table on the run's branch: nothing to do when the table's partitions hold
+/// exactly those files; otherwise one commit that replaces those partitions by them
+/// (or creates the table with them). Returns the table's pointer and the rows.
+async fn put_back(
+    shared: &Shared,
+    node: &PlanNode,
+    p: &TablePointer,
+) -> Result<(TablePointer, u64)> {
+    let svc = &shared.svc;
+    let table = &node.name;
+    let from = crate::tables::LoadedTable {
+        name: table.clone(),
+        pointer: catalog_pointer(p),
+        metadata: svc.tables.metadata(&p.metadata_location).await?,
+    };
+    let added = svc.tables.added_files(&from).await?;
+    let spec_id = added
+        .first()
+        .map_or(from.metadata.default_partition_spec_id(), |a| a.1);
+    if added.iter().any(|a| a.1 != spec_id) {
+        return Err(Error::new(
+            crate::error::Kind::Conflict,
+            Code::Conflict,
+            "its files were written with several partition specs",
+        ));
+    }
+    let files: Vec<iceberg::spec::DataFile> = added.into_iter().map(|a| a.0).collect();
+    let rows = files.iter().map(|f| f.record_count()).sum();
+    let head = svc.catalog.resolve(&shared.run_branch).await?.commit;
+    if let Some(now) = svc.tables.load(&head, table).await? {
+        let live = svc.tables.live_files(&now).await?;
+        let keys: std::collections::BTreeSet<String> = files
+            .iter()
+            .map(|f| crate::tables::files::partition_key(spec_id, f.partition()))
+            .collect();
+        let there: std::collections::BTreeSet<&str> = live
+            .data
+            .iter()
+            .filter(|f| keys.contains(&f.partition))
+            .map(|f| f.url.as_str())
+            .collect();
+        let ours: std::collections::BTreeSet<&str> = files.iter().map(|f| f.file_path()).collect();
+        if there == ours && live.position_deletes.is_empty() && live.equality_deletes.is_empty() {
+            return Ok((pointer(&now.pointer), rows));
+        }
+    }
+    shared.by.require_table(
+        Action::Write,
+        &shared.target,
+        table,
+        "reusing a memoized output",
+    )?;
+    let (creating, mode) = instance_mode(shared, table).await?;
+    let name = node.display_name();
+    let job = WriteJob {
+        branch: shared.run_branch.clone(),
+        table: table.clone(),
+        mode,
+        source: Source::DataFiles {
+            files,
+            spec_id,
+            from: from.metadata.clone(),
+            label: format!("the earlier output of {name}"),
+        },
+        by: shared.by.clone(),
+        grants_on: Some(shared.target.clone()),
+        message: Some(format!("reuse {name} (run {})", &shared.id[..12])),
+        properties: BTreeMap::from([
+            ("lh.run".to_string(), shared.id.clone()),
+            ("lh.node".to_string(), name.clone()),
+            ("lh.cached".to_string(), "true".to_string()),
+        ]),
+        timeout: None,
+        partition_by: node.partitioned_by.clone(),
+        replaces: None,
+    };
+    let written = write_table(&svc.tables, &svc.import, job).await;
+    drop(creating);
+    let written = written?;
+    let p = svc
+        .catalog
+        .get_table(&format!("@{}", written.commit), table)
+        .await?;
+    Ok((pointer(&p), rows))
 }
 
 async fn invoke(
@@ -829,6 +1064,7 @@ async fn invoke(
     head: &Commit,
     kind: InvocationKind,
     params: &BTreeMap<String, serde_json::Value>,
+    inputs: &[Input],
     rec: &mut NodeRecord,
 ) -> Result<Outcome> {
     let work = shared.svc.config.work_root.join(format!(
@@ -836,7 +1072,7 @@ async fn invoke(
         shared.id,
         uuid::Uuid::new_v4().simple()
     ));
-    let out = invoke_in(shared, node, head, kind, params, rec, &work, None).await;
+    let out = invoke_in(shared, node, head, kind, params, inputs, rec, &work, None).await;
     let _ = std::fs::remove_dir_all(&work);
     out
 }
@@ -851,6 +1087,7 @@ async fn invoke_in(
     head: &Commit,
     kind: InvocationKind,
     params: &BTreeMap<String, serde_json::Value>,
+    inputs: &[Input],
     rec: &mut NodeRecord,
     work: &std::path::Path,
     env: Option<lh_runner::Env>,
@@ -882,15 +1119,20 @@ async fn invoke_in(
     }
     std::fs::create_dir_all(work)?;
     let mut files = BTreeMap::new();
-    for inp in &node.inputs {
+    for (inp, read) in node.inputs.iter().zip(inputs) {
         let Some(arg) = &inp.arg else { continue };
         let path = work.join(format!("in-{arg}.arrow"));
+        let filter = match (inp.filter.as_deref(), &read.part) {
+            (Some(f), Some(p)) => Some(format!("({f}) AND {}", p.sql)),
+            (None, Some(p)) => Some(p.sql.clone()),
+            (f, None) => f.map(String::from),
+        };
         svc.queries
             .export_arrow(
                 head,
                 &inp.table,
                 inp.columns.as_deref(),
-                inp.filter.as_deref(),
+                filter.as_deref(),
                 &path,
                 node.lang.limits().timeout,
             )
@@ -990,7 +1232,7 @@ fn catalog_pointer(p: &TablePointer) -> lh_catalog::TablePointer {
 fn fingerprint(
     shared: &Shared,
     node: &PlanNode,
-    inputs: &[lh_catalog::TablePointer],
+    inputs: &[Input],
     params: &BTreeMap<String, serde_json::Value>,
     env_key: Option<&str>,
     current: Option<&lh_catalog::TablePointer>,
@@ -1000,11 +1242,17 @@ fn fingerprint(
         .inputs
         .iter()
         .zip(inputs)
-        .map(|(i, p)| {
-            serde_json::json!({
-                "table": i.table, "metadata": p.metadata_location, "snapshot": p.snapshot_id,
+        .map(|(i, read)| match &read.part {
+            // Read filtered to a partition: the files that may hold its rows.
+            Some(part) => serde_json::json!({
+                "table": i.table, "files": part.files, "partition": part.sql,
                 "columns": i.columns, "filter": i.filter, "arg": i.arg,
-            })
+            }),
+            None => serde_json::json!({
+                "table": i.table, "metadata": read.pointer.metadata_location,
+                "snapshot": read.pointer.snapshot_id,
+                "columns": i.columns, "filter": i.filter, "arg": i.arg,
+            }),
         })
         .collect();
     let (lang, code, detail) = match &node.lang {
@@ -1023,8 +1271,10 @@ fn fingerprint(
         NodeKind::Model { materialize } => format!("{materialize:?}"),
         NodeKind::Expectation { .. } => String::new(),
     };
-    // What a model adds to (an append, a partition overwrite) is part of its output.
+    // What a model adds to (an append, a partition overwrite) is part of its output;
+    // not for an instance of a partitioned model, whose output is its partition alone.
     let previous = match node.kind {
+        _ if node.partition.is_some() => None,
         NodeKind::Model {
             materialize: Materialize::Append | Materialize::OverwritePartitions,
         } => current.map(|p| p.metadata_location.clone()),
@@ -1067,7 +1317,7 @@ fn fingerprint(
         parts.insert(format!("secret {name}"), format!("version {version}"));
     }
     let mut doc = serde_json::json!({
-        "v": 2, "lh": env!("CARGO_PKG_VERSION"), "node": node.name, "lang": lang, "detail": detail, "code": code, "env": env_key,
+        "v": 2, "lh": env!("CARGO_PKG_VERSION"), "node": node.display_name(), "lang": lang, "detail": detail, "code": code, "env": env_key,
         "params": params, "inputs": inputs, "materialize": materialize, "previous": previous,
     });
     if !secrets.is_empty() {

@@ -12,6 +12,7 @@
 pub mod code;
 mod exec;
 pub mod limits;
+pub mod partitions;
 pub mod project;
 pub mod store;
 
@@ -127,6 +128,9 @@ pub struct RunStart {
     pub reuse: BTreeMap<String, lh_api::TablePointer>,
     /// For a replay: the parameter values, as they were.
     pub param_values: Option<BTreeMap<String, serde_json::Value>>,
+    /// The partitions it runs (`2026-11-03`, `2026-11-01..2026-11-30`, `eu,us`), for a
+    /// project whose models run per partition.
+    pub partitions: Option<String>,
 }
 
 impl RunStart {
@@ -146,6 +150,7 @@ impl RunStart {
             input_commit: Some(commit.to_string()),
             reuse: BTreeMap::new(),
             param_values: None,
+            partitions: None,
         }
     }
 }
@@ -497,14 +502,16 @@ impl RunService {
         let mut initial = vec![NodeStatus::Waiting; plan.nodes.len()];
         let mut recovered = Vec::new();
         for (i, node) in plan.nodes.iter().enumerate() {
-            let Some(rec) = recorded.get(node.name.as_str()) else {
+            let Some(rec) = recorded.get(node.display_name().as_str()) else {
                 continue;
             };
             if !matches!(rec.status, NodeStatus::Waiting | NodeStatus::Running) {
                 initial[i] = rec.status;
                 continue;
             }
-            if let NodeKind::Model { .. } = node.kind {
+            // (An instance of a partitioned model runs again: overwriting its
+            // partitions twice is the same as once.)
+            if let (NodeKind::Model { .. }, None) = (&node.kind, &node.partition) {
                 let now = self.catalog.table_in(&head, &node.name).await?;
                 let before = self.catalog.table_in(&input, &node.name).await?;
                 if let Some(p) = now.filter(|p| Some(p) != before.as_ref()) {
@@ -526,6 +533,7 @@ impl RunService {
             input_commit: Some(info.input_commit.clone()),
             reuse: start.reuse,
             param_values: None,
+            partitions: None,
         };
         let mut run = exec::Run::new(self.clone(), info, plan, run_start, claim, control);
         run.recover(initial, recovered).await;
@@ -732,11 +740,13 @@ impl RunService {
         code_hash: &str,
         at: &str,
         params: &BTreeMap<String, String>,
+        partitions: Option<&str>,
     ) -> Result<PlanResponse> {
         let resolved = self.catalog.resolve(at).await?;
         let plan = self
             .planner_plan(code_hash, &resolved.commit, at, params)
             .await?;
+        let plan = partitions::apply(plan, partitions)?;
         Ok(plan_response(&plan, at))
     }
 
@@ -757,6 +767,8 @@ impl RunService {
         }
         if start.expectations_only {
             plan = plan.expectations_only();
+        } else {
+            plan = partitions::apply(plan, start.partitions.as_deref())?;
         }
         // Every table it reads, the starter may read.
         for n in &plan.nodes {
@@ -777,7 +789,7 @@ impl RunService {
             .map(|&i| {
                 let n = &plan.nodes[i];
                 RunNode {
-                    name: n.name.clone(),
+                    name: n.display_name(),
                     kind: kind_name(&n.kind).into(),
                     language: lang_name(&n.lang).into(),
                     status: NodeStatus::Waiting,
@@ -813,6 +825,7 @@ impl RunService {
             created_at: Utc::now(),
             finished_at: None,
             environments: BTreeMap::new(),
+            partitions: lh_api::RunPartition::of(&nodes),
             nodes,
         };
         let plan_json = serde_json::to_string(&plan).map_err(|e| Error::internal(e.to_string()))?;
@@ -926,7 +939,18 @@ impl RunService {
         by: Identity,
     ) -> Result<RunInfo> {
         let id = self.store.resolve_id(id).await?;
-        let (old, _) = self.store.get(&id).await?;
+        let (old, old_plan) = self.store.get(&id).await?;
+        // The partitions it ran, again.
+        let mut labels: Vec<String> = Vec::new();
+        if let Ok(plan) = serde_json::from_str::<Plan>(&old_plan) {
+            for n in &plan.nodes {
+                if let Some(p) = &n.partition
+                    && !labels.contains(&p.label)
+                {
+                    labels.push(p.label.clone());
+                }
+            }
+        }
         if old.status == RunStatus::Running {
             return Err(Error::new(
                 Kind::Conflict,
@@ -957,6 +981,7 @@ impl RunService {
             input_commit: Some(old.input_commit.clone()),
             reuse,
             param_values: Some(old.params.clone()),
+            partitions: (!labels.is_empty()).then(|| labels.join(",")),
         };
         self.start(start).await
     }
@@ -1062,7 +1087,7 @@ fn plan_response(plan: &Plan, at: &str) -> PlanResponse {
                 Lang::Sql { .. } => (None, BTreeMap::new()),
             };
             PlannedNode {
-                name: n.name.clone(),
+                name: n.display_name(),
                 kind: kind_name(&n.kind).into(),
                 language: lang_name(&n.lang).into(),
                 location: n.location(),
@@ -1073,7 +1098,7 @@ fn plan_response(plan: &Plan, at: &str) -> PlanResponse {
                         table: inp.table.clone(),
                         columns: inp.columns.clone(),
                         filter: inp.filter.clone(),
-                        producer: inp.producer.map(|p| plan.nodes[p].name.clone()),
+                        producer: inp.producer.map(|p| plan.nodes[p].display_name()),
                     })
                     .collect(),
                 output: n.output().map(String::from),

@@ -12,6 +12,7 @@ use lh_runner::{EnvSpec, Limits};
 use serde::{Deserialize, Serialize};
 
 use super::limits::Ceilings;
+use super::partitions::{self, Partition, PartitionsDecl};
 use crate::error::{Code, Error, Result};
 use crate::query::QueryEngine;
 use crate::tables::Tables;
@@ -38,6 +39,10 @@ pub struct ProjectFile {
     /// Default limits of Python functions.
     #[serde(default)]
     pub resources: Option<ResourcesDecl>,
+    /// The partitions its partitioned models run for (`daily: {start: 2026-01-01}`),
+    /// see `partitions.rs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<PartitionsDecl>,
 }
 
 /// A partition spec as a model gives it: a list of fields or one string; checked for
@@ -286,6 +291,13 @@ pub struct PlanNode {
     /// creates or repartitions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitioned_by: Option<String>,
+    /// For an instance of a model that runs per partition: its partition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<Partition>,
+    /// Nodes it waits for besides its inputs' producers (every instance of a
+    /// partitioned model it reads).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<usize>,
 }
 
 impl PlanNode {
@@ -298,6 +310,24 @@ impl PlanNode {
 
     pub fn location(&self) -> String {
         format!("{}:{}", self.file, self.line)
+    }
+
+    /// Its name in the run: the table or expectation, with the partition of an
+    /// instance (`analytics.orders[2026-11-03]`).
+    pub fn display_name(&self) -> String {
+        match &self.partition {
+            Some(p) => partitions::instance_name(&self.name, p),
+            None => self.name.clone(),
+        }
+    }
+
+    /// The nodes it runs after: its inputs' producers and what it waits for.
+    pub fn depends_on(&self) -> Vec<usize> {
+        let mut d: Vec<usize> = self.inputs.iter().filter_map(|i| i.producer).collect();
+        d.extend(self.after.iter().copied());
+        d.sort();
+        d.dedup();
+        d
     }
 }
 
@@ -391,6 +421,16 @@ pub fn read_project_file(root: &Path) -> Result<ProjectFile> {
         {
             problems.push(loc(PROJECT_FILE, 0, e));
         }
+        if partitions::PARAMS.contains(&name.as_str()) {
+            problems.push(loc(
+                PROJECT_FILE,
+                0,
+                format!("parameter '{name}' is lh's: a partitioned model receives it"),
+            ));
+        }
+    }
+    if let Some(Err(e)) = p.partitions.as_ref().map(PartitionsDecl::check) {
+        problems.push(loc(PROJECT_FILE, 0, format!("partitions: {e}")));
     }
     if !problems.is_empty() {
         return Err(invalid(problems));
@@ -648,7 +688,11 @@ impl Planner<'_> {
         #[allow(clippy::needless_range_loop)] // the inputs' producers are set in place
         for i in 0..nodes.len() {
             for p in nodes[i].params.values() {
-                if !project.parameters.contains_key(p) {
+                if partitions::PARAMS.contains(&p.as_str()) {
+                    if !partitions::per_partition(project.partitions.as_ref(), &nodes[i]) {
+                        problems.push(loc(&nodes[i].file, nodes[i].line, format!("'{p}' is given only to a model that runs per partition (materialize 'overwrite_partitions' in a project that declares partitions: in {PROJECT_FILE})")));
+                    }
+                } else if !project.parameters.contains_key(p) {
                     problems.push(loc(&nodes[i].file, nodes[i].line, format!("unknown parameter '{p}' (declare it under parameters: in {PROJECT_FILE})")));
                 }
             }
@@ -911,6 +955,8 @@ impl Planner<'_> {
         }
         Ok(PlanNode {
             partitioned_by,
+            partition: None,
+            after: Vec::new(),
             name,
             kind,
             lang: Lang::Python {
@@ -1005,6 +1051,8 @@ impl Planner<'_> {
         let (materialize, partitioned_by) = sql_settings(file, &text)?;
         Ok(PlanNode {
             partitioned_by,
+            partition: None,
+            after: Vec::new(),
             name,
             kind: NodeKind::Model { materialize },
             lang: Lang::Sql {
@@ -1021,17 +1069,9 @@ impl Planner<'_> {
 
 /// An order where every node comes after the nodes it reads from; a cycle is an error
 /// that names it.
-fn topological(nodes: &[PlanNode]) -> Result<Vec<usize>> {
+pub(super) fn topological(nodes: &[PlanNode]) -> Result<Vec<usize>> {
     let n = nodes.len();
-    let deps: Vec<Vec<usize>> = nodes
-        .iter()
-        .map(|node| {
-            let mut d: Vec<usize> = node.inputs.iter().filter_map(|i| i.producer).collect();
-            d.sort();
-            d.dedup();
-            d
-        })
-        .collect();
+    let deps: Vec<Vec<usize>> = nodes.iter().map(PlanNode::depends_on).collect();
     let mut indegree: Vec<usize> = deps.iter().map(Vec::len).collect();
     let mut ready: BTreeSet<(String, usize)> = (0..n)
         .filter(|&i| indegree[i] == 0)

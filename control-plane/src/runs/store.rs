@@ -432,6 +432,7 @@ impl RunStore {
             rerun_of: row.get(15),
             created_at: time(Some(row.get(16))).unwrap_or_default(),
             finished_at: time(row.get(17)),
+            partitions: lh_api::RunPartition::of(&nodes),
             nodes,
         };
         Ok((info, plan))

@@ -227,6 +227,35 @@ impl Tables {
         Ok(out)
     }
 
+    /// The data files the table's current snapshot added (a write's own files, however
+    /// often it was rebased), with the partition spec each was written with.
+    pub async fn added_files(
+        &self,
+        t: &LoadedTable,
+    ) -> Result<Vec<(iceberg::spec::DataFile, i32)>> {
+        let Some(snapshot) = t.metadata.current_snapshot() else {
+            return Ok(Vec::new());
+        };
+        let id = snapshot.snapshot_id();
+        let io = self.warehouse.io();
+        let mut out = Vec::new();
+        for m in snapshot::manifests_of(io, &t.metadata, snapshot.manifest_list()).await? {
+            if m.added_snapshot_id != id || m.content != iceberg::spec::ManifestContentType::Data {
+                continue;
+            }
+            let manifest = m.load_manifest(io).await?;
+            for e in manifest.entries() {
+                if e.status() == iceberg::spec::ManifestStatus::Added
+                    && e.snapshot_id() == Some(id)
+                    && e.content_type() == DataContentType::Data
+                {
+                    out.push((e.data_file().clone(), m.partition_spec_id));
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Makes every live file of a table readable on this machine (for an S3
     /// warehouse: in the read cache, fetched as need be, several at once) and keeps it
     /// so while `pins` lives: a view made earlier reads these paths.

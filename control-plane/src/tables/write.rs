@@ -50,13 +50,23 @@ pub enum Source {
         /// What the query is, for messages (`model analytics.orders`).
         label: String,
     },
+    /// Data files of the warehouse already, of a table version `from` (a memoized
+    /// output of a partitioned model, put back into its partitions): nothing is read
+    /// or written but the table's metadata.
+    DataFiles {
+        files: Vec<iceberg::spec::DataFile>,
+        /// The partition spec they were written with.
+        spec_id: i32,
+        from: Arc<TableMetadata>,
+        label: String,
+    },
 }
 
 impl Source {
     fn describe(&self) -> String {
         match self {
             Source::Files { names, .. } => names.join(", "),
-            Source::Query { label, .. } => label.clone(),
+            Source::Query { label, .. } | Source::DataFiles { label, .. } => label.clone(),
         }
     }
 }
@@ -733,6 +743,7 @@ async fn stage_write<'a>(
             (_, Some(_)) => "lh.compacted",
             (Source::Files { .. }, _) => "lh.import.files",
             (Source::Query { .. }, _) => "lh.source",
+            (Source::DataFiles { .. }, _) => "lh.reused",
         };
         props.insert(key.to_string(), job.source.describe());
         let added = if w.rows == 0 { vec![] } else { w.files };
@@ -830,6 +841,15 @@ struct WritePlan {
 
 impl WritePlan {
     fn run(self, stop: &Stop) -> Result<Written> {
+        if let Source::DataFiles {
+            files,
+            from,
+            spec_id,
+            ..
+        } = &self.job.source
+        {
+            return self.graft(files, *spec_id, from);
+        }
         if let Some(parent) = self.data_dir.parent() {
             std::fs::create_dir_all(parent)?;
         }
@@ -866,6 +886,7 @@ impl WritePlan {
                 stmt.raw_execute().map_err(|e| self.read_error(e))?;
                 "lh_source".to_string()
             }
+            Source::DataFiles { .. } => unreachable!("grafted above"),
         };
         let arrow_schema = conn
             .prepare(&format!("SELECT * FROM {src} LIMIT 0"))
@@ -1104,6 +1125,64 @@ impl WritePlan {
         })
     }
 
+    /// Data files of another version of the table (`from`), added as they are: into the
+    /// table when it has `from`'s schema and partitioning, or into a new table with
+    /// them.
+    fn graft(
+        &self,
+        files: &[iceberg::spec::DataFile],
+        spec_id: i32,
+        from: &TableMetadata,
+    ) -> Result<Written> {
+        let refuse = |why: &str| {
+            Error::new(
+                Kind::Conflict,
+                Code::Conflict,
+                format!("{} cannot be put back: {why}", self.job.source.describe()),
+            )
+        };
+        let base = match &self.base {
+            Some(b) => b.clone(),
+            None => {
+                super::commit::first_metadata(
+                    from.current_schema().as_ref().clone(),
+                    from.default_partition_spec()
+                        .as_ref()
+                        .clone()
+                        .into_unbound(),
+                    SortOrder::unsorted_order(),
+                    self.location.clone(),
+                    FormatVersion::V2,
+                    HashMap::from([("write.format.default".to_string(), "parquet".to_string())]),
+                    self.table_uuid,
+                )?
+                .build()?
+                .metadata
+            }
+        };
+        if base.current_schema().as_struct() != from.current_schema().as_struct() {
+            return Err(refuse("the table's schema is another"));
+        }
+        let spec = base.default_partition_spec();
+        if spec.fields() != from.default_partition_spec().fields() || spec_id != spec.spec_id() {
+            return Err(refuse("the table's partitioning is another"));
+        }
+        let mut partitions: Vec<iceberg::spec::Struct> = Vec::new();
+        for f in files {
+            if !partitions.contains(f.partition()) {
+                partitions.push(f.partition().clone());
+            }
+        }
+        Ok(Written {
+            rows: files.iter().map(|f| f.record_count()).sum(),
+            bytes: files.iter().map(|f| f.file_size_in_bytes()).sum(),
+            files: files.to_vec(),
+            staged: Vec::new(),
+            partitions,
+            base,
+        })
+    }
+
     fn read_error(&self, e: duckdb::Error) -> Error {
         let text = e.to_string();
         let (files, names, format) = match &self.job.source {
@@ -1112,7 +1191,7 @@ impl WritePlan {
                 names,
                 format,
             } => (files.as_slice(), names.as_slice(), Some(*format)),
-            Source::Query { .. } => (&[][..], &[][..], None),
+            Source::Query { .. } | Source::DataFiles { .. } => (&[][..], &[][..], None),
         };
         // Show the user's file names, not the server's staging paths.
         let mut msg = text.clone();

@@ -957,6 +957,32 @@ pub struct CompactResponse {
     pub rows: u64,
 }
 
+/// An expiry of a table's snapshots on a branch
+/// (`POST /api/v1/tables/{name}/expire`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ExpireRequest {
+    /// The branch; the server's default branch when absent.
+    #[serde(rename = "ref", default)]
+    pub reference: Option<String>,
+    /// Only snapshots at least this old go; 30 days when absent.
+    #[serde(default)]
+    pub older_than_secs: Option<u64>,
+}
+
+/// What an expiry did: one commit that changes no row, or nothing.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ExpireResponse {
+    pub table: String,
+    /// The commit made; the head it found when nothing expired.
+    pub commit: String,
+    /// Snapshots in the table's metadata before and after.
+    pub snapshots_before: u64,
+    pub snapshots_after: u64,
+    pub expired: u64,
+    /// The commits the server's retention keeps (whose snapshots stay).
+    pub kept_commits: u64,
+}
+
 /// A garbage collection of the warehouse (`POST /api/v1/gc`).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct GcRequest {

@@ -65,3 +65,15 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
     Ok(Duration::from_secs_f64(secs))
 }
+
+/// A duration as `parse_duration` reads it: `90d`, `12h`, `30m`, `45s`.
+pub fn format_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => "0s".into(),
+        _ if s.is_multiple_of(86400) => format!("{}d", s / 86400),
+        _ if s.is_multiple_of(3600) => format!("{}h", s / 3600),
+        _ if s.is_multiple_of(60) => format!("{}m", s / 60),
+        _ => format!("{s}s"),
+    }
+}

@@ -689,6 +689,73 @@ impl Catalog {
             .map(|c| (*c).clone()))
     }
 
+    /// The commits a retention policy keeps: the head of every ref, and every commit
+    /// no older than its window: the longest `window(branch)` of the branches it is
+    /// reachable from, or `unreachable` when no branch reaches it (a deleted branch's
+    /// commits, a tag's history). Heads first, each commit once.
+    pub async fn retained_commits(
+        &self,
+        window: &(dyn Fn(&str) -> std::time::Duration + Sync),
+        unreachable: std::time::Duration,
+        now: chrono::DateTime<Utc>,
+    ) -> Result<Retained> {
+        let refs = self.store().references().await?;
+        let young = |c: &Commit, w: std::time::Duration| {
+            (now - c.timestamp).to_std().map_or(true, |age| age <= w)
+        };
+        let mut out = Retained::default();
+        let mut kept: HashSet<Hash> = HashSet::new();
+        for r in &refs {
+            if kept.insert(r.head) {
+                out.heads
+                    .push((*self.objects.commit_by_id(r.head).await?).clone());
+            }
+        }
+        // Branches with the longest window first: a commit is walked once, from the
+        // branch that keeps it longest.
+        let mut branches: Vec<(std::time::Duration, Hash)> = refs
+            .iter()
+            .filter(|r| r.kind == RefKind::Branch)
+            .map(|r| (window(&r.name), r.head))
+            .collect();
+        branches.sort_by_key(|b| std::cmp::Reverse(b.0));
+        let mut reached: HashSet<Hash> = HashSet::new();
+        for (w, head) in branches {
+            let mut stack = vec![head];
+            while let Some(id) = stack.pop() {
+                if !reached.insert(id) {
+                    continue;
+                }
+                let c = self.objects.commit_by_id(id).await?;
+                stack.extend(c.parents.iter().copied());
+                if young(&c, w) && kept.insert(id) {
+                    out.commits.push((*c).clone());
+                }
+            }
+        }
+        // Commits no branch reaches: every commit of the store, a page at a time.
+        const PAGE: usize = 1000;
+        let hi = Hash([0xff; 32]);
+        let mut lo = Hash([0; 32]);
+        loop {
+            let page = self.store().commits_in_range(lo, hi, PAGE).await?;
+            for id in &page {
+                if reached.contains(id) || kept.contains(id) {
+                    continue;
+                }
+                let c = self.objects.commit_by_id(*id).await?;
+                if young(&c, unreachable) {
+                    kept.insert(*id);
+                    out.commits.push((*c).clone());
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() == PAGE && *last != lo => lo = *last,
+                _ => return Ok(out),
+            }
+        }
+    }
+
     /// Reads every commit and tree node reachable from any ref, checking each object's
     /// hash and the tree's invariants. Costs a full scan: an administrator's tool.
     pub async fn check_integrity(&self) -> Result<IntegrityReport> {

@@ -143,6 +143,15 @@ pub struct Reference {
     pub head: CommitId,
 }
 
+/// What a retention policy keeps (`Catalog::retained_commits`).
+#[derive(Debug, Clone, Default)]
+pub struct Retained {
+    /// The head of every ref.
+    pub heads: Vec<Commit>,
+    /// Every other commit kept.
+    pub commits: Vec<Commit>,
+}
+
 /// A ref expression resolved to one commit.
 #[derive(Debug, Clone)]
 pub struct Resolved {

@@ -460,6 +460,17 @@ pub enum TableCommand {
         #[arg(long, value_name = "SIZE", default_value = "256MB", value_parser = lh_api::units::parse_size)]
         target_file_size: u64,
     },
+    /// Remove from a table's metadata the snapshots older than a cutoff that no commit
+    /// the server's retention keeps reads (`lh gc` then frees their files), as one
+    /// commit that changes no row
+    Expire {
+        name: String,
+        #[arg(long = "ref", value_name = "BRANCH")]
+        reference: Option<String>,
+        /// Only snapshots at least this old go (`0s`: any not kept)
+        #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = parse_age)]
+        older_than: u64,
+    },
     /// Remove a table from a branch
     #[command(alias = "delete")]
     Rm {

@@ -300,6 +300,15 @@ impl Client {
             .await
     }
 
+    pub async fn expire(
+        &self,
+        name: &str,
+        req: &lh_api::ExpireRequest,
+    ) -> CliResult<lh_api::ExpireResponse> {
+        self.post(&format!("/tables/{}/expire", segment(name)?), req)
+            .await
+    }
+
     pub async fn compact(&self, name: &str, req: &CompactRequest) -> CliResult<CompactResponse> {
         self.post(&format!("/tables/{}/compact", segment(name)?), req)
             .await

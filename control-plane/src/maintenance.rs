@@ -1,4 +1,5 @@
-//! Table maintenance that changes no row: compaction (`lh table compact`).
+//! Table maintenance that changes no row: compaction (`lh table compact`) and snapshot
+//! expiry (`lh table expire`).
 //!
 //! A compaction picks, per partition, the data files under three quarters of the target
 //! size when there are at least two (every data file when the table has delete files,
@@ -10,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use lh_api::{CompactResponse, ImportMode};
+use lh_api::{CompactResponse, ExpireResponse, ImportMode};
 
 use crate::auth::{Action, Identity};
 use crate::error::{Code, Error, Result};
@@ -182,6 +183,7 @@ pub async fn compact(
             deletes: !delete_files.is_empty(),
             delete_files: delete_files.clone(),
         }),
+        within: None,
     };
     let written = write_table(tables, ctx, job).await?;
     drop(pins);
@@ -195,4 +197,109 @@ pub async fn compact(
         files_rewritten: picked.len() as u64,
         rows: written.rows,
     })
+}
+
+/// Expires a table's snapshots on a branch (`lh table expire`): removes from its
+/// metadata every snapshot older than `older_than` that no kept commit reads (see
+/// `tables/retention.rs`), as one commit that changes no row. Every kept commit reads
+/// its own table version, which stays as it was; `lh gc` then frees the files of the
+/// snapshots expired.
+pub async fn expire(
+    tables: &Tables,
+    branch: &str,
+    table: &str,
+    older_than: std::time::Duration,
+    by: &Identity,
+) -> Result<ExpireResponse> {
+    lh_catalog::names::validate_table_name(table)?;
+    by.require_table(Action::Write, branch, table, "expiring a table's snapshots")?;
+    let resolved = tables.catalog.resolve(branch).await?;
+    crate::tables::require_branch(branch, &resolved)?;
+    let t = tables.load(&resolved.commit, table).await?.ok_or_else(|| {
+        Error::not_found(
+            Code::TableNotFound,
+            format!("table '{table}' not found on '{branch}'"),
+        )
+    })?;
+    let m = &t.metadata;
+    let kept = tables.kept().await?;
+    // The snapshots kept commits read of this table, on any ref or commit.
+    let mut read: BTreeSet<i64> = BTreeSet::new();
+    for (location, snapshot) in kept.read.get(&t.pointer.table_uuid).into_iter().flatten() {
+        match snapshot {
+            Some(id) => {
+                read.insert(*id);
+            }
+            None => {
+                if let Some(id) = tables.metadata(location).await?.current_snapshot_id() {
+                    read.insert(id);
+                }
+            }
+        }
+    }
+    // And what the metadata's own refs (an engine's branches and tags) name.
+    // (iceberg-rust lists them only in the metadata's JSON.)
+    let json = serde_json::to_value(&**m).map_err(|e| Error::internal(e.to_string()))?;
+    if let Some(refs) = json.get("refs").and_then(|r| r.as_object()) {
+        read.extend(
+            refs.values()
+                .filter_map(|r| r.get("snapshot-id").and_then(|v| v.as_i64())),
+        );
+    }
+    read.extend(m.current_snapshot_id());
+    let cutoff = chrono::Utc::now().timestamp_millis()
+        - i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
+    let mut expired: Vec<i64> = m
+        .snapshots()
+        .filter(|s| s.timestamp_ms() < cutoff && !read.contains(&s.snapshot_id()))
+        .map(|s| s.snapshot_id())
+        .collect();
+    expired.sort_unstable();
+    let before = m.snapshots().count() as u64;
+    let mut response = ExpireResponse {
+        table: table.to_string(),
+        commit: resolved.commit.id.to_hex(),
+        snapshots_before: before,
+        expired: expired.len() as u64,
+        snapshots_after: before - expired.len() as u64,
+        kept_commits: kept.commits as u64,
+    };
+    if expired.is_empty() {
+        return Ok(response);
+    }
+    let next = iceberg::spec::TableMetadataBuilder::new_from_metadata(
+        (**m).clone(),
+        Some(t.pointer.metadata_location.clone()),
+    )
+    .remove_snapshots(&expired)
+    .build()
+    .map_err(|e| Error::internal(format!("cannot expire snapshots: {e}")))?
+    .metadata;
+    let put = crate::tables::commit::Put {
+        table: table.to_string(),
+        current: Some(t.clone()),
+        base: crate::tables::commit::Base::Made(Box::new(next)),
+        requirements: Vec::new(),
+        updates: Vec::new(),
+        files: Vec::new(),
+    };
+    let n = expired.len();
+    let meta = lh_catalog::CommitMeta::new(
+        &by.user,
+        format!(
+            "expire {n} snapshot{} of {table}",
+            if n == 1 { "" } else { "s" }
+        ),
+    )
+    .with_property("lh.operation", "expire");
+    let committed = tables
+        .commit(
+            branch,
+            by,
+            vec![crate::tables::commit::Change::Put(put)],
+            meta,
+        )
+        .await?;
+    response.commit = committed.commit.id.to_hex();
+    Ok(response)
 }

@@ -70,6 +70,8 @@ pub struct ServerConfig {
     /// Compact a table after an import or a run left more than this many small files in
     /// one of its partitions (off: `None`).
     pub auto_compact_files: Option<usize>,
+    /// Which commits stay readable (`lh table expire`, `lh gc`).
+    pub retention: crate::tables::retention::Retention,
     /// The largest file an upload (`lh table import`) may stage.
     pub max_upload_bytes: u64,
     /// The most the Python environment cache keeps.
@@ -139,6 +141,7 @@ impl ServerConfig {
             docker: Default::default(),
             max_concurrent_writes: 2,
             auto_compact_files: None,
+            retention: Default::default(),
             max_upload_bytes: 64 << 30,
             env_cache_bytes: 20 << 30,
             function_ceilings: crate::runs::limits::Ceilings::for_this_machine(),
@@ -282,6 +285,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
     let protected = Arc::new(crate::auth::protected::ProtectedBranches::new(db.clone()));
     let audit = Arc::new(crate::auth::audit::AuditLog::new(db.clone()));
     let _ = tables.protected.set(protected.clone());
+    let _ = tables.retention.set(config.retention.clone());
     let tokens = config
         .auth
         .then(|| Arc::new(crate::auth::tokens::Tokens::new(db.clone())));

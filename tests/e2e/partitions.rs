@@ -3,6 +3,8 @@
 //! DuckDB's iceberg extension read them back; partition overwrites and concurrent
 //! appends through the CLI.
 
+use std::path::Path;
+
 use lh_e2e::Server;
 use serde_json::Value;
 
@@ -671,4 +673,59 @@ def revenue_is_positive(t=lh.Model("mart.daily_revenue")):
         (Some(1000), Some(1))
     );
     assert_eq!(now[5], published[5], "other days untouched");
+
+    // A day whose output is empty now loses its rows (its partitions are replaced by
+    // none), in both tables.
+    let v3 = write("v3", "pass");
+    let v3 = v3.to_str().unwrap();
+    std::fs::write(
+        Path::new(v3).join("models.py"),
+        model("pass").replace(
+            "    return orders\n",
+            "    if day == '2026-11-06':\n        orders = orders.slice(0, 0)\n    return orders.filter(pc.greater_equal(orders['amount'], 0))\n",
+        ),
+    )
+    .unwrap();
+    let (code, emptied) = run_json(&lh, &[v3, "--partitions", "2026-11-05..2026-11-07"]);
+    assert_eq!(code, 0, "{emptied}");
+    assert_eq!(node(&emptied, "mart.orders_daily[2026-11-06]")["rows"], 0);
+    let now = revenue("main");
+    assert_eq!(now.len(), 29, "{now:?}");
+    assert!(now.iter().all(|r| r["day"] != "2026-11-06"));
+    let left = lh.rows(
+        "SELECT count(*) AS n FROM mart.orders_daily WHERE CAST(ordered_at AS DATE) = DATE '2026-11-06'",
+        "main",
+    );
+    assert_eq!(left[0]["n"], 0);
+
+    // A model's rows outside its partition fail it, naming the partition; a spec
+    // coarser than the project's partitions is the plan's error.
+    std::fs::write(
+        Path::new(v3).join("models.py"),
+        model("pass").replace(
+            "    return orders\n",
+            "    import datetime\n    return orders.set_column(1, 'ordered_at', pc.add(orders['ordered_at'], datetime.timedelta(days=1)))\n",
+        ),
+    )
+    .unwrap();
+    let (code, shifted) = run_json(&lh, &[v3, "--partition", "2026-11-08"]);
+    assert_ne!(code, 0);
+    let err = node(&shifted, "mart.orders_daily[2026-11-08]")["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("3 rows of") && err.contains("fall outside partition 2026-11-08"),
+        "{err}"
+    );
+    std::fs::write(
+        Path::new(v3).join("models.py"),
+        model("pass").replace("day(ordered_at)", "month(ordered_at)"),
+    )
+    .unwrap();
+    let err = lh
+        .run(&["run", v3, "--partition", "2026-11-08"])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("needs a field no coarser than that"), "{err}");
 }

@@ -76,6 +76,36 @@ pub async fn run(client: &Client, settings: &Settings, cmd: TableCommand) -> Cli
             }
             Ok(())
         }
+        TableCommand::Expire {
+            name,
+            reference,
+            older_than,
+        } => {
+            let at = client.resolve_ref(settings.reference(&reference)).await?;
+            let req = lh_api::ExpireRequest {
+                reference: Some(at.clone()),
+                older_than_secs: Some(older_than),
+            };
+            let r = client.expire(&name, &req).await?;
+            if settings.output != OutputFormat::Table {
+                return output::item(settings.output, &r, &[]);
+            }
+            if r.expired > 0 {
+                eprintln!(
+                    "expired {} of {} on '{at}' ({} left; commit {}); `lh gc` frees their files",
+                    output::count(r.expired as usize, "snapshot"),
+                    r.table,
+                    r.snapshots_after,
+                    short(&r.commit)
+                );
+            } else {
+                eprintln!(
+                    "{} on '{at}' has no snapshot to expire ({} kept: read by the {} commits the retention keeps, or younger); no commit",
+                    r.table, r.snapshots_before, r.kept_commits
+                );
+            }
+            Ok(())
+        }
         TableCommand::Rm { name, reference } => {
             let at = client.resolve_ref(settings.reference(&reference)).await?;
             let r = client.drop_table(&name, &at).await?;

@@ -32,6 +32,7 @@ use crate::state::AppState;
         super::tables::upload,
         super::tables::import_files,
         super::tables::compact,
+        super::tables::expire,
         super::tables::gc,
         super::query::query,
         super::runs::plan_run,

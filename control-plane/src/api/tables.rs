@@ -9,8 +9,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::StreamExt;
 use lh_api::{
-    CompactRequest, CompactResponse, DropResponse, FileFormat, GcRequest, GcResponse,
-    ImportRequest, ImportResponse, TableDetail, TableList, TableSummary, Upload,
+    CompactRequest, CompactResponse, DropResponse, ExpireRequest, ExpireResponse, FileFormat,
+    GcRequest, GcResponse, ImportRequest, ImportResponse, TableDetail, TableList, TableSummary,
+    Upload,
 };
 use tokio::io::AsyncWriteExt;
 
@@ -27,6 +28,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/tables/{name}", get(show_table).delete(drop_table))
         .route("/api/v1/tables/{name}/import", post(import_files))
         .route("/api/v1/tables/{name}/compact", post(compact))
+        .route("/api/v1/tables/{name}/expire", post(expire))
         .route("/api/v1/uploads", post(upload))
         .route("/api/v1/gc", post(gc))
 }
@@ -135,13 +137,36 @@ async fn compact(
     Ok(Json(r))
 }
 
+/// Removes from a table's metadata on a branch the snapshots older than a cutoff that
+/// no commit the server's retention keeps reads, as one commit that changes no row.
+#[utoipa::path(post, path = "/api/v1/tables/{name}/expire", params(("name" = String, Path)),
+    request_body = ExpireRequest,
+    responses((status = 200, body = ExpireResponse), (status = 404, body = lh_api::ErrorBody),
+        (status = 409, body = lh_api::ErrorBody)))]
+async fn expire(
+    State(s): State<AppState>,
+    identity: Identity,
+    Path(name): Path<String>,
+    Json(req): Json<ExpireRequest>,
+) -> ApiResult<Json<ExpireResponse>> {
+    let at = req
+        .reference
+        .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
+    let older_than = std::time::Duration::from_secs(req.older_than_secs.unwrap_or(30 * 86400));
+    let r = crate::maintenance::expire(&s.tables, &at, &name, older_than, &identity).await?;
+    Ok(Json(r))
+}
+
 /// Removes the warehouse files that no commit of the catalog reaches (what failed or
 /// refused writes left), once older than a grace period; `dry_run` lists them.
 #[utoipa::path(post, path = "/api/v1/gc", request_body = GcRequest,
     responses((status = 200, body = GcResponse), (status = 400, body = lh_api::ErrorBody),
         (status = 409, body = lh_api::ErrorBody)))]
 async fn gc(State(s): State<AppState>, Json(req): Json<GcRequest>) -> ApiResult<Json<GcResponse>> {
-    Ok(Json(crate::tables::gc::collect(&s.tables, &req).await?))
+    let memo: &dyn crate::tables::gc::Memo = &s.runs.store;
+    Ok(Json(
+        crate::tables::gc::collect(&s.tables, &req, Some(memo)).await?,
+    ))
 }
 
 /// Stages a file for an import (`?name=orders.csv`; the body is the file).

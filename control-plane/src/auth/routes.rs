@@ -45,6 +45,7 @@ routes! {
     DELETE "/api/v1/tables/{name}" => Some(Write),
     POST "/api/v1/tables/{name}/import" => Some(Write),
     POST "/api/v1/tables/{name}/compact" => Some(Write),
+    POST "/api/v1/tables/{name}/expire" => Some(Write),
     POST "/api/v1/uploads" => Some(Write),
     POST "/api/v1/gc" => Some(Admin),
     POST "/api/v1/query" => Some(Read),

@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use lh_api::env_vars::{self, lh_home};
 use lh_control_plane::runs::limits::{parse_cpus, parse_duration, parse_size};
+use lh_control_plane::tables::retention::Retention;
 use lh_control_plane::{RuntimeChoice, ServerConfig};
 
 /// Run the lh server (the embedded default needs no flag).
@@ -70,6 +71,12 @@ pub struct ServerArgs {
     /// than N small data files in a partition; off when absent
     #[arg(long, value_name = "N")]
     pub auto_compact_files: Option<usize>,
+    /// How long commits of the branches matching PATTERN stay readable, PATTERN=DURATION
+    /// (`main=180d`, `dev/*=14d`, `*=0s` keeps only the heads, `forever`); repeatable,
+    /// the first match wins, before the defaults main=90d, run/*=7d, *=30d. `lh table
+    /// expire` and `lh gc` free what no kept commit reads
+    #[arg(long = "retain", value_name = "PATTERN=DURATION", value_parser = parse_retain)]
+    pub retain: Vec<String>,
     /// The largest file `lh table import` may upload (larger ones are refused, 413)
     #[arg(long, default_value = "64g", value_name = "SIZE", value_parser = parse_size)]
     pub max_upload: u64,
@@ -196,6 +203,12 @@ fn parse_group_role(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("'{s}' is not GROUP=ROLE"))
 }
 
+/// One `--retain` rule, checked.
+fn parse_retain(s: &str) -> Result<String, String> {
+    Retention::parse(&[s.to_string()])?;
+    Ok(s.to_string())
+}
+
 fn parse_role(s: &str) -> Result<lh_control_plane::auth::Role, String> {
     lh_control_plane::auth::Role::parse(s).map_err(|e| e.message)
 }
@@ -287,6 +300,7 @@ fn config(args: ServerArgs) -> ServerConfig {
     config.duckdb_memory = args.duckdb_memory;
     config.max_concurrent_writes = args.max_concurrent_writes.max(1);
     config.auto_compact_files = args.auto_compact_files.map(|n| n.max(2));
+    config.retention = Retention::parse(&args.retain).unwrap_or_default();
     config.max_upload_bytes = args.max_upload;
     config.env_cache_bytes = args.env_cache_size;
     config.env_cache = args.env_cache;

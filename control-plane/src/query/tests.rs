@@ -724,6 +724,7 @@ async fn writes_wait_for_a_slot_and_leave_no_spill_folder() {
         timeout: Some(Duration::from_millis(300)),
         partition_by: None,
         replaces: None,
+        within: None,
     };
     let err = crate::tables::write::write_table(&tables, &ctx, job.clone())
         .await
@@ -829,6 +830,7 @@ async fn compaction_applies_deletes_and_never_outruns_one() {
         timeout: None,
         partition_by: None,
         replaces: Some(stale),
+        within: None,
     };
     let e = crate::tables::write::write_table(&tables, &ctx, job)
         .await

@@ -47,7 +47,7 @@ struct Shared {
     input_commit: String,
     /// Held by the instance of a partitioned model that creates its table, while it
     /// does: the other instances then overwrite partitions of it.
-    creating: tokio::sync::Mutex<()>,
+    creating: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Shared {
@@ -115,7 +115,7 @@ impl Run {
             claim,
             control,
             input_commit: info.input_commit.clone(),
-            creating: tokio::sync::Mutex::new(()),
+            creating: Mutex::new(BTreeMap::new()),
         });
         Run {
             initial: vec![NodeStatus::Waiting; shared.plan.nodes.len()],
@@ -277,7 +277,7 @@ impl Run {
             match (&node.kind, status[i]) {
                 (_, NodeStatus::Skipped) => skipped += 1,
                 (NodeKind::Model { .. }, NodeStatus::Failed) => {
-                    failed.push(format!("{} failed", node.name))
+                    failed.push(format!("{} failed", node.display_name()))
                 }
                 (NodeKind::Expectation { .. }, NodeStatus::Failed) => {
                     failed.push(format!("expectation {} failed", node.name))
@@ -712,7 +712,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
     };
     let props = BTreeMap::from([
         ("lh.run".to_string(), shared.id.clone()),
-        ("lh.node".to_string(), node.name.clone()),
+        ("lh.node".to_string(), node.display_name()),
     ]);
     // The files a SQL model's views read stay in the read cache until its write ends.
     let mut input_pins = crate::warehouse::cache::Pins::none();
@@ -745,7 +745,8 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
                 let (Some(part), [ns, _]) = (&i.part, parts.as_slice()) else {
                     continue;
                 };
-                let all = format!("lh_unfiltered_{k}");
+                // (No lh table has a space in its name.)
+                let all = format!("lh unfiltered {k}");
                 setup.push(format!(
                     "ALTER VIEW {} RENAME TO {};",
                     view_name(parts),
@@ -837,13 +838,13 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
     };
     // The first instance of a partitioned model to write creates its table; the others
     // wait for it, then overwrite their partitions.
-    let creating = match &node.partition {
+    let (creating, within) = match &node.partition {
         Some(_) => {
-            let (turn, m) = instance_mode(shared, &table).await?;
+            let (turn, m, now) = instance_mode(shared, &table).await?;
             mode = m;
-            turn
+            (turn, instance_within(svc, node, now.as_ref()).await?)
         }
-        None => None,
+        None => (None, None),
     };
     let job = WriteJob {
         branch: shared.run_branch.clone(),
@@ -866,6 +867,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         },
         partition_by: node.partitioned_by.clone(),
         replaces: None,
+        within,
     };
     if svc.import.writers.available_permits() == 0 {
         rec.log.push_str(
@@ -888,15 +890,15 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         .catalog
         .get_table(&format!("@{}", written.commit), &table)
         .await?;
-    // An instance that wrote no rows made no snapshot of its own to reuse later.
+    rec.status = NodeStatus::Done;
+    rec.rows = Some(written.rows);
+    // An instance that wrote no rows added no files of its own: nothing to reuse later.
     if node.partition.is_none() || written.rows > 0 {
         svc.store
             .memo_put(&fingerprint, &table, &pointer(&p), &shared.id, &parts_json)
             .await?;
+        rec.output = Some(pointer(&p));
     }
-    rec.status = NodeStatus::Done;
-    rec.rows = Some(written.rows);
-    rec.output = Some(pointer(&p));
     Ok(())
 }
 
@@ -958,17 +960,79 @@ async fn partition_input(
 }
 
 /// How an instance writes its model's table: the first to find it missing creates it
-/// (holding the run's turn to create while it does), the others overwrite partitions.
-async fn instance_mode<'a>(
-    shared: &'a Shared,
+/// (holding the table's turn to create while it does), the others overwrite partitions
+/// of it (as it is now).
+async fn instance_mode(
+    shared: &Shared,
     table: &str,
-) -> Result<(Option<tokio::sync::MutexGuard<'a, ()>>, ImportMode)> {
-    let turn = shared.creating.lock().await;
+) -> Result<(
+    Option<tokio::sync::OwnedMutexGuard<()>>,
+    ImportMode,
+    Option<crate::tables::LoadedTable>,
+)> {
+    let lock = shared
+        .creating
+        .lock()
+        .map_err(|_| Error::internal("a run's table lock is poisoned"))?
+        .entry(table.to_string())
+        .or_default()
+        .clone();
+    let turn = lock.lock_owned().await;
     let head = shared.svc.catalog.resolve(&shared.run_branch).await?.commit;
-    Ok(match shared.svc.catalog.table_in(&head, table).await? {
-        Some(_) => (None, ImportMode::OverwritePartitions),
-        None => (Some(turn), ImportMode::Create),
+    Ok(match shared.svc.tables.load(&head, table).await? {
+        Some(t) => (None, ImportMode::OverwritePartitions, Some(t)),
+        None => (Some(turn), ImportMode::Create, None),
     })
+}
+
+/// What an instance of a partitioned model writes within: rows of its partition only,
+/// replacing every partition of the table (`now`) inside it, rows or none.
+async fn instance_within(
+    svc: &RunService,
+    node: &PlanNode,
+    now: Option<&crate::tables::LoadedTable>,
+) -> Result<Option<crate::tables::write::Within>> {
+    use crate::query::prune;
+    let (Some(p), Some(spec)) = (&node.partition, &node.partitioned_by) else {
+        return Ok(None);
+    };
+    let Some(column) = super::partitions::key_column(p, spec) else {
+        return Err(Error::internal(format!(
+            "{} has no partition field for partition {}",
+            node.name, p.label
+        )));
+    };
+    let mut inside = Vec::new();
+    if let Some(t) = now {
+        let field = t
+            .metadata
+            .current_schema()
+            .as_struct()
+            .field_by_name(&column)
+            .cloned();
+        if let Some(iceberg::spec::Type::Primitive(ty)) =
+            field.as_ref().map(|f| f.field_type.as_ref())
+        {
+            let (_, filters) = super::partitions::input_filter(&column, ty, p);
+            let bound = prune::bind(t, &filters);
+            if bound.len() == filters.len() {
+                let spec_id = t.metadata.default_partition_spec_id();
+                for f in &svc.tables.live_files(t).await?.data {
+                    if f.spec_id == spec_id
+                        && prune::may_match(t, &bound, f)
+                        && !inside.contains(f.file.partition())
+                    {
+                        inside.push(f.file.partition().clone());
+                    }
+                }
+            }
+        }
+    }
+    Ok(Some(crate::tables::write::Within {
+        label: p.label.clone(),
+        predicate: super::partitions::output_predicate(&column, p),
+        partitions: inside,
+    }))
 }
 
 /// Puts an instance's earlier output (the files its snapshot at `p` added) back into
@@ -982,11 +1046,24 @@ async fn put_back(
 ) -> Result<(TablePointer, u64)> {
     let svc = &shared.svc;
     let table = &node.name;
+    let name = node.display_name();
     let from = crate::tables::LoadedTable {
         name: table.clone(),
         pointer: catalog_pointer(p),
         metadata: svc.tables.metadata(&p.metadata_location).await?,
     };
+    // The snapshot this instance made (its node in its summary), and no other.
+    let made_here = from.metadata.current_snapshot().is_some_and(|s| {
+        Some(s.snapshot_id()) == p.snapshot_id
+            && s.summary().additional_properties.get("lh.node") == Some(&name)
+    });
+    if !made_here {
+        return Err(Error::new(
+            crate::error::Kind::Conflict,
+            Code::Conflict,
+            format!("the snapshot to reuse is not one {name} made"),
+        ));
+    }
     let added = svc.tables.added_files(&from).await?;
     let spec_id = added
         .first()
@@ -1000,12 +1077,21 @@ async fn put_back(
     }
     let files: Vec<iceberg::spec::DataFile> = added.into_iter().map(|a| a.0).collect();
     let rows = files.iter().map(|f| f.record_count()).sum();
-    let head = svc.catalog.resolve(&shared.run_branch).await?.commit;
-    if let Some(now) = svc.tables.load(&head, table).await? {
-        let live = svc.tables.live_files(&now).await?;
+    if !shared.may_act() {
+        return Err(Error::internal(
+            "the run is no longer this server's (its lease was not renewed in time); nothing was written",
+        ));
+    }
+    let (creating, mode, now) = instance_mode(shared, table).await?;
+    let within = instance_within(svc, node, now.as_ref()).await?;
+    if let Some(now) = &now {
+        let live = svc.tables.live_files(now).await?;
+        // Its partitions, and every partition of the table inside its run partition.
         let keys: std::collections::BTreeSet<String> = files
             .iter()
-            .map(|f| crate::tables::files::partition_key(spec_id, f.partition()))
+            .map(|f| f.partition())
+            .chain(within.iter().flat_map(|w| w.partitions.iter()))
+            .map(|part| crate::tables::files::partition_key(spec_id, part))
             .collect();
         let there: std::collections::BTreeSet<&str> = live
             .data
@@ -1015,7 +1101,7 @@ async fn put_back(
             .collect();
         let ours: std::collections::BTreeSet<&str> = files.iter().map(|f| f.file_path()).collect();
         if there == ours && live.position_deletes.is_empty() && live.equality_deletes.is_empty() {
-            return Ok((pointer(&now.pointer), rows));
+            return Ok((p.clone(), rows));
         }
     }
     shared.by.require_table(
@@ -1024,8 +1110,6 @@ async fn put_back(
         table,
         "reusing a memoized output",
     )?;
-    let (creating, mode) = instance_mode(shared, table).await?;
-    let name = node.display_name();
     let job = WriteJob {
         branch: shared.run_branch.clone(),
         table: table.clone(),
@@ -1047,6 +1131,7 @@ async fn put_back(
         timeout: None,
         partition_by: node.partitioned_by.clone(),
         replaces: None,
+        within,
     };
     let written = write_table(&svc.tables, &svc.import, job).await;
     drop(creating);

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{Duration, NaiveDate, NaiveDateTime, NaiveTime};
+use chrono::{Datelike, Duration, NaiveDate, NaiveDateTime, NaiveTime};
 use iceberg::spec::{PrimitiveType, Transform, Type};
 use serde::{Deserialize, Serialize};
 
@@ -170,7 +170,9 @@ impl PartitionsDecl {
         match self {
             PartitionsDecl::Daily(_) => {
                 let d = NaiveDate::parse_from_str(text, "%Y-%m-%d")
-                    .map_err(|_| format!("'{text}' is not a day (YYYY-MM-DD)"))?;
+                    .ok()
+                    .filter(|d| (1..=9999).contains(&d.year()) && text.len() == 10)
+                    .ok_or_else(|| format!("'{text}' is not a day (YYYY-MM-DD)"))?;
                 let start = d.and_time(NaiveTime::MIN);
                 Ok(Partition {
                     label: d.format("%Y-%m-%d").to_string(),
@@ -194,6 +196,7 @@ impl PartitionsDecl {
                         };
                         NaiveDateTime::parse_from_str(&full, &f).ok()
                     })
+                    .filter(|t| (1..=9999).contains(&t.year()) && text.len() <= 16)
                     .ok_or_else(|| format!("'{text}' is not an hour (YYYY-MM-DDTHH)"))?;
                 if t.format("%M").to_string() != "00" {
                     return Err(format!("'{text}' is not the start of an hour"));
@@ -229,6 +232,9 @@ impl PartitionsDecl {
         if text.is_empty() {
             return Err(bad("no partition given"));
         }
+        if text.len() > 64 * 1024 {
+            return Err(bad("the partitions given are longer than 64 KiB"));
+        }
         let mut out: Vec<Partition> = Vec::new();
         if let Some((a, b)) = text.split_once("..") {
             if matches!(self, PartitionsDecl::Values(_)) {
@@ -258,10 +264,14 @@ impl PartitionsDecl {
                 at = next;
             }
         } else {
+            let mut seen = std::collections::HashSet::new();
             for part in text.split(',') {
                 let p = self.parse(part).map_err(bad)?;
-                if !out.contains(&p) {
+                if seen.insert(p.label.clone()) {
                     out.push(p);
+                }
+                if out.len() > MAX_PARTITIONS_PER_RUN {
+                    break;
                 }
             }
         }
@@ -417,12 +427,27 @@ pub fn apply(plan: Plan, text: Option<&str>) -> Result<Plan> {
         };
     };
     let mut problems = Vec::new();
+    // A partition of the declaration, to check the models' specs against.
+    let sample = match decl {
+        PartitionsDecl::Daily(r) | PartitionsDecl::Hourly(r) => decl.parse(&r.start).ok(),
+        PartitionsDecl::Values(v) => v.first().and_then(|x| decl.parse(x).ok()),
+    };
     for n in &per {
-        if n.partitioned_by.is_none() {
+        let fine = match (&n.partitioned_by, &sample) {
+            (Some(spec), Some(p)) => key_column(p, spec).is_some(),
+            _ => false,
+        };
+        if !fine {
             problems.push(format!(
-                "{}: {} runs per partition and needs partitioned_by (the partitions of the table it overwrites)",
+                "{}: {} runs per {} partition: its partitioned_by needs a field no coarser than that ({})",
                 n.location(),
-                n.name
+                n.name,
+                decl.kind(),
+                match decl {
+                    PartitionsDecl::Daily(_) => "day(col), hour(col) or a date column",
+                    PartitionsDecl::Hourly(_) => "hour(col) or a column by identity",
+                    PartitionsDecl::Values(_) => "a column by identity",
+                }
             ));
         }
     }
@@ -443,6 +468,43 @@ pub fn apply(plan: Plan, text: Option<&str>) -> Result<Plan> {
     };
     let partitions = decl.select(text)?;
     expand(plan, &partitions)
+}
+
+/// The column of a model's partition spec (`partitioned_by`) that holds partition
+/// `p`'s rows whole: one partitioned by a transform no coarser than the run's
+/// partitions (`day`, `hour` or identity for days; `hour` or identity for hours;
+/// identity for values).
+pub fn key_column(p: &Partition, spec: &str) -> Option<String> {
+    let fields = crate::tables::partition::parse_fields(spec).ok()?;
+    let step = match (p.start, p.end) {
+        (Some(s), Some(e)) => Some(e - s),
+        _ => None,
+    };
+    fields.into_iter().find_map(|(t, column)| {
+        let fine = match (step, t) {
+            (_, Transform::Identity) => true,
+            (Some(s), Transform::Hour) => s >= Duration::hours(1),
+            (Some(s), Transform::Day) => s >= Duration::days(1),
+            _ => false,
+        };
+        fine.then_some(column)
+    })
+}
+
+/// What every output row of partition `p` satisfies, on its key column.
+pub fn output_predicate(column: &str, p: &Partition) -> String {
+    let col = quote_ident(column);
+    match (p.start, p.end) {
+        (Some(s), Some(e)) => {
+            let t = |t: NaiveDateTime| quote_literal(&t.format("%Y-%m-%d %H:%M:%S").to_string());
+            format!(
+                "CAST({col} AS TIMESTAMP) >= TIMESTAMP {} AND CAST({col} AS TIMESTAMP) < TIMESTAMP {}",
+                t(s),
+                t(e)
+            )
+        }
+        _ => format!("CAST({col} AS VARCHAR) = {}", quote_literal(&p.label)),
+    }
 }
 
 /// How an input table shares a partition's key: the column it is partitioned by (a
@@ -592,6 +654,8 @@ mod tests {
             "2026-11-3x",
             "",
             "2026-01-01..2030-01-01",
+            "+262143-12-31",
+            "9999-12-31T23",
         ] {
             assert!(d.select(wrong).is_err(), "{wrong}");
         }
@@ -612,6 +676,23 @@ mod tests {
         );
         assert!(h.select("2026-11-03T00").is_err());
         assert!(h.select("2026-11-01T05:30").is_err());
+        assert!(
+            PartitionsDecl::Hourly(Range {
+                start: "0001-01-01T00".into(),
+                end: None
+            })
+            .select("+262143-12-31T23")
+            .is_err()
+        );
+        // A list past the limit stops early.
+        let many: Vec<String> = (0..5000)
+            .map(|i| {
+                (NaiveDate::from_ymd_opt(2026, 1, 1).unwrap() + Duration::days(i))
+                    .format("%Y-%m-%d")
+                    .to_string()
+            })
+            .collect();
+        assert!(d.select(&many.join(",")).is_err());
         let v = PartitionsDecl::Values(vec!["eu".into(), "us".into()]);
         assert_eq!(v.select("eu,us").unwrap().len(), 2);
         assert!(v.select("asia").is_err());

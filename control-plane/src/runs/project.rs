@@ -438,6 +438,37 @@ pub fn read_project_file(root: &Path) -> Result<ProjectFile> {
     Ok(p)
 }
 
+/// Whether an input's filter is one SQL expression: its parentheses balanced outside
+/// quotes, no comment and no statement separator. (It is put between parentheses, and
+/// a partition's filter after it: it may not close them.)
+fn one_expression(f: &str) -> std::result::Result<(), String> {
+    let mut depth = 0i32;
+    let mut quote: Option<char> = None;
+    let mut prev = ' ';
+    for c in f.chars() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => match c {
+                '\'' | '"' => quote = Some(c),
+                '(' => depth += 1,
+                ')' if depth == 0 => return Err("it closes a parenthesis it did not open".into()),
+                ')' => depth -= 1,
+                ';' => return Err("it holds ';'".into()),
+                '-' if prev == '-' => return Err("it holds a comment".into()),
+                '*' if prev == '/' => return Err("it holds a comment".into()),
+                _ => {}
+            },
+        }
+        prev = c;
+    }
+    match (quote, depth) {
+        (Some(_), _) => Err("a quote is not closed".into()),
+        (None, 0) => Ok(()),
+        _ => Err("a parenthesis is not closed".into()),
+    }
+}
+
 fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
     chars
@@ -910,6 +941,13 @@ impl Planner<'_> {
         let mut inputs = Vec::new();
         let mut params = BTreeMap::new();
         for i in f.inputs {
+            if let Some(Err(e)) = i.filter.as_deref().map(one_expression) {
+                problems.push(loc(
+                    &f.file,
+                    i.line.max(f.line),
+                    format!("the filter of '{}': {e}", i.name),
+                ));
+            }
             match i.kind.as_str() {
                 "model" => {
                     let table = if i.name.contains('.') {
@@ -1120,5 +1158,34 @@ pub(super) fn topological(nodes: &[PlanNode]) -> Result<Vec<usize>> {
             )]));
         }
         path.push(next);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_expression;
+
+    #[test]
+    fn an_input_filter_is_one_expression() {
+        for ok in [
+            "amount > 0",
+            "(a = 1 OR b = 2) AND c IN (1, 2)",
+            "name = ')' OR note = '--x;'",
+            "\"we(ird\" > 0",
+            "a - -1 > 0",
+        ] {
+            assert!(one_expression(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "x > 0) OR (true",
+            "x > 0 --",
+            "x > 0; DROP TABLE t",
+            "(x > 0",
+            "x = 'open",
+            "x > 0 /* c */",
+            ") UNION SELECT * FROM t WHERE (true",
+        ] {
+            assert!(one_expression(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -593,3 +593,30 @@ impl RunStore {
         }
     }
 }
+
+#[async_trait::async_trait]
+impl crate::tables::gc::Memo for RunStore {
+    async fn forget_except(&self, kept: &std::collections::BTreeSet<String>) -> Result<u64> {
+        let rows = sqlx::query("SELECT fingerprint, pointer FROM lh_memo")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db)?;
+        let mut forgotten = 0;
+        for r in rows {
+            let fingerprint: String = r.get(0);
+            let pointer: String = r.get(1);
+            let location = serde_json::from_str::<TablePointer>(&pointer)
+                .map(|p| p.metadata_location)
+                .unwrap_or_default();
+            if !kept.contains(&location) {
+                sqlx::query("DELETE FROM lh_memo WHERE fingerprint = $1")
+                    .bind(&fingerprint)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(db)?;
+                forgotten += 1;
+            }
+        }
+        Ok(forgotten)
+    }
+}

@@ -1,17 +1,18 @@
-//! Garbage collection of the warehouse: removes the files that no table pointer the
-//! catalog has ever stored can reach, once they are older than a grace period.
+//! Garbage collection of the warehouse: removes the files that no commit the retention
+//! keeps can reach (`retention.rs`), once they are older than a grace period.
 //!
-//! Such files are what failed work leaves: a server killed between writing a table's
-//! files and committing them, an Iceberg REST client whose commit was refused (its data
-//! files and manifests stay where it wrote them), an abandoned staged create. Files of
-//! every commit are kept, reachable from a ref or not (a deleted branch, a failed run's
-//! branch after its TTL): any commit stays readable by its hash, and replay reads the
-//! inputs of old runs. So this never changes what any ref or commit reads.
+//! Such files are what failed work leaves (a server killed between writing a table's
+//! files and committing them, an Iceberg REST client whose commit was refused, an
+//! abandoned staged create), and what only commits past their retention read: old
+//! table versions, snapshots expired from a table's metadata (`lh table expire`), the
+//! data they alone held. Every kept commit reads what it read: a ref's head, any commit
+//! within its branch's window, a deleted branch's commits within the catch-all window
+//! (replay reads the input commits of runs that recent).
 //!
-//! Mark: every metadata location in the catalog's tree nodes
-//! ([`lh_catalog::Catalog::all_metadata_locations`]), then for each metadata file its
-//! metadata log, statistics, and for each snapshot its manifest list, manifests and
-//! data and delete files. Locations are compared as real paths (`file:///p`,
+//! Mark: every table version a kept commit reads: a ref head's whole (its metadata file,
+//! statistics, and each snapshot's manifest list, manifests, data and delete files);
+//! another kept commit's, the snapshot it reads. Memoized outputs of pipeline nodes
+//! that no kept commit reads are forgotten first, so that no run reuses them. Locations are compared as real paths (`file:///p`,
 //! `file:/p`, `file://localhost/p`, `/p`, percent-encoded or not, through symbolic
 //! links), so no spelling of a live file makes it look like garbage.
 //!
@@ -53,7 +54,19 @@ const LISTED: usize = 1000;
 /// One collection at a time per server.
 static RUNNING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
+/// The memoized outputs of pipeline nodes (the run store's), whose table versions may
+/// be collected.
+#[async_trait::async_trait]
+pub trait Memo: Sync {
+    /// Forgets every memoized output whose table version is not in `kept`; how many.
+    async fn forget_except(&self, kept: &BTreeSet<String>) -> Result<u64>;
+}
+
+pub async fn collect(
+    tables: &Tables,
+    req: &GcRequest,
+    memo: Option<&dyn Memo>,
+) -> Result<GcResponse> {
     let older_than = req
         .older_than_secs
         .map_or(DEFAULT_OLDER_THAN, Duration::from_secs);
@@ -81,8 +94,9 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
     };
 
     let mut mark = Mark::new(tables, root.clone());
-    let mut seen = tables.catalog.all_metadata_locations().await?;
-    mark.add_tables(&seen).await;
+    let kept = tables.kept().await?;
+    mark.add_kept(&kept).await;
+    let mut seen = kept.locations();
     let (found, folders) = match tables.warehouse.local_root() {
         Some(_) => {
             let root = root.clone();
@@ -106,10 +120,19 @@ pub async fn collect(tables: &Tables, req: &GcRequest) -> Result<GcResponse> {
 
     // From here to the last removal no REST commit or registration lands on this server.
     let _gate = tables.commit_gate.write().await;
-    let now = tables.catalog.all_metadata_locations().await?;
-    let new: BTreeSet<String> = now.difference(&seen).cloned().collect();
-    mark.add_tables(&new).await;
-    seen.extend(new);
+    let now = tables.kept().await?;
+    mark.add_kept(&now).await;
+    seen.extend(now.locations());
+    // No run reuses an output whose files may go.
+    if let (false, Some(memo)) = (req.dry_run, memo) {
+        let forgotten = memo.forget_except(&seen).await?;
+        if forgotten > 0 {
+            tracing::info!(
+                forgotten,
+                "gc: forgot memoized outputs no kept commit reads"
+            );
+        }
+    }
     let busy: Vec<PathBuf> = tables
         .in_flight
         .folders()
@@ -364,6 +387,8 @@ struct Mark<'a> {
     protected: Vec<PathBuf>,
     lists: HashSet<String>,
     manifests: HashSet<String>,
+    /// The table versions marked, each with the snapshots marked of it.
+    versions: HashSet<(String, Option<BTreeSet<Option<i64>>>)>,
     /// Real paths of folders, by the path they were named with.
     folders: HashMap<PathBuf, PathBuf>,
 }
@@ -374,6 +399,7 @@ impl<'a> Mark<'a> {
             tables,
             root,
             live: HashSet::new(),
+            versions: HashSet::new(),
             unreadable: Vec::new(),
             protected: Vec::new(),
             lists: HashSet::new(),
@@ -410,23 +436,40 @@ impl<'a> Mark<'a> {
         }
     }
 
-    /// Marks what each table version reaches. A version that cannot be read (a file
-    /// lost or damaged) keeps its whole table folder: what it reaches is unknown.
-    async fn add_tables(&mut self, locations: &BTreeSet<String>) {
-        for location in locations {
-            if let Err(e) = self.add_table(location).await {
-                tracing::warn!(%location, error = %e.message, "gc: a table version cannot be read; its table folder is kept");
-                self.unreadable.push(format!("{location}: {}", e.message));
-                for p in self.paths(location) {
-                    if let Some(folder) = table_folder(&self.root, &p) {
-                        self.protected.push(folder);
-                    }
+    /// Marks what the kept commits read (once each).
+    async fn add_kept(&mut self, kept: &super::retention::Kept) {
+        for location in &kept.whole {
+            self.add_version(location, None).await;
+        }
+        for (location, snapshots) in &kept.snapshots {
+            self.add_version(location, Some(snapshots)).await;
+        }
+    }
+
+    /// Marks what a table version reaches: every snapshot, or `only` these (`None`:
+    /// its current one). A version that cannot be read (a file lost or damaged) keeps
+    /// its whole table folder: what it reaches is unknown.
+    async fn add_version(&mut self, location: &str, only: Option<&BTreeSet<Option<i64>>>) {
+        let key = (location.to_string(), only.cloned());
+        if !self.versions.insert(key) {
+            return;
+        }
+        if let Err(e) = self.add_table(location, only).await {
+            tracing::warn!(%location, error = %e.message, "gc: a table version cannot be read; its table folder is kept");
+            self.unreadable.push(format!("{location}: {}", e.message));
+            for p in self.paths(location) {
+                if let Some(folder) = table_folder(&self.root, &p) {
+                    self.protected.push(folder);
                 }
             }
         }
     }
 
-    async fn add_table(&mut self, location: &str) -> Result<()> {
+    async fn add_table(
+        &mut self,
+        location: &str,
+        only: Option<&BTreeSet<Option<i64>>>,
+    ) -> Result<()> {
         // Read directly (the store as it is, not the server's memory of it): thousands of
         // old versions would flood the metadata caches.
         let io = self.tables.warehouse.io_direct();
@@ -440,16 +483,21 @@ impl<'a> Mark<'a> {
             .await
             .map_err(|e| Error::internal(format!("cannot read {location}: {e}")))?;
         self.add(location);
-        for l in m.metadata_log() {
-            self.add(&l.metadata_file);
-        }
         for s in m.statistics_iter() {
             self.add(&s.statistics_path);
         }
         for s in m.partition_statistics_iter() {
             self.add(&s.statistics_path);
         }
+        let current = m.current_snapshot_id();
         for snap in m.snapshots() {
+            let id = snap.snapshot_id();
+            let read = |o: &BTreeSet<Option<i64>>| {
+                o.contains(&Some(id)) || (o.contains(&None) && current == Some(id))
+            };
+            if only.is_some_and(|o| !read(o)) {
+                continue;
+            }
             let list = snap.manifest_list();
             if self.lists.contains(list) {
                 continue;

@@ -13,6 +13,7 @@ pub mod commit;
 pub mod files;
 pub mod gc;
 pub mod partition;
+pub mod retention;
 pub mod snapshot;
 pub mod staging;
 pub mod stats;
@@ -53,6 +54,8 @@ pub struct Tables {
     pub commit_gate: tokio::sync::RwLock<()>,
     /// The protected branches, which no transaction commits to (set by the server).
     pub protected: std::sync::OnceLock<Arc<crate::auth::protected::ProtectedBranches>>,
+    /// Which commits stay readable (set by the server; the defaults otherwise).
+    pub retention: std::sync::OnceLock<retention::Retention>,
     /// One lock per table and branch that this server's writes commit under: writers of
     /// one table queue for their commit instead of losing races to each other (writers
     /// on other servers still race, and rebase).
@@ -73,6 +76,7 @@ impl Tables {
             in_flight: gc::InFlight::default(),
             commit_gate: tokio::sync::RwLock::new(()),
             protected: std::sync::OnceLock::new(),
+            retention: std::sync::OnceLock::new(),
             commit_locks: std::sync::Mutex::new(HashMap::new()),
         }
     }

@@ -95,6 +95,20 @@ pub struct WriteJob {
     /// A rewrite (with mode append): the live data files the rows come from, which the
     /// new files replace in the same snapshot (a compaction).
     pub replaces: Option<Replaces>,
+    /// A partition overwrite of one partition of a run: the rows must fall in it, and
+    /// it replaces every partition of the table inside it (rows or none).
+    pub within: Option<Within>,
+}
+
+/// The run partition an instance of a partitioned model writes.
+#[derive(Debug, Clone)]
+pub struct Within {
+    /// The partition, for messages (`2026-11-03`).
+    pub label: String,
+    /// What every row must satisfy (on the output's columns).
+    pub predicate: String,
+    /// The table's partitions inside it now: replaced too, even by no rows.
+    pub partitions: Vec<iceberg::spec::Struct>,
 }
 
 /// The files a rewrite replaces.
@@ -193,6 +207,7 @@ pub async fn import(
         timeout: None,
         partition_by: job.partition_by,
         replaces: None,
+        within: None,
     };
     write_table(tables, ctx, write).await
 }
@@ -370,7 +385,14 @@ pub async fn write_table(
         let files: Vec<String> = uploaded.iter().map(|f| f.location.clone()).collect();
         tables.warehouse.remove_files(&files);
     };
-    let written = written?;
+    let mut written = written?;
+    if let Some(w) = &job.within {
+        for p in &w.partitions {
+            if !written.partitions.contains(p) {
+                written.partitions.push(p.clone());
+            }
+        }
+    }
     // The data files reach the warehouse before any commit can name them. The table's
     // new files (manifests, manifest list, metadata file) need only their statistics:
     // they are made and written while the data files upload (on S3, round trips of
@@ -700,13 +722,13 @@ async fn stage_write<'a>(
     } else {
         w.partitions.len() as u64
     };
-    if w.rows == 0
-        && job.replaces.is_none()
-        && matches!(
-            job.mode,
-            ImportMode::Append | ImportMode::OverwritePartitions
-        )
-    {
+    let nothing = match job.mode {
+        ImportMode::Append => w.rows == 0,
+        // (An instance of a partitioned run replaces its partitions, rows or none.)
+        ImportMode::OverwritePartitions => w.rows == 0 && w.partitions.is_empty(),
+        _ => false,
+    };
+    if nothing && job.replaces.is_none() {
         let head = tables.catalog.resolve(&job.branch).await?;
         return Ok(Ready::Nothing(ImportResponse {
             table: job.table.clone(),
@@ -746,6 +768,12 @@ async fn stage_write<'a>(
             (Source::DataFiles { .. }, _) => "lh.reused",
         };
         props.insert(key.to_string(), job.source.describe());
+        // Which run and node made it (a partitioned model's reuse checks it).
+        for k in ["lh.run", "lh.node"] {
+            if let Some(v) = job.properties.get(k) {
+                props.insert(k.to_string(), v.clone());
+            }
+        }
         let added = if w.rows == 0 { vec![] } else { w.files };
         let produced = snapshot::produce(io, &w.base, op, added, props).await?;
         (produced.updates, produced.files)
@@ -950,6 +978,32 @@ impl WritePlan {
                 (next, src)
             }
         };
+        if let Some(w) = &self.job.within {
+            let outside: i64 = conn
+                .query_row(
+                    &format!(
+                        "SELECT count(*) FROM {src} WHERE ({}) IS NOT TRUE",
+                        w.predicate
+                    ),
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(|e| self.read_error(e))?;
+            if outside > 0 {
+                return Err(Error::bad_request(
+                    Code::BadInput,
+                    format!(
+                        "{} row{} of {} fall outside partition {} ({}); nothing was written",
+                        outside,
+                        if outside == 1 { "" } else { "s" },
+                        self.job.source.describe(),
+                        w.label,
+                        w.predicate
+                    ),
+                )
+                .with_hint("a partitioned model's output holds its partition's rows only"));
+            }
+        }
         let schema = base.current_schema().clone();
         let spec = base.default_partition_spec().clone();
         let partitioner = super::partition::Partitioner::new(&spec, &schema)?;
@@ -1473,6 +1527,7 @@ pub(crate) mod tests_support {
             timeout: None,
             partition_by: None,
             replaces: None,
+            within: None,
         }
     }
 

@@ -73,6 +73,7 @@ codes! {
     Contention = "contention",
     Corrupt = "corrupt",
     Duckdb = "duckdb",
+    Collected = "collected",
     EnvironmentFailed = "environment_failed",
     Forbidden = "forbidden",
     GcEnabled = "gc_enabled",
@@ -329,4 +330,16 @@ impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
         Error::new(Kind::Internal, Code::Io, format!("I/O: {e}")).with_source(e)
     }
+}
+
+/// A table version's file is gone: what `lh gc` does to commits past the server's
+/// retention (`--retain`), or a damaged warehouse.
+pub fn collected(what: &str) -> Error {
+    Error::not_found(
+        Code::Collected,
+        format!("a file this table version reads is gone: {what}"),
+    )
+    .with_hint(
+        "commits past the server's retention (lh server --retain; main keeps 90 days, run/* 7, other branches 30) have their files freed by lh gc; read a ref or a newer commit",
+    )
 }

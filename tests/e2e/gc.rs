@@ -453,3 +453,127 @@ fn locations_are_stored_canonically_and_an_unreadable_version_keeps_only_its_fol
         vec![json!({"n": 1})]
     );
 }
+
+/// Retention decides what stays readable: with `main` keeping its heads only and
+/// `keep/*` a day, `lh table expire` drops from the table's metadata exactly the
+/// snapshots no kept commit reads (not the tag's, not those of the commits a `keep/`
+/// branch reaches), and `lh gc` frees their files; every kept commit, checked one by
+/// one, reads what it read, and a commit past its retention is a clear error.
+#[test]
+fn expiry_and_gc_keep_every_retained_commit_readable() {
+    let server = Server::start_with(&[
+        "--retain",
+        "main=0s",
+        "--retain",
+        "keep/*=1d",
+        "--retain",
+        "*=0s",
+    ]);
+    let lh = server.lh();
+    let wh: PathBuf = server.warehouse_dir();
+    // Twenty versions of one table, each replacing the last.
+    let mut commits = Vec::new();
+    for i in 1..=20 {
+        let rows: String = (0..i).map(|k| format!("{}\n", i * 100 + k)).collect();
+        let csv = lh.file(&format!("v{i}.csv"), &format!("id\n{rows}"));
+        let mode = if i == 1 { "create" } else { "replace" };
+        lh.run(&[
+            "table",
+            "import",
+            "shop.t",
+            csv.to_str().unwrap(),
+            "--mode",
+            mode,
+        ])
+        .ok();
+        commits.push(lh.head("main"));
+    }
+    lh.run(&["tag", "create", "v5", "--from", &format!("@{}", commits[4])])
+        .ok();
+    lh.run(&[
+        "branch",
+        "create",
+        "keep/x",
+        "--from",
+        &format!("@{}", commits[9]),
+    ])
+    .ok();
+    let read = |at: &str| lh.rows("SELECT count(*) AS n, sum(id) AS s FROM shop.t", at);
+    let before: Vec<Vec<Value>> = commits.iter().map(|c| read(&format!("@{c}"))).collect();
+    for (i, r) in before.iter().enumerate() {
+        assert_eq!(r[0]["n"], i as i64 + 1);
+    }
+
+    // Kept: commits 1 to 10 (reached from keep/x within its day), the tag's, main's
+    // head. Expired: the snapshots of commits 11 to 19.
+    let out = lh.run(&[
+        "table",
+        "expire",
+        "shop.t",
+        "--older-than",
+        "0s",
+        "-o",
+        "json",
+    ]);
+    let expired: Value = serde_json::from_str(out.ok()).unwrap();
+    assert_eq!(expired["snapshots_before"], 20, "{expired}");
+    assert_eq!(expired["expired"], 9, "{expired}");
+    assert_eq!(expired["snapshots_after"], 11, "{expired}");
+    // Nothing more to expire; main reads the same rows after the expiry's commit.
+    let again: Value = serde_json::from_str(
+        lh.run(&[
+            "table",
+            "expire",
+            "shop.t",
+            "--older-than",
+            "0s",
+            "-o",
+            "json",
+        ])
+        .ok(),
+    )
+    .unwrap();
+    assert_eq!(again["expired"], 0, "{again}");
+    assert_eq!(read("main"), before[19]);
+
+    // Everything looks two days old: gc frees what only commits 11 to 20 read.
+    let all = files(&wh);
+    for f in &all {
+        age(&wh.join(f), Duration::from_secs(2 * 86400));
+    }
+    let gc: Value =
+        serde_json::from_str(lh.run(&["gc", "--older-than", "1d", "-o", "json"]).ok()).unwrap();
+    let removed = gc["removed_files"].as_u64().unwrap();
+    assert!(removed >= 9 * 3, "{gc}");
+    assert!(gc["removed_bytes"].as_u64().unwrap() > 0, "{gc}");
+    let data_left = files(&wh)
+        .iter()
+        .filter(|f| f.ends_with(".parquet"))
+        .count();
+    let data_before = all.iter().filter(|f| f.ends_with(".parquet")).count();
+    assert_eq!(
+        data_before - data_left,
+        9,
+        "the data of versions 11 to 19 went: {gc}"
+    );
+    // Every kept commit and ref reads what it read.
+    for (i, c) in commits.iter().enumerate().take(10) {
+        assert_eq!(read(&format!("@{c}")), before[i], "commit {}", i + 1);
+    }
+    assert_eq!(read("v5"), before[4]);
+    assert_eq!(read("keep/x"), before[9]);
+    assert_eq!(read("main"), before[19]);
+    // A commit past its retention: a clear error, not a crash.
+    let gone = lh.run(&[
+        "query",
+        "SELECT count(*) FROM shop.t",
+        "--ref",
+        &format!("@{}", commits[14]),
+    ]);
+    assert_ne!(gone.code, 0);
+    assert!(gone.stderr.contains("retention"), "{}", gone.stderr);
+    // A second collection finds nothing more.
+    let second: Value =
+        serde_json::from_str(lh.run(&["gc", "--older-than", "1d", "-o", "json"]).ok()).unwrap();
+    assert_eq!(second["removed_files"], 0, "{second}");
+}

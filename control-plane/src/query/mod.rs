@@ -572,6 +572,13 @@ fn input_error(table: &str, e: duckdb::Error) -> Error {
 
 fn sql_error(e: duckdb::Error) -> Error {
     let text = e.to_string();
+    if let Some(path) = text
+        .split("No files found that match the pattern \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+    {
+        return crate::error::collected(path);
+    }
     if text.contains("INTERRUPT") || text.contains("Interrupted") {
         return Error::new(
             Kind::Timeout,

@@ -514,7 +514,9 @@ impl<'a> Mark<'a> {
                 let manifest = mf.load_manifest(io).await.map_err(|e| {
                     Error::internal(format!("cannot read {}: {e}", mf.manifest_path))
                 })?;
-                for e in manifest.entries() {
+                // What the snapshot reads: its live entries (a deleted entry names a
+                // file an older snapshot read).
+                for e in manifest.entries().iter().filter(|e| e.is_alive()) {
                     self.add(e.file_path());
                 }
                 // Seen only once read whole: a version whose read failed leaves it

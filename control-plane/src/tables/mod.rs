@@ -104,7 +104,17 @@ impl Tables {
         }
         let m = TableMetadata::read_from(self.warehouse.io(), location)
             .await
-            .map_err(|e| Error::internal(format!("cannot read table metadata {location}: {e}")))?;
+            .map_err(|e| {
+                let text = e.to_string();
+                if text.contains("NotFound")
+                    || text.contains("No such file")
+                    || text.contains("not found")
+                {
+                    crate::error::collected(location)
+                } else {
+                    Error::internal(format!("cannot read table metadata {location}: {e}"))
+                }
+            })?;
         let m = Arc::new(m);
         self.metadata.insert(location.to_string(), m.clone());
         Ok(m)

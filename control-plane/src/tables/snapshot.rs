@@ -40,6 +40,14 @@ pub enum SnapshotOp {
     },
 }
 
+/// Whether a manifest may list live files (its counts say so, or it has none).
+fn has_live_files(m: &ManifestFile) -> bool {
+    !matches!(
+        (m.added_files_count, m.existing_files_count),
+        (Some(0), Some(0))
+    )
+}
+
 /// The manifests of the table's current snapshot (none for an empty table).
 pub async fn current_manifests(io: &FileIO, metadata: &TableMetadata) -> Result<Vec<ManifestFile>> {
     let Some(snapshot) = metadata.current_snapshot() else {
@@ -127,7 +135,10 @@ pub async fn produce(
     let (mut removed_records, mut removed_bytes, mut removed_files) = (0u64, 0u64, 0u64);
     let default_spec = base.default_partition_spec_id();
     match &op {
-        SnapshotOp::Append => manifests.extend(previous),
+        // A manifest whose entries all went (a replace's record of what it removed) is
+        // not carried on: readers of this snapshot skip it, and it would keep those
+        // files reachable (from `lh gc`) for as long as the table lives.
+        SnapshotOp::Append => manifests.extend(previous.into_iter().filter(has_live_files)),
         SnapshotOp::Overwrite | SnapshotOp::ReplacePartitions(_) | SnapshotOp::Rewrite { .. } => {
             // Record every file replaced as deleted, so that readers of changes see them
             // go: in a manifest of the partition spec it was written with, next to the
@@ -208,6 +219,9 @@ pub async fn produce(
                     _ => true,
                 };
                 let live: Vec<_> = manifest.entries().iter().filter(|e| e.is_alive()).collect();
+                if live.is_empty() {
+                    continue;
+                }
                 // Partitions of an older spec cannot be told apart by the new one's values.
                 if spec_id != default_spec
                     && !live.is_empty()

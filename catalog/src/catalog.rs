@@ -720,6 +720,24 @@ impl Catalog {
             .collect();
         branches.sort_by_key(|b| std::cmp::Reverse(b.0));
         let mut reached: HashSet<Hash> = HashSet::new();
+        // What `branch@{time}` reads at the window's far end: the newest commit of the
+        // branch's first-parent history older than its window.
+        for &(w, head) in &branches {
+            let mut at = head;
+            loop {
+                let c = self.objects.commit_by_id(at).await?;
+                if !young(&c, w) {
+                    if kept.insert(at) {
+                        out.commits.push((*c).clone());
+                    }
+                    break;
+                }
+                match c.parents.first() {
+                    Some(p) => at = *p,
+                    None => break,
+                }
+            }
+        }
         for (w, head) in branches {
             let mut stack = vec![head];
             while let Some(id) = stack.pop() {

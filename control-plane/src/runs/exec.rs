@@ -51,6 +51,11 @@ struct Shared {
 }
 
 impl Shared {
+    /// The oldest memoized output the run may reuse (see `store::reusable_since`).
+    fn reusable_since(&self) -> chrono::DateTime<Utc> {
+        super::store::reusable_since(Utc::now(), self.svc.tables.retention().unreachable())
+    }
+
     /// Whether this server may still act on the run: not lost, and its lease renewed
     /// recently enough that no other server can have taken it over.
     fn may_act(&self) -> bool {
@@ -632,7 +637,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         None if !shared.no_cache => {
             match svc
                 .store
-                .memo_get(&fingerprint)
+                .memo_get(&fingerprint, shared.reusable_since())
                 .await?
                 .filter(|(t, _, _)| *t == table)
             {
@@ -895,7 +900,14 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
     // An instance that wrote no rows added no files of its own: nothing to reuse later.
     if node.partition.is_none() || written.rows > 0 {
         svc.store
-            .memo_put(&fingerprint, &table, &pointer(&p), &shared.id, &parts_json)
+            .memo_put(
+                &fingerprint,
+                &table,
+                &pointer(&p),
+                &shared.id,
+                &parts_json,
+                shared.reusable_since(),
+            )
             .await?;
         rec.output = Some(pointer(&p));
     }

@@ -959,7 +959,10 @@ impl RunService {
             ));
         }
         let mut reuse = BTreeMap::new();
-        if from_failed {
+        // Outputs of a run too old for garbage collection to keep are made again.
+        let fresh = old.created_at
+            >= store::reusable_since(Utc::now(), self.tables.retention().unreachable());
+        if from_failed && fresh {
             for n in &old.nodes {
                 if matches!(n.status, NodeStatus::Done | NodeStatus::Cached)
                     && let Some(p) = &n.output

@@ -533,17 +533,21 @@ impl RunStore {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    /// The memoized output of `fingerprint`: its table, pointer and the run that made it.
+    /// The memoized output of `fingerprint`: its table, pointer and the run that made it;
+    /// none when it was memoized before `not_before` (see `reusable_since`).
     pub async fn memo_get(
         &self,
         fingerprint: &str,
+        not_before: DateTime<Utc>,
     ) -> Result<Option<(String, TablePointer, String)>> {
-        let row =
-            sqlx::query("SELECT table_name, pointer, run_id FROM lh_memo WHERE fingerprint = $1")
-                .bind(fingerprint)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(db)?;
+        let row = sqlx::query(
+            "SELECT table_name, pointer, run_id FROM lh_memo WHERE fingerprint = $1 AND created_at >= $2",
+        )
+        .bind(fingerprint)
+        .bind(micros(not_before))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db)?;
         Ok(row.and_then(|r| {
             let p: String = r.get(1);
             serde_json::from_str(&p)
@@ -571,9 +575,17 @@ impl RunStore {
         pointer: &TablePointer,
         run: &str,
         parts: &str,
+        not_before: DateTime<Utc>,
     ) -> Result<()> {
-        // Another run may have stored the same fingerprint: either output is right.
-        let exists = self.memo_get(fingerprint).await?.is_some();
+        // An entry too old to reuse gives way; another run may have stored the same
+        // fingerprint just now: either output is right.
+        sqlx::query("DELETE FROM lh_memo WHERE fingerprint = $1 AND created_at < $2")
+            .bind(fingerprint)
+            .bind(micros(not_before))
+            .execute(&self.pool)
+            .await
+            .map_err(db)?;
+        let exists = self.memo_get(fingerprint, not_before).await?.is_some();
         if exists {
             return Ok(());
         }
@@ -588,35 +600,40 @@ impl RunStore {
             .await;
         match r {
             Ok(_) => Ok(()),
-            Err(_) if self.memo_get(fingerprint).await?.is_some() => Ok(()),
+            Err(_) if self.memo_get(fingerprint, not_before).await?.is_some() => Ok(()),
             Err(e) => Err(db(e)),
         }
     }
 }
 
+/// The oldest memoized output a run reuses: one memoized within the catch-all
+/// retention window, less a margin (a day, or half a shorter window), so that no run
+/// reuses an output garbage collection may be about to forget and free.
+pub fn reusable_since(now: DateTime<Utc>, catch_all: std::time::Duration) -> DateTime<Utc> {
+    let margin = (catch_all / 2).min(std::time::Duration::from_secs(86400));
+    now - chrono::Duration::from_std(catch_all - margin).unwrap_or(chrono::Duration::MAX / 2)
+}
+
 #[async_trait::async_trait]
 impl crate::tables::gc::Memo for RunStore {
-    async fn forget_except(&self, kept: &std::collections::BTreeSet<String>) -> Result<u64> {
-        let rows = sqlx::query("SELECT fingerprint, pointer FROM lh_memo")
+    async fn kept(&self, since: DateTime<Utc>) -> Result<Vec<TablePointer>> {
+        let rows = sqlx::query("SELECT pointer FROM lh_memo WHERE created_at >= $1")
+            .bind(micros(since))
             .fetch_all(&self.pool)
             .await
             .map_err(db)?;
-        let mut forgotten = 0;
-        for r in rows {
-            let fingerprint: String = r.get(0);
-            let pointer: String = r.get(1);
-            let location = serde_json::from_str::<TablePointer>(&pointer)
-                .map(|p| p.metadata_location)
-                .unwrap_or_default();
-            if !kept.contains(&location) {
-                sqlx::query("DELETE FROM lh_memo WHERE fingerprint = $1")
-                    .bind(&fingerprint)
-                    .execute(&self.pool)
-                    .await
-                    .map_err(db)?;
-                forgotten += 1;
-            }
-        }
-        Ok(forgotten)
+        Ok(rows
+            .iter()
+            .filter_map(|r| serde_json::from_str(&r.get::<String, _>(0)).ok())
+            .collect())
+    }
+
+    async fn forget_before(&self, before: DateTime<Utc>) -> Result<u64> {
+        let r = sqlx::query("DELETE FROM lh_memo WHERE created_at < $1")
+            .bind(micros(before))
+            .execute(&self.pool)
+            .await
+            .map_err(db)?;
+        Ok(r.rows_affected())
     }
 }

@@ -36,7 +36,14 @@ impl Tables {
                 metadata: self.metadata(&p.metadata_location).await?,
             })
         };
-        let (b, o, t) = (load(base).await?, load(ours).await?, load(theirs).await?);
+        // A merge base whose files garbage collection freed (past the retention) cannot
+        // tell what each side did: no combining.
+        let b = match load(base).await {
+            Ok(b) => b,
+            Err(e) if e.code == crate::error::Code::Collected => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let (o, t) = (load(ours).await?, load(theirs).await?);
         let same = |x: &TableMetadata, y: &TableMetadata| {
             x.uuid() == y.uuid()
                 && x.current_schema_id() == y.current_schema_id()

@@ -54,12 +54,16 @@ const LISTED: usize = 1000;
 /// One collection at a time per server.
 static RUNNING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The memoized outputs of pipeline nodes (the run store's), whose table versions may
-/// be collected.
+/// The memoized outputs of pipeline nodes (the run store's): those memoized within the
+/// catch-all retention window are kept (runs reuse them only well within it), older
+/// ones forgotten.
 #[async_trait::async_trait]
 pub trait Memo: Sync {
-    /// Forgets every memoized output whose table version is not in `kept`; how many.
-    async fn forget_except(&self, kept: &BTreeSet<String>) -> Result<u64>;
+    /// The table versions of the outputs memoized since `since`.
+    async fn kept(&self, since: chrono::DateTime<chrono::Utc>)
+    -> Result<Vec<lh_api::TablePointer>>;
+    /// Forgets the outputs memoized before `before`; how many.
+    async fn forget_before(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64>;
 }
 
 pub async fn collect(
@@ -94,7 +98,19 @@ pub async fn collect(
     };
 
     let mut mark = Mark::new(tables, root.clone());
-    let kept = tables.kept().await?;
+    let mut kept = tables.kept().await?;
+    // Memoized outputs within the catch-all window stay reusable: what they read stays.
+    let memo_since = chrono::Utc::now()
+        - chrono::Duration::from_std(tables.retention().unreachable())
+            .unwrap_or(chrono::Duration::MAX / 2);
+    if let Some(memo) = memo {
+        for p in memo.kept(memo_since).await? {
+            kept.snapshots
+                .entry(p.metadata_location)
+                .or_default()
+                .insert(p.snapshot_id);
+        }
+    }
     mark.add_kept(&kept).await;
     let mut seen = kept.locations();
     let (found, folders) = match tables.warehouse.local_root() {
@@ -123,14 +139,12 @@ pub async fn collect(
     let now = tables.kept().await?;
     mark.add_kept(&now).await;
     seen.extend(now.locations());
-    // No run reuses an output whose files may go.
+    // Older memoized outputs are forgotten (no run reuses them: see
+    // `runs::store::reusable_since`), their files freed with the rest.
     if let (false, Some(memo)) = (req.dry_run, memo) {
-        let forgotten = memo.forget_except(&seen).await?;
+        let forgotten = memo.forget_before(memo_since).await?;
         if forgotten > 0 {
-            tracing::info!(
-                forgotten,
-                "gc: forgot memoized outputs no kept commit reads"
-            );
+            tracing::info!(forgotten, "gc: forgot memoized outputs past the retention");
         }
     }
     let busy: Vec<PathBuf> = tables

@@ -106,10 +106,7 @@ impl Tables {
             .await
             .map_err(|e| {
                 let text = e.to_string();
-                if text.contains("NotFound")
-                    || text.contains("No such file")
-                    || text.contains("not found")
-                {
+                if text.contains("NotFound") || text.contains("No such file") {
                     crate::error::collected(location)
                 } else {
                     Error::internal(format!("cannot read table metadata {location}: {e}"))

@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Services the tests need, started (and installed) on demand; prints `export` lines.
 SERVICES = eval "$$(scripts/services.sh postgres python java bubblewrap docker docker-remote docker-spare sshd s3 garage)"
 
-.PHONY: libduckdb build test check fmt bench bench-s3 bench-auth bench-team bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest openapi demo images
+.PHONY: libduckdb build test check fmt bench bench-s3 bench-auth bench-team bench-catalog bench-tpch bench-pipeline bench-backfill bench-runtime bench-rest openapi demo images
 
 ## DuckDB's official shared library, which the build links (see scripts/libduckdb.sh).
 libduckdb:
@@ -41,7 +41,7 @@ fmt:
 	$(CARGO) fmt --all
 
 ## Every benchmark of BENCHMARKS.md (long: the catalog runs alone take about an hour).
-bench: bench-catalog bench-tpch bench-pipeline bench-runtime bench-rest bench-s3 bench-auth bench-team bench-tables
+bench: bench-catalog bench-tpch bench-pipeline bench-backfill bench-runtime bench-rest bench-s3 bench-auth bench-team bench-tables
 
 ## Partitioned tables and maintenance: pruning, small appends before and after compaction,
 ## eight concurrent appends against one writer.
@@ -76,6 +76,11 @@ bench-runtime: libduckdb
 bench-pipeline: libduckdb
 	$(SERVICES) && eval "$$(scripts/services.sh dbt)" && $(CARGO) build -q -p lh-cli -p lh-control-plane -p lh-bench --bins && \
 	$(CARGO) run -q -p lh-bench --bin pipeline-bench -- $(PIPELINE_BENCH_ARGS)
+
+## A 30-day backfill of examples/daily_shop against dbt microbatch models, then one day changed.
+bench-backfill: libduckdb
+	$(SERVICES) && eval "$$(scripts/services.sh dbt)" && $(CARGO) build -q -p lh-cli -p lh-control-plane -p lh-bench --bins && \
+	$(CARGO) run -q -p lh-bench --bin backfill-bench -- $(BACKFILL_BENCH_ARGS)
 
 bench-tpch: libduckdb
 	$(SERVICES) && $(CARGO) build -q -p lh-cli -p lh-control-plane -p lh-bench --bins && \

@@ -307,6 +307,10 @@ pub struct RunArgs {
     /// they run in parallel and publish in one merge
     #[arg(long, value_name = "A..B")]
     pub partitions: Option<String>,
+    /// With --partitions: one run per partition, one after the other, each published on
+    /// its own as it succeeds (a failed one publishes nothing and the others go on)
+    #[arg(long, requires = "partitions", conflicts_with_all = ["detach", "dry_run"])]
+    pub each_partition: bool,
 }
 
 #[derive(Debug, Subcommand)]

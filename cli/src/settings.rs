@@ -11,6 +11,7 @@ use lh_api::config_file::ConfigFile;
 use lh_api::env_vars::{self, lh_home};
 
 /// What a command runs with.
+#[derive(Clone)]
 pub struct Settings {
     pub config_path: PathBuf,
     pub profile: String,

@@ -728,4 +728,25 @@ def revenue_is_positive(t=lh.Model("mart.daily_revenue")):
         .fails(5)
         .to_string();
     assert!(err.contains("needs a field no coarser than that"), "{err}");
+
+    // One merge per partition: a run each, published as each succeeds.
+    let out = lh.run(&[
+        "run",
+        d2,
+        "--partitions",
+        "2026-11-29..2026-11-30",
+        "--each-partition",
+        "--no-cache",
+        "-o",
+        "json",
+    ]);
+    let runs: Value = serde_json::from_str(out.ok()).unwrap();
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    for (r, day) in runs.iter().zip(["2026-11-29", "2026-11-30"]) {
+        assert_eq!(r["status"], "succeeded", "{r}");
+        assert_eq!(r["partitions"][0]["partition"], day, "{r}");
+        assert!(r["merge_commit"].is_string(), "{r}");
+    }
+    assert_ne!(runs[0]["merge_commit"], runs[1]["merge_commit"]);
 }

@@ -114,8 +114,69 @@ pub async fn run(client: &Client, settings: &Settings, args: RunArgs) -> CliResu
         let plan = client.plan_run(&req).await?;
         return print_plan(settings, &plan);
     }
+    if args.each_partition {
+        return each_partition(client, settings, req, &args.dir).await;
+    }
     let started = client.start_run(&req).await?;
     follow(client, settings, started, args.detach).await
+}
+
+/// `--each-partition`: the partitions the plan names, one run each, one after the other
+/// (each with an upload of its own: the server takes an upload once).
+async fn each_partition(
+    client: &Client,
+    settings: &Settings,
+    req: RunRequest,
+    dir: &Path,
+) -> CliResult<()> {
+    let plan = client.plan_run(&req).await?;
+    let mut labels: Vec<String> = Vec::new();
+    for n in &plan.nodes {
+        if let Some(p) = n
+            .name
+            .strip_suffix(']')
+            .and_then(|s| s.rsplit_once('['))
+            .map(|(_, p)| p.to_string())
+            && !labels.contains(&p)
+        {
+            labels.push(p);
+        }
+    }
+    let mut failed = Vec::new();
+    let mut runs = Vec::new();
+    for label in &labels {
+        let mut one = req.clone();
+        one.partitions = Some(label.clone());
+        one.upload = upload_project(client, dir).await?;
+        let started = client.start_run(&one).await?;
+        let mut quiet = settings.clone();
+        quiet.output = OutputFormat::Table;
+        if let Err(e) = follow(client, &quiet, started.clone(), false).await {
+            if !matches!(e, CliError::RunFailed) {
+                return Err(e);
+            }
+            failed.push(label.clone());
+        }
+        runs.push(client.run(&started.id).await?);
+    }
+    if settings.output == OutputFormat::Json {
+        output::item(settings.output, &runs, &[])?;
+    }
+    if failed.is_empty() {
+        eprintln!(
+            "{} partitions published, each in its own merge",
+            labels.len()
+        );
+        Ok(())
+    } else {
+        eprintln!(
+            "error: {} of {} partitions failed and published nothing: {}",
+            failed.len(),
+            labels.len(),
+            failed.join(", ")
+        );
+        Err(CliError::RunFailed)
+    }
 }
 
 pub async fn rerun(client: &Client, settings: &Settings, args: RerunArgs) -> CliResult<()> {

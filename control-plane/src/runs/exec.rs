@@ -900,14 +900,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
     // An instance that wrote no rows added no files of its own: nothing to reuse later.
     if node.partition.is_none() || written.rows > 0 {
         svc.store
-            .memo_put(
-                &fingerprint,
-                &table,
-                &pointer(&p),
-                &shared.id,
-                &parts_json,
-                shared.reusable_since(),
-            )
+            .memo_put(&fingerprint, &table, &pointer(&p), &shared.id, &parts_json)
             .await?;
         rec.output = Some(pointer(&p));
     }

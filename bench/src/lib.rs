@@ -240,3 +240,23 @@ pub fn tpch_data(scale: &str) -> anyhow::Result<std::path::PathBuf> {
     std::fs::rename(&tmp, &dir)?;
     Ok(dir)
 }
+
+/// Copies a project folder, leaving out what a tool made in it (`target`, `logs`, DuckDB
+/// databases).
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let p = e.path();
+        let name = e.file_name();
+        if name == "target" || name == "logs" || name.to_string_lossy().ends_with(".duckdb") {
+            continue;
+        }
+        if e.file_type()?.is_dir() {
+            copy_dir(&p, &to.join(&name))?;
+        } else {
+            std::fs::copy(&p, to.join(&name))?;
+        }
+    }
+    Ok(())
+}

@@ -99,16 +99,7 @@ pub async fn compact(
     target: u64,
     by: &Identity,
 ) -> Result<CompactResponse> {
-    lh_catalog::names::validate_table_name(table)?;
-    by.require_table(Action::Write, branch, table, "compacting a table")?;
-    let resolved = tables.catalog.resolve(branch).await?;
-    crate::tables::require_branch(branch, &resolved)?;
-    let t = tables.load(&resolved.commit, table).await?.ok_or_else(|| {
-        Error::not_found(
-            Code::TableNotFound,
-            format!("table '{table}' not found on '{branch}'"),
-        )
-    })?;
+    let (resolved, t) = maintained(tables, branch, table, by, "compacting a table").await?;
     crate::tables::snapshot::check_writable(&format!("table '{table}'"), &t.metadata)?;
     let live = tables.live_files(&t).await?;
     let delete_files: BTreeSet<String> = live
@@ -199,6 +190,27 @@ pub async fn compact(
     })
 }
 
+/// The table a maintenance task works on, at the head of `branch`, which `by` may write.
+async fn maintained(
+    tables: &Tables,
+    branch: &str,
+    table: &str,
+    by: &Identity,
+    what: &str,
+) -> Result<(lh_catalog::Resolved, crate::tables::LoadedTable)> {
+    lh_catalog::names::validate_table_name(table)?;
+    by.require_table(Action::Write, branch, table, what)?;
+    let resolved = tables.catalog.resolve(branch).await?;
+    crate::tables::require_branch(branch, &resolved)?;
+    let t = tables.load(&resolved.commit, table).await?.ok_or_else(|| {
+        Error::not_found(
+            Code::TableNotFound,
+            format!("table '{table}' not found on '{branch}'"),
+        )
+    })?;
+    Ok((resolved, t))
+}
+
 /// Expires a table's snapshots on a branch (`lh table expire`): removes from its
 /// metadata every snapshot older than `older_than` that no kept commit reads (see
 /// `tables/retention.rs`), as one commit that changes no row. Every kept commit reads
@@ -211,16 +223,8 @@ pub async fn expire(
     older_than: std::time::Duration,
     by: &Identity,
 ) -> Result<ExpireResponse> {
-    lh_catalog::names::validate_table_name(table)?;
-    by.require_table(Action::Write, branch, table, "expiring a table's snapshots")?;
-    let resolved = tables.catalog.resolve(branch).await?;
-    crate::tables::require_branch(branch, &resolved)?;
-    let t = tables.load(&resolved.commit, table).await?.ok_or_else(|| {
-        Error::not_found(
-            Code::TableNotFound,
-            format!("table '{table}' not found on '{branch}'"),
-        )
-    })?;
+    let (resolved, t) =
+        maintained(tables, branch, table, by, "expiring a table's snapshots").await?;
     let m = &t.metadata;
     let kept = tables.kept().await?;
     // The snapshots kept commits read of this table, on any ref or commit.

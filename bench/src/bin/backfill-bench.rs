@@ -109,7 +109,7 @@ fn lh_backfill(lh: &Path, s: &Server, no_cache: bool) -> Result<(Duration, usize
 /// the timings).
 fn dbt_project(python: &Path, data: &Path) -> Result<tempfile::TempDir> {
     let dir = tempfile::tempdir()?;
-    copy_dir(&repo().join("examples/daily_shop_dbt"), dir.path())?;
+    lh_bench::copy_dir(&repo().join("examples/daily_shop_dbt"), dir.path())?;
     load_raw(python, &dir.path().join("daily_shop.duckdb"), data, None)?;
     Ok(dir)
 }
@@ -159,24 +159,6 @@ fn dbt_run(dbt: &Path, dir: &Path, start: &str, end: &str) -> Result<Duration> {
         bail!("dbt run failed:\n{}", String::from_utf8_lossy(&out.stdout));
     }
     Ok(took)
-}
-
-fn copy_dir(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to)?;
-    for e in std::fs::read_dir(from)? {
-        let e = e?;
-        let p = e.path();
-        let name = e.file_name();
-        if name == "target" || name == "logs" || name.to_string_lossy().ends_with(".duckdb") {
-            continue;
-        }
-        if e.file_type()?.is_dir() {
-            copy_dir(&p, &to.join(&name))?;
-        } else {
-            std::fs::copy(&p, to.join(&name))?;
-        }
-    }
-    Ok(())
 }
 
 fn main() -> Result<()> {

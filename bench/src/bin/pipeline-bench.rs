@@ -119,7 +119,7 @@ fn dbt_build(dbt: &Path, data: &Path) -> Result<Duration> {
     } else {
         PathBuf::from("../shared/peers/jaffle_shop_dbt")
     };
-    copy_dir(&peer, dir.path())?;
+    lh_bench::copy_dir(&peer, dir.path())?;
     for t in ["customers", "orders", "payments"] {
         std::fs::copy(
             data.join(format!("{t}.csv")),
@@ -141,24 +141,6 @@ fn dbt_build(dbt: &Path, data: &Path) -> Result<Duration> {
         );
     }
     Ok(took)
-}
-
-fn copy_dir(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to)?;
-    for e in std::fs::read_dir(from)? {
-        let e = e?;
-        let p = e.path();
-        let name = e.file_name();
-        if name == "target" || name == "logs" || name.to_string_lossy().ends_with(".duckdb") {
-            continue;
-        }
-        if e.file_type()?.is_dir() {
-            copy_dir(&p, &to.join(&name))?;
-        } else {
-            std::fs::copy(&p, to.join(&name))?;
-        }
-    }
-    Ok(())
 }
 
 fn main() -> Result<()> {

@@ -749,4 +749,26 @@ def revenue_is_positive(t=lh.Model("mart.daily_revenue")):
         assert!(r["merge_commit"].is_string(), "{r}");
     }
     assert_ne!(runs[0]["merge_commit"], runs[1]["merge_commit"]);
+
+    // An input named by `lh.whole` is read whole, not filtered to the partition.
+    std::fs::write(Path::new(v3).join("models.py"), model("pass")).unwrap();
+    let sql = |whole: &str| {
+        format!(
+            "-- lh.materialize: overwrite_partitions\n-- lh.partitioned_by: day\n-- lh.whole: {whole}\n\
+             SELECT CAST(ordered_at AS DATE) AS day, count(*) AS n,\n\
+             (SELECT count(*) FROM raw.orders) AS all_orders FROM mart.orders_daily GROUP BY 1\n"
+        )
+    };
+    let check_sql = Path::new(v3).join("whole_check.sql");
+    std::fs::write(&check_sql, sql("raw.orders")).unwrap();
+    let (code, whole) = run_json(&lh, &[v3, "--partition", "2026-11-10"]);
+    assert_eq!(code, 0, "{whole}");
+    let all = lh.rows("SELECT n, all_orders FROM mart.whole_check", "main");
+    assert_eq!(all, vec![serde_json::json!({"n": 3, "all_orders": 88})]);
+    std::fs::write(&check_sql, sql("raw.nope")).unwrap();
+    let err = lh
+        .run(&["run", v3, "--partition", "2026-11-10"])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("lh.whole names 'raw.nope'"), "{err}");
 }

@@ -506,8 +506,8 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
             )
         })?;
         let part = match &node.partition {
-            Some(p) => partition_input(svc, &t, p).await?,
-            None => None,
+            Some(p) if !inp.whole => partition_input(svc, &t, p).await?,
+            _ => None,
         };
         inputs.push(Input {
             pointer: t.pointer.clone(),

@@ -66,14 +66,19 @@ fn partition_text(v: &serde_json::Value) -> std::result::Result<String, String> 
     Ok(text)
 }
 
-/// A SQL model's settings, from `-- lh.materialize: ...` and `-- lh.partitioned_by: ...`
-/// comment lines before its query.
-fn sql_settings(
-    file: &str,
-    text: &str,
-) -> std::result::Result<(Materialize, Option<String>), Vec<String>> {
+/// A SQL model's settings, from `-- lh.materialize: ...`, `-- lh.partitioned_by: ...`
+/// and `-- lh.whole: TABLE, ...` comment lines before its query.
+struct SqlSettings {
+    materialize: Materialize,
+    partitioned_by: Option<String>,
+    /// Inputs a partitioned instance reads whole (as written: bare or qualified).
+    whole: Vec<String>,
+}
+
+fn sql_settings(file: &str, text: &str) -> std::result::Result<SqlSettings, Vec<String>> {
     let mut materialize = Materialize::Replace;
     let mut partitioned_by = None;
+    let mut whole = Vec::new();
     let mut problems = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -111,15 +116,27 @@ fn sql_settings(
                     Err(e) => problems.push(loc(file, n, format!("lh.partitioned_by: {e}"))),
                 }
             }
+            "whole" => whole.extend(
+                value
+                    .split(',')
+                    .map(|t| t.trim().to_string())
+                    .filter(|t| !t.is_empty()),
+            ),
             other => problems.push(loc(
                 file,
                 n,
-                format!("unknown setting 'lh.{other}' (lh.materialize, lh.partitioned_by)"),
+                format!(
+                    "unknown setting 'lh.{other}' (lh.materialize, lh.partitioned_by, lh.whole)"
+                ),
             )),
         }
     }
     if problems.is_empty() {
-        Ok((materialize, partitioned_by))
+        Ok(SqlSettings {
+            materialize,
+            partitioned_by,
+            whole,
+        })
     } else {
         Err(problems)
     }
@@ -342,6 +359,10 @@ pub struct PlanInput {
     pub producer: Option<usize>,
     /// Referenced without a namespace in SQL: exposed under its bare name too.
     pub bare: bool,
+    /// Read whole by an instance of a partitioned model (`lh.Model(..., whole=True)`,
+    /// `-- lh.whole: TABLE`), not filtered to its partition.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub whole: bool,
     /// Where it is declared.
     pub line: u32,
 }
@@ -631,6 +652,9 @@ struct PyInput {
     columns: Option<Vec<String>>,
     #[serde(default)]
     filter: Option<String>,
+    /// Read whole by a partitioned model, not filtered to its partition.
+    #[serde(default)]
+    whole: bool,
     line: u32,
 }
 
@@ -962,6 +986,7 @@ impl Planner<'_> {
                         filter: i.filter,
                         producer: None,
                         bare: false,
+                        whole: i.whole,
                         line: i.line,
                     });
                 }
@@ -1054,6 +1079,15 @@ impl Planner<'_> {
             };
             vec![loc(file, 1, msg)]
         })?;
+        let settings = sql_settings(file, &text)?;
+        let whole: Vec<String> = settings
+            .whole
+            .iter()
+            .map(|t| match t.contains('.') {
+                true => t.clone(),
+                false => format!("{}.{t}", project.namespace),
+            })
+            .collect();
         let mut inputs = Vec::new();
         for parts in &analysis.tables {
             let (table, bare) = match parts.as_slice() {
@@ -1073,6 +1107,7 @@ impl Planner<'_> {
             }
             inputs.push(PlanInput {
                 arg: None,
+                whole: whole.contains(&table),
                 table,
                 columns: None,
                 filter: None,
@@ -1086,7 +1121,21 @@ impl Planner<'_> {
             .iter()
             .map(|p| (p.clone(), p.clone()))
             .collect();
-        let (materialize, partitioned_by) = sql_settings(file, &text)?;
+        if let Some(t) = whole
+            .iter()
+            .find(|t| !inputs.iter().any(|i: &PlanInput| &i.table == *t))
+        {
+            return Err(vec![loc(
+                file,
+                1,
+                format!("lh.whole names '{t}', which the query does not read"),
+            )]);
+        }
+        let SqlSettings {
+            materialize,
+            partitioned_by,
+            ..
+        } = settings;
         Ok(PlanNode {
             partitioned_by,
             partition: None,

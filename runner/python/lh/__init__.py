@@ -26,12 +26,15 @@ __version__ = "0.1.0"
 
 class Model:
     """An input: the table `name` (`namespace.table`, or a table of the project's
-    namespace), optionally only some `columns` and the rows matching `filter` (SQL)."""
+    namespace), optionally only some `columns` and the rows matching `filter` (SQL).
+    A partitioned model reads it filtered to the run's partition when it is partitioned
+    by the same key; `whole=True` reads every row instead."""
 
-    def __init__(self, name, columns=None, filter=None):
+    def __init__(self, name, columns=None, filter=None, whole=False):
         self.name = name
         self.columns = columns
         self.filter = filter
+        self.whole = whole
 
     def __repr__(self):
         return f"lh.Model({self.name!r}, columns={self.columns!r}, filter={self.filter!r})"

@@ -81,15 +81,15 @@ def inputs_of(fn, lh_names, direct):
         if kind == "Model":
             if not d.args and not any(k.arg == "name" for k in d.keywords):
                 raise PlanError(d, f"{fn.name}: lh.Model needs a table name")
-            spec = {"name": None, "columns": None, "filter": None}
-            names = ["name", "columns", "filter"]
+            spec = {"name": None, "columns": None, "filter": None, "whole": False}
+            names = ["name", "columns", "filter", "whole"]
             if len(d.args) > 3:
                 raise PlanError(d, "lh.Model takes at most 3 positional arguments")
             for n, a in zip(names, d.args):
                 spec[n] = literal(a, f"lh.Model({n}=...)")
             for k in d.keywords:
                 if k.arg not in names:
-                    raise PlanError(k, f"lh.Model has no argument '{k.arg}' (it takes name, columns, filter)")
+                    raise PlanError(k, f"lh.Model has no argument '{k.arg}' (it takes name, columns, filter, whole)")
                 spec[k.arg] = literal(k.value, f"lh.Model({k.arg}=...)")
             if not isinstance(spec["name"], str):
                 raise PlanError(d, "lh.Model's name must be a string")
@@ -97,6 +97,8 @@ def inputs_of(fn, lh_names, direct):
                 raise PlanError(d, "lh.Model's columns must be a list of strings")
             if spec["filter"] is not None and not isinstance(spec["filter"], str):
                 raise PlanError(d, "lh.Model's filter must be a SQL string")
+            if not isinstance(spec["whole"], bool):
+                raise PlanError(d, "lh.Model's whole must be True or False")
             out.append({"arg": p.arg, "kind": "model", "line": d.lineno, **spec})
         elif kind == "Parameter":
             if len(d.args) != 1 or d.keywords:

@@ -259,10 +259,15 @@ fn check_end(lh: &Lh, id: &str, trial: usize, context: &str) -> (bool, Value) {
     }
     // The run's branch is gone once published; kept (until its TTL) otherwise.
     let branches = lh.run(&["branch", "ls"]).ok().to_string();
+    // (A server stopped between recording the run and making its branch leaves a run
+    // that fails for its branch being gone, before anything ran.)
+    let never_branched = r["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("its branch") && e.contains("is gone"));
     assert_eq!(
         branches.contains(&format!("run/{id}")),
-        !published,
-        "{context}: {branches}"
+        !published && !never_branched,
+        "{context}: {branches}\n{r:#}"
     );
     (published, r)
 }

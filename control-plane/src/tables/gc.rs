@@ -204,27 +204,50 @@ pub async fn collect(
         }
     }
     if !req.dry_run && tables.warehouse.local_root().is_none() {
-        let keys = doomed
+        let keys: Vec<String> = doomed
             .iter()
             .filter_map(|f| f.path.strip_prefix(&root).ok())
             .filter_map(|k| k.to_str().map(str::to_string))
             .collect();
-        tables.warehouse.remove_keys(keys).await.map_err(|e| {
-            let mut err = Error::new(
-                e.kind,
-                Code::ObjectStore,
-                format!(
-                    "garbage collection could not remove every file: {}",
-                    e.message
-                ),
-            );
-            err.hint = Some(
-                "the warehouse's key needs permission to delete objects; what was removed \
+        // Whatever happens below, no read is served a removed object from this server's
+        // memory or read cache.
+        let gone: HashSet<&str> = keys.iter().map(String::as_str).collect();
+        tables.forget_versions(&|location| {
+            tables
+                .warehouse
+                .key(location)
+                .is_ok_and(|k| gone.contains(k.as_str()))
+        });
+        if let Some(cache) = tables.warehouse.cache() {
+            let sizes: Vec<(String, u64)> = doomed
+                .iter()
+                .filter_map(|f| {
+                    let key = f.path.strip_prefix(&root).ok()?.to_str()?.to_string();
+                    Some((key, f.bytes))
+                })
+                .collect();
+            cache.evict_removed(&sizes);
+        }
+        tables
+            .warehouse
+            .remove_keys(keys.clone())
+            .await
+            .map_err(|e| {
+                let mut err = Error::new(
+                    e.kind,
+                    Code::ObjectStore,
+                    format!(
+                        "garbage collection could not remove every file: {}",
+                        e.message
+                    ),
+                );
+                err.hint = Some(
+                    "the warehouse's key needs permission to delete objects; what was removed \
                  stays removed, run lh gc again once it may"
-                    .into(),
-            );
-            err
-        })?;
+                        .into(),
+                );
+                err
+            })?;
     } else if !req.dry_run {
         let prune = Prune {
             root: root.clone(),

@@ -117,6 +117,13 @@ impl Tables {
         Ok(m)
     }
 
+    /// Forgets what this server remembers of table versions whose metadata file was
+    /// removed (`lh gc`): a read of them then finds them gone.
+    pub fn forget_versions(&self, removed: &dyn Fn(&str) -> bool) {
+        self.metadata.retain(|location, _| !removed(location));
+        self.files.retain(|(location, _), _| !removed(location));
+    }
+
     /// The table `name` in `commit`, if it is there.
     pub async fn load(&self, commit: &Commit, name: &str) -> Result<Option<LoadedTable>> {
         let Some(p) = self.catalog.table_in(commit, name).await? else {

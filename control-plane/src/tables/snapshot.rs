@@ -406,3 +406,123 @@ fn fresh_snapshot_id(metadata: &TableMetadata) -> i64 {
         }
     }
 }
+
+/// An Iceberg REST client's append (`snapshot`, made on an older state of the table)
+/// made again on `base`, the table as it is now: the client's new manifests (those its
+/// snapshot added, whose entries inherit their sequence number) listed with `base`'s
+/// current ones in a new manifest list, under the same snapshot id, at `base`'s next
+/// sequence number. Appended files commute with whatever happened meanwhile unless the
+/// schema or the partitioning changed: then, or when the snapshot is not a plain
+/// append, `None` (the client's conflict stands).
+pub async fn rebase_append(
+    io: &FileIO,
+    base: &TableMetadata,
+    snapshot: &Snapshot,
+) -> Result<Option<Produced>> {
+    if snapshot.summary().operation != Operation::Append
+        || base.snapshot_by_id(snapshot.snapshot_id()).is_some()
+        || snapshot
+            .schema_id()
+            .is_some_and(|s| s != base.current_schema_id())
+        || base.format_version() != FormatVersion::V2
+    {
+        return Ok(None);
+    }
+    let spec_id = base.default_partition_spec_id();
+    let mut new = Vec::new();
+    for m in manifests_of(io, base, snapshot.manifest_list()).await? {
+        if m.added_snapshot_id != snapshot.snapshot_id() {
+            continue;
+        }
+        if m.content != ManifestContentType::Data || m.partition_spec_id != spec_id {
+            tracing::info!("a stale append is not rebased: its manifests are of another spec");
+            return Ok(None);
+        }
+        // Every entry is one the append added (their sequence numbers inherited from
+        // the manifest list, as appends write them: the reader fills them in).
+        let manifest = m.load_manifest(io).await?;
+        let plain = manifest.entries().iter().all(|e| {
+            e.status() == iceberg::spec::ManifestStatus::Added
+                && e.snapshot_id()
+                    .is_none_or(|id| id == snapshot.snapshot_id())
+        });
+        if !plain {
+            tracing::info!("a stale append is not rebased: its manifests hold other entries");
+            return Ok(None);
+        }
+        let mut m = m;
+        m.sequence_number = iceberg::spec::UNASSIGNED_SEQUENCE_NUMBER;
+        m.min_sequence_number = iceberg::spec::UNASSIGNED_SEQUENCE_NUMBER;
+        new.push(m);
+    }
+    let seq = base.next_sequence_number();
+    let meta_dir = format!("{}/metadata", base.location().trim_end_matches('/'));
+    let (out, captured) = crate::warehouse::io::capture_io();
+    let list_path = format!(
+        "{meta_dir}/snap-{}-1-{}.avro",
+        snapshot.snapshot_id(),
+        Uuid::new_v4()
+    );
+    let list_out = out.new_output(&list_path)?.writer().await?;
+    let mut list = ManifestListWriter::v2(
+        list_out,
+        snapshot.snapshot_id(),
+        base.current_snapshot_id(),
+        seq,
+    );
+    list.add_manifests(new.into_iter().chain(current_manifests(io, base).await?))?;
+    list.close().await?;
+    // The totals: the current snapshot's, and what the append added.
+    let get = |s: Option<&Snapshot>, key: &str| -> u64 {
+        s.and_then(|s| s.summary().additional_properties.get(key))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let mut props = snapshot.summary().additional_properties.clone();
+    for (total, added) in [
+        ("total-records", "added-records"),
+        ("total-files-size", "added-files-size"),
+        ("total-data-files", "added-data-files"),
+        ("total-delete-files", ""),
+        ("total-position-deletes", ""),
+        ("total-equality-deletes", ""),
+    ] {
+        let before = get(base.current_snapshot().map(|s| s.as_ref()), total);
+        let plus = if added.is_empty() {
+            0
+        } else {
+            get(Some(snapshot), added)
+        };
+        props.insert(total.to_string(), (before + plus).to_string());
+    }
+    props.insert("lh.rebased".to_string(), "true".to_string());
+    let rebased = Snapshot::builder()
+        .with_manifest_list(list_path)
+        .with_snapshot_id(snapshot.snapshot_id())
+        .with_parent_snapshot_id(base.current_snapshot_id())
+        .with_sequence_number(seq)
+        .with_summary(Summary {
+            operation: Operation::Append,
+            additional_properties: props,
+        })
+        .with_schema_id(base.current_schema_id())
+        .with_timestamp_ms(
+            chrono::Utc::now()
+                .timestamp_millis()
+                .max(base.last_updated_ms()),
+        )
+        .build();
+    Ok(Some(Produced {
+        updates: vec![
+            TableUpdate::AddSnapshot { snapshot: rebased },
+            TableUpdate::SetSnapshotRef {
+                ref_name: MAIN_BRANCH.to_string(),
+                reference: SnapshotReference::new(
+                    snapshot.snapshot_id(),
+                    SnapshotRetention::branch(None, None, None),
+                ),
+            },
+        ],
+        files: captured.take(),
+    }))
+}

@@ -199,6 +199,21 @@ impl ReadCache {
         Ok(cache)
     }
 
+    /// Drops the copies of objects removed from the bucket (`lh gc`): no read serves
+    /// them after. A copy a query reads now stays until the next removal finds it free.
+    pub fn evict_removed(&self, objects: &[(String, u64)]) {
+        let Ok(mut s) = self.state.lock() else { return };
+        for (key, size) in objects {
+            let n = name(key, *size);
+            if s.entries.get(&n).is_some_and(|e| e.pins == 0)
+                && let Some(e) = s.entries.remove(&n)
+            {
+                s.bytes = s.bytes.saturating_sub(e.size);
+                let _ = std::fs::remove_file(&e.path);
+            }
+        }
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -371,6 +371,10 @@ impl Bucket {
             self.settings.endpoint_or_default()
         );
         let (kind, msg, hint) = match &e {
+            // A file a table version names, gone: what gc does past the retention.
+            object_store::Error::NotFound { .. } if what == "cannot read" => {
+                return crate::error::collected(&place);
+            }
             object_store::Error::NotFound { .. } => (
                 Kind::NotFound,
                 format!("{what} {place}: no such object"),

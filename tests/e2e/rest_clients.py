@@ -143,9 +143,8 @@ def rename(uri, warehouse, source, destination):
 
 
 def writers(uri, warehouse, name):
-    """Two writers on one table: the second's stale append lands (lh makes it again on
-    the new state) or, refused, is retried; then several threads append at once,
-    retrying on conflicts: no row is lost."""
+    """Two writers on one table: the second gets the spec's conflict, retries and wins;
+    then several threads append at once, retrying on conflicts: no row is lost."""
     from pyiceberg.exceptions import CommitFailedException
 
     # pyiceberg retries a failed commit by itself; turn that off to see each conflict.

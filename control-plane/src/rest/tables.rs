@@ -18,7 +18,7 @@ use super::types::{
 };
 use crate::auth::{Action, Identity};
 use crate::error::{Code, Error, Kind};
-use crate::http::{IcebergError, IcebergResult};
+use crate::http::IcebergResult;
 use crate::state::AppState;
 use crate::tables::commit::{Base, Change, Committed, NewTable, Put, Transaction};
 
@@ -235,136 +235,17 @@ pub async fn commit_table(
     // The answer is the table's metadata: for who may read it too.
     identity.require_table(Action::Read, &prefix, &name, "committing to a table")?;
     let a = branch(&s, &prefix).await?;
-    let append = plain_append(&change);
     let mut tx = s.tables.begin().await;
-    let tried = match stage(&s, &mut tx, &a, &name, change).await {
-        Ok(what) => tx
-            .commit(&a.expr, &identity, meta(&identity, what))
-            .await
-            .map_err(|e| IcebergError(commit_failed(e))),
-        Err(e) => Err(e),
-    };
-    let done = match (tried, append) {
-        (Ok(done), _) => done,
-        // An append that lost to other writes is made again on the table as it is now
-        // (as Iceberg's own writers retry), unless what happened meanwhile conflicts.
-        (Err(e), Some((snapshot, uuid))) if e.0.kind == Kind::Conflict => {
-            match rebase_append(&s, &prefix, &name, &identity, &snapshot, uuid.as_ref()).await? {
-                Some(done) => done,
-                None => return Err(e),
-            }
-        }
-        (Err(e), _) => return Err(e),
-    };
+    let what = stage(&s, &mut tx, &a, &name, change).await?;
+    let done = tx
+        .commit(&a.expr, &identity, meta(&identity, what))
+        .await
+        .map_err(commit_failed)?;
     let v = &done.versions[0];
     Ok(Json(serde_json::json!({
         "metadata-location": v.pointer.metadata_location,
         "metadata": served(&v.metadata),
     })))
-}
-
-/// The snapshot of a plain append, and the table uuid it asserts: a change that adds
-/// one `append` snapshot and points `main` at it, asserting nothing but the table's
-/// uuid and `main`'s snapshot.
-fn plain_append(change: &CommitTable) -> Option<(iceberg::spec::Snapshot, Option<uuid::Uuid>)> {
-    let mut snapshot: Option<&iceberg::spec::Snapshot> = None;
-    let mut pointed = false;
-    for u in &change.updates {
-        match u {
-            TableUpdate::AddSnapshot { snapshot: s } if snapshot.is_none() => snapshot = Some(s),
-            TableUpdate::SetSnapshotRef {
-                ref_name,
-                reference,
-            } if ref_name == iceberg::spec::MAIN_BRANCH
-                && snapshot.is_some_and(|s| s.snapshot_id() == reference.snapshot_id) =>
-            {
-                pointed = true
-            }
-            _ => return None,
-        }
-    }
-    let mut uuid = None;
-    for r in &change.requirements {
-        match r {
-            iceberg::TableRequirement::UuidMatch { uuid: u } => uuid = Some(*u),
-            iceberg::TableRequirement::RefSnapshotIdMatch { r#ref, .. }
-                if r#ref == iceberg::spec::MAIN_BRANCH => {}
-            _ => return None,
-        }
-    }
-    let s = snapshot?;
-    (pointed && s.summary().operation == iceberg::spec::Operation::Append)
-        .then(|| (s.clone(), uuid))
-}
-
-/// How many times a client's append is made again on a table other writes moved.
-const MAX_REBASES: usize = 10;
-
-/// A client's append made again on the table as it is at the branch head, until it
-/// lands (at most `MAX_REBASES` times); `None` when it does not commute with what
-/// happened (a schema or partitioning change, the table replaced or dropped).
-async fn rebase_append(
-    s: &AppState,
-    prefix: &str,
-    name: &str,
-    identity: &Identity,
-    snapshot: &iceberg::spec::Snapshot,
-    uuid: Option<&uuid::Uuid>,
-) -> IcebergResult<Option<Committed>> {
-    for _ in 0..MAX_REBASES {
-        let a = branch(s, prefix).await?;
-        let Some(current) = s.tables.load(&a.commit, name).await? else {
-            return Ok(None);
-        };
-        if uuid.is_some_and(|u| *u != current.metadata.uuid()) {
-            return Ok(None);
-        }
-        // The client's manifest list is the table's own, as any commit's must be: one
-        // under another table's folder would graft that table's files onto this one.
-        let wh = &s.tables.warehouse;
-        let location = current.metadata.location();
-        let own = format!(
-            "{}/",
-            wh.canonical(location)
-                .unwrap_or_else(|_| location.to_string())
-                .trim_end_matches('/')
-        );
-        let list = snapshot.manifest_list();
-        if !wh
-            .canonical(list)
-            .unwrap_or_else(|_| list.to_string())
-            .starts_with(&own)
-        {
-            tracing::info!(%list, "a stale append is not rebased: its manifest list is not the table's");
-            return Ok(None);
-        }
-        let Some(produced) = crate::tables::snapshot::rebase_append(
-            s.tables.warehouse.io(),
-            &current.metadata,
-            snapshot,
-        )
-        .await?
-        else {
-            return Ok(None);
-        };
-        let mut tx = s.tables.begin().await;
-        tx.stage(Change::Put(Put {
-            table: name.to_string(),
-            current: Some(current),
-            base: Base::AsRead,
-            requirements: Vec::new(),
-            updates: produced.updates,
-            files: produced.files,
-        }))
-        .await?;
-        let message = format!("append to {name} (rebased)");
-        match tx.commit(&a.expr, identity, meta(identity, message)).await {
-            Ok(done) => return Ok(Some(done)),
-            Err(e) if e.code == Code::Conflict => continue,
-            Err(e) => return Err(IcebergError(commit_failed(e))),
-        }
-    }
-    Ok(None)
 }
 
 /// A multi-table transaction: all the tables' changes land in one lh commit, or none do.

@@ -203,21 +203,39 @@ pub async fn collect(
             resp.removed.push(rel.display().to_string());
         }
     }
+    // No read is served a removed file from this server's memory of table versions.
+    if !req.dry_run {
+        let gone: HashSet<PathBuf> = doomed.iter().map(|f| f.path.clone()).collect();
+        tables.forget_versions(&|location| {
+            tables
+                .warehouse
+                .key(location)
+                .is_ok_and(|k| gone.contains(&root.join(k)))
+        });
+    }
     if !req.dry_run && tables.warehouse.local_root().is_none() {
         let keys: Vec<String> = doomed
             .iter()
             .filter_map(|f| f.path.strip_prefix(&root).ok())
             .filter_map(|k| k.to_str().map(str::to_string))
             .collect();
-        // Whatever happens below, no read is served a removed object from this server's
-        // memory or read cache.
-        let gone: HashSet<&str> = keys.iter().map(String::as_str).collect();
-        tables.forget_versions(&|location| {
-            tables
-                .warehouse
-                .key(location)
-                .is_ok_and(|k| gone.contains(k.as_str()))
-        });
+        tables.warehouse.remove_keys(keys).await.map_err(|e| {
+            let mut err = Error::new(
+                e.kind,
+                Code::ObjectStore,
+                format!(
+                    "garbage collection could not remove every file: {}",
+                    e.message
+                ),
+            );
+            err.hint = Some(
+                "the warehouse's key needs permission to delete objects; what was removed \
+                 stays removed, run lh gc again once it may"
+                    .into(),
+            );
+            err
+        })?;
+        // Nor from the read cache (a read since the mark may have fetched one again).
         if let Some(cache) = tables.warehouse.cache() {
             let sizes: Vec<(String, u64)> = doomed
                 .iter()
@@ -228,26 +246,6 @@ pub async fn collect(
                 .collect();
             cache.evict_removed(&sizes);
         }
-        tables
-            .warehouse
-            .remove_keys(keys.clone())
-            .await
-            .map_err(|e| {
-                let mut err = Error::new(
-                    e.kind,
-                    Code::ObjectStore,
-                    format!(
-                        "garbage collection could not remove every file: {}",
-                        e.message
-                    ),
-                );
-                err.hint = Some(
-                    "the warehouse's key needs permission to delete objects; what was removed \
-                 stays removed, run lh gc again once it may"
-                        .into(),
-                );
-                err
-            })?;
     } else if !req.dry_run {
         let prune = Prune {
             root: root.clone(),

@@ -209,7 +209,7 @@ impl ReadCache {
                 && let Some(e) = s.entries.remove(&n)
             {
                 s.bytes = s.bytes.saturating_sub(e.size);
-                let _ = std::fs::remove_file(&e.path);
+                remove_entry_files(&e.path);
             }
         }
     }

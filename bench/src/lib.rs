@@ -260,3 +260,30 @@ pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> anyhow::Result<
     }
     Ok(())
 }
+
+/// The repository's root (the benchmarks' data generators and example projects).
+pub fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo")
+        .to_path_buf()
+}
+
+/// Runs `lh args` against `s` and times it; its output, or an error with its stderr.
+pub fn lh_run(
+    lh: &std::path::Path,
+    s: &Server,
+    args: &[&str],
+) -> anyhow::Result<(std::time::Duration, String)> {
+    let start = std::time::Instant::now();
+    let out = s.lh(lh, args).output()?;
+    let took = start.elapsed();
+    if !out.status.success() {
+        anyhow::bail!(
+            "lh {} failed:\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok((took, String::from_utf8_lossy(&out.stdout).into_owned()))
+}

@@ -16,31 +16,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use lh_bench::{Server, cache_dir, lh_bin, median};
+use lh_bench::{Server, cache_dir, lh_bin, lh_run, median, repo};
 
 const RANGE: &str = "2026-11-01..2026-11-30";
 const CHANGED: &str = "2026-11-05";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repo")
-        .to_path_buf()
-}
-
-fn lh_run(lh: &Path, s: &Server, args: &[&str]) -> Result<(Duration, String)> {
-    let start = Instant::now();
-    let out = s.lh(lh, args).output()?;
-    let took = start.elapsed();
-    if !out.status.success() {
-        bail!(
-            "lh {} failed:\n{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok((took, String::from_utf8_lossy(&out.stdout).into_owned()))
-}
 
 fn generate(out: &Path, per_day: usize, change: Option<&str>) -> Result<()> {
     let mut cmd = Command::new("python3");

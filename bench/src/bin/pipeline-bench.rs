@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use lh_bench::{Samples, Server, cache_dir, lh_bin, median, ms};
+use lh_bench::{Samples, Server, cache_dir, lh_bin, lh_run, median, ms, repo};
 
 struct Args {
     rounds: usize,
@@ -40,33 +40,12 @@ fn parse_args() -> Result<Args> {
     Ok(a)
 }
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repo")
-        .to_path_buf()
-}
-
 fn start(lh: &Path, env_cache: &Path) -> Result<Server> {
     Server::start(
         lh,
         None,
         &["--env-cache", env_cache.to_str().context("path")?],
     )
-}
-
-fn lh_run(lh: &Path, s: &Server, args: &[&str]) -> Result<(Duration, String)> {
-    let start = Instant::now();
-    let out = s.lh(lh, args).output()?;
-    let took = start.elapsed();
-    if !out.status.success() {
-        bail!(
-            "lh {} failed:\n{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok((took, String::from_utf8_lossy(&out.stdout).into_owned()))
 }
 
 fn generate(scale: f64, out: &Path) -> Result<()> {

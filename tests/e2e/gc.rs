@@ -284,7 +284,15 @@ fn a_server_killed_mid_write_loses_nothing_and_gc_clears_what_it_left() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(resumed, "the restarted server did not take its run over");
-    lh.run(&["runs", "cancel", &id[..12]]).ok();
+    let cancel = lh.run(&["runs", "cancel", &id[..12]]);
+    assert_eq!(
+        cancel.code,
+        0,
+        "{}\n{}\n{}",
+        cancel.stderr,
+        lh.run(&["runs", "show", &id, "-o", "json"]).stdout,
+        server.log()
+    );
     let run: Value =
         serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
     assert_eq!(run["status"], "cancelled", "{run}");

@@ -541,7 +541,7 @@ def revenue_is_positive(t=lh.Model("mart.daily_revenue")):
         } else {
             "done"
         };
-        assert_eq!(p["status"], want, "{p}");
+        assert_eq!(p["status"], want, "{p}\n{failed}\n{}", server.log());
     }
     let nodes = failed["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 61, "30 + 30 instances and the expectation");
@@ -600,7 +600,9 @@ def revenue_is_positive(t=lh.Model("mart.daily_revenue")):
         .iter()
         .copied()
         .filter(|n| ran.contains(n))
-        .collect::<Vec<_>>()
+        .collect::<Vec<_>>(),
+        "{replay}\n{}",
+        server.log()
     );
     assert_eq!(ran.len(), 3, "{ran:?}");
     let revenue = |at: &str| {
@@ -635,7 +637,7 @@ def revenue_is_positive(t=lh.Model("mart.daily_revenue")):
 
     // The fixed code's backfill once, then day 5's orders change: day 5 alone runs.
     let (code, first) = run_json(&lh, &[d2, "--partitions", "2026-11-01..2026-11-30"]);
-    assert_eq!(code, 0, "{first}");
+    assert_eq!(code, 0, "{first}\n{}", server.log());
     let fix = lh.file(
         "day5.csv",
         "id,ordered_at,amount\n50,2026-11-05 08:15:00,1000\n",

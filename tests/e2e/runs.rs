@@ -823,3 +823,79 @@ fn a_runaway_sql_model_stops_at_its_timeout_and_on_cancel() {
     assert_eq!(left, Vec::<String>::new(), "the cancelled write left files");
     assert_eq!(lh.head("main"), before);
 }
+
+/// A server paused past its run's lease (SIGSTOP: a busy machine, a slow disk) keeps
+/// driving the run when it comes back: its own scan for orphaned runs does not take a
+/// run it drives, and a write whose heartbeat is late renews the lease first instead of
+/// failing. The run succeeds, once.
+#[test]
+fn a_server_paused_past_its_lease_keeps_its_run() {
+    let server = server_with("process", &["--run-lease", "1s"]);
+    let lh = server.lh();
+    orders(&lh);
+    let models = r#"
+import time
+import lh
+
+@lh.model()
+def slow(o=lh.Model("raw.orders")):
+    time.sleep(1)
+    return o
+
+@lh.model()
+def after(s=lh.Model("slow")):
+    return s
+"#;
+    let dir = project(
+        &lh,
+        "paused",
+        &[("lh_project.yml", PROJECT), ("m.py", models)],
+    );
+    // Warm: the environment is built before the paused run.
+    let (code, warm) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{warm}");
+    let id = lh
+        .run(&["run", dir.to_str().unwrap(), "--detach", "--no-cache"])
+        .ok()
+        .trim()
+        .to_string();
+    for _ in 0..200 {
+        let r: serde_json::Value =
+            serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
+        if node(&r, "analytics.slow")["status"] == "running" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let pid = server.pid(0).to_string();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let signal = |s: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([s, &pid])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {s}");
+    };
+    // Paused past the lease; the function ends meanwhile (its worker is not paused),
+    // so the server's first acts on waking are its write and its heartbeat, racing.
+    signal("-STOP");
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    signal("-CONT");
+    let mut run = serde_json::Value::Null;
+    for _ in 0..600 {
+        run = serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
+        if run["status"] != "running" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let log = server.log();
+    assert_eq!(run["status"], "succeeded", "{run}\n{log}");
+    assert!(!log.contains("taking over a run"), "{log}");
+    assert_eq!(node(&run, "analytics.after")["status"], "done", "{run}");
+    assert_eq!(
+        lh.rows("select count(*) AS n from analytics.after", "main"),
+        vec![serde_json::json!({"n": 4})]
+    );
+}

@@ -57,12 +57,39 @@ impl Shared {
     }
 
     /// Whether this server may still act on the run: not lost, and its lease renewed
-    /// recently enough that no other server can have taken it over.
-    fn may_act(&self) -> bool {
-        !self.control.lost.load(Ordering::SeqCst)
-            && self
-                .svc
-                .lease_fresh(self.control.renewed.load(Ordering::SeqCst))
+    /// recently enough that no other server can have taken it over. A heartbeat that is
+    /// late (a busy server or database) is not a lost run: the lease is renewed here,
+    /// which holds only while no other server has claimed the run.
+    async fn may_act(&self) -> bool {
+        if self.control.lost.load(Ordering::SeqCst) {
+            return false;
+        }
+        if self
+            .svc
+            .lease_fresh(self.control.renewed.load(Ordering::SeqCst))
+        {
+            return true;
+        }
+        let now = Utc::now().timestamp_millis();
+        match self
+            .svc
+            .store
+            .renew(&self.id, &self.claim, self.svc.lease_until())
+            .await
+        {
+            Ok(Lease::Held { .. }) => {
+                self.control.renewed.store(now, Ordering::SeqCst);
+                true
+            }
+            Ok(Lease::Lost) => {
+                self.control.lost.store(true, Ordering::SeqCst);
+                false
+            }
+            Err(e) => {
+                tracing::warn!(run = %self.id, "cannot renew the run's lease before a write: {e}");
+                false
+            }
+        }
     }
 }
 
@@ -879,7 +906,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
             "[lh] every write slot of the server is busy (--max-concurrent-writes): this output waits for one\n",
         );
     }
-    if !shared.may_act() {
+    if !shared.may_act().await {
         return Err(Error::internal(
             "the run is no longer this server's (its lease was not renewed in time); nothing was written",
         ));
@@ -1082,7 +1109,7 @@ async fn put_back(
     }
     let files: Vec<iceberg::spec::DataFile> = added.into_iter().map(|a| a.0).collect();
     let rows = files.iter().map(|f| f.record_count()).sum();
-    if !shared.may_act() {
+    if !shared.may_act().await {
         return Err(Error::internal(
             "the run is no longer this server's (its lease was not renewed in time); nothing was written",
         ));

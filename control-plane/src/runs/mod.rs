@@ -371,6 +371,11 @@ impl RunService {
             if self.stopping.load(Ordering::SeqCst) {
                 break;
             }
+            // Still driven here: its heartbeat is late (a busy server or database), its
+            // server is not gone. Taking it over would stop the driver for nothing.
+            if self.running.lock().is_ok_and(|r| r.contains_key(&id)) {
+                continue;
+            }
             let Some(claim) = self
                 .store
                 .claim(&id, &self.instance, now, self.lease_until())

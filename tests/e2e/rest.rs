@@ -354,6 +354,159 @@ fn two_pyiceberg_writers_conflict_and_the_loser_retries() {
 }
 
 #[test]
+fn a_table_that_lets_lh_rebase_appends_takes_stale_pyiceberg_appends() {
+    let server = Server::start();
+    let lh = server.lh();
+    let csv = lh.file("counts.csv", "id,v\n1,1\n2,2\n");
+    lh.run(&["table", "import", "shop.counts", csv.to_str().unwrap()])
+        .ok();
+    let w = client(&server, "writers", "main", &["shop.counts", "true"]);
+    // The second writer's stale append is made again by the server on the table as
+    // the first left it: no conflict reaches the client, and none of the concurrent
+    // threads had to retry either.
+    assert!(w["conflict"].is_null(), "{w}\n{}", server.log());
+    assert_eq!(w["retries"], 0, "{w}");
+    assert_eq!(w["errors"], json!([]));
+    assert_eq!(w["rows"], 44, "{w}");
+    assert_eq!(w["distinct_ids"], 44, "{w}");
+    let n = lh.rows(
+        "select count(*) AS n, count(distinct id) AS d from shop.counts",
+        "main",
+    );
+    assert_eq!(n, vec![json!({"n": 44, "d": 44})]);
+    // The rebased snapshots say so, and count what they added.
+    let log = lh.run(&["log", "-o", "json"]).ok().to_string();
+    assert!(log.contains("(rebased)"), "{log}");
+    // Every row's value is there once.
+    let sum = lh.rows("select sum(v) AS s from shop.counts", "main");
+    assert_eq!(
+        sum[0]["s"],
+        json!(
+            3 + 1000
+                + 2000
+                + (0..4)
+                    .map(|k| (0..5)
+                        .map(|j| 2 * (10_000 * (k + 1) + 2 * j) + 1)
+                        .sum::<i64>())
+                    .sum::<i64>()
+        )
+    );
+}
+
+#[test]
+fn stale_appends_lh_may_not_rebase_stay_conflicts() {
+    let server = Server::start();
+    let lh = server.lh();
+    let csv = lh.file("a.csv", "id,v\n1,10\n2,20\n");
+    for t in ["shop.a", "shop.b", "shop.c"] {
+        lh.run(&["table", "import", t, csv.to_str().unwrap()]).ok();
+    }
+    // An overwrite since the append's read: its conflict stands (an upsert's insert
+    // must not land on rows it did not see).
+    let w = client(&server, "stale_after_overwrite", "main", &["shop.c"]);
+    assert!(
+        w["conflict"]
+            .as_str()
+            .is_some_and(|c| c.contains("CommitFailedException")),
+        "{w}"
+    );
+    assert_eq!(w["ids"], json!([7]), "{w}");
+
+    // A table that opted in, and stale appends naming what is not its own.
+    let http = Http::new(&server);
+    let path = "/v1/main/namespaces/shop/tables/a";
+    let (s, _) = http.send(
+        "POST",
+        path,
+        Some(json!({"requirements": [], "updates": [
+            {"action": "set-properties", "updates": {"lh.rebase-appends": "true"}}]})),
+    );
+    assert_eq!(s, 200);
+    let (_, a) = http.send("GET", path, None);
+    let (_, b) = http.send("GET", "/v1/main/namespaces/shop/tables/b", None);
+    let location = |t: &Value| t["metadata"]["location"].as_str().unwrap().to_string();
+    let ours = a["metadata"]["snapshots"][0].clone();
+    let theirs = b["metadata"]["snapshots"][0].clone();
+    // The table moves on by an append: what the stale appends read is behind it.
+    lh.run(&[
+        "table",
+        "import",
+        "shop.a",
+        csv.to_str().unwrap(),
+        "--mode",
+        "append",
+    ])
+    .ok();
+    let head = lh.head("main");
+    let unchanged = |why: &str| assert_eq!(lh.head("main"), head, "main moved after {why}");
+    let stale = |id: &Value, list: &str| {
+        json!({
+        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main",
+                          "snapshot-id": ours["snapshot-id"]}],
+        "updates": [
+            {"action": "add-snapshot", "snapshot": {
+                "snapshot-id": id, "sequence-number": 99,
+                "timestamp-ms": theirs["timestamp-ms"], "manifest-list": list,
+                "summary": {"operation": "append"}, "schema-id": 0}},
+            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch",
+             "snapshot-id": id}
+        ]})
+    };
+    let list = theirs["manifest-list"].as_str().unwrap();
+    // Another table's manifest list, as it is and through `..` from this table's folder.
+    let b_folder = location(&b);
+    let through = format!(
+        "{}/../{}/{}",
+        location(&a),
+        b_folder.rsplit('/').next().unwrap(),
+        list.strip_prefix(&format!("{b_folder}/")).unwrap()
+    );
+    // This table's own manifest list, under a new snapshot id: it added nothing.
+    let own = ours["manifest-list"].as_str().unwrap();
+    // Files written under this table's folder that name the other table's manifests,
+    // or its data files.
+    let grafts: Vec<Value> = ["manifest", "datafile"]
+        .iter()
+        .map(|kind| client(&server, "graft", "main", &["shop.a", "shop.b", kind]))
+        .collect();
+    let graft = |g: &Value| stale(&g["snapshot_id"], g["manifest_list"].as_str().unwrap());
+    for (why, body) in [
+        (
+            "another table's manifest list",
+            stale(&theirs["snapshot-id"], list),
+        ),
+        (
+            "a manifest list through '..'",
+            stale(&theirs["snapshot-id"], &through),
+        ),
+        (
+            "a snapshot that added no manifest",
+            stale(&json!(4243), own),
+        ),
+        ("a list naming another table's manifests", graft(&grafts[0])),
+        (
+            "a manifest naming another table's data files",
+            graft(&grafts[1]),
+        ),
+    ] {
+        let m = http.error("POST", path, Some(body), 409, "CommitFailedException");
+        assert!(m.contains("requirement failed"), "{why}: {m}");
+        unchanged(why);
+    }
+    let log = server.log();
+    for (line, times) in [
+        ("its manifest list is not under the table's folder", 2),
+        ("the snapshot added no manifest", 1),
+        ("a manifest is not under the table's folder", 1),
+        ("a data file is not under the table's folder", 1),
+    ] {
+        assert_eq!(log.matches(line).count(), times, "{line}\n{log}");
+    }
+    let n = lh.rows("select count(*) AS n from shop.a", "main");
+    assert_eq!(n, vec![json!({"n": 4})]);
+}
+
+#[test]
 fn duckdb_attaches_a_branch_reads_lh_tables_and_writes() {
     let server = Server::start();
     let lh = server.lh();

@@ -142,14 +142,15 @@ def rename(uri, warehouse, source, destination):
     print(json.dumps({"source": cat.table_exists(source), "destination": cat.table_exists(destination)}))
 
 
-def writers(uri, warehouse, name):
-    """Two writers on one table: the second gets the spec's conflict, retries and wins;
+def writers(uri, warehouse, name, rebase="false"):
+    """Two writers on one table: the second gets the spec's conflict, retries and wins
+    (with `rebase` true, the table lets lh make the stale append again: no conflict);
     then several threads append at once, retrying on conflicts: no row is lost."""
     from pyiceberg.exceptions import CommitFailedException
 
     # pyiceberg retries a failed commit by itself; turn that off to see each conflict.
     with catalog(uri, warehouse).load_table(name).transaction() as tx:
-        tx.set_properties({"commit.retry.num-retries": "0"})
+        tx.set_properties({"commit.retry.num-retries": "0", "lh.rebase-appends": rebase})
     first = catalog(uri, warehouse).load_table(name)
     second = catalog(uri, warehouse).load_table(name)
     schema = first.schema().as_arrow()
@@ -193,6 +194,76 @@ def writers(uri, warehouse, name):
     ids = sorted(final.column("id").to_pylist())
     print(json.dumps({"conflict": conflict, "errors": errors, "retries": sum(retries),
                       "rows": final.num_rows, "distinct_ids": len(set(ids)), "ids": ids}))
+
+
+def stale_after_overwrite(uri, warehouse, name):
+    """On a table that lets lh rebase appends: an append made on a state that an
+    overwrite replaced since (as the insert half of an upsert would be) stays the
+    spec's conflict, and the rows are the overwrite's."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    with catalog(uri, warehouse).load_table(name).transaction() as tx:
+        tx.set_properties({"commit.retry.num-retries": "0", "lh.rebase-appends": "true"})
+    first = catalog(uri, warehouse).load_table(name)
+    second = catalog(uri, warehouse).load_table(name)
+    schema = first.schema().as_arrow()
+    first.overwrite(pa.Table.from_pylist([{"id": 7, "v": 7}], schema=schema))
+    conflict = None
+    try:
+        second.append(pa.Table.from_pylist([{"id": 8, "v": 8}], schema=schema))
+    except CommitFailedException as e:
+        conflict = str(e)
+    final = catalog(uri, warehouse).load_table(name).scan().to_arrow()
+    print(json.dumps({"conflict": conflict, "ids": sorted(final.column("id").to_pylist())}))
+
+
+def graft(uri, warehouse, name, other, kind):
+    """Writes, under table `name`'s folder, the files of a hostile append that would
+    graft table `other`'s files onto it: a manifest list naming `other`'s manifests
+    (`kind` manifest) or a manifest of its own naming `other`'s data files (`kind`
+    datafile). Commits nothing; prints the snapshot id and the manifest list."""
+    import copy
+    import uuid
+
+    from pyiceberg.manifest import (
+        ManifestEntry,
+        ManifestEntryStatus,
+        write_manifest,
+        write_manifest_list,
+    )
+
+    lake = catalog(uri, warehouse)
+    ours, theirs = lake.load_table(name), lake.load_table(other)
+    sid = 7_000_000 + uuid.uuid4().int % 1_000_000
+    manifests = theirs.current_snapshot().manifests(theirs.io)
+    meta = ours.location().rstrip("/") + "/metadata"
+    if kind == "manifest":
+        listed = []
+        for m in manifests:
+            m = copy.copy(m)
+            m._data = list(m._data)
+            m._data[6] = sid  # added_snapshot_id
+            listed.append(m)
+    else:
+        out = ours.io.new_output(f"{meta}/{uuid.uuid4()}-m0.avro")
+        with write_manifest(
+            format_version=2, spec=ours.spec(), schema=ours.schema(), output_file=out,
+            snapshot_id=sid, avro_compression="null",
+        ) as w:
+            for m in manifests:
+                for e in m.fetch_manifest_entry(theirs.io, discard_deleted=True):
+                    w.add_entry(ManifestEntry.from_args(
+                        status=ManifestEntryStatus.ADDED, snapshot_id=sid,
+                        sequence_number=None, file_sequence_number=None,
+                        data_file=e.data_file))
+        listed = [w.to_manifest_file()]
+    list_path = f"{meta}/snap-{sid}-1-{uuid.uuid4()}.avro"
+    with write_manifest_list(
+        format_version=2, output_file=ours.io.new_output(list_path), snapshot_id=sid,
+        parent_snapshot_id=None, sequence_number=99, avro_compression="null",
+    ) as lw:
+        lw.add_manifests(listed)
+    print(json.dumps({"snapshot_id": sid, "manifest_list": list_path}))
 
 
 def duckdb_connection():
@@ -326,6 +397,8 @@ SCENARIOS = {
     "drop": drop,
     "rename": rename,
     "writers": writers,
+    "stale_after_overwrite": stale_after_overwrite,
+    "graft": graft,
     "duckdb": duckdb_scenario,
     "duckdb_read": duckdb_read,
     "duckdb_write_error": duckdb_write_error,

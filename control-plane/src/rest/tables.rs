@@ -235,17 +235,195 @@ pub async fn commit_table(
     // The answer is the table's metadata: for who may read it too.
     identity.require_table(Action::Read, &prefix, &name, "committing to a table")?;
     let a = branch(&s, &prefix).await?;
-    let mut tx = s.tables.begin().await;
-    let what = stage(&s, &mut tx, &a, &name, change).await?;
-    let done = tx
-        .commit(&a.expr, &identity, meta(&identity, what))
-        .await
-        .map_err(commit_failed)?;
+    let append = plain_append(&change);
+    // The transaction (and its hold on the commit gate) ends with this block.
+    let tried: IcebergResult<Committed> = async {
+        let mut tx = s.tables.begin().await;
+        let what = stage(&s, &mut tx, &a, &name, change).await?;
+        Ok(tx
+            .commit(&a.expr, &identity, meta(&identity, what))
+            .await
+            .map_err(commit_failed)?)
+    }
+    .await;
+    let done = match (tried, append) {
+        (Ok(done), _) => done,
+        // A stale append, on a table that lets lh make it again on its current state.
+        (Err(e), Some(append)) if e.0.kind == Kind::Conflict => {
+            match rebase_append(&s, &a.expr, &name, &identity, &append).await {
+                Ok(Some(done)) => done,
+                Ok(None) => return Err(e),
+                // A rebased commit may have landed (the client must not remove its
+                // files, so it hears that rather than the conflict), or the caller may
+                // not write.
+                Err(r) => return Err(commit_failed(r).into()),
+            }
+        }
+        (Err(e), _) => return Err(e),
+    };
     let v = &done.versions[0];
     Ok(Json(serde_json::json!({
         "metadata-location": v.pointer.metadata_location,
         "metadata": served(&v.metadata),
     })))
+}
+
+/// A plain append, as Iceberg's writers commit one: one `append` snapshot made current
+/// on `main`, asserting at most the table's uuid and what `main` was when read.
+struct PlainAppend {
+    snapshot: iceberg::spec::Snapshot,
+    uuid: Option<uuid::Uuid>,
+    /// The snapshot `main` was at when the client read the table, when it asserts one
+    /// (`Some(None)`: the table had no snapshot).
+    read: Option<Option<i64>>,
+}
+
+fn plain_append(change: &CommitTable) -> Option<PlainAppend> {
+    let mut snapshot: Option<&iceberg::spec::Snapshot> = None;
+    let mut pointed = false;
+    for u in &change.updates {
+        match u {
+            TableUpdate::AddSnapshot { snapshot: s } if snapshot.is_none() => snapshot = Some(s),
+            TableUpdate::SetSnapshotRef {
+                ref_name,
+                reference,
+            } if ref_name == iceberg::spec::MAIN_BRANCH
+                && !pointed
+                && snapshot.is_some_and(|s| s.snapshot_id() == reference.snapshot_id) =>
+            {
+                pointed = true
+            }
+            _ => return None,
+        }
+    }
+    let (mut uuid, mut read) = (None, None);
+    for r in &change.requirements {
+        match r {
+            iceberg::TableRequirement::UuidMatch { uuid: u } if uuid.is_none() => uuid = Some(*u),
+            iceberg::TableRequirement::RefSnapshotIdMatch { r#ref, snapshot_id }
+                if r#ref == iceberg::spec::MAIN_BRANCH && read.is_none() =>
+            {
+                read = Some(*snapshot_id)
+            }
+            _ => return None,
+        }
+    }
+    let snapshot = snapshot?.clone();
+    (pointed && snapshot.summary().operation == iceberg::spec::Operation::Append).then_some(
+        PlainAppend {
+            snapshot,
+            uuid,
+            read,
+        },
+    )
+}
+
+/// How many times a stale append is made again on a table other writes keep moving.
+const MAX_REBASES: u32 = 10;
+
+/// A client's stale append made again on the table as it is at the branch head (see
+/// `snapshot::rebase_append` for when that is safe), until it lands: `None` when it
+/// may not be or could not be (the client's conflict stands); an error when the caller
+/// may not write, or when a rebased commit may have landed.
+async fn rebase_append(
+    s: &AppState,
+    branch: &str,
+    name: &str,
+    identity: &Identity,
+    append: &PlainAppend,
+) -> crate::error::Result<Option<Committed>> {
+    use crate::tables::snapshot::{self, ClientAppend};
+    // Nothing is read for a caller that may not write.
+    identity.require_table(Action::Write, branch, name, "appending to a table")?;
+    let wh = &s.tables.warehouse;
+    let not_rebased = |why: &dyn std::fmt::Display| {
+        tracing::info!(table = %name, "a stale append is not rebased: {why}");
+        Ok(None)
+    };
+    // The client's files, read and checked once (again only if the table's folder
+    // changed under it).
+    let mut client: Option<(String, ClientAppend)> = None;
+    for attempt in 0..MAX_REBASES {
+        if attempt > 0 {
+            // Lost again: jittered, growing pauses spread the writers out.
+            let cap = 10u64 << attempt.min(6);
+            let jitter = (uuid::Uuid::new_v4().as_u128() % u128::from(cap)) as u64;
+            tokio::time::sleep(std::time::Duration::from_millis(cap / 2 + jitter)).await;
+        }
+        let now = match async {
+            let head = s.tables.catalog.resolve(branch).await?;
+            s.tables.load(&head.commit, name).await
+        }
+        .await
+        {
+            Ok(Some(now)) => now,
+            Ok(None) => return not_rebased(&"the table is gone"),
+            Err(e) => return not_rebased(&e),
+        };
+        if append.uuid.is_some_and(|u| u != now.metadata.uuid()) {
+            return not_rebased(&"the table was replaced");
+        }
+        let own = match wh.canonical(now.metadata.location()) {
+            Ok(c) => format!("{}/", c.trim_end_matches('/')),
+            Err(e) => return not_rebased(&e),
+        };
+        if client.as_ref().is_none_or(|(o, _)| *o != own) {
+            // Every file the append names is under the table's folder, in the spelling
+            // the server reads (a location it cannot spell, one through `.` or `..`, is
+            // not).
+            let canonical = |l: &str| {
+                if l.split('/').any(|part| part == ".." || part == ".") {
+                    return None;
+                }
+                wh.canonical(l).ok().filter(|c| c.starts_with(&own))
+            };
+            match ClientAppend::read(
+                wh.io(),
+                now.metadata.format_version(),
+                &append.snapshot,
+                canonical,
+            )
+            .await
+            {
+                Ok(Ok(c)) => client = Some((own.clone(), c)),
+                Ok(Err(why)) => return not_rebased(&why),
+                Err(e) => return not_rebased(&e),
+            }
+        }
+        let Some((_, files)) = &client else {
+            return Ok(None);
+        };
+        // A client that asserted nothing accepts the table as it is.
+        let read = append.read.unwrap_or(now.metadata.current_snapshot_id());
+        let produced = match snapshot::rebase_append(wh.io(), &now.metadata, read, files).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(why)) => return not_rebased(&why),
+            Err(e) => return not_rebased(&e),
+        };
+        let change = Change::Put(Put {
+            table: name.to_string(),
+            current: Some(now),
+            base: Base::AsRead,
+            requirements: Vec::new(),
+            updates: produced.updates,
+            files: produced.files,
+        });
+        let message = format!("append to {name} (rebased)");
+        // In turn with lh's own writers of the table on this server.
+        let lock = s.tables.commit_lock(branch, name);
+        let _turn = lock.lock().await;
+        match s
+            .tables
+            .commit(branch, identity, vec![change], meta(identity, message))
+            .await
+        {
+            Ok(done) => return Ok(Some(done)),
+            Err(e) if e.code == Code::Conflict => continue,
+            Err(e) if e.commit_state_unknown() => return Err(e),
+            Err(e) => return not_rebased(&e),
+        }
+    }
+    not_rebased(&format!("it lost {MAX_REBASES} times to other writes"))
 }
 
 /// A multi-table transaction: all the tables' changes land in one lh commit, or none do.

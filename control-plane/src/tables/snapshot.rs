@@ -406,3 +406,269 @@ fn fresh_snapshot_id(metadata: &TableMetadata) -> i64 {
         }
     }
 }
+
+/// The table property that lets lh make an Iceberg REST client's stale append again on
+/// the table as it is now (see [`rebase_append`]); off unless set to `true`.
+pub const REBASE_APPENDS: &str = "lh.rebase-appends";
+
+/// Why a stale append is not made again: the client's conflict stands.
+pub type NotRebased = String;
+
+/// The files a client's append added, checked once: its new manifests (in the
+/// server's spelling of their locations) and what they hold.
+pub struct ClientAppend {
+    snapshot: Snapshot,
+    manifests: Vec<ManifestFile>,
+    spec_id: i32,
+    records: u64,
+    bytes: u64,
+    files: u64,
+}
+
+impl ClientAppend {
+    /// Reads and checks the files of a client's append snapshot: every file it names
+    /// (its manifest list, its manifests, their data files) is under the table's own
+    /// folder (`canonical` spells a location the server's way, `None` for one outside
+    /// the table's folder), its new manifests hold data files it added and nothing else,
+    /// with no sequence number of their own (so they take the one of the snapshot they
+    /// land in, as appends write them).
+    pub async fn read(
+        io: &FileIO,
+        format: FormatVersion,
+        snapshot: &Snapshot,
+        canonical: impl Fn(&str) -> Option<String>,
+    ) -> Result<std::result::Result<ClientAppend, NotRebased>> {
+        if format != FormatVersion::V2 {
+            return Ok(Err("the table is not Iceberg v2".into()));
+        }
+        if snapshot.summary().operation != Operation::Append {
+            return Ok(Err("the snapshot is not an append".into()));
+        }
+        let Some(list) = canonical(snapshot.manifest_list()) else {
+            return Ok(Err(
+                "its manifest list is not under the table's folder".into()
+            ));
+        };
+        let bytes = io.new_input(&list)?.read().await?;
+        let entries: Vec<ManifestFile> = ManifestList::parse_with_version(&bytes, format)?
+            .consume_entries()
+            .into_iter()
+            .collect();
+        let mut out = ClientAppend {
+            snapshot: snapshot.clone(),
+            manifests: Vec::new(),
+            spec_id: 0,
+            records: 0,
+            bytes: 0,
+            files: 0,
+        };
+        for mut m in entries {
+            if m.added_snapshot_id != snapshot.snapshot_id() {
+                continue;
+            }
+            if m.content != ManifestContentType::Data {
+                return Ok(Err("it adds delete files".into()));
+            }
+            if out.manifests.is_empty() {
+                out.spec_id = m.partition_spec_id;
+            } else if m.partition_spec_id != out.spec_id {
+                return Ok(Err("its manifests have several partition specs".into()));
+            }
+            let Some(path) = canonical(&m.manifest_path) else {
+                return Ok(Err("a manifest is not under the table's folder".into()));
+            };
+            // The entries as written (no value inherited from the list).
+            let raw = io.new_input(&path)?.read().await?;
+            let manifest = iceberg::spec::Manifest::parse_avro(&raw)?;
+            for e in manifest.entries() {
+                let plain = e.status() == iceberg::spec::ManifestStatus::Added
+                    && e.snapshot_id()
+                        .is_none_or(|id| id == snapshot.snapshot_id())
+                    && e.sequence_number().is_none()
+                    && e.content_type() == iceberg::spec::DataContentType::Data;
+                if !plain {
+                    return Ok(Err(
+                        "its manifests hold entries it did not add, or sequence numbers of their own".into(),
+                    ));
+                }
+                if canonical(e.file_path()).is_none() {
+                    return Ok(Err("a data file is not under the table's folder".into()));
+                }
+                out.records = out.records.saturating_add(e.record_count());
+                out.bytes = out.bytes.saturating_add(e.file_size_in_bytes());
+                out.files = out.files.saturating_add(1);
+            }
+            m.manifest_path = path;
+            m.sequence_number = iceberg::spec::UNASSIGNED_SEQUENCE_NUMBER;
+            m.min_sequence_number = iceberg::spec::UNASSIGNED_SEQUENCE_NUMBER;
+            out.manifests.push(m);
+        }
+        if out.manifests.is_empty() {
+            return Ok(Err("the snapshot added no manifest".into()));
+        }
+        Ok(Ok(out))
+    }
+}
+
+/// A client's append (made on the table when its `main` was at `read`) made again on
+/// `now`, the table as other writes left it: its new manifests listed with `now`'s
+/// current ones in a new manifest list, under the same snapshot id, at `now`'s next
+/// sequence number.
+///
+/// Only when it is safe: the table opted in ([`REBASE_APPENDS`]: an append that depends
+/// on what the client read, such as the insert half of an upsert, must not be made
+/// again); every snapshot since `read` is an append or a rewrite that added no delete
+/// manifest (so no delete made meanwhile could reach the appended rows); the schema and
+/// the partition spec are the ones the client wrote with. `Err` says why not.
+pub async fn rebase_append(
+    io: &FileIO,
+    now: &TableMetadata,
+    read: Option<i64>,
+    append: &ClientAppend,
+) -> Result<std::result::Result<Produced, NotRebased>> {
+    let snapshot = &append.snapshot;
+    let enabled = now
+        .properties()
+        .get(REBASE_APPENDS)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    if !enabled {
+        return Ok(Err(format!("the table does not set {REBASE_APPENDS}=true")));
+    }
+    if now.format_version() != FormatVersion::V2 {
+        return Ok(Err("the table is not Iceberg v2".into()));
+    }
+    if now.snapshot_by_id(snapshot.snapshot_id()).is_some() {
+        return Ok(Err("the snapshot id is taken".into()));
+    }
+    if snapshot.schema_id() != Some(now.current_schema_id()) {
+        return Ok(Err("the schema changed".into()));
+    }
+    if append.spec_id != now.default_partition_spec_id() {
+        return Ok(Err("the partitioning changed".into()));
+    }
+    // What happened since the client read the table: appends and rewrites that added
+    // no delete manifest (read from their manifest lists, not taken from summaries).
+    let mut at = now.current_snapshot_id();
+    let mut steps = 0usize;
+    while at != read {
+        let Some(id) = at else {
+            return Ok(Err(
+                "the snapshot the client read is not in the table's history".into(),
+            ));
+        };
+        let Some(s) = now.snapshot_by_id(id) else {
+            return Ok(Err(
+                "the table's history since the client read it was expired".into(),
+            ));
+        };
+        if !matches!(
+            s.summary().operation,
+            Operation::Append | Operation::Replace
+        ) {
+            return Ok(Err(
+                "rows were overwritten or deleted since the client read the table".into(),
+            ));
+        }
+        let deletes = manifests_of(io, now, s.manifest_list())
+            .await?
+            .iter()
+            .any(|m| m.content == ManifestContentType::Deletes && m.added_snapshot_id == id);
+        if deletes {
+            return Ok(Err(
+                "delete files were added since the client read the table".into(),
+            ));
+        }
+        steps += 1;
+        if steps > now.snapshots().len() {
+            return Ok(Err("the table's history has a cycle".into()));
+        }
+        at = s.parent_snapshot_id();
+    }
+    let seq = now.next_sequence_number();
+    let meta_dir = format!("{}/metadata", now.location().trim_end_matches('/'));
+    let (out, captured) = crate::warehouse::io::capture_io();
+    let list_path = format!(
+        "{meta_dir}/snap-{}-1-{}.avro",
+        snapshot.snapshot_id(),
+        Uuid::new_v4()
+    );
+    let list_out = out.new_output(&list_path)?.writer().await?;
+    let mut list = ManifestListWriter::v2(
+        list_out,
+        snapshot.snapshot_id(),
+        now.current_snapshot_id(),
+        seq,
+    );
+    list.add_manifests(
+        append
+            .manifests
+            .iter()
+            .cloned()
+            .chain(current_manifests(io, now).await?),
+    )?;
+    list.close().await?;
+    // The totals: the current snapshot's, and what the append added (counted from its
+    // manifests, not taken from the client's summary).
+    let total = |key: &str| -> u64 {
+        now.current_snapshot()
+            .and_then(|s| s.summary().additional_properties.get(key))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let mut props = snapshot.summary().additional_properties.clone();
+    props.retain(|k, _| {
+        !k.starts_with("total-") && !k.starts_with("added-") && !k.starts_with("lh.")
+    });
+    for (k, v) in [
+        ("added-records", append.records),
+        ("added-files-size", append.bytes),
+        ("added-data-files", append.files),
+        (
+            "total-records",
+            total("total-records").saturating_add(append.records),
+        ),
+        (
+            "total-files-size",
+            total("total-files-size").saturating_add(append.bytes),
+        ),
+        (
+            "total-data-files",
+            total("total-data-files").saturating_add(append.files),
+        ),
+        ("total-delete-files", total("total-delete-files")),
+        ("total-position-deletes", total("total-position-deletes")),
+        ("total-equality-deletes", total("total-equality-deletes")),
+    ] {
+        props.insert(k.to_string(), v.to_string());
+    }
+    props.insert("lh.rebased".to_string(), "true".to_string());
+    let rebased = Snapshot::builder()
+        .with_manifest_list(list_path)
+        .with_snapshot_id(snapshot.snapshot_id())
+        .with_parent_snapshot_id(now.current_snapshot_id())
+        .with_sequence_number(seq)
+        .with_summary(Summary {
+            operation: Operation::Append,
+            additional_properties: props,
+        })
+        .with_schema_id(now.current_schema_id())
+        .with_timestamp_ms(
+            chrono::Utc::now()
+                .timestamp_millis()
+                .max(now.last_updated_ms()),
+        )
+        .build();
+    Ok(Ok(Produced {
+        updates: vec![
+            TableUpdate::AddSnapshot { snapshot: rebased },
+            TableUpdate::SetSnapshotRef {
+                ref_name: MAIN_BRANCH.to_string(),
+                reference: SnapshotReference::new(
+                    snapshot.snapshot_id(),
+                    SnapshotRetention::branch(None, None, None),
+                ),
+            },
+        ],
+        files: captured.take(),
+    }))
+}

@@ -859,14 +859,17 @@ def after(s=lh.Model("slow")):
         .ok()
         .trim()
         .to_string();
+    let mut started = false;
     for _ in 0..200 {
         let r: serde_json::Value =
             serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
         if node(&r, "analytics.slow")["status"] == "running" {
+            started = true;
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    assert!(started, "the slow model never started");
     let pid = server.pid(0).to_string();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let signal = |s: &str| {

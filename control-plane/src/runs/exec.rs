@@ -77,12 +77,15 @@ impl Shared {
             .renew(&self.id, &self.claim, self.svc.lease_until())
             .await
         {
+            // Held, and renewed soon enough that the lease it set is still well ahead
+            // (a renew that waited long may have set a deadline already past).
             Ok(Lease::Held { .. }) => {
-                self.control.renewed.store(now, Ordering::SeqCst);
-                true
+                self.control.renewed.fetch_max(now, Ordering::SeqCst);
+                self.svc.lease_fresh(now)
             }
             Ok(Lease::Lost) => {
                 self.control.lost.store(true, Ordering::SeqCst);
+                self.control.cancel.cancel();
                 false
             }
             Err(e) => {
@@ -465,9 +468,10 @@ impl Run {
             .renew(&self.shared.id, &self.shared.claim, svc.lease_until())
             .await
         {
+            // Held, and renewed soon enough that the lease it set is still well ahead.
             Ok(Lease::Held { .. }) => {
-                self.shared.control.renewed.store(now, Ordering::SeqCst);
-                true
+                self.shared.control.renewed.fetch_max(now, Ordering::SeqCst);
+                svc.lease_fresh(now)
             }
             Ok(Lease::Lost) => {
                 self.shared.control.lost.store(true, Ordering::SeqCst);

@@ -345,7 +345,7 @@ impl RunService {
             let now = Utc::now().timestamp_millis();
             match self.store.renew(&id, &claim, self.lease_until()).await {
                 Ok(Lease::Held { cancel }) => {
-                    control.renewed.store(now, Ordering::SeqCst);
+                    control.renewed.fetch_max(now, Ordering::SeqCst);
                     if cancel {
                         control.cancel.cancel();
                     }
@@ -372,8 +372,13 @@ impl RunService {
                 break;
             }
             // Still driven here: its heartbeat is late (a busy server or database), its
-            // server is not gone. Taking it over would stop the driver for nothing.
-            if self.running.lock().is_ok_and(|r| r.contains_key(&id)) {
+            // server is not gone. Taking it over would stop the driver for nothing. (A
+            // driver that knows it lost the run may be taken over again.)
+            let driving = self.running.lock().is_ok_and(|r| {
+                r.get(&id)
+                    .is_some_and(|d| !d.control.lost.load(Ordering::SeqCst))
+            });
+            if driving {
                 continue;
             }
             let Some(claim) = self
@@ -846,17 +851,26 @@ impl RunService {
             owner: self.instance.clone(),
             attempt: 1,
         };
+        // Held here before it is recorded: this server's scan for orphaned runs never
+        // takes a run it is starting.
+        let control = self.hold(&id, &claim);
         // Recorded first, then its branch: a server stopping in between leaves a run
         // that the server taking it over fails (its branch missing), never a branch
         // that no run record names.
-        self.store
+        if let Err(e) = self
+            .store
             .insert_run(&info, &plan_json, &resumable, &claim, self.lease_until())
-            .await?;
+            .await
+        {
+            self.forget(&id);
+            return Err(e);
+        }
         if let Err(e) = self
             .catalog
             .create_branch(&run_branch, &format!("@{}", input.id))
             .await
         {
+            self.forget(&id);
             let why = format!("cannot create the run's branch: {e}; nothing ran");
             let _ = self
                 .store
@@ -871,7 +885,6 @@ impl RunService {
                 .await;
             return Err(e.into());
         }
-        let control = self.hold(&id, &claim);
         let run = exec::Run::new(self.clone(), info.clone(), plan, start, claim, control);
         self.drive(run);
         Ok(info)

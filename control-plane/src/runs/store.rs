@@ -254,7 +254,8 @@ impl RunStore {
     /// holds it, and whether someone asked for the run's cancellation.
     pub async fn renew(&self, id: &str, claim: &Claim, until: i64) -> Result<Lease> {
         let row = sqlx::query(
-            "UPDATE lh_runs SET lease_until = $1 WHERE id = $2 AND owner = $3 AND attempt = $4 AND status = 'running'
+            "UPDATE lh_runs SET lease_until = CASE WHEN lease_until < $1 THEN $1 ELSE lease_until END
+             WHERE id = $2 AND owner = $3 AND attempt = $4 AND status = 'running'
              RETURNING cancel_requested",
         )
         .bind(until)

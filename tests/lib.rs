@@ -305,6 +305,13 @@ impl Server {
         Server::start_n(args, envs, test_servers())
     }
 
+    /// One server, whatever `LH_TEST_SERVERS` says: for a test that pauses or kills the
+    /// server driving a run and checks that no other server took it (two servers'
+    /// take-overs are `team::`'s).
+    pub fn start_single(args: &[&str]) -> Server {
+        Server::start_n(args, &[], 1)
+    }
+
     /// Two servers of one team, whatever `LH_TEST_SERVERS` says: one PostgreSQL
     /// database, one warehouse, one secret key; `lh()` alternates between them,
     /// `lh_on(i)` talks to one.

@@ -830,7 +830,15 @@ fn a_runaway_sql_model_stops_at_its_timeout_and_on_cancel() {
 /// failing. The run succeeds, once.
 #[test]
 fn a_server_paused_past_its_lease_keeps_its_run() {
-    let server = server_with("process", &["--run-lease", "1s"]);
+    let cache = env_cache();
+    let server = Server::start_single(&[
+        "--env-cache",
+        &cache,
+        "--runtime",
+        "process",
+        "--run-lease",
+        "1s",
+    ]);
     let lh = server.lh();
     orders(&lh);
     let models = r#"

@@ -506,6 +506,80 @@ fn stale_appends_lh_may_not_rebase_stay_conflicts() {
     assert_eq!(n, vec![json!({"n": 4})]);
 }
 
+/// A table placed over another table's folder would name that table's files as its
+/// own (its snapshots may name what is under its folder): only an admin chooses any
+/// location; a writer may choose a folder of the table's own, beside lh's.
+#[test]
+fn a_writer_cannot_place_a_table_over_another_tables_folder() {
+    let server = Server::start();
+    let lh = server.lh();
+    let csv = lh.file("b.csv", "id,v\n1,10\n2,20\n");
+    lh.run(&["table", "import", "shop.b", csv.to_str().unwrap()])
+        .ok();
+    lh.run(&[
+        "role",
+        "set",
+        "shop-writer",
+        "--grant",
+        "read,write on * in shop",
+    ])
+    .ok();
+    let writer = Http::with_token(&server, Some(server.token_for("wally", "shop-writer")));
+    let admin = Http::new(&server);
+    let (_, b) = admin.send("GET", "/v1/main/namespaces/shop/tables/b", None);
+    let b_folder = b["metadata"]["location"].as_str().unwrap().to_string();
+    let shop_folder = b_folder.rsplit_once('/').unwrap().0.to_string();
+    let warehouse = shop_folder.rsplit_once('/').unwrap().0.to_string();
+    let schema = json!({"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "required": false, "type": "long"}]});
+    let create = |http: &Http, name: &str, location: &str| {
+        http.send(
+            "POST",
+            "/v1/main/namespaces/shop/tables",
+            Some(json!({"name": name, "schema": schema, "location": location})),
+        )
+    };
+    let head = lh.head("main");
+    for place in [
+        b_folder.clone(),
+        format!("{b_folder}/data"),
+        shop_folder.clone(),
+        warehouse.clone(),
+        format!("{shop_folder}/b-other"),
+        format!("{shop_folder}/x-../b"),
+        format!("{shop_folder}/x-a/b"),
+    ] {
+        let (status, v) = create(&writer, "x", &place);
+        assert_eq!(status, 403, "{place}: {v}");
+        assert_eq!(v["error"]["type"], "ForbiddenException", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("placing table 'shop.x'")),
+            "{v}"
+        );
+        assert_eq!(lh.head("main"), head, "{place}");
+    }
+    // A folder of its own, beside lh's: taken.
+    let own = format!("{shop_folder}/x-mine");
+    let (status, v) = create(&writer, "x", &own);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["metadata"]["location"], own.as_str());
+    // Moved over another table's folder later: refused too, and nothing changes.
+    let head = lh.head("main");
+    let (status, v) = writer.send(
+        "POST",
+        "/v1/main/namespaces/shop/tables/x",
+        Some(json!({"requirements": [], "updates": [
+            {"action": "set-location", "location": b_folder}]})),
+    );
+    assert_eq!(status, 403, "{v}");
+    assert!(v.to_string().contains("placing table 'shop.x'"), "{v}");
+    assert_eq!(lh.head("main"), head);
+    // An admin places a table anywhere in the warehouse.
+    let (status, v) = create(&admin, "y", &format!("{warehouse}/elsewhere/y"));
+    assert_eq!(status, 200, "{v}");
+}
+
 #[test]
 fn duckdb_attaches_a_branch_reads_lh_tables_and_writes() {
     let server = Server::start();

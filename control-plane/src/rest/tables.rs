@@ -181,9 +181,15 @@ async fn stage(
     s: &AppState,
     tx: &mut Transaction<'_>,
     a: &At,
+    identity: &Identity,
     name: &str,
     change: CommitTable,
 ) -> IcebergResult<String> {
+    for u in &change.updates {
+        if let TableUpdate::SetLocation { location } = u {
+            chosen_location(s, identity, name, location)?;
+        }
+    }
     let current = s.tables.load(&a.commit, name).await?;
     let what = describe(current.is_none(), &change.updates, name);
     tx.stage(Change::Put(Put {
@@ -196,6 +202,42 @@ async fn stage(
     }))
     .await?;
     Ok(what)
+}
+
+/// A location a client chose for a table (at its creation, or by `set-location`). An
+/// admin may choose any place in the warehouse. Anyone else gets a folder of the
+/// table's own, beside the one lh would make: `<namespace folders>/<table>-<suffix>`.
+/// Such a folder can neither be nor hold another table's folder (names have no `-`, so
+/// no namespace folder is named so), and a table's own folder is what decides which
+/// files its snapshots may name: a table placed over another's would read its files
+/// past its grants.
+fn chosen_location(
+    s: &AppState,
+    identity: &Identity,
+    name: &str,
+    location: &str,
+) -> crate::error::Result<()> {
+    let wh = &s.tables.warehouse;
+    let default = wh.new_table_location(name, &uuid::Uuid::nil());
+    let prefix = default.trim_end_matches(&uuid::Uuid::nil().simple().to_string());
+    let own = wh.canonical(location).ok().is_some_and(|c| {
+        c.strip_prefix(prefix).is_some_and(|suffix| {
+            !suffix.is_empty()
+                && suffix
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+        })
+    });
+    if own {
+        return Ok(());
+    }
+    identity.require(
+        Action::Admin,
+        &format!(
+            "placing table '{name}' at '{location}', outside a folder of its own (such as \
+             '{prefix}<suffix>', or the one lh makes when no location is given)"
+        ),
+    )
 }
 
 /// What a change does, as in `append to sales.orders` or `create sales.big (append)`.
@@ -239,7 +281,7 @@ pub async fn commit_table(
     // The transaction (and its hold on the commit gate) ends with this block.
     let tried: IcebergResult<Committed> = async {
         let mut tx = s.tables.begin().await;
-        let what = stage(&s, &mut tx, &a, &name, change).await?;
+        let what = stage(&s, &mut tx, &a, &identity, &name, change).await?;
         Ok(tx
             .commit(&a.expr, &identity, meta(&identity, what))
             .await
@@ -448,7 +490,7 @@ pub async fn commit_transaction(
         if names.contains(&name) {
             return Err(bad_request(format!("table '{name}' appears twice")).into());
         }
-        whats.push(stage(&s, &mut tx, &a, &name, change).await?);
+        whats.push(stage(&s, &mut tx, &a, &identity, &name, change).await?);
         names.push(name);
     }
     tx.commit(&a.expr, &identity, meta(&identity, whats.join("; ")))
@@ -475,6 +517,9 @@ pub async fn create_table(
             format!("table '{name}' already exists at '{}'", a.expr),
         )
         .into());
+    }
+    if let Some(l) = &req.location {
+        chosen_location(&s, &identity, &name, l)?;
     }
     let metadata = s.tables.new_table(
         &name,

@@ -11,6 +11,7 @@ use lh_catalog::{Commit, CommitMeta, MergeOptions, TableOp};
 use lh_runner::{Invocation, InvocationKind, Outcome};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::project::{Lang, Materialize, NodeKind, Plan, PlanNode, Severity};
 use super::store::{Claim, Lease, NodeRecord};
@@ -219,10 +220,16 @@ impl Run {
     }
 
     pub async fn execute(self) {
+        // Instrumented, never entered across an await: an entered span stays current on
+        // the worker thread while the task sleeps, and other tasks' spans then close out
+        // of order (tracing panics on that, which took down whatever task hit it).
+        let span = tracing::info_span!("run", run = %self.shared.id, project = %self.info.project);
+        self.execute_in_span().instrument(span).await
+    }
+
+    async fn execute_in_span(self) {
         let svc = self.shared.svc.clone();
         let id = self.shared.id.clone();
-        let span = tracing::info_span!("run", run = %id, project = %self.info.project);
-        let _enter = span.enter();
         let plan = &self.shared.plan;
         let n = plan.nodes.len();
         let mut status = self.initial.clone();
@@ -511,8 +518,7 @@ async fn run_node(shared: &Shared, i: usize, mut rec: NodeRecord) -> NodeRecord 
     let _ = svc.store.update_node(&shared.id, &shared.claim, &rec).await;
     let node = &shared.plan.nodes[i];
     let span = tracing::info_span!("node", run = %shared.id, node = %node.display_name());
-    let _enter = span.enter();
-    if let Err(e) = node_body(shared, node, &mut rec).await {
+    if let Err(e) = node_body(shared, node, &mut rec).instrument(span).await {
         rec.status = NodeStatus::Failed;
         rec.error = Some(e.message.clone());
     }

@@ -141,7 +141,7 @@ impl Tables {
         let schema = t.metadata.current_schema();
         let mut out = LiveFiles::default();
         for m in snapshot::manifests_of(io, &t.metadata, snapshot.manifest_list()).await? {
-            let manifest = m.load_manifest(io).await?;
+            let manifest = self.manifest(&m).await?;
             for e in manifest.entries() {
                 if !e.is_alive() {
                     continue;

@@ -41,9 +41,12 @@ pub struct Tables {
     pub catalog: Catalog,
     pub warehouse: Warehouse,
     /// Metadata files never change once written: cache them by location.
-    metadata: quick_cache::sync::Cache<String, Arc<TableMetadata>>,
+    metadata: quick_cache::sync::Cache<String, Arc<TableMetadata>, BySize>,
     /// Nor do snapshots: cache their live files by (metadata location, snapshot).
-    files: quick_cache::sync::Cache<(String, i64), Arc<files::LiveFiles>>,
+    files: quick_cache::sync::Cache<(String, i64), Arc<files::LiveFiles>, BySize>,
+    /// Nor manifests: cache them by (location, length), so that the live files of a
+    /// new snapshot read only the manifests it added.
+    manifests: quick_cache::sync::Cache<(String, i64), Arc<iceberg::spec::Manifest>, BySize>,
     /// Nor data files: cache their columns (field ids, names, nesting) by path.
     columns: quick_cache::sync::Cache<std::path::PathBuf, Arc<Vec<stats::PhysicalColumn>>>,
     /// The folders this server's writes are filling: garbage collection leaves them be.
@@ -62,6 +65,31 @@ pub struct Tables {
     commit_locks: std::sync::Mutex<HashMap<(String, String), CommitLock>>,
 }
 
+/// Weighs what the caches of [`Tables`] hold by what grows with a table's history
+/// (snapshots, files, manifest entries), so that the memory they take stays bounded
+/// when a table has many snapshots of many files (a table grown by thousands of small
+/// appends), not only their count.
+#[derive(Clone, Copy)]
+struct BySize;
+
+impl quick_cache::Weighter<String, Arc<TableMetadata>> for BySize {
+    fn weight(&self, _: &String, m: &Arc<TableMetadata>) -> u64 {
+        1 + m.snapshots().len() as u64
+    }
+}
+
+impl quick_cache::Weighter<(String, i64), Arc<files::LiveFiles>> for BySize {
+    fn weight(&self, _: &(String, i64), f: &Arc<files::LiveFiles>) -> u64 {
+        1 + (f.data.len() + f.position_deletes.len() + f.equality_deletes.len()) as u64
+    }
+}
+
+impl quick_cache::Weighter<(String, i64), Arc<iceberg::spec::Manifest>> for BySize {
+    fn weight(&self, _: &(String, i64), m: &Arc<iceberg::spec::Manifest>) -> u64 {
+        1 + m.entries().len() as u64
+    }
+}
+
 /// A table's commit lock on a branch, as the map keeps it: gone once no write holds it.
 type CommitLock = std::sync::Weak<tokio::sync::Mutex<()>>;
 
@@ -70,8 +98,10 @@ impl Tables {
         Tables {
             catalog,
             warehouse,
-            metadata: quick_cache::sync::Cache::new(10_000),
-            files: quick_cache::sync::Cache::new(10_000),
+            // Snapshots, files and manifest entries: a few hundred MB at most.
+            metadata: quick_cache::sync::Cache::with_weighter(10_000, 300_000, BySize),
+            files: quick_cache::sync::Cache::with_weighter(10_000, 1_000_000, BySize),
+            manifests: quick_cache::sync::Cache::with_weighter(10_000, 500_000, BySize),
             columns: quick_cache::sync::Cache::new(200_000),
             in_flight: gc::InFlight::default(),
             commit_gate: tokio::sync::RwLock::new(()),
@@ -117,11 +147,26 @@ impl Tables {
         Ok(m)
     }
 
+    /// The manifest `m` lists.
+    pub async fn manifest(
+        &self,
+        m: &iceberg::spec::ManifestFile,
+    ) -> Result<Arc<iceberg::spec::Manifest>> {
+        let key = (m.manifest_path.clone(), m.manifest_length);
+        if let Some(found) = self.manifests.get(&key) {
+            return Ok(found);
+        }
+        let loaded = Arc::new(m.load_manifest(self.warehouse.io()).await?);
+        self.manifests.insert(key, loaded.clone());
+        Ok(loaded)
+    }
+
     /// Forgets what this server remembers of table versions whose metadata file was
     /// removed (`lh gc`): a read of them then finds them gone.
     pub fn forget_versions(&self, removed: &dyn Fn(&str) -> bool) {
         self.metadata.retain(|location, _| !removed(location));
         self.files.retain(|(location, _), _| !removed(location));
+        self.manifests.retain(|(location, _), _| !removed(location));
     }
 
     /// The table `name` in `commit`, if it is there.

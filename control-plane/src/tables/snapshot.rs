@@ -9,9 +9,10 @@ use std::collections::{BTreeSet, HashMap};
 use iceberg::TableUpdate;
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestList,
-    ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
-    SnapshotRetention, SnapshotSummaryCollector, Summary, TableMetadata,
+    DataFile, Datum, FormatVersion, Literal, MAIN_BRANCH, ManifestContentType, ManifestFile,
+    ManifestList, ManifestListWriter, ManifestWriterBuilder, Operation, PrimitiveLiteral,
+    PrimitiveType, Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector,
+    Struct, Summary, TableMetadata,
 };
 use uuid::Uuid;
 
@@ -25,9 +26,12 @@ pub enum SnapshotOp {
     /// Replace every live file by the new ones.
     Overwrite,
     /// Replace the live data files of these partitions (keys of
-    /// `files::partition_key`) by the new ones, keep the rest: Iceberg's dynamic
-    /// overwrite.
-    ReplacePartitions(BTreeSet<String>),
+    /// `files::partition_key`, and their values in the default spec) by the new ones,
+    /// keep the rest: Iceberg's dynamic overwrite.
+    ReplacePartitions {
+        keys: BTreeSet<String>,
+        values: Vec<Struct>,
+    },
     /// Replace these live data files (locations) by the new ones, which hold the same
     /// rows (a compaction); with `deletes`, every delete file goes too (the new files
     /// hold the rows they left).
@@ -46,6 +50,48 @@ fn has_live_files(m: &ManifestFile) -> bool {
         (m.added_files_count, m.existing_files_count),
         (Some(0), Some(0))
     )
+}
+
+/// Whether manifest `m` (of the default spec, whose partition field types are `types`)
+/// may list a file of one of the partitions `values`, by the bounds of its partition
+/// field summaries: a manifest that cannot is carried on without being read (a dynamic
+/// overwrite of one day of a table of many reads one manifest, not all). True whenever
+/// the summaries cannot tell (missing, unreadable, floating point).
+fn may_hold(m: &ManifestFile, values: &[Struct], types: &[PrimitiveType]) -> bool {
+    let Some(summaries) = m.partitions.as_ref() else {
+        return true;
+    };
+    if summaries.len() != types.len() {
+        return true;
+    }
+    let bound = |b: Option<&Vec<u8>>, t: &PrimitiveType| {
+        b.and_then(|b| Datum::try_from_bytes(b, t.clone()).ok())
+            .map(|d| d.literal().clone())
+    };
+    let within = |field: usize, value: Option<&Literal>| -> bool {
+        let (s, t) = (&summaries[field], &types[field]);
+        let Some(Literal::Primitive(v)) = value else {
+            // A null partition value: only in a manifest that says it holds one.
+            return value.is_some() || s.contains_null;
+        };
+        if matches!(v, PrimitiveLiteral::Float(_) | PrimitiveLiteral::Double(_)) {
+            return true;
+        }
+        let (Some(lo), Some(hi)) = (
+            bound(s.lower_bound.as_deref(), t),
+            bound(s.upper_bound.as_deref(), t),
+        ) else {
+            return true;
+        };
+        let same = |x: &PrimitiveLiteral| std::mem::discriminant(x) == std::mem::discriminant(v);
+        if !same(&lo) || !same(&hi) {
+            return true;
+        }
+        lo <= *v && *v <= hi
+    };
+    values.iter().any(|p| {
+        p.fields().len() != types.len() || p.iter().enumerate().all(|(i, value)| within(i, value))
+    })
 }
 
 /// The manifests of the table's current snapshot (none for an empty table).
@@ -134,12 +180,25 @@ pub async fn produce(
     // What a replace removes: counted for the totals.
     let (mut removed_records, mut removed_bytes, mut removed_files) = (0u64, 0u64, 0u64);
     let default_spec = base.default_partition_spec_id();
+    // The default spec's partition field types (none when they cannot be known).
+    let default_types: Option<Vec<PrimitiveType>> = base
+        .default_partition_spec()
+        .partition_type(&schema)
+        .ok()
+        .and_then(|t| {
+            t.fields()
+                .iter()
+                .map(|f| f.field_type.as_primitive_type().cloned())
+                .collect()
+        });
     match &op {
         // A manifest whose entries all went (a replace's record of what it removed) is
         // not carried on: readers of this snapshot skip it, and it would keep those
         // files reachable (from `lh gc`) for as long as the table lives.
         SnapshotOp::Append => manifests.extend(previous.into_iter().filter(has_live_files)),
-        SnapshotOp::Overwrite | SnapshotOp::ReplacePartitions(_) | SnapshotOp::Rewrite { .. } => {
+        SnapshotOp::Overwrite
+        | SnapshotOp::ReplacePartitions { .. }
+        | SnapshotOp::Rewrite { .. } => {
             // Record every file replaced as deleted, so that readers of changes see them
             // go: in a manifest of the partition spec it was written with, next to the
             // files of its manifest that stay. An overwrite drops delete files with the
@@ -166,7 +225,7 @@ pub async fn produce(
                         }
                     }
                     match &op {
-                        SnapshotOp::ReplacePartitions(_)
+                        SnapshotOp::ReplacePartitions { .. }
                         | SnapshotOp::Rewrite { deletes: false, .. } => manifests.push(m),
                         SnapshotOp::Rewrite { deletes: true, .. } => {
                             // Recorded as deleted, for readers of changes.
@@ -210,9 +269,21 @@ pub async fn produce(
                         m.manifest_path
                     ))
                 })?;
+                // A manifest whose partition bounds exclude every replaced partition
+                // stays as it is, unread.
+                if let (SnapshotOp::ReplacePartitions { values, .. }, Some(types)) =
+                    (&op, &default_types)
+                    && spec_id == default_spec
+                    && !may_hold(&m, values, types)
+                {
+                    if has_live_files(&m) {
+                        manifests.push(m);
+                    }
+                    continue;
+                }
                 let manifest = m.load_manifest(io).await?;
                 let replaced = |df: &DataFile| match &op {
-                    SnapshotOp::ReplacePartitions(keys) => {
+                    SnapshotOp::ReplacePartitions { keys, .. } => {
                         keys.contains(&super::files::partition_key(spec_id, df.partition()))
                     }
                     SnapshotOp::Rewrite { files, .. } => files.contains(df.file_path()),
@@ -225,7 +296,7 @@ pub async fn produce(
                 // Partitions of an older spec cannot be told apart by the new one's values.
                 if spec_id != default_spec
                     && !live.is_empty()
-                    && matches!(op, SnapshotOp::ReplacePartitions(_))
+                    && matches!(op, SnapshotOp::ReplacePartitions { .. })
                 {
                     return Err(Error::bad_request(
                         Code::UnsupportedTable,
@@ -237,7 +308,7 @@ pub async fn produce(
                     manifests.push(m);
                     continue;
                 }
-                if spec_id != default_spec && matches!(op, SnapshotOp::ReplacePartitions(_)) {
+                if spec_id != default_spec && matches!(op, SnapshotOp::ReplacePartitions { .. }) {
                     return Err(Error::bad_request(
                         Code::UnsupportedTable,
                         "the partitions to replace hold files of an older partition spec",
@@ -361,7 +432,7 @@ pub async fn produce(
     }
     let operation = match op {
         SnapshotOp::Append => Operation::Append,
-        SnapshotOp::Overwrite | SnapshotOp::ReplacePartitions(_) => Operation::Overwrite,
+        SnapshotOp::Overwrite | SnapshotOp::ReplacePartitions { .. } => Operation::Overwrite,
         SnapshotOp::Rewrite { .. } => Operation::Replace,
     };
     let snapshot = Snapshot::builder()
@@ -671,4 +742,118 @@ pub async fn rebase_append(
         ],
         files: captured.take(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iceberg::spec::FieldSummary;
+
+    fn manifest(partitions: Option<Vec<FieldSummary>>) -> ManifestFile {
+        ManifestFile {
+            manifest_path: "m.avro".into(),
+            manifest_length: 1,
+            partition_spec_id: 0,
+            content: ManifestContentType::Data,
+            sequence_number: 1,
+            min_sequence_number: 1,
+            added_snapshot_id: 1,
+            added_files_count: Some(1),
+            existing_files_count: Some(0),
+            deleted_files_count: Some(0),
+            added_rows_count: Some(1),
+            existing_rows_count: Some(0),
+            deleted_rows_count: Some(0),
+            partitions,
+            key_metadata: None,
+            first_row_id: None,
+        }
+    }
+
+    fn summary(lo: Option<Datum>, hi: Option<Datum>, contains_null: bool) -> FieldSummary {
+        FieldSummary {
+            contains_null,
+            contains_nan: None,
+            lower_bound: lo.map(|d| d.to_bytes().unwrap()),
+            upper_bound: hi.map(|d| d.to_bytes().unwrap()),
+        }
+    }
+
+    fn days(lo: i32, hi: i32, contains_null: bool) -> FieldSummary {
+        summary(Some(Datum::date(lo)), Some(Datum::date(hi)), contains_null)
+    }
+
+    fn part(values: &[Option<Literal>]) -> Struct {
+        Struct::from_iter(values.iter().cloned())
+    }
+
+    fn day(d: i32) -> Struct {
+        part(&[Some(Literal::date(d))])
+    }
+
+    #[test]
+    fn a_manifest_is_read_only_when_its_partition_bounds_may_hold_a_replaced_partition() {
+        let date = [PrimitiveType::Date];
+        let m = manifest(Some(vec![days(10, 12, false)]));
+        for (values, may) in [
+            (vec![day(10)], true),
+            (vec![day(11)], true),
+            (vec![day(12)], true),
+            (vec![day(9)], false),
+            (vec![day(13)], false),
+            (vec![day(9), day(13)], false),
+            (vec![day(9), day(12)], true),
+            (vec![part(&[None])], false),
+            (vec![], false),
+        ] {
+            assert_eq!(may_hold(&m, &values, &date), may, "{values:?}");
+        }
+        // Nulls: only where the manifest says it holds one.
+        let with_null = manifest(Some(vec![days(10, 12, true)]));
+        assert!(may_hold(&with_null, &[part(&[None])], &date));
+        // Whatever cannot be told is read.
+        assert!(may_hold(&manifest(None), &[day(99)], &date));
+        assert!(may_hold(&manifest(Some(vec![])), &[day(99)], &date));
+        let no_bounds = manifest(Some(vec![summary(None, None, false)]));
+        assert!(may_hold(&no_bounds, &[day(99)], &date));
+        let garbage = manifest(Some(vec![FieldSummary {
+            contains_null: false,
+            contains_nan: None,
+            lower_bound: Some(vec![1u8].into()),
+            upper_bound: Some(vec![2u8].into()),
+        }]));
+        assert!(may_hold(&garbage, &[day(99)], &date));
+        assert!(may_hold(
+            &m,
+            &[part(&[Some(Literal::date(99)), None])],
+            &date
+        ));
+        let doubles = manifest(Some(vec![summary(
+            Some(Datum::double(1.0)),
+            Some(Datum::double(2.0)),
+            false,
+        )]));
+        assert!(may_hold(
+            &doubles,
+            &[part(&[Some(Literal::double(9.0))])],
+            &[PrimitiveType::Double]
+        ));
+    }
+
+    #[test]
+    fn every_field_of_a_partition_must_fall_within_the_bounds() {
+        // identity(region) and bucket(4, id): a manifest of region 'eu', buckets 0..1.
+        let types = [PrimitiveType::String, PrimitiveType::Int];
+        let m = manifest(Some(vec![
+            summary(Some(Datum::string("eu")), Some(Datum::string("eu")), false),
+            summary(Some(Datum::int(0)), Some(Datum::int(1)), false),
+        ]));
+        let p = |region: &str, bucket: i32| {
+            part(&[Some(Literal::string(region)), Some(Literal::int(bucket))])
+        };
+        assert!(may_hold(&m, &[p("eu", 1)], &types));
+        assert!(!may_hold(&m, &[p("eu", 2)], &types));
+        assert!(!may_hold(&m, &[p("us", 0)], &types));
+        assert!(may_hold(&m, &[p("us", 0), p("eu", 0)], &types));
+    }
 }

@@ -752,12 +752,14 @@ async fn stage_write<'a>(
                 delete_files: r.delete_files.clone(),
             },
             (None, ImportMode::Replace) => SnapshotOp::Overwrite,
-            (None, ImportMode::OverwritePartitions) => SnapshotOp::ReplacePartitions(
-                w.partitions
+            (None, ImportMode::OverwritePartitions) => SnapshotOp::ReplacePartitions {
+                keys: w
+                    .partitions
                     .iter()
                     .map(|p| super::files::partition_key(spec, p))
                     .collect(),
-            ),
+                values: w.partitions.clone(),
+            },
             _ => SnapshotOp::Append,
         };
         let mut props = HashMap::new();

@@ -47,7 +47,7 @@ bench: bench-catalog bench-tpch bench-pipeline bench-backfill bench-runtime benc
 ## eight concurrent appends against one writer.
 bench-tables: libduckdb
 	$(CARGO) build -q -p lh-cli -p lh-control-plane -p lh-bench --bins && \
-	$(CARGO) run -q -p lh-bench --bin table-bench -- $(TABLE_BENCH_ARGS)
+	$(CARGO) run -q -p lh-bench --bin table-bench -- $(or $(TABLE_BENCH_ARGS),--appends 1000 --auto-compact 8 --auto-appends 10000 --expire-every 250)
 
 ## Two servers on one PostgreSQL: commits/s with one and two, and the take-over of a run.
 bench-team: libduckdb

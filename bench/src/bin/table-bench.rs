@@ -5,14 +5,20 @@
 //!   subquery): data files read (the `x-lh-files-read` header) and p50 time;
 //! - small appends: a table grown by `--appends` imports of `--rows` rows each, queried
 //!   (a full aggregate) against the same rows imported as one file, before and after
-//!   `lh table compact`;
+//!   `lh table compact`; with `--auto-compact N`, again on a second server started with
+//!   `--auto-compact-files N`, grown by `--auto-appends` imports (with `--expire-every
+//!   K`, that server keeps `main`'s commits 10 s, and the table's snapshots older than
+//!   that are expired every K appends: each append writes a metadata file listing every
+//!   snapshot kept, so without expiry the warehouse grows with the square of the
+//!   appends);
 //! - concurrent appends: eight writers appending `--each` times at once to one table
 //!   (each rebased onto the others when it finds the table moved) against one writer
 //!   appending as many times in a row: appends per second, and every row landed.
 //!
 //! ```text
 //! table-bench [--days 365] [--rows-per-day 1000] [--appends 1000] [--rows 20]
-//!             [--each 25] [--queries 20]
+//!             [--each 25] [--queries 20] [--auto-compact 0] [--auto-appends N]
+//!             [--expire-every 0]
 //! ```
 //!
 //! Needs the `lh` binary next to this one.
@@ -139,12 +145,120 @@ fn rows(from: u64, n: u64, day0: chrono::NaiveDate, per_day: u64) -> Vec<u8> {
     out
 }
 
+/// The rows of the small appends, and the queries of each measure.
+struct Shape {
+    small: u64,
+    day0: chrono::NaiveDate,
+    per_day: u64,
+    queries: usize,
+}
+
+/// Grows `raw.small` by `appends` imports of `small` rows and queries it (a full
+/// aggregate) against the same rows imported as one file, before and after `lh table
+/// compact`; `auto` names the server's auto-compaction setting.
+fn small_appends(
+    api: &Api,
+    appends: u64,
+    shape: &Shape,
+    auto: &str,
+    expire_every: u64,
+) -> Result<()> {
+    let &Shape {
+        small,
+        day0,
+        per_day,
+        queries,
+    } = shape;
+    let started = Instant::now();
+    let mut expired = 0u64;
+    for i in 0..appends {
+        if expire_every > 0 && i > 0 && i % expire_every == 0 {
+            let (r, _) = api.post(
+                "/api/v1/tables/raw.small/expire",
+                json!({"ref": "main", "older_than_secs": EXPIRE_AFTER_SECS}),
+            )?;
+            let r: Value = serde_json::from_slice(&r)?;
+            expired += r["expired"].as_u64().unwrap_or(0);
+        }
+        let mode = if i == 0 { "create" } else { "append" };
+        api.import(
+            "raw.small",
+            &rows(i * small, small, day0, per_day),
+            mode,
+            None,
+        )?;
+        if (i + 1) % 1000 == 0 {
+            eprintln!(
+                "  {} appends, {:.1} s",
+                i + 1,
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let append_time = started.elapsed();
+    api.import(
+        "raw.one",
+        &rows(0, appends * small, day0, per_day),
+        "create",
+        None,
+    )?;
+    let agg = |t: &str| format!("SELECT count(*), sum(amount), count(DISTINCT note) FROM {t}");
+    let (one, _) = api.p50(&agg("raw.one"), queries)?;
+    let (before, before_files) = api.p50(&agg("raw.small"), queries)?;
+    let started = Instant::now();
+    let (compacted, _) = api.post("/api/v1/tables/raw.small/compact", json!({"ref": "main"}))?;
+    let compact_time = started.elapsed();
+    let compacted: Value = serde_json::from_slice(&compacted)?;
+    let (after, after_files) = api.p50(&agg("raw.small"), queries)?;
+    if api.count("raw.small")? != appends * small {
+        bail!("the compacted table lost rows");
+    }
+    println!(
+        "| full aggregate over {} rows (auto-compaction {auto}) | data files | p50 | against one file |",
+        appends * small
+    );
+    println!("|---|---:|---:|---:|");
+    println!("| one file | 1 | {} ms | 1.00x |", ms(one));
+    for (name, files, d) in [
+        (format!("{appends} small appends"), before_files, before),
+        ("after `lh table compact`".to_string(), after_files, after),
+    ] {
+        println!(
+            "| {name} | {files} | {} ms | {:.2}x |",
+            ms(d),
+            d.as_secs_f64() / one.as_secs_f64()
+        );
+    }
+    println!(
+        "\n{appends} appends took {:.1} s ({} ms each); the compaction {} ms ({} files into {})",
+        append_time.as_secs_f64(),
+        ms(append_time / appends.max(1) as u32),
+        ms(compact_time),
+        compacted["files_before"],
+        compacted["files_after"]
+    );
+    if expire_every > 0 {
+        println!(
+            "`lh table expire --older-than {EXPIRE_AFTER_SECS}s` every {expire_every} appends: {expired} snapshots expired"
+        );
+    }
+    println!();
+    Ok(())
+}
+
+/// With `--expire-every N`: how long `main` keeps its commits on the auto-compacting
+/// server, and what each expiry removes.
+const EXPIRE_AFTER_SECS: u64 = 10;
+
 fn main() -> Result<()> {
     let days = arg("--days", 365)? as u64;
     let per_day = arg("--rows-per-day", 1000)? as u64;
     let appends = arg("--appends", 1000)? as u64;
     let small = arg("--rows", 20)? as u64;
     let each = arg("--each", 25)? as u64;
+    let auto_compact = arg("--auto-compact", 0)?;
+    let auto_appends = arg("--auto-appends", appends as usize)? as u64;
+    let expire_every = arg("--expire-every", 0)? as u64;
     let queries = arg("--queries", 20)?;
     let lh = lh_bin()?;
     let server = Server::start(&lh, None, &[])?;
@@ -192,59 +306,36 @@ fn main() -> Result<()> {
         pruned.as_secs_f64() / full.as_secs_f64()
     );
 
-    // Small appends against one file, before and after compaction.
-    let started = Instant::now();
-    for i in 0..appends {
-        let mode = if i == 0 { "create" } else { "append" };
-        api.import(
-            "raw.small",
-            &rows(i * small, small, day0, per_day),
-            mode,
-            None,
+    // Small appends against one file, before and after compaction: auto-compaction
+    // off, then (with `--auto-compact N`) on a second server that compacts by itself.
+    let shape = Shape {
+        small,
+        day0,
+        per_day,
+        queries,
+    };
+    small_appends(&api, appends, &shape, "off", 0)?;
+    if auto_compact > 0 {
+        let limit = auto_compact.to_string();
+        let retain = format!("main={EXPIRE_AFTER_SECS}s");
+        let mut args = vec!["--auto-compact-files", &limit];
+        if expire_every > 0 {
+            args.extend(["--retain", &retain]);
+        }
+        let server = Server::start(&lh, None, &args)?;
+        let auto = Api {
+            url: server.url.clone(),
+            token: server.token()?,
+            agent: ureq::Agent::config_builder().build().into(),
+        };
+        small_appends(
+            &auto,
+            auto_appends,
+            &shape,
+            &format!("on, at more than {auto_compact} small files"),
+            expire_every,
         )?;
     }
-    let append_time = started.elapsed();
-    api.import(
-        "raw.one",
-        &rows(0, appends * small, day0, per_day),
-        "create",
-        None,
-    )?;
-    let agg = |t: &str| format!("SELECT count(*), sum(amount), count(DISTINCT note) FROM {t}");
-    let (one, _) = api.p50(&agg("raw.one"), queries)?;
-    let (before, before_files) = api.p50(&agg("raw.small"), queries)?;
-    let started = Instant::now();
-    let (compacted, _) = api.post("/api/v1/tables/raw.small/compact", json!({"ref": "main"}))?;
-    let compact_time = started.elapsed();
-    let compacted: Value = serde_json::from_slice(&compacted)?;
-    let (after, after_files) = api.p50(&agg("raw.small"), queries)?;
-    if api.count("raw.small")? != appends * small {
-        bail!("the compacted table lost rows");
-    }
-    println!(
-        "| full aggregate over {} rows | data files | p50 | against one file |",
-        appends * small
-    );
-    println!("|---|---:|---:|---:|");
-    println!("| one file | 1 | {} ms | 1.00x |", ms(one));
-    for (name, files, d) in [
-        (format!("{appends} small appends"), before_files, before),
-        ("after `lh table compact`".to_string(), after_files, after),
-    ] {
-        println!(
-            "| {name} | {files} | {} ms | {:.2}x |",
-            ms(d),
-            d.as_secs_f64() / one.as_secs_f64()
-        );
-    }
-    println!(
-        "\n{appends} appends took {:.1} s ({} ms each); the compaction {} ms ({} files into {})\n",
-        append_time.as_secs_f64(),
-        ms(append_time / appends.max(1) as u32),
-        ms(compact_time),
-        compacted["files_before"],
-        compacted["files_after"]
-    );
 
     // Concurrent appends.
     let one_row = |i: u64| rows(i, 1, day0, per_day);

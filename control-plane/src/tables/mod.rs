@@ -44,9 +44,9 @@ pub struct Tables {
     metadata: quick_cache::sync::Cache<String, Arc<TableMetadata>, BySize>,
     /// Nor do snapshots: cache their live files by (metadata location, snapshot).
     files: quick_cache::sync::Cache<(String, i64), Arc<files::LiveFiles>, BySize>,
-    /// Nor manifests: cache them by (location, length), so that the live files of a
-    /// new snapshot read only the manifests it added.
-    manifests: quick_cache::sync::Cache<(String, i64), Arc<iceberg::spec::Manifest>, BySize>,
+    /// Nor manifests: cache them as a manifest list names them (see [`ManifestKey`]),
+    /// so that the live files of a new snapshot read only the manifests it added.
+    manifests: quick_cache::sync::Cache<ManifestKey, Arc<iceberg::spec::Manifest>, BySize>,
     /// Nor data files: cache their columns (field ids, names, nesting) by path.
     columns: quick_cache::sync::Cache<std::path::PathBuf, Arc<Vec<stats::PhysicalColumn>>>,
     /// The folders this server's writes are filling: garbage collection leaves them be.
@@ -84,8 +84,36 @@ impl quick_cache::Weighter<(String, i64), Arc<files::LiveFiles>> for BySize {
     }
 }
 
-impl quick_cache::Weighter<(String, i64), Arc<iceberg::spec::Manifest>> for BySize {
-    fn weight(&self, _: &(String, i64), m: &Arc<iceberg::spec::Manifest>) -> u64 {
+/// A manifest as a manifest list names it: what its entries inherit from the list
+/// (sequence numbers, the snapshot that added it: an entry without its own takes the
+/// list's) and its key are part of it, so that a list that names the same file with
+/// other values (a client's list, hostile or mistaken) never reads another list's
+/// version of it.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct ManifestKey {
+    path: String,
+    length: i64,
+    sequence_number: i64,
+    min_sequence_number: i64,
+    added_snapshot_id: i64,
+    key_metadata: Option<Vec<u8>>,
+}
+
+impl ManifestKey {
+    fn of(m: &iceberg::spec::ManifestFile) -> ManifestKey {
+        ManifestKey {
+            path: m.manifest_path.clone(),
+            length: m.manifest_length,
+            sequence_number: m.sequence_number,
+            min_sequence_number: m.min_sequence_number,
+            added_snapshot_id: m.added_snapshot_id,
+            key_metadata: m.key_metadata.clone(),
+        }
+    }
+}
+
+impl quick_cache::Weighter<ManifestKey, Arc<iceberg::spec::Manifest>> for BySize {
+    fn weight(&self, _: &ManifestKey, m: &Arc<iceberg::spec::Manifest>) -> u64 {
         1 + m.entries().len() as u64
     }
 }
@@ -152,7 +180,7 @@ impl Tables {
         &self,
         m: &iceberg::spec::ManifestFile,
     ) -> Result<Arc<iceberg::spec::Manifest>> {
-        let key = (m.manifest_path.clone(), m.manifest_length);
+        let key = ManifestKey::of(m);
         if let Some(found) = self.manifests.get(&key) {
             return Ok(found);
         }
@@ -166,7 +194,7 @@ impl Tables {
     pub fn forget_versions(&self, removed: &dyn Fn(&str) -> bool) {
         self.metadata.retain(|location, _| !removed(location));
         self.files.retain(|(location, _), _| !removed(location));
-        self.manifests.retain(|(location, _), _| !removed(location));
+        self.manifests.retain(|k, _| !removed(&k.path));
     }
 
     /// The table `name` in `commit`, if it is there.

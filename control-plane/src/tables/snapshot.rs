@@ -74,7 +74,12 @@ fn may_hold(m: &ManifestFile, values: &[Struct], types: &[PrimitiveType]) -> boo
             // A null partition value: only in a manifest that says it holds one.
             return value.is_some() || s.contains_null;
         };
-        if matches!(v, PrimitiveLiteral::Float(_) | PrimitiveLiteral::Double(_)) {
+        // Floating point (NaN), and UUIDs: Java's writers order them as signed
+        // numbers (apache/iceberg#14216), so their bounds can exclude values within.
+        if matches!(
+            v,
+            PrimitiveLiteral::Float(_) | PrimitiveLiteral::Double(_) | PrimitiveLiteral::UInt128(_)
+        ) {
             return true;
         }
         let (Some(lo), Some(hi)) = (
@@ -84,7 +89,8 @@ fn may_hold(m: &ManifestFile, values: &[Struct], types: &[PrimitiveType]) -> boo
             return true;
         };
         let same = |x: &PrimitiveLiteral| std::mem::discriminant(x) == std::mem::discriminant(v);
-        if !same(&lo) || !same(&hi) {
+        // Bounds out of order were written by some other ordering: they tell nothing.
+        if !same(&lo) || !same(&hi) || lo > hi {
             return true;
         }
         lo <= *v && *v <= hi
@@ -276,9 +282,7 @@ pub async fn produce(
                     && spec_id == default_spec
                     && !may_hold(&m, values, types)
                 {
-                    if has_live_files(&m) {
-                        manifests.push(m);
-                    }
+                    manifests.push(m);
                     continue;
                 }
                 let manifest = m.load_manifest(io).await?;
@@ -838,6 +842,16 @@ mod tests {
             &[part(&[Some(Literal::double(9.0))])],
             &[PrimitiveType::Double]
         ));
+    }
+
+    #[test]
+    fn uuids_and_bounds_out_of_order_are_always_read() {
+        let uuid = |n: u128| Datum::uuid(uuid::Uuid::from_u128(n));
+        let m = manifest(Some(vec![summary(Some(uuid(1)), Some(uuid(2)), false)]));
+        let far = part(&[Some(Literal::uuid(uuid::Uuid::from_u128(9)))]);
+        assert!(may_hold(&m, &[far], &[PrimitiveType::Uuid]));
+        let reversed = manifest(Some(vec![days(12, 10, false)]));
+        assert!(may_hold(&reversed, &[day(99)], &[PrimitiveType::Date]));
     }
 
     #[test]

@@ -500,6 +500,42 @@ fn stale_appends_lh_may_not_rebase_stay_conflicts() {
     ] {
         assert_eq!(log.matches(line).count(), times, "{line}\n{log}");
     }
+    // The same grafts on the table as it is (nothing to rebase): refused too, since
+    // every commit checks what a new snapshot's manifests name.
+    let (_, now) = http.send("GET", path, None);
+    let current = now["metadata"]["current-snapshot-id"].clone();
+    let at = now["metadata"]["last-updated-ms"].as_i64().unwrap() + 1;
+    for (why, g, names) in [
+        (
+            "a fresh list naming another table's manifests",
+            &grafts[0],
+            "manifest '",
+        ),
+        (
+            "a fresh manifest naming another table's data files",
+            &grafts[1],
+            "which is not under the table's location",
+        ),
+    ] {
+        let body = json!({
+        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main",
+                          "snapshot-id": current}],
+        "updates": [
+            {"action": "add-snapshot", "snapshot": {
+                "snapshot-id": g["snapshot_id"], "parent-snapshot-id": current,
+                "sequence-number": 99, "timestamp-ms": at,
+                "manifest-list": g["manifest_list"],
+                "summary": {"operation": "append"}, "schema-id": 0}},
+            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch",
+             "snapshot-id": g["snapshot_id"]}
+        ]});
+        let m = http.error("POST", path, Some(body), 400, "BadRequestException");
+        assert!(
+            m.contains(names) && m.contains("not under the table's location"),
+            "{why}: {m}"
+        );
+        unchanged(why);
+    }
     let n = lh.rows("select count(*) AS n from shop.a", "main");
     assert_eq!(n, vec![json!({"n": 4})]);
 }

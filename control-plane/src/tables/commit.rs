@@ -446,6 +446,13 @@ impl Tables {
             })?;
         }
         self.check_updates(name, &p.updates)?;
+        // What the table's current snapshot lists (carried manifests need no new check),
+        // and what lh made itself for this put (its own files).
+        let parent_list = current
+            .and_then(|m| m.current_snapshot())
+            .map(|s| s.manifest_list().to_string());
+        let made: std::collections::HashSet<String> =
+            p.files.iter().map(|(l, _)| l.clone()).collect();
         let manifest_lists: Vec<String> = p
             .updates
             .iter()
@@ -486,6 +493,15 @@ impl Tables {
                 )));
             }
         }
+        self.check_new_manifests(
+            name,
+            &own,
+            metadata.format_version(),
+            parent_list.as_deref(),
+            &manifest_lists,
+            &made,
+        )
+        .await?;
         // Every location is stored in the spelling the server reads back.
         let metadata = if canonical == metadata.location() {
             metadata
@@ -514,6 +530,82 @@ impl Tables {
                 metadata: Arc::new(metadata),
             },
         })
+    }
+
+    /// The manifests a client's new snapshots add (those the table's current snapshot
+    /// does not list) are under the table's folder `own`, and so is every file they
+    /// list: a snapshot whose list is the table's own but names another table's
+    /// manifests or data files would graft that table's rows onto this one, past its
+    /// grants. Lists lh made itself (`made`) are not read again: lh checked what they
+    /// carry (a client's append it rebased, [`super::snapshot::ClientAppend`]).
+    async fn check_new_manifests(
+        &self,
+        name: &str,
+        own: &str,
+        format: iceberg::spec::FormatVersion,
+        parent_list: Option<&str>,
+        lists: &[String],
+        made: &std::collections::HashSet<String>,
+    ) -> Result<()> {
+        let lists: Vec<&String> = lists.iter().filter(|l| !made.contains(*l)).collect();
+        if lists.is_empty() {
+            return Ok(());
+        }
+        let io = self.warehouse.io();
+        let inside = |location: &str| {
+            self.warehouse
+                .canonical(location)
+                .ok()
+                .filter(|c| c.starts_with(own))
+        };
+        let read_list = |location: String| async move {
+            let bytes = io.new_input(&location)?.read().await?;
+            Ok::<Vec<iceberg::spec::ManifestFile>, Error>(
+                iceberg::spec::ManifestList::parse_with_version(&bytes, format)?
+                    .consume_entries()
+                    .into_iter()
+                    .collect(),
+            )
+        };
+        let mut known = std::collections::HashSet::new();
+        if let Some(parent) = parent_list {
+            for m in read_list(parent.to_string()).await? {
+                known.insert(m.manifest_path);
+            }
+        }
+        for list in lists {
+            let list = inside(list).ok_or_else(|| {
+                outside(format!(
+                    "table '{name}': manifest list '{list}' is not under the table's location"
+                ))
+            })?;
+            for m in read_list(list).await? {
+                if known.contains(&m.manifest_path) || made.contains(&m.manifest_path) {
+                    continue;
+                }
+                let path = inside(&m.manifest_path).ok_or_else(|| {
+                    outside(format!(
+                        "table '{name}': manifest '{}' is not under the table's location",
+                        m.manifest_path
+                    ))
+                })?;
+                let raw = io.new_input(&path)?.read().await?;
+                let manifest = iceberg::spec::Manifest::parse_avro(&raw)?;
+                if let Some(e) = manifest
+                    .entries()
+                    .iter()
+                    .find(|e| inside(e.file_path()).is_none())
+                {
+                    return Err(outside(format!(
+                        "table '{name}': manifest '{}' names '{}', which is not under the table's location",
+                        m.manifest_path,
+                        e.file_path()
+                    )));
+                }
+                known.insert(m.manifest_path);
+            }
+        }
+        Ok(())
     }
 
     /// lh's rules for any update: no client may delete files other refs read, and a

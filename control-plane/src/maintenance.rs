@@ -223,6 +223,33 @@ pub async fn expire(
     older_than: std::time::Duration,
     by: &Identity,
 ) -> Result<ExpireResponse> {
+    // An expiry changes no row: when another write (an append, an automatic
+    // compaction) lands first, it reads the table again and expires from there.
+    let mut attempt = 0;
+    loop {
+        match expire_once(tables, branch, table, older_than, by).await {
+            Err(e) if e.kind == crate::error::Kind::Conflict && attempt < EXPIRE_RETRIES => {
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(
+                    20 * attempt + rand::random::<u64>() % 50,
+                ))
+                .await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How often an expiry that lost to another write tries again.
+const EXPIRE_RETRIES: u64 = 5;
+
+async fn expire_once(
+    tables: &Tables,
+    branch: &str,
+    table: &str,
+    older_than: std::time::Duration,
+    by: &Identity,
+) -> Result<ExpireResponse> {
     let (resolved, t) =
         maintained(tables, branch, table, by, "expiring a table's snapshots").await?;
     let m = &t.metadata;

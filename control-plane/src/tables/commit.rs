@@ -446,11 +446,19 @@ impl Tables {
             })?;
         }
         self.check_updates(name, &p.updates)?;
-        // What the table's current snapshot lists (carried manifests need no new check),
-        // and what lh made itself for this put (its own files).
-        let parent_list = current
-            .and_then(|m| m.current_snapshot())
-            .map(|s| s.manifest_list().to_string());
+        // The snapshots a client adds (their lists and parents), and what lh made itself
+        // for this put (its own files).
+        let added: Vec<(String, Option<i64>)> = p
+            .updates
+            .iter()
+            .filter_map(|u| match u {
+                TableUpdate::AddSnapshot { snapshot } => Some((
+                    snapshot.manifest_list().to_string(),
+                    snapshot.parent_snapshot_id(),
+                )),
+                _ => None,
+            })
+            .collect();
         let made: std::collections::HashSet<String> =
             p.files.iter().map(|(l, _)| l.clone()).collect();
         let manifest_lists: Vec<String> = p
@@ -497,8 +505,8 @@ impl Tables {
             name,
             &own,
             metadata.format_version(),
-            parent_list.as_deref(),
-            &manifest_lists,
+            p.current.as_ref(),
+            &added,
             &made,
         )
         .await?;
@@ -532,54 +540,101 @@ impl Tables {
         })
     }
 
-    /// The manifests a client's new snapshots add (those the table's current snapshot
-    /// does not list) are under the table's folder `own`, and so is every file they
-    /// list: a snapshot whose list is the table's own but names another table's
-    /// manifests or data files would graft that table's rows onto this one, past its
-    /// grants. Lists lh made itself (`made`) are not read again: lh checked what they
+    /// The manifests a client's new snapshots add (those neither the table's current
+    /// snapshot nor the snapshot each grows from lists) are under the table's folder,
+    /// and so is every file they list, unless the current snapshot already reads it or
+    /// the entry records its removal: a snapshot whose list is the table's own but
+    /// names another table's manifests or data files would graft that table's rows
+    /// onto this one, past its grants. The folder is the one the table had before this
+    /// commit (`own` only for a new table), so a client cannot widen it by moving the
+    /// table. Lists lh made itself (`made`) are not read again: lh checked what they
     /// carry (a client's append it rebased, [`super::snapshot::ClientAppend`]).
     async fn check_new_manifests(
         &self,
         name: &str,
         own: &str,
         format: iceberg::spec::FormatVersion,
-        parent_list: Option<&str>,
-        lists: &[String],
+        current: Option<&LoadedTable>,
+        added: &[(String, Option<i64>)],
         made: &std::collections::HashSet<String>,
     ) -> Result<()> {
-        let lists: Vec<&String> = lists.iter().filter(|l| !made.contains(*l)).collect();
-        if lists.is_empty() {
+        use std::collections::HashSet;
+        let added: Vec<&(String, Option<i64>)> =
+            added.iter().filter(|(l, _)| !made.contains(l)).collect();
+        if added.is_empty() {
             return Ok(());
         }
+        let unreadable = |what: &str, location: &str, e: String| {
+            Error::bad_request(
+                Code::BadRequest,
+                format!("table '{name}': cannot read the {what} '{location}': {e}"),
+            )
+        };
+        let own = match current {
+            Some(t) => format!(
+                "{}/",
+                self.warehouse
+                    .canonical(t.metadata.location())
+                    .unwrap_or_else(|_| t.metadata.location().to_string())
+                    .trim_end_matches('/')
+            ),
+            None => own.to_string(),
+        };
         let io = self.warehouse.io();
         let inside = |location: &str| {
             self.warehouse
                 .canonical(location)
                 .ok()
-                .filter(|c| c.starts_with(own))
+                .filter(|c| c.starts_with(&own))
         };
-        let read_list = |location: String| async move {
-            let bytes = io.new_input(&location)?.read().await?;
+        let read_list = |location: String, format: iceberg::spec::FormatVersion| async move {
+            let bytes = io
+                .new_input(&location)?
+                .read()
+                .await
+                .map_err(|e| unreadable("manifest list", &location, e.to_string()))?;
             Ok::<Vec<iceberg::spec::ManifestFile>, Error>(
-                iceberg::spec::ManifestList::parse_with_version(&bytes, format)?
+                iceberg::spec::ManifestList::parse_with_version(&bytes, format)
+                    .map_err(|e| unreadable("manifest list", &location, e.to_string()))?
                     .consume_entries()
                     .into_iter()
                     .collect(),
             )
         };
-        let mut known = std::collections::HashSet::new();
-        if let Some(parent) = parent_list {
-            for m in read_list(parent.to_string()).await? {
-                known.insert(m.manifest_path);
+        // What the table reads now, and what each new snapshot grows from, is trusted:
+        // it was checked when it was added (or added by an admin).
+        let mut known = HashSet::new();
+        let mut live = HashSet::new();
+        if let Some(t) = current {
+            let mut trusted: Vec<&str> = Vec::new();
+            if let Some(s) = t.metadata.current_snapshot() {
+                trusted.push(s.manifest_list());
+            }
+            for (_, parent) in &added {
+                if let Some(s) = parent.and_then(|id| t.metadata.snapshot_by_id(id)) {
+                    trusted.push(s.manifest_list());
+                }
+            }
+            trusted.sort_unstable();
+            trusted.dedup();
+            for list in trusted {
+                for m in read_list(list.to_string(), t.metadata.format_version()).await? {
+                    known.insert(m.manifest_path);
+                }
+            }
+            if let Ok(files) = self.live_files(t).await {
+                live.extend(files.data.iter().map(|f| f.url.clone()));
+                live.extend(files.position_deletes.iter().map(|(u, _)| u.clone()));
+                live.extend(files.equality_deletes.iter().map(|d| d.url.clone()));
             }
         }
-        for list in lists {
+        for (list, _) in added {
             let list = inside(list).ok_or_else(|| {
                 outside(format!(
                     "table '{name}': manifest list '{list}' is not under the table's location"
                 ))
             })?;
-            for m in read_list(list).await? {
+            for m in read_list(list, format).await? {
                 if known.contains(&m.manifest_path) || made.contains(&m.manifest_path) {
                     continue;
                 }
@@ -589,13 +644,19 @@ impl Tables {
                         m.manifest_path
                     ))
                 })?;
-                let raw = io.new_input(&path)?.read().await?;
-                let manifest = iceberg::spec::Manifest::parse_avro(&raw)?;
-                if let Some(e) = manifest
-                    .entries()
-                    .iter()
-                    .find(|e| inside(e.file_path()).is_none())
-                {
+                let raw = io
+                    .new_input(&path)?
+                    .read()
+                    .await
+                    .map_err(|e| unreadable("manifest", &path, e.to_string()))?;
+                let manifest = iceberg::spec::Manifest::parse_avro(&raw)
+                    .map_err(|e| unreadable("manifest", &path, e.to_string()))?;
+                let foreign = manifest.entries().iter().find(|e| {
+                    e.status() != iceberg::spec::ManifestStatus::Deleted
+                        && !live.contains(e.file_path())
+                        && inside(e.file_path()).is_none()
+                });
+                if let Some(e) = foreign {
                     return Err(outside(format!(
                         "table '{name}': manifest '{}' names '{}', which is not under the table's location",
                         m.manifest_path,

@@ -3,6 +3,7 @@
 //! - pruning: a one-day query on a table of 365 daily partitions (one file each), and
 //!   the same query on the same table with pruning defeated (the table read through a
 //!   subquery): data files read (the `x-lh-files-read` header) and p50 time;
+//!   the queries compared take turns (see [`Api::p50s`]);
 //! - small appends: a table grown by `--appends` imports of `--rows` rows each, queried
 //!   (a full aggregate) against the same rows imported as one file, before and after
 //!   `lh table compact`; with `--auto-compact N`, again on a second server started with
@@ -17,7 +18,7 @@
 //!
 //! ```text
 //! table-bench [--days 365] [--rows-per-day 1000] [--appends 1000] [--rows 20]
-//!             [--each 25] [--queries 20] [--auto-compact 0] [--auto-appends N]
+//!             [--each 25] [--queries 100] [--auto-compact 0] [--auto-appends N]
 //!             [--expire-every 0]
 //! ```
 //!
@@ -93,18 +94,26 @@ impl Api {
         ))
     }
 
-    /// p50 of `n` runs of `sql` (after two warm-ups), and the files it read.
-    fn p50(&self, sql: &str, n: usize) -> Result<(Duration, u64)> {
-        let mut s = Samples::new();
-        let mut files = 0;
+    /// p50 of `n` runs of each of `sqls` (after two warm-ups), and the files each read.
+    /// The statements take turns, so that a change in the machine's speed while they
+    /// run (other tenants, a background compaction) weighs on each alike.
+    fn p50s(&self, sqls: &[&str], n: usize) -> Result<Vec<(Duration, u64)>> {
+        let mut samples: Vec<Samples> = sqls.iter().map(|_| Samples::new()).collect();
+        let mut files = vec![0; sqls.len()];
         for i in 0..n + 2 {
-            let (d, f) = self.query(sql)?;
-            files = f;
-            if i >= 2 {
-                s.push(d);
+            for (k, sql) in sqls.iter().enumerate() {
+                let (d, f) = self.query(sql)?;
+                files[k] = f;
+                if i >= 2 {
+                    samples[k].push(d);
+                }
             }
         }
-        Ok((s.percentile(50.0), files))
+        Ok(samples
+            .iter()
+            .zip(files)
+            .map(|(s, f)| (s.percentile(50.0), f))
+            .collect())
     }
 
     fn count(&self, table: &str) -> Result<u64> {
@@ -203,29 +212,43 @@ fn small_appends(
         None,
     )?;
     let agg = |t: &str| format!("SELECT count(*), sum(amount), count(DISTINCT note) FROM {t}");
-    let (one, _) = api.p50(&agg("raw.one"), queries)?;
-    let (before, before_files) = api.p50(&agg("raw.small"), queries)?;
+    let (one, small_table) = (agg("raw.one"), agg("raw.small"));
+    let pair = |api: &Api| -> Result<(Duration, Duration, u64)> {
+        let m = api.p50s(&[&one, &small_table], queries)?;
+        Ok((m[0].0, m[1].0, m[1].1))
+    };
+    let (one_before, before, before_files) = pair(api)?;
     let started = Instant::now();
     let (compacted, _) = api.post("/api/v1/tables/raw.small/compact", json!({"ref": "main"}))?;
     let compact_time = started.elapsed();
     let compacted: Value = serde_json::from_slice(&compacted)?;
-    let (after, after_files) = api.p50(&agg("raw.small"), queries)?;
+    let (one_after, after, after_files) = pair(api)?;
     if api.count("raw.small")? != appends * small {
         bail!("the compacted table lost rows");
     }
     println!(
-        "| full aggregate over {} rows (auto-compaction {auto}) | data files | p50 | against one file |",
+        "| full aggregate over {} rows (auto-compaction {auto}) | data files | p50 | one file, alongside | against one file |",
         appends * small
     );
-    println!("|---|---:|---:|---:|");
-    println!("| one file | 1 | {} ms | 1.00x |", ms(one));
-    for (name, files, d) in [
-        (format!("{appends} small appends"), before_files, before),
-        ("after `lh table compact`".to_string(), after_files, after),
+    println!("|---|---:|---:|---:|---:|");
+    for (name, files, d, one) in [
+        (
+            format!("{appends} small appends"),
+            before_files,
+            before,
+            one_before,
+        ),
+        (
+            "after `lh table compact`".to_string(),
+            after_files,
+            after,
+            one_after,
+        ),
     ] {
         println!(
-            "| {name} | {files} | {} ms | {:.2}x |",
+            "| {name} | {files} | {} ms | {} ms | {:.2}x |",
             ms(d),
+            ms(one),
             d.as_secs_f64() / one.as_secs_f64()
         );
     }
@@ -259,7 +282,7 @@ fn main() -> Result<()> {
     let auto_compact = arg("--auto-compact", 0)?;
     let auto_appends = arg("--auto-appends", appends as usize)? as u64;
     let expire_every = arg("--expire-every", 0)? as u64;
-    let queries = arg("--queries", 20)?;
+    let queries = arg("--queries", 100)?;
     let lh = lh_bin()?;
     let server = Server::start(&lh, None, &[])?;
     let api = Api {
@@ -279,14 +302,11 @@ fn main() -> Result<()> {
     let day = day0 + chrono::Duration::days((days / 2) as i64);
     let next = day + chrono::Duration::days(1);
     let filter = format!("ts >= '{day}' AND ts < '{next}'");
-    let (pruned, pruned_files) = api.p50(
-        &format!("SELECT count(*), sum(amount) FROM raw.daily WHERE {filter}"),
-        queries,
-    )?;
-    let (full, full_files) = api.p50(
-        &format!("SELECT count(*), sum(amount) FROM (SELECT * FROM raw.daily) WHERE {filter}"),
-        queries,
-    )?;
+    let pruned_sql = format!("SELECT count(*), sum(amount) FROM raw.daily WHERE {filter}");
+    let full_sql =
+        format!("SELECT count(*), sum(amount) FROM (SELECT * FROM raw.daily) WHERE {filter}");
+    let m = api.p50s(&[&pruned_sql, &full_sql], queries)?;
+    let ((pruned, pruned_files), (full, full_files)) = (m[0], m[1]);
     println!(
         "| one-day query, {} partitions | data files read | p50 |",
         r["partitions"]

@@ -68,8 +68,10 @@ pub enum Commands {
     /// List, show, import and remove tables
     #[command(subcommand)]
     Table(TableCommand),
-    /// Run SQL on a ref
+    /// Run SQL on a ref (from the command line, a file or standard input)
     Query(QueryArgs),
+    /// An interactive SQL shell on a ref: history, completion, dot commands
+    Shell(ShellArgs),
     /// Run a pipeline on a branch: outputs publish only when every node and expectation passes
     Run(RunArgs),
     /// List, show, follow and cancel pipeline runs
@@ -527,12 +529,10 @@ pub enum FormatArg {
 
 #[derive(Debug, Args)]
 pub struct QueryArgs {
-    /// The SQL (one read-only statement)
-    #[arg(
-        value_name = "SQL",
-        required_unless_present = "file",
-        conflicts_with = "file"
-    )]
+    /// The SQL (one read-only statement). Without it (and without --file), the SQL is
+    /// read from standard input, one result per statement; on a terminal, an
+    /// interactive shell opens (as `lh shell`)
+    #[arg(value_name = "SQL", conflicts_with = "file")]
     pub sql: Option<String>,
     /// Read the SQL from a file
     #[arg(long, short = 'f', value_name = "FILE.sql")]
@@ -547,6 +547,19 @@ pub struct QueryArgs {
     #[arg(long, value_name = "FILE.parquet")]
     pub out: Option<PathBuf>,
     /// Stop the query after this many seconds (at most the server's limit)
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ShellArgs {
+    /// The ref to query [default: the active branch]; `.ref NAME` switches
+    #[arg(long = "ref", value_name = "REF")]
+    pub reference: Option<String>,
+    /// Return at most this many rows per statement; `.maxrows N` changes it
+    #[arg(long, value_name = "N")]
+    pub max_rows: Option<u64>,
+    /// Stop each query after this many seconds (at most the server's limit)
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<u64>,
 }

@@ -7,6 +7,7 @@ mod commands;
 mod error;
 mod output;
 mod settings;
+mod statements;
 
 use std::process::ExitCode;
 
@@ -75,6 +76,14 @@ async fn run(cli: Cli) -> CliResult<()> {
         Commands::Gc(args) => commands::tables::gc(&client, &settings, args).await,
         Commands::Table(cmd) => commands::tables::run(&client, &settings, cmd).await,
         Commands::Query(args) => commands::query::run(&client, &settings, args).await,
+        Commands::Shell(args) => {
+            let options = commands::shell::Options {
+                reference: args.reference,
+                max_rows: args.max_rows,
+                timeout_secs: args.timeout,
+            };
+            commands::shell::run(&client, &settings, options).await
+        }
         Commands::Run(args) => commands::runs::run(&client, &settings, args).await,
         Commands::Runs(cmd) => commands::runs::runs(&client, &settings, cmd).await,
         Commands::Rerun(args) => commands::runs::rerun(&client, &settings, args).await,

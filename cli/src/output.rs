@@ -117,6 +117,16 @@ pub fn batches(
 ) -> CliResult<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
+    write_batches(&mut out, format, schema, batches)
+}
+
+/// A query result into `out`.
+pub fn write_batches(
+    out: &mut impl Write,
+    format: OutputFormat,
+    schema: &arrow::datatypes::SchemaRef,
+    batches: &[RecordBatch],
+) -> CliResult<()> {
     match format {
         OutputFormat::Table => {
             let table = if batches.is_empty() {

@@ -14,6 +14,7 @@ mod refs;
 mod rest;
 mod runs;
 mod s3;
+mod shell;
 mod tables;
 mod team;
 

@@ -5,5 +5,6 @@ pub mod query;
 pub mod refs;
 pub mod runs;
 pub mod server;
+pub mod shell;
 pub mod tables;
 pub mod tokens;

@@ -1,30 +1,36 @@
-//! `lh query`.
+//! `lh query`: one statement from the command line or a file; with neither, the
+//! statements on standard input (one result each), or the shell on a terminal.
+
+use std::io::{IsTerminal, Read};
 
 use lh_api::QueryRequest;
 
-use crate::args::QueryArgs;
+use crate::args::{OutputFormat, QueryArgs};
 use crate::client::Client;
 use crate::error::{CliError, CliResult};
 use crate::output;
 use crate::settings::Settings;
+use crate::statements;
 
 pub async fn run(client: &Client, settings: &Settings, args: QueryArgs) -> CliResult<()> {
     let sql = match (&args.sql, &args.file) {
         (Some(s), _) => s.clone(),
         (None, Some(f)) => std::fs::read_to_string(f)
             .map_err(|e| CliError::invalid(format!("cannot read {}: {e}", f.display()), None))?,
-        (None, None) => return Err(CliError::invalid("give the SQL, or --file FILE.sql", None)),
+        (None, None) if std::io::stdin().is_terminal() && args.out.is_none() => {
+            let options = super::shell::Options {
+                reference: args.reference.clone(),
+                max_rows: args.max_rows,
+                timeout_secs: args.timeout,
+            };
+            return super::shell::run(client, settings, options).await;
+        }
+        (None, None) => return from_stdin(client, settings, &args).await,
     };
     if sql.trim().is_empty() {
         return Err(CliError::invalid("the query is empty", None));
     }
-    let req = QueryRequest {
-        sql,
-        reference: settings.reference(&args.reference),
-        timeout_ms: args.timeout.map(|s| s * 1000),
-        max_rows: args.max_rows,
-    };
-    let result = client.query(&req).await?;
+    let result = client.query(&request(settings, &args, sql)).await?;
     if result.truncated {
         eprintln!(
             "note: the result was cut to {} rows (--max-rows)",
@@ -41,4 +47,81 @@ pub async fn run(client: &Client, settings: &Settings, args: QueryArgs) -> CliRe
         return Ok(());
     }
     output::batches(settings.output, &result.schema, &result.batches)
+}
+
+fn request(settings: &Settings, args: &QueryArgs, sql: String) -> QueryRequest {
+    QueryRequest {
+        sql,
+        reference: settings.reference(&args.reference),
+        timeout_ms: args.timeout.map(|s| s * 1000),
+        max_rows: args.max_rows,
+    }
+}
+
+/// The statements on standard input, run in order, each result printed as it comes
+/// (tables one blank line apart). The first that fails stops the rest, and its error
+/// names it.
+async fn from_stdin(client: &Client, settings: &Settings, args: &QueryArgs) -> CliResult<()> {
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .map_err(|e| CliError::invalid(format!("cannot read standard input: {e}"), None))?;
+    let all = statements::all(&text);
+    if all.is_empty() {
+        return Err(CliError::invalid(
+            "no SQL: give it as an argument, with --file, or on standard input",
+            Some("`lh query 'SELECT ...'`, `lh query < q.sql`, or `lh shell` for a shell"),
+        ));
+    }
+    if all.len() > 1 && args.out.is_some() {
+        return Err(CliError::invalid(
+            format!(
+                "--out writes one result, and standard input holds {} statements",
+                all.len()
+            ),
+            None,
+        ));
+    }
+    // The ref is resolved once, so that every statement reads the same commit.
+    let reference = Some(
+        client
+            .resolve_ref(settings.reference(&args.reference))
+            .await?,
+    );
+    let mut at: Option<String> = None;
+    for (i, sql) in all.iter().enumerate() {
+        let mut req = request(settings, args, sql.clone());
+        req.reference = at.clone().or(reference.clone());
+        let result = client.query(&req).await.inspect_err(|_| {
+            if all.len() > 1 {
+                eprintln!("error in statement {} of {}:", i + 1, all.len());
+            }
+        })?;
+        // The first statement's commit pins the rest (a branch may move meanwhile),
+        // as `branch@commit`, which the same grants allow.
+        if let Some(r) = &reference
+            && at.is_none()
+            && !r.contains('@')
+            && !result.commit.is_empty()
+        {
+            at = Some(format!("{r}@{}", result.commit));
+        }
+        if result.truncated {
+            eprintln!(
+                "note: the result of statement {} was cut to {} rows (--max-rows)",
+                i + 1,
+                args.max_rows.unwrap_or(0)
+            );
+        }
+        if let Some(path) = &args.out {
+            let rows = output::parquet_file(path, &result.schema, &result.batches)?;
+            eprintln!("wrote {rows} rows to {}", path.display());
+            continue;
+        }
+        if i > 0 && settings.output == OutputFormat::Table {
+            println!();
+        }
+        output::batches(settings.output, &result.schema, &result.batches)?;
+    }
+    Ok(())
 }

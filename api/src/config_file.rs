@@ -109,8 +109,8 @@ fn set_mode(_path: &Path, _mode: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Creates `dir` (mode 0700 when new).
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+/// Creates `dir` (mode 0700 when new): lh's home holds secrets.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     if dir.is_dir() {
         return Ok(());
     }

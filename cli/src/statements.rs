@@ -21,7 +21,8 @@ enum State {
     },
     Ident,
     LineComment,
-    BlockComment,
+    /// In `/* ... */`, which nest (as DuckDB's scanner has them): the depth.
+    BlockComment(u32),
     /// In `$tag$...$tag$`; the tag's byte range in the text.
     Dollar {
         tag_start: usize,
@@ -55,14 +56,17 @@ pub fn split(text: &str) -> Split {
                     i += 1;
                 }
                 b'/' if b.get(i + 1) == Some(&b'*') => {
-                    state = State::BlockComment;
+                    state = State::BlockComment(1);
                     i += 1;
                 }
                 // `$tag$` opens dollar-quoted text; `$1` and `$name` are parameters.
                 b'$' if i == 0 || !is_word(b[i - 1]) => {
+                    // A tag is a name: not starting with a digit.
                     let mut j = i + 1;
-                    while j < b.len() && (b[j].is_ascii_alphabetic() || b[j] == b'_') {
-                        j += 1;
+                    if j < b.len() && is_word(b[j]) && !b[j].is_ascii_digit() {
+                        while j < b.len() && is_word(b[j]) {
+                            j += 1;
+                        }
                     }
                     if b.get(j) == Some(&b'$') {
                         state = State::Dollar {
@@ -90,9 +94,16 @@ pub fn split(text: &str) -> Split {
                     state = State::Code;
                 }
             }
-            State::BlockComment => {
+            State::BlockComment(depth) => {
                 if c == b'*' && b.get(i + 1) == Some(&b'/') {
-                    state = State::Code;
+                    state = if depth == 1 {
+                        State::Code
+                    } else {
+                        State::BlockComment(depth - 1)
+                    };
+                    i += 1;
+                } else if c == b'/' && b.get(i + 1) == Some(&b'*') {
+                    state = State::BlockComment(depth + 1);
                     i += 1;
                 }
             }
@@ -124,22 +135,36 @@ pub fn all(text: &str) -> Vec<String> {
 
 /// Whether `text` holds nothing but blanks and comments.
 pub fn is_blank(text: &str) -> bool {
-    let mut rest = text.trim_start();
-    loop {
-        if rest.is_empty() {
-            return true;
-        }
-        if let Some(r) = rest.strip_prefix("--") {
-            rest = r.split_once('\n').map_or("", |(_, r)| r).trim_start();
-        } else if let Some(r) = rest.strip_prefix("/*") {
-            match r.split_once("*/") {
-                Some((_, r)) => rest = r.trim_start(),
-                None => return true,
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i].is_ascii_whitespace() {
+            i += 1;
+        } else if b[i..].starts_with(b"--") {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+        } else if b[i..].starts_with(b"/*") {
+            let mut depth = 0;
+            while i < b.len() {
+                if b[i..].starts_with(b"/*") {
+                    depth += 1;
+                    i += 2;
+                } else if b[i..].starts_with(b"*/") {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
+                }
             }
         } else {
             return false;
         }
     }
+    true
 }
 
 fn push(statements: &mut Vec<String>, text: &str) {
@@ -148,8 +173,10 @@ fn push(statements: &mut Vec<String>, text: &str) {
     }
 }
 
+/// A byte of a name: ASCII letters, digits, `_`, and any byte of a non-ASCII character
+/// (as DuckDB's scanner reads names).
 fn is_word(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || c == b'_'
+    c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80
 }
 
 #[cfg(test)]
@@ -197,6 +224,33 @@ mod tests {
     fn parameters_are_not_dollar_quotes() {
         let s = split("SELECT $1, $partition; SELECT a$b$c;");
         assert_eq!(s.statements, vec!["SELECT $1, $partition", "SELECT a$b$c"]);
+    }
+
+    #[test]
+    fn tags_take_digits_and_comments_nest() {
+        let s = split("SELECT $q1$a;b$q1$; SELECT $é$c;$é$; /* a /* b */ ; */ SELECT 1;");
+        assert_eq!(
+            s.statements,
+            vec![
+                "SELECT $q1$a;b$q1$",
+                "SELECT $é$c;$é$",
+                "/* a /* b */ ; */ SELECT 1"
+            ]
+        );
+        // Names with non-ASCII letters are names, not E-strings or dollar quotes.
+        let s = split("SELECT éE'\\'; SELECT é$x$;");
+        assert_eq!(s.statements, vec!["SELECT éE'\\'", "SELECT é$x$"]);
+        assert!(is_blank("/* a /* b */ c */ -- d"));
+        assert!(!is_blank("/* a /* b */ c */ x"));
+    }
+
+    #[test]
+    fn multibyte_text_never_panics() {
+        for text in ["é;ö", "'é;", "$é", "\"ü\";", "/*ß", "--ü\n;", "ꙮ$$;$$"] {
+            let _ = split(text);
+            let _ = all(text);
+            let _ = is_blank(text);
+        }
     }
 
     #[test]

@@ -131,7 +131,11 @@ impl Term {
                 last = (len, Instant::now());
             }
             let text = self.text();
-            if last.1.elapsed() > Duration::from_millis(300) && text.ends_with(prompt) {
+            // Something new (at least the echo of the keys), then quiet, prompt last.
+            if text.len() > self.cursor
+                && last.1.elapsed() > Duration::from_millis(300)
+                && text.ends_with(prompt)
+            {
                 let out = text[self.cursor.min(text.len())..].to_string();
                 self.cursor = text.len();
                 return out;
@@ -230,7 +234,23 @@ fn the_shell_runs_statements_over_lines_and_switches_refs() {
 
     // Dot commands: tables, schema, timer, output.
     let out = t.answer(".tables\r", "feature> ");
-    assert!(out.contains("raw.orders"), "{out}");
+    assert!(
+        out.contains("raw.orders") && !out.contains("raw.late"),
+        "{out}"
+    );
+    // A table made meanwhile shows at once.
+    let late = lh.file("late.csv", "x\n1\n");
+    lh.run(&[
+        "table",
+        "import",
+        "raw.late",
+        late.to_str().unwrap(),
+        "--ref",
+        "feature",
+    ])
+    .ok();
+    let out = t.answer(".tables\r", "feature> ");
+    assert!(out.contains("raw.late"), "{out}");
     let out = t.answer(".schema raw.orders\r", "feature> ");
     assert!(out.contains("customer") && out.contains("string"), "{out}");
     t.answer(".timer on\r", "feature> ");
@@ -285,30 +305,46 @@ fn the_shell_completes_names_and_keeps_its_history() {
         "{out}"
     );
     assert!(out.contains("| 1 "), "{out}");
+    // A column by its table's name.
+    t.type_slowly("SELECT customer FROM raw.orders WHERE orders.i\t = 2;\r");
+    let out = t.settle("main> ");
+    assert!(out.contains("WHERE orders.id = 2;"), "{out}");
+    assert!(out.contains("bob"), "{out}");
+    // A line starting with a space stays out of the history.
+    t.answer(" SELECT 'secret' AS s;\r", "main> ");
     t.send(".quit\r");
     assert_eq!(t.wait(), 0);
 
     // The history survives the session: Up twice brings back the last statement
-    // (before `.quit`).
+    // kept (before `.quit`).
     let history = std::fs::read_to_string(lh.home.join("history")).expect("history file");
     assert!(
-        history.contains("raw.orders WHERE amount > 15;"),
+        history.contains("raw.orders WHERE orders.id = 2;"),
         "{history}"
     );
+    assert!(!history.contains("secret"), "{history}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(lh.home.join("history"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o077, 0, "the history is the user's alone: {mode:o}");
     let mut t = Term::start(&lh, &["shell"], &[]);
     t.settle("main> ");
     t.send("\x1b[A");
     t.send("\x1b[A");
     let out = t.answer("\r", "main> ");
-    assert!(out.contains("| 1 "), "{out}");
+    assert!(out.contains("bob"), "{out}");
     t.send("\x04");
     assert_eq!(t.wait(), 0);
 }
 
 #[test]
 fn ctrl_c_cancels_the_query_on_the_server() {
-    // One query at a time: if the cancelled query kept running, the next would wait.
-    let server = Server::start_with(&["--max-concurrent-queries", "1"]);
+    // One query at a time, and a server timeout (10 minutes) past `settle`'s wait
+    // (60 s): a query left running on the server would hold the one slot, and the next
+    // would not answer.
+    let server = Server::start_with(&["--max-concurrent-queries", "1", "--query-timeout", "600"]);
     let lh = orders(&server);
     let mut t = Term::start(&lh, &["shell"], &[]);
     t.settle("main> ");
@@ -316,13 +352,16 @@ fn ctrl_c_cancels_the_query_on_the_server() {
     std::thread::sleep(Duration::from_millis(1500));
     t.send("\x03");
     t.expect("cancelled");
-    t.settle("main> ");
-    let started = Instant::now();
+    // One prompt after it: the line editor does not see the Ctrl-C again.
+    let out = t.settle("main> ");
+    assert_eq!(out.matches("main> ").count(), 1, "{out:?}");
     t.send("SELECT count(*) AS n FROM raw.orders;\r");
     let out = t.settle("main> ");
     assert!(out.contains("| 3 "), "{out}");
-    // The abandoned query would run for hours; this one did not wait for it.
-    assert!(started.elapsed() < Duration::from_secs(120));
+    // Ctrl-C with nothing running does not end the shell.
+    t.answer("\x03", "main> ");
+    let out = t.answer("SELECT 5 AS five;\r", "main> ");
+    assert!(out.contains("| 5 "), "{out}");
     t.send("\x04");
     assert_eq!(t.wait(), 0);
 }

@@ -17,7 +17,13 @@ pub async fn run(client: &Client, settings: &Settings, args: QueryArgs) -> CliRe
         (Some(s), _) => s.clone(),
         (None, Some(f)) => std::fs::read_to_string(f)
             .map_err(|e| CliError::invalid(format!("cannot read {}: {e}", f.display()), None))?,
-        (None, None) if std::io::stdin().is_terminal() && args.out.is_none() => {
+        (None, None) if std::io::stdin().is_terminal() => {
+            if !std::io::stdout().is_terminal() || args.out.is_some() {
+                return Err(CliError::invalid(
+                    "no SQL: give it as an argument, with --file, or on standard input",
+                    Some("the shell (`lh shell`) opens when both input and output are a terminal"),
+                ));
+            }
             let options = super::shell::Options {
                 reference: args.reference.clone(),
                 max_rows: args.max_rows,
@@ -25,8 +31,18 @@ pub async fn run(client: &Client, settings: &Settings, args: QueryArgs) -> CliRe
             };
             return super::shell::run(client, settings, options).await;
         }
-        (None, None) => return from_stdin(client, settings, &args).await,
+        (None, None) => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .map_err(|e| CliError::invalid(format!("cannot read standard input: {e}"), None))?;
+            return statements(client, settings, &args, &text).await;
+        }
     };
+    // A file of several statements runs as standard input does.
+    if args.file.is_some() && statements::all(&sql).len() > 1 {
+        return statements(client, settings, &args, &sql).await;
+    }
     if sql.trim().is_empty() {
         return Err(CliError::invalid("the query is empty", None));
     }
@@ -53,20 +69,21 @@ fn request(settings: &Settings, args: &QueryArgs, sql: String) -> QueryRequest {
     QueryRequest {
         sql,
         reference: settings.reference(&args.reference),
-        timeout_ms: args.timeout.map(|s| s * 1000),
+        timeout_ms: args.timeout.map(|s| s.saturating_mul(1000)),
         max_rows: args.max_rows,
     }
 }
 
-/// The statements on standard input, run in order, each result printed as it comes
-/// (tables one blank line apart). The first that fails stops the rest, and its error
-/// names it.
-async fn from_stdin(client: &Client, settings: &Settings, args: &QueryArgs) -> CliResult<()> {
-    let mut text = String::new();
-    std::io::stdin()
-        .read_to_string(&mut text)
-        .map_err(|e| CliError::invalid(format!("cannot read standard input: {e}"), None))?;
-    let all = statements::all(&text);
+/// The statements of `text` (standard input, or a file), run in order, each result
+/// printed as it comes (tables one blank line apart). The first that fails stops the
+/// rest, and its error names it.
+async fn statements(
+    client: &Client,
+    settings: &Settings,
+    args: &QueryArgs,
+    text: &str,
+) -> CliResult<()> {
+    let all = statements::all(text);
     if all.is_empty() {
         return Err(CliError::invalid(
             "no SQL: give it as an argument, with --file, or on standard input",
@@ -76,7 +93,7 @@ async fn from_stdin(client: &Client, settings: &Settings, args: &QueryArgs) -> C
     if all.len() > 1 && args.out.is_some() {
         return Err(CliError::invalid(
             format!(
-                "--out writes one result, and standard input holds {} statements",
+                "--out writes one result, and the SQL holds {} statements",
                 all.len()
             ),
             None,

@@ -7,13 +7,16 @@
 //! ref and table). Dot commands change the session: `.ref`, `.tables`, `.schema`,
 //! `.timer`, `.output`, `.maxrows`. A result taller or wider than the terminal goes
 //! through a pager (`LH_PAGER`, else `PAGER`, else `less -SRFX`; an empty value turns
-//! paging off). Ctrl-C while a query runs drops its request, which interrupts the query
-//! on the server; at the prompt it clears the line; Ctrl-D leaves.
+//! paging off). Ctrl-C while a request runs drops it (a query's connection closing
+//! interrupts the query on the server); at the prompt it clears the line; it never
+//! ends the shell, Ctrl-D does. A line starting with a space stays out of the history.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
 
 use lh_api::QueryRequest;
 use rustyline::completion::{Completer, Pair};
@@ -54,6 +57,8 @@ pub async fn run(client: &Client, settings: &Settings, options: Options) -> CliR
 struct Shell<'a> {
     client: &'a Client,
     handle: tokio::runtime::Handle,
+    /// SIGINT, taken over for the session (so Ctrl-C never ends it).
+    sigint: tokio::signal::unix::Signal,
     editor: Editor<Names<'a>, FileHistory>,
     history: Option<std::path::PathBuf>,
     format: OutputFormat,
@@ -72,6 +77,8 @@ impl<'a> Shell<'a> {
     ) -> CliResult<Shell<'a>> {
         let config = rustyline::Config::builder()
             .auto_add_history(false)
+            // The prompt and the line go to the terminal, results to stdout.
+            .behavior(rustyline::Behavior::PreferTerm)
             .completion_type(rustyline::CompletionType::List)
             .max_history_size(10_000)
             .map_err(|e| CliError::Other(e.into()))?
@@ -82,10 +89,16 @@ impl<'a> Shell<'a> {
             client,
             handle: handle.clone(),
             reference: Mutex::new(reference),
-            tables: Mutex::new(None),
+            tables: Mutex::new(Cached::Missing),
             columns: Mutex::new(BTreeMap::new()),
         };
         editor.set_helper(Some(names));
+        // After the editor, which sets its own SIGINT handler for its lifetime: this one
+        // (signal-hook's, under tokio) runs first and calls the editor's after it.
+        let sigint = {
+            let _in = handle.enter();
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?
+        };
         let history = history_file();
         if let Some(h) = &history
             && h.exists()
@@ -96,6 +109,7 @@ impl<'a> Shell<'a> {
         Ok(Shell {
             client,
             handle,
+            sigint,
             editor,
             history,
             format,
@@ -132,7 +146,9 @@ impl<'a> Shell<'a> {
             if entry.is_empty() {
                 continue;
             }
-            self.remember(entry);
+            if !line.starts_with(' ') {
+                self.remember(entry);
+            }
             if let Some(command) = entry.strip_prefix('.') {
                 match self.dot(command) {
                     Ok(true) => {}
@@ -162,7 +178,7 @@ impl<'a> Shell<'a> {
             && let Some(h) = &self.history
         {
             if let Some(dir) = h.parent() {
-                let _ = std::fs::create_dir_all(dir);
+                let _ = lh_api::config_file::create_private_dir(dir);
             }
             if let Err(e) = self.editor.append_history(h) {
                 eprintln!("warning: cannot write the history to {}: {e}", h.display());
@@ -170,29 +186,39 @@ impl<'a> Shell<'a> {
         }
     }
 
+    /// Awaits `request`, unless Ctrl-C comes first: then it is dropped (its connection
+    /// closes; for a query, the server interrupts it) and the answer is `None`.
+    fn wait<T>(
+        &mut self,
+        request: impl std::future::Future<Output = CliResult<T>>,
+    ) -> CliResult<Option<T>> {
+        let sigint = &mut self.sigint;
+        self.handle.block_on(async {
+            // A Ctrl-C from before (pressed while results printed) cancels nothing.
+            while sigint.recv().now_or_never().is_some() {}
+            tokio::select! {
+                r = request => r.map(Some),
+                _ = sigint.recv() => {
+                    eprintln!("cancelled");
+                    Ok(None)
+                }
+            }
+        })
+    }
+
     /// Runs one statement and prints its result; `false` when Ctrl-C cancelled it.
     fn query(&mut self, sql: &str) -> CliResult<bool> {
         let req = QueryRequest {
             sql: sql.to_string(),
             reference: Some(self.reference()),
-            timeout_ms: self.timeout_secs.map(|s| s * 1000),
+            timeout_ms: self.timeout_secs.map(|s| s.saturating_mul(1000)),
             max_rows: self.max_rows,
         };
         let started = Instant::now();
         let client = self.client;
-        let answer = self.handle.block_on(async {
-            tokio::select! {
-                r = client.query(&req) => Some(r),
-                // Dropping the request closes its connection: the server interrupts
-                // the query.
-                _ = tokio::signal::ctrl_c() => None,
-            }
-        });
-        let Some(result) = answer else {
-            eprintln!("cancelled");
+        let Some(result) = self.wait(client.query(&req))? else {
             return Ok(false);
         };
-        let result = result?;
         let elapsed = started.elapsed();
         let mut text = Vec::new();
         output::write_batches(&mut text, self.format, &result.schema, &result.batches)?;
@@ -237,22 +263,27 @@ impl<'a> Shell<'a> {
                 } else {
                     let wanted = one("one ref: a branch, tag or commit")?.to_string();
                     let client = self.client;
-                    let list = self.handle.block_on(client.tables(&wanted, None))?;
-                    self.names().switch(wanted, list);
+                    if let Some(list) = self.wait(client.tables(&wanted, None))? {
+                        self.names().switch(wanted, list);
+                    }
                 }
             }
             "tables" => {
-                let tables = self.names().tables()?;
-                for t in tables {
-                    println!("{t}");
+                // Asked again: the ref's head may have moved since.
+                let (client, at) = (self.client, self.reference());
+                if let Some(list) = self.wait(client.tables(&at, None))? {
+                    self.names().switch(at, list.clone());
+                    for t in list.tables {
+                        println!("{}", t.name);
+                    }
                 }
             }
             "schema" => {
-                let table = one("one table name")?;
-                let client = self.client;
-                let detail = self
-                    .handle
-                    .block_on(client.table(table, &self.reference()))?;
+                let table = one("one table name")?.to_string();
+                let (client, at) = (self.client, self.reference());
+                let Some(detail) = self.wait(client.table(&table, &at))? else {
+                    return Ok(true);
+                };
                 let rows: Vec<Vec<String>> = detail
                     .columns
                     .iter()
@@ -391,28 +422,53 @@ struct Names<'a> {
     client: &'a Client,
     handle: tokio::runtime::Handle,
     reference: Mutex<String>,
-    tables: Mutex<Option<Vec<String>>>,
+    tables: Mutex<Cached>,
     columns: Mutex<BTreeMap<String, Vec<String>>>,
 }
+
+/// The tables completion knows, or when asking for them last failed.
+enum Cached {
+    Missing,
+    Known(Vec<String>),
+    Failed(Instant),
+}
+
+/// How long completion waits for the server (the terminal is in raw mode meanwhile, so
+/// Ctrl-C cannot stop it), and how long after a failure it asks again.
+const NAMES_TIMEOUT: Duration = Duration::from_secs(3);
+const NAMES_RETRY: Duration = Duration::from_secs(10);
 
 impl Names<'_> {
     fn switch(&self, reference: String, list: lh_api::TableList) {
         *self.reference.lock().expect("ref") = reference;
         *self.tables.lock().expect("tables") =
-            Some(list.tables.into_iter().map(|t| t.name).collect());
+            Cached::Known(list.tables.into_iter().map(|t| t.name).collect());
         self.columns.lock().expect("columns").clear();
     }
 
-    /// The tables at the ref (asked once).
-    fn tables(&self) -> CliResult<Vec<String>> {
-        if let Some(t) = &*self.tables.lock().expect("tables") {
-            return Ok(t.clone());
+    /// The tables at the ref (asked once; none while the server does not answer).
+    fn tables(&self) -> Vec<String> {
+        match &*self.tables.lock().expect("tables") {
+            Cached::Known(t) => return t.clone(),
+            Cached::Failed(at) if at.elapsed() < NAMES_RETRY => return Vec::new(),
+            _ => {}
         }
         let at = self.reference.lock().expect("ref").clone();
-        let list = self.handle.block_on(self.client.tables(&at, None))?;
-        let names: Vec<String> = list.tables.into_iter().map(|t| t.name).collect();
-        *self.tables.lock().expect("tables") = Some(names.clone());
-        Ok(names)
+        let asked = self.handle.block_on(tokio::time::timeout(
+            NAMES_TIMEOUT,
+            self.client.tables(&at, None),
+        ));
+        match asked {
+            Ok(Ok(list)) => {
+                let names: Vec<String> = list.tables.into_iter().map(|t| t.name).collect();
+                *self.tables.lock().expect("tables") = Cached::Known(names.clone());
+                names
+            }
+            _ => {
+                *self.tables.lock().expect("tables") = Cached::Failed(Instant::now());
+                Vec::new()
+            }
+        }
     }
 
     /// The columns of `table` at the ref (asked once; none when it cannot be read).
@@ -421,22 +477,28 @@ impl Names<'_> {
             return c.clone();
         }
         let at = self.reference.lock().expect("ref").clone();
-        let cols: Vec<String> = self
-            .handle
-            .block_on(self.client.table(table, &at))
-            .map(|d| d.columns.into_iter().map(|c| c.name).collect())
-            .unwrap_or_default();
-        self.columns
-            .lock()
-            .expect("columns")
-            .insert(table.to_string(), cols.clone());
-        cols
+        let asked = self.handle.block_on(tokio::time::timeout(
+            NAMES_TIMEOUT,
+            self.client.table(table, &at),
+        ));
+        match asked {
+            Ok(Ok(d)) => {
+                let cols: Vec<String> = d.columns.into_iter().map(|c| c.name).collect();
+                self.columns
+                    .lock()
+                    .expect("columns")
+                    .insert(table.to_string(), cols.clone());
+                cols
+            }
+            // Not kept: the next Tab asks again.
+            _ => Vec::new(),
+        }
     }
 
     /// The candidates for `word`: keywords, tables, and the columns of the tables
     /// `text` names.
     fn candidates(&self, text: &str, word: &str) -> Vec<String> {
-        let tables = self.tables().unwrap_or_default();
+        let tables = self.tables();
         let lower = text.to_lowercase();
         let mut named: BTreeSet<String> = BTreeSet::new();
         for t in &tables {
@@ -446,14 +508,16 @@ impl Names<'_> {
         }
         let mut out: BTreeSet<String> = BTreeSet::new();
         let w = word.to_lowercase();
-        // `orders.am` completes the columns of a table named by its last part.
-        if let Some((prefix, col)) = w.rsplit_once('.') {
+        // `orders.am` completes the columns of a table named by its last part (the
+        // word is split as typed: lowercasing may change its length).
+        if let Some((prefix, col)) = word.rsplit_once('.') {
+            let (p, col) = (prefix.to_lowercase(), col.to_lowercase());
             for t in &named {
                 let short = t.rsplit('.').next().unwrap_or(t).to_lowercase();
-                if short == prefix || t.to_lowercase() == prefix {
+                if short == p || t.to_lowercase() == p {
                     for c in self.columns(t) {
-                        if c.to_lowercase().starts_with(col) {
-                            out.insert(format!("{}.{c}", &word[..prefix.len()]));
+                        if c.to_lowercase().starts_with(&col) {
+                            out.insert(format!("{prefix}.{c}"));
                         }
                     }
                 }

@@ -9,6 +9,7 @@ mod interop;
 mod isolation;
 mod oidc_keys;
 mod partitions;
+mod python_client;
 mod query;
 mod refs;
 mod rest;

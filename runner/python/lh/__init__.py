@@ -20,8 +20,23 @@ every input declaration must be a literal.
         return data.column("id").null_count == 0
 """
 
-__all__ = ["model", "python", "expectation", "resources", "Model", "Parameter"]
+__all__ = ["model", "python", "expectation", "resources", "Model", "Parameter", "Client",
+           "LhError", "NotFound", "Conflict", "InvalidInput", "Unreachable", "LimitExceeded",
+           "QueryTimeout", "RunFailed", "Unauthorized"]
 __version__ = "0.1.0"
+
+_CLIENT = {"Client", "LhError", "NotFound", "Conflict", "InvalidInput", "Unreachable",
+           "LimitExceeded", "QueryTimeout", "RunFailed", "Unauthorized", "Run", "Ref", "Commit",
+           "TableInfo", "Diff"}
+
+
+def __getattr__(name):
+    # The client (lh.Client, its errors) loads on first use: pipeline functions, which
+    # import lh for its decorators, never pay for it.
+    if name in _CLIENT:
+        from . import client
+        return getattr(client, name)
+    raise AttributeError(f"module 'lh' has no attribute {name!r}")
 
 
 class Model:

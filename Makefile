@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Services the tests need, started (and installed) on demand; prints `export` lines.
 SERVICES = eval "$$(scripts/services.sh postgres python java bubblewrap docker docker-remote docker-spare sshd s3 garage)"
 
-.PHONY: libduckdb build test check fmt bench bench-s3 bench-auth bench-team bench-catalog bench-tpch bench-pipeline bench-backfill bench-runtime bench-rest openapi demo images
+.PHONY: libduckdb build test check fmt bench bench-client bench-s3 bench-auth bench-team bench-catalog bench-tpch bench-pipeline bench-backfill bench-runtime bench-rest openapi demo images
 
 ## DuckDB's official shared library, which the build links (see scripts/libduckdb.sh).
 libduckdb:
@@ -41,7 +41,7 @@ fmt:
 	$(CARGO) fmt --all
 
 ## Every benchmark of BENCHMARKS.md (long: the catalog runs alone take about an hour).
-bench: bench-catalog bench-tpch bench-pipeline bench-backfill bench-runtime bench-rest bench-s3 bench-auth bench-team bench-tables
+bench: bench-catalog bench-tpch bench-pipeline bench-backfill bench-runtime bench-rest bench-s3 bench-auth bench-team bench-tables bench-client
 
 ## Partitioned tables and maintenance: pruning, small appends before and after compaction,
 ## eight concurrent appends against one writer.
@@ -64,6 +64,12 @@ bench-auth: libduckdb
 bench-s3: libduckdb
 	$(SERVICES) && $(CARGO) build -q -p lh-cli -p lh-control-plane -p lh-bench --bins && \
 	$(CARGO) run -q -p lh-bench --bin s3-bench -- $(S3_BENCH_ARGS)
+
+## The Python client: lh.Client.query of lineitem columns against DuckDB's Python package.
+bench-client: libduckdb
+	eval "$$(scripts/services.sh python)" && \
+	$(CARGO) build -q -p lh-cli -p lh-control-plane -p lh-bench --bins && \
+	$(CARGO) run -q -p lh-bench --bin client-bench -- $(CLIENT_BENCH_ARGS)
 
 bench-rest: libduckdb
 	$(SERVICES) && $(CARGO) build -q -p lh-cli -p lh-control-plane -p lh-bench --bins && \

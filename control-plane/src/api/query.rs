@@ -45,7 +45,10 @@ async fn query(
             !identity.access.covers(crate::auth::Role::Reader),
         )
         .await?;
-    let mut buf = Vec::new();
+    // Sized for the whole answer at once: growing by doubling would copy a large
+    // result several times over.
+    let size: usize = out.batches.iter().map(|b| b.get_array_memory_size()).sum();
+    let mut buf = Vec::with_capacity(size + (64 << 10));
     {
         let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut buf, &out.schema)
             .map_err(|e| Error::internal(format!("cannot encode the result: {e}")))?;

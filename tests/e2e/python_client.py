@@ -34,22 +34,25 @@ def raises(cls, fn, *args, **kwargs):
 client = lh.Client()
 assert client.endpoint == endpoint, client.endpoint
 assert client.info()["default_branch"] == "main"
+# The config file as the CLI writes it (python_client.rs saves it with lh's own code):
+# profile `team`, active branch `2024-01-01` (a name a YAML 1.1 reader takes for a date).
+client.create_branch("2024-01-01", from_ref="main")
 home = work / "home"
-home.mkdir()
-(home / "config.yaml").write_text(
-    f"profile: team\nprofiles:\n  team:\n    endpoint: {endpoint}\n    branch: main\n    token: '{admin}'\n")
 saved = {k: os.environ.pop(k) for k in ("LH_ENDPOINT", "LH_TOKEN")}
 os.environ["LH_HOME"] = str(home)
 from_profile = lh.Client()
-assert from_profile.endpoint == endpoint and from_profile.ref == "main", from_profile
+assert from_profile.endpoint == endpoint and from_profile.ref == "2024-01-01", from_profile
 assert from_profile.tables() == [], from_profile.tables()
-# A profile's token goes to its own endpoint only.
+assert from_profile.create_branch("from-profile").head == client.get_ref("main").head
+# A profile's token goes to its own endpoint only: elsewhere, none is sent.
 elsewhere = lh.Client(endpoint="http://127.0.0.1:9")
 assert elsewhere._token is None
 raises(lh.Unreachable, elsewhere.tables)
 raises(lh.InvalidInput, lh.Client, profile="nope")
 os.environ.update(saved)
 del os.environ["LH_HOME"]
+client.delete_branch("from-profile")
+client.delete_branch("2024-01-01")
 
 # Tables: import from pyarrow, pandas, polars and files; list, show, remove.
 orders = pa.table({"id": [1, 2, 3], "customer": ["alice", "bob", "carol"], "amount": [10.5, 20.0, None]})
@@ -173,13 +176,15 @@ raises(lh.InvalidInput, client.run, param, params={"min_amount": "ten"})
 e = raises(lh.RunFailed, client.run, bad)
 assert e.exit_code == 8 and e.run.status == "failed" and not e.run.succeeded, e
 assert any(n["status"] == "failed" for n in e.run.nodes)
-assert isinstance(e.run.logs(), str)
+# A SQL model writes no log; the node's log is asked by name.
+assert e.run.logs() == "" and e.run.logs(node="analytics.totals") == ""
 failed_id = e.run.id
 fixed = client.rerun(failed_id, code=good, from_failed=True)
 assert fixed.succeeded and fixed.rerun_of == failed_id, fixed
 assert client.get_run(fixed.id).status == "succeeded"
 assert [r.id for r in client.runs(limit=3)][:2] == [fixed.id, failed_id]
-assert client.plan(good).to_dict(), "a plan"
+plan = client.plan(good)
+assert [n["name"] for n in plan.nodes] == ["analytics.totals"] and plan.project == "shop", plan
 slow = project("slow", {"big.sql": "select count(*) as n from range(1000000000) a, range(100000) b\n"})
 running = client.run(slow, detach=True)
 assert running.status == "running", running
@@ -189,6 +194,79 @@ running.wait(timeout=60, raise_on_failure=False)
 assert running.status == "cancelled", running
 raises(lh.NotFound, client.get_run, "0" * 32)
 raises(lh.InvalidInput, client.run, work / "home")      # no lh_project.yml
+
+# What a project upload holds, as `lh run` packs it: no hidden files, links or caches;
+# a file with two names is a plain file (the server refuses links).
+import tarfile  # noqa: E402
+from lh.client import _tar  # noqa: E402
+
+packed = project("packed", {"a.sql": "select 1 as x\n", ".env": "SECRET=1\n"})
+(packed / "__pycache__").mkdir()
+(packed / "__pycache__" / "m.pyc").write_text("x")
+(packed / "sub").mkdir()
+(packed / "sub" / "b.sql").write_text("select 2 as y\n")
+os.symlink("/etc/passwd", packed / "passwd.sql")
+os.link(packed / "a.sql", packed / "c.sql")
+with _tar(packed) as f:
+    f.seek(0)
+    with tarfile.open(fileobj=f) as tar:
+        members = tar.getmembers()
+assert [m.name for m in members] == ["a.sql", "c.sql", "lh_project.yml", "sub/b.sql"], members
+assert all(m.isfile() and m.uid == 0 and m.uname == "" for m in members), members
+run = client.run(packed)
+assert sorted(n["name"] for n in run.nodes) == ["analytics.a", "analytics.b", "analytics.c"], run.nodes
+
+# Data of every kind: a list of files, a pandas frame with a meaningful index, a polars
+# lazy frame, a bool parameter; a format a file name does not tell.
+csv2 = work / "more.csv"
+csv2.write_text("ts,kind\n2026-11-03 10:00:00,c\n")
+assert client.import_data("raw.events", [csv, csv2], mode="append").rows == 3
+by_kind = pandas.DataFrame({"kind": ["a", "b"], "n": [1, 2]}).set_index("kind")
+client.import_data("raw.by_kind", by_kind)
+assert [c["name"] for c in client.table("raw.by_kind").columns] == ["kind", "n"]
+client.import_data("raw.lazy", polars.DataFrame({"x": [1, 2]}).lazy())
+assert client.query("SELECT sum(x) AS s FROM raw.lazy")["s"][0].as_py() == 3
+odd = work / "rows.txt"
+odd.write_text("x\n1\n")
+raises(lh.InvalidInput, client.import_data, "raw.odd", odd)
+assert client.import_data("raw.odd", odd, format="csv").rows == 1
+flag = project("flag", {"f.sql": "select $loud as loud\n"})
+(flag / "lh_project.yml").write_text("name: shop\nnamespace: analytics\n"
+                                      "parameters:\n  loud: {type: bool, default: false}\n")
+client.run(flag, params={"loud": True})
+assert client.query("SELECT loud FROM analytics.f")["loud"][0].as_py() is True
+
+# Errors that are not lh's: a server that answers otherwise (no lh error body), or
+# redirects (the token would go along: not followed).
+import http.server  # noqa: E402
+import threading  # noqa: E402
+
+
+class Odd(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path.startswith("/api/v1/refs"):
+            self.send_response(302)
+            self.send_header("Location", "http://127.0.0.1:1/steal")
+            self.end_headers()
+        else:
+            body = b'{"error": "invalid_token"}'
+            self.send_response(404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+odd_server = http.server.HTTPServer(("127.0.0.1", 0), Odd)
+threading.Thread(target=odd_server.serve_forever, daemon=True).start()
+other = lh.Client(endpoint=f"http://127.0.0.1:{odd_server.server_port}", token="lht_x_y")
+e = raises(lh.LhError, other.tables, ref="main")
+assert type(e) is lh.LhError and e.status == 404 and "invalid_token" in e.message, e
+e = raises(lh.LhError, other.branches)
+assert e.status == 302 and "redirects" in e.message, e
+odd_server.shutdown()
 
 # A reader may read, not write.
 reader = lh.Client(token=os.environ["LH_TEST_READER_TOKEN"])

@@ -9,6 +9,20 @@ fn the_python_client_covers_the_api() {
     let reader = server.token_for("rita", "reader");
     let dir = tempfile::tempdir().unwrap();
     let site = install(dir.path());
+    // The config file the script reads, written by lh's own code as `lh` writes it.
+    let mut config = lh_api::config_file::ConfigFile {
+        profile: Some("team".to_string()),
+        ..Default::default()
+    };
+    config.profiles.insert(
+        "team".to_string(),
+        lh_api::config_file::Profile {
+            endpoint: Some(server.url.clone()),
+            branch: Some("2024-01-01".to_string()),
+            token: Some(server.token()),
+        },
+    );
+    config.save(&dir.path().join("home/config.yaml")).unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/python_client.py");
     let out = std::process::Command::new(python())
         .arg(script)

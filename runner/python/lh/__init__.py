@@ -20,9 +20,9 @@ every input declaration must be a literal.
         return data.column("id").null_count == 0
 """
 
-__all__ = ["model", "python", "expectation", "resources", "Model", "Parameter", "Client",
-           "LhError", "NotFound", "Conflict", "InvalidInput", "Unreachable", "LimitExceeded",
-           "QueryTimeout", "RunFailed", "Unauthorized"]
+# The decorators only: `from lh import *` in pipeline code must not load the client,
+# which the worker harness does not carry.
+__all__ = ["model", "python", "expectation", "resources", "Model", "Parameter"]
 __version__ = "0.1.0"
 
 _CLIENT = {"Client", "LhError", "NotFound", "Conflict", "InvalidInput", "Unreachable",
@@ -34,7 +34,11 @@ def __getattr__(name):
     # The client (lh.Client, its errors) loads on first use: pipeline functions, which
     # import lh for its decorators, never pay for it.
     if name in _CLIENT:
-        from . import client
+        try:
+            from . import client
+        except ImportError as e:
+            raise AttributeError(f"lh.{name} is not here (the client is not installed with "
+                                 f"this copy of lh: {e})") from None
         return getattr(client, name)
     raise AttributeError(f"module 'lh' has no attribute {name!r}")
 

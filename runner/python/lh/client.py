@@ -23,9 +23,12 @@ hint.
 from __future__ import annotations
 
 import html
+import http.client
 import io
 import json
 import os
+import socket
+import sys
 import tarfile
 import tempfile
 import time
@@ -106,12 +109,19 @@ class Unauthorized(LhError):
 
 
 def _error(status: int, body: bytes) -> LhError:
+    """The exception for an error answer. Only an lh error body (`{"error": {"kind",
+    "message", ...}}`) maps by status, as the CLI maps it: anything else (a proxy's page,
+    another server's error) is a plain `LhError`."""
     try:
         e = json.loads(body)["error"]
-        message, hint, kind = e.get("message", ""), e.get("hint"), e.get("kind")
-        conflicts = e.get("conflicts") or []
-    except (ValueError, KeyError, TypeError):
-        message, hint, kind, conflicts = f"the server answered {status}: {body[:300]!r}", None, None, []
+        if not (isinstance(e, dict) and isinstance(e.get("message"), str) and isinstance(e.get("kind"), str)):
+            raise TypeError("not an lh error")
+    except (ValueError, KeyError, TypeError, IndexError):
+        text = body[:300].decode("utf-8", "replace")
+        return LhError(f"the server answered {status}: {text}", status=status)
+    message, kind = e["message"], e["kind"]
+    hint = e.get("hint") if isinstance(e.get("hint"), str) else None
+    conflicts = e.get("conflicts") if isinstance(e.get("conflicts"), list) else []
     cls: type = LhError
     if status == 404:
         cls = NotFound
@@ -251,8 +261,13 @@ class Run(Record):
             if timeout is not None and time.monotonic() - started > timeout:
                 raise LimitExceeded(f"run {self.id[:12]} is still running after {timeout} s",
                                     hint="wait() again, or cancel() it")
-            time.sleep(0.05 if time.monotonic() - started < 2 else 0.25)
-            self.refresh()
+            try:
+                time.sleep(0.05 if time.monotonic() - started < 2 else 0.25)
+                self.refresh()
+            except KeyboardInterrupt:
+                print(f"run {self.id} goes on; client.get_run({self.id!r}).cancel() stops it",
+                      file=sys.stderr)
+                raise
         if raise_on_failure and not self.succeeded:
             raise RunFailed(self)
         return self
@@ -294,38 +309,79 @@ def _lh_home() -> Path:
 
 
 def _read_config(path: Path) -> Dict[str, Any]:
-    """The config file the CLI writes (`lh_api::config_file`): a YAML mapping with
-    `profile` and `profiles: {name: {endpoint, branch, token}}`."""
+    """The config file the CLI writes (`lh_api::config_file`, with serde_yaml_ng): a
+    mapping with `profile` and `profiles: {name: {endpoint, branch, token}}`, every
+    value a string. Read here by its fixed shape rather than by a YAML 1.1 loader, which
+    would turn a branch named `2024-01-01` into a date and `yes` into True."""
     try:
         text = path.read_text()
     except FileNotFoundError:
         return {}
-    try:
-        import yaml  # type: ignore
-        return yaml.safe_load(text) or {}
-    except ImportError:
-        pass
-    # The file's shape is fixed: two levels of `key: value` under `profiles`.
     out: Dict[str, Any] = {"profiles": {}}
     section = profile = None
     for raw in text.splitlines():
         if not raw.strip() or raw.lstrip().startswith("#"):
             continue
         indent = len(raw) - len(raw.lstrip())
-        key, _, value = raw.strip().partition(":")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
+        key, value = _yaml_pair(raw.strip())
         if indent == 0:
             section = key
-            if value:
+            if value not in (None, "{}"):
                 out[key] = value
-        elif section == "profiles" and not value:
+        elif section == "profiles" and value in (None, "{}"):
             profile = key
             out["profiles"][profile] = {}
-        elif section == "profiles" and profile is not None:
+        elif section == "profiles" and profile is not None and value is not None:
             out["profiles"][profile][key] = value
     return out
+
+
+def _yaml_pair(line: str):
+    """`key: value` of one line, each unquoted as YAML quotes scalars ('it''s', "a\\n");
+    the value is None when the line opens a mapping."""
+    key, rest = _yaml_scalar(line)
+    rest = rest.lstrip()
+    if not rest.startswith(":"):
+        return key, None
+    value = rest[1:].strip()
+    if not value:
+        return key, None
+    if value == "{}":
+        return key, "{}"
+    return key, _yaml_scalar(value)[0]
+
+
+def _yaml_scalar(text: str):
+    """The scalar at the start of `text`, and what follows it."""
+    if text.startswith("'"):
+        i, out = 1, []
+        while i < len(text):
+            if text[i] == "'":
+                if text[i + 1:i + 2] == "'":
+                    out.append("'")
+                    i += 2
+                    continue
+                return "".join(out), text[i + 1:]
+            out.append(text[i])
+            i += 1
+        return "".join(out), ""
+    if text.startswith('"'):
+        i = 1
+        while i < len(text):
+            if text[i] == "\\":
+                i += 2
+                continue
+            if text[i] == '"':
+                return json.loads(text[:i + 1]), text[i + 1:]
+            i += 1
+        return text[1:], ""
+    # A plain scalar: up to `: ` (a key) or the end.
+    i = text.find(": ")
+    if text.endswith(":") and i < 0:
+        i = len(text) - 1
+    if i < 0:
+        return text.strip(), ""
+    return text[:i].strip(), text[i:]
 
 
 def _segment(s: str) -> str:
@@ -338,19 +394,35 @@ def _segment(s: str) -> str:
 # --- the client ---------------------------------------------------------------------
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects are not followed: urllib would send the token along to wherever they
+    point, and turn a POST into a GET."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 class Client:
     """A client of one lh server (see the module's documentation).
 
     `ref` is the client's default ref (the profile's active branch by default, else the
-    server's default branch); `checkout()` changes it for this client only."""
+    server's default branch); `checkout()` changes it for this client only. `timeout`
+    bounds each request in seconds (none by default, as the CLI: an import or a merge
+    that outlasts it may still land)."""
 
     def __init__(self, endpoint: Optional[str] = None, token: Optional[str] = None,
-                 profile: Optional[str] = None, ref: Optional[str] = None, timeout: float = 600.0):
+                 profile: Optional[str] = None, ref: Optional[str] = None, timeout: Optional[float] = None):
         config = _read_config(_lh_home() / "config.yaml")
-        profile = profile or os.environ.get("LH_PROFILE") or config.get("profile") or "default"
+        asked = profile or os.environ.get("LH_PROFILE")
+        profile = asked or config.get("profile") or "default"
         profiles = config.get("profiles") or {}
-        if profile != "default" and profile not in profiles:
-            raise InvalidInput(f"no profile '{profile}' in {_lh_home() / 'config.yaml'}")
+        # As the CLI: a profile asked for must exist; the file's own choice need not.
+        if asked and profile != "default" and profile not in profiles:
+            raise InvalidInput(f"no profile '{profile}' in {_lh_home() / 'config.yaml'}",
+                               hint=f"profiles: {', '.join(sorted(profiles)) or 'none'}")
         p = profiles.get(profile) or {}
         default = f"http://127.0.0.1:{DEFAULT_PORT}"
         self.endpoint = (endpoint or os.environ.get("LH_ENDPOINT") or p.get("endpoint") or default).rstrip("/")
@@ -384,10 +456,14 @@ class Client:
         if length is not None:
             req.add_header("Content-Length", str(length))
         try:
-            return urllib.request.urlopen(req, timeout=timeout or self.timeout)
+            return _OPENER.open(req, timeout=timeout or self.timeout)
         except urllib.error.HTTPError as e:
+            if 300 <= e.code < 400:
+                raise LhError(f"the server at {self.endpoint} redirects to {e.headers.get('Location')}",
+                              hint="lh follows no redirect (the token would go along): use the "
+                                   "endpoint it names", status=e.code) from None
             raise _error(e.code, e.read()) from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+        except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError) as e:
             reason = getattr(e, "reason", e)
             raise Unreachable(f"cannot reach the lh server at {self.endpoint}: {reason}",
                               hint="start one with `lh server`, or pass endpoint= (or set LH_ENDPOINT)") from None
@@ -396,13 +472,13 @@ class Client:
                  body: Any = None) -> bytes:
         data = None if body is None else json.dumps(body).encode()
         with self._open(method, path, query, data, "application/json" if data is not None else None) as r:
-            return r.read()
+            return _read(r, self.endpoint)
 
     def _get(self, path: str, query: Optional[Mapping[str, Any]] = None) -> Any:
-        return json.loads(self._request("GET", path, query))
+        return _json(self._request("GET", path, query))
 
     def _post(self, path: str, body: Any) -> Any:
-        return json.loads(self._request("POST", path, body=body))
+        return _json(self._request("POST", path, body=body))
 
     def _at(self, ref: Optional[str]) -> str:
         return ref or self.ref or self.info()["default_branch"]
@@ -480,8 +556,9 @@ class Client:
 
     def query_batches(self, sql: str, ref: Optional[str] = None, max_rows: Optional[int] = None,
                       timeout: Optional[float] = None) -> Iterator["pyarrow.RecordBatch"]:
-        """The result's record batches as they arrive (for results larger than memory
-        should hold at once)."""
+        """The result's record batches, read one at a time from the answer (the server
+        makes the whole answer before sending it; this saves the client holding it all).
+        Close the generator (or read it to the end) to release its connection."""
         import pyarrow.ipc
         with self._query_stream(sql, ref, max_rows, timeout) as r:
             reader = pyarrow.ipc.open_stream(r)
@@ -497,7 +574,11 @@ class Client:
         import pyarrow
         import pyarrow.ipc
         with self._query_stream(sql, ref, max_rows, timeout) as r:
-            table = pyarrow.ipc.open_stream(pyarrow.py_buffer(_body(r))).read_all()
+            data = _body(r, self.endpoint, self.info().get("max_result_bytes"))
+            try:
+                table = pyarrow.ipc.open_stream(pyarrow.py_buffer(data)).read_all()
+            except pyarrow.ArrowInvalid as e:
+                raise LhError(f"the answer of {self.endpoint} is no Arrow stream: {e}") from None
             meta = {b"lh.commit": (r.headers.get("x-lh-commit") or "").encode(),
                     b"lh.truncated": b"true" if r.headers.get("x-lh-truncated") else b"false"}
         return table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
@@ -546,17 +627,23 @@ class Client:
             for p in paths:
                 if not p.is_file():
                     raise InvalidInput(f"cannot read {p}: no such file")
+                if format is None and p.suffix.lower() not in (".csv", ".parquet", ".json", ".jsonl", ".ndjson"):
+                    raise InvalidInput(f"cannot tell the format of {p.name} from its name",
+                                       hint="pass format='csv', 'parquet' or 'json'")
+            for p in paths:
                 with open(p, "rb") as f:
                     uploads.append(self._upload(p.name, f, p.stat().st_size))
                 names.append(p.name)
         else:
+            if format not in (None, "parquet"):
+                raise InvalidInput(f"format='{format}' is for files: a table goes as Parquet")
             table = _to_arrow(data)
             import pyarrow.parquet
             buf = io.BytesIO()
             pyarrow.parquet.write_table(table, buf)
-            uploads.append(self._upload("data.parquet", buf.getvalue(), buf.tell()))
+            uploads.append(self._upload("data.parquet", buf.getbuffer(), buf.tell()))
             names.append("data.parquet")
-            format = format or "parquet"
+            format = "parquet"
         body: Dict[str, Any] = {"ref": self._at(ref), "mode": mode, "uploads": uploads,
                                 "file_names": names}
         if format:
@@ -568,30 +655,9 @@ class Client:
     # runs
 
     def _pack(self, project_dir: Union[str, os.PathLike]) -> str:
-        """Uploads the project folder as `lh run` does (code and small files, no data)."""
-        root = Path(project_dir)
-        if not (root / "lh_project.yml").is_file():
-            raise InvalidInput(f"{root} is not an lh project: it has no lh_project.yml",
-                               hint="a project folder holds lh_project.yml, Python files and SQL files")
-        with tempfile.TemporaryFile() as f:
-            total = 0
-            with tarfile.open(fileobj=f, mode="w") as tar:
-                def walk(d: Path) -> None:
-                    nonlocal total
-                    for e in sorted(d.iterdir(), key=lambda e: e.name):
-                        if e.name.startswith(".") or e.name in _SKIP or e.is_symlink():
-                            continue
-                        if e.is_dir():
-                            walk(e)
-                        elif e.is_file():
-                            total += e.stat().st_size
-                            if total > _MAX_PROJECT_BYTES:
-                                raise InvalidInput(
-                                    f"the project folder is larger than {_MAX_PROJECT_BYTES >> 20} MB",
-                                    hint="lh uploads code, not data: keep data in tables")
-                            tar.add(str(e), arcname=str(e.relative_to(root)), recursive=False)
-                walk(root)
-            size = f.tell()
+        """Uploads the project folder as `lh run` does (see `_tar`)."""
+        with _tar(project_dir) as f:
+            size = f.seek(0, io.SEEK_END)
             f.seek(0)
             return self._upload("project.tar", f, size)
 
@@ -604,7 +670,7 @@ class Client:
         (`on_update` is called as nodes change state); a run that does not publish
         raises `RunFailed`, which holds it."""
         body = {"upload": self._pack(project_dir), "ref": self._at(ref),
-                "params": {k: str(v) for k, v in (params or {}).items()},
+                "params": {k: _param(v) for k, v in (params or {}).items()},
                 "no_cache": no_cache, "strict": strict}
         if partitions:
             body["partitions"] = partitions
@@ -615,7 +681,7 @@ class Client:
              params: Optional[Mapping[str, Any]] = None, partitions: Optional[str] = None) -> Result:
         """What `run` would do (`lh run --dry-run`): the nodes, and which are reused."""
         body = {"upload": self._pack(project_dir), "ref": self._at(ref),
-                "params": {k: str(v) for k, v in (params or {}).items()}}
+                "params": {k: _param(v) for k, v in (params or {}).items()}}
         if partitions:
             body["partitions"] = partitions
         return Result(self._post("/runs/plan", body))
@@ -638,22 +704,85 @@ class Client:
         return run if detach else run.wait(on_update=on_update)
 
 
-def _body(r: Any) -> Union[bytes, bytearray, memoryview]:
+def _read(r: Any, endpoint: str) -> bytes:
+    try:
+        return r.read()
+    except (http.client.HTTPException, OSError) as e:
+        raise Unreachable(f"the answer of {endpoint} broke off: {e}") from None
+
+
+def _json(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise LhError(f"the server answered no JSON: {data[:200]!r}") from None
+
+
+def _body(r: Any, endpoint: str, limit: Optional[int]) -> Union[bytes, bytearray]:
     """The whole answer, read straight into one buffer that Arrow then reads without a
     copy (faster than Arrow pulling the stream through a Python file object, and than
-    `read()`, which joins the pieces it reads)."""
+    `read()`, which joins the pieces it reads). A length past twice the server's result
+    limit is not believed."""
     length = r.headers.get("Content-Length")
-    if length is None or not length.isdigit():
-        return r.read()
+    if length is None or not length.isdigit() or (limit and int(length) > 2 * int(limit) + (1 << 20)):
+        return _read(r, endpoint)
     buf = bytearray(int(length))
     view = memoryview(buf)
     got = 0
-    while got < len(buf):
-        n = r.readinto(view[got:])
-        if not n:
-            raise LhError(f"the answer ended after {got} of {len(buf)} bytes")
-        got += n
+    try:
+        while got < len(buf):
+            n = r.readinto(view[got:])
+            if not n:
+                raise Unreachable(f"the answer of {endpoint} ended after {got} of {len(buf)} bytes")
+            got += n
+    except (http.client.HTTPException, OSError) as e:
+        raise Unreachable(f"the answer of {endpoint} broke off: {e}") from None
     return buf
+
+
+def _tar(project_dir: Union[str, os.PathLike]) -> Any:
+    """The project folder as `lh run` packs it, in a temporary file: code and small
+    files, in name order, as plain files (no links, no owner); hidden files, symbolic
+    links and the folders of `_SKIP` left out; at most 64 MB."""
+    root = Path(project_dir)
+    if not (root / "lh_project.yml").is_file():
+        raise InvalidInput(f"{root} is not an lh project: it has no lh_project.yml",
+                           hint="a project folder holds lh_project.yml, Python files and SQL files")
+    f = tempfile.TemporaryFile()
+    total = 0
+    try:
+        with tarfile.open(fileobj=f, mode="w", format=tarfile.GNU_FORMAT) as tar:
+            def walk(d: Path) -> None:
+                nonlocal total
+                for e in sorted(d.iterdir(), key=lambda e: e.name):
+                    if e.name.startswith(".") or e.name in _SKIP or e.is_symlink():
+                        continue
+                    if e.is_dir():
+                        walk(e)
+                    elif e.is_file():
+                        st = e.stat()
+                        total += st.st_size
+                        if total > _MAX_PROJECT_BYTES:
+                            raise InvalidInput(
+                                f"the project folder is larger than {_MAX_PROJECT_BYTES >> 20} MB",
+                                hint="lh uploads code, not data: keep data in tables")
+                        info = tarfile.TarInfo(e.relative_to(root).as_posix())
+                        info.size, info.mtime = st.st_size, int(st.st_mtime)
+                        info.mode = 0o755 if st.st_mode & 0o111 else 0o644
+                        with open(e, "rb") as src:
+                            tar.addfile(info, src)
+            walk(root)
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def _param(v: Any) -> str:
+    """A run parameter as `--param` spells it (booleans as true/false)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
 
 
 def _to_arrow(data: Any) -> "pyarrow.Table":
@@ -663,9 +792,19 @@ def _to_arrow(data: Any) -> "pyarrow.Table":
     if isinstance(data, pyarrow.RecordBatch):
         return pyarrow.Table.from_batches([data])
     module = type(data).__module__.split(".")[0]
+    kind = type(data).__name__
     if module == "pandas":
+        if kind == "Series":
+            data = data.to_frame()
+        if type(data.index).__name__ != "RangeIndex" or data.index.name is not None:
+            # A meaningful index (a groupby's keys) is data: it becomes columns.
+            data = data.reset_index()
         return pyarrow.Table.from_pandas(data, preserve_index=False)
     if module == "polars":
+        if kind == "LazyFrame":
+            data = data.collect()
+        elif kind == "Series":
+            data = data.to_frame()
         return data.to_arrow()
     if hasattr(data, "__arrow_c_stream__"):
         return pyarrow.table(data)

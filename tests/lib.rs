@@ -698,6 +698,25 @@ impl Lh {
         run_of(out)
     }
 
+    /// `lh ARGS` with `input` on its standard input.
+    pub fn run_with_input(&self, args: &[&str], input: &str) -> Run {
+        use std::io::Write;
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run lh");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write stdin");
+        run_of(child.wait_with_output().expect("wait for lh"))
+    }
+
     pub fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(lh_bin());
         let endpoint = if self.others.is_empty() {

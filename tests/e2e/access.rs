@@ -801,23 +801,9 @@ fn an_expectations_check_runs_on_the_would_be_result() {
 fn set_secret(lh: &Lh, args: &[&str], value: &str) -> String {
     let mut all = vec!["secret", "set"];
     all.extend_from_slice(args);
-    let mut child = lh
-        .command(&all)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{value}\n").as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "{err}");
-    err
+    let out = lh.run_with_input(&all, &format!("{value}\n"));
+    assert!(out.code == 0, "{}", out.stderr);
+    out.stderr
 }
 
 crate::both_runtimes!(secrets_reach_only_the_functions_that_declare_them);

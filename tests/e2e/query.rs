@@ -4,7 +4,7 @@ use lh_e2e::Server;
 
 use crate::snap;
 
-fn orders(server: &Server) -> lh_e2e::Lh {
+pub(crate) fn orders(server: &Server) -> lh_e2e::Lh {
     let lh = server.lh();
     let csv = lh.file(
         "orders.csv",

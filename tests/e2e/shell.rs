@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lh_e2e::{Lh, Server, lh_bin};
+
+use crate::query::orders;
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
 
 /// `lh ARGS` on a pseudo-terminal of 40 rows and 160 columns, with what it printed.
@@ -175,17 +177,6 @@ fn clean(s: &str) -> String {
     )
     .unwrap();
     re.replace_all(s, "").into_owned()
-}
-
-fn orders(server: &Server) -> Lh {
-    let lh = server.lh();
-    let csv = lh.file(
-        "orders.csv",
-        "id,customer,amount\n1,alice,10.5\n2,bob,20\n3,carol,\n",
-    );
-    lh.run(&["table", "import", "raw.orders", csv.to_str().unwrap()])
-        .ok();
-    lh
 }
 
 #[test]
@@ -387,41 +378,17 @@ fn long_and_wide_results_go_through_the_pager() {
     assert_eq!(t.wait(), 0);
 }
 
-/// `lh ARGS` with `input` on standard input.
-fn piped(lh: &Lh, args: &[&str], input: &str) -> lh_e2e::Run {
-    let mut child = lh
-        .command(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    lh_e2e::Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
 #[test]
 fn sql_on_standard_input_gives_one_result_per_statement() {
     let server = Server::start();
     let lh = orders(&server);
     let script = "-- a script\nSELECT count(*) AS n FROM raw.orders;\n\
                   SELECT 'x;y' AS s; /* done */\nSELECT 3 AS last";
-    let out = piped(&lh, &["query", "-o", "csv"], script);
+    let out = lh.run_with_input(&["query", "-o", "csv"], script);
     assert_eq!(out.ok(), "n\n3\ns\nx;y\nlast\n3\n");
 
     // The first failing statement stops the rest, and is named.
-    let out = piped(
-        &lh,
+    let out = lh.run_with_input(
         &["query", "-o", "csv"],
         "SELECT 1 AS a; SELEKT 2; SELECT 3 AS c;",
     );
@@ -430,10 +397,10 @@ fn sql_on_standard_input_gives_one_result_per_statement() {
     assert_eq!(out.stdout, "a\n1\n");
 
     // Nothing, or only comments: a clear error.
-    let out = piped(&lh, &["query"], "  -- nothing\n");
+    let out = lh.run_with_input(&["query"], "  -- nothing\n");
     assert!(out.fails(5).contains("no SQL"), "{}", out.stderr);
     // --out takes one statement.
-    let out = piped(&lh, &["query", "--out", "x.parquet"], "SELECT 1; SELECT 2;");
+    let out = lh.run_with_input(&["query", "--out", "x.parquet"], "SELECT 1; SELECT 2;");
     assert!(
         out.fails(5).contains("--out writes one result"),
         "{}",

@@ -4,9 +4,10 @@
 //!     lh-catalog-tool crash-writer URL    commit in a loop forever, printing each
 //!                                         acknowledged commit (the crash test kills it)
 
+use std::collections::HashMap;
 use std::io::Write;
 
-use lh_catalog::{Catalog, CommitMeta, MergeOptions, TableOp, TablePointer};
+use lh_catalog::{Catalog, CommitMeta, ErrorKind, MergeOptions, TableOp, TablePointer};
 
 fn usage() -> ! {
     eprintln!("usage: lh-catalog-tool (fsck|crash-writer) CATALOG_URL");
@@ -48,19 +49,25 @@ async fn fsck(url: &str) -> lh_catalog::Result<()> {
     Ok(())
 }
 
+/// The `crash.*` tables on main, by their pointers' snapshot ids.
+async fn main_tables(cat: &Catalog) -> lh_catalog::Result<HashMap<String, u64>> {
+    Ok(cat
+        .list_tables("main", Some("crash"))
+        .await?
+        .into_iter()
+        .map(|e| (e.name, e.pointer.snapshot_id.unwrap_or(0) as u64))
+        .collect())
+}
+
 /// Commits forever: plain commits to `crash.t*` on main, and every tenth round a side
 /// branch with its own commit merged back with a merge commit. Prints `ack ID` after
 /// each operation returns, so that the test knows what was acknowledged.
 async fn crash_writer(url: &str) -> lh_catalog::Result<()> {
     let cat = Catalog::open(url).await?;
-    let mut tables: std::collections::HashMap<String, u64> = cat
-        .list_tables("main", Some("crash"))
-        .await?
-        .into_iter()
-        .map(|e| (e.name, e.pointer.snapshot_id.unwrap_or(0) as u64))
-        .collect();
+    let mut tables = main_tables(&cat).await?;
     let mut v = tables.values().copied().max().unwrap_or(0) + 1;
     let stdout = std::io::stdout();
+    let mut conflicts = 0;
     loop {
         let name = format!("crash.t{}", v % 20);
         let op = TableOp::Put {
@@ -68,9 +75,22 @@ async fn crash_writer(url: &str) -> lh_catalog::Result<()> {
             expected: tables.get(&name).map(|&x| pointer(x)),
             pointer: pointer(v),
         };
-        let c = cat
+        let c = match cat
             .commit("main", vec![op], CommitMeta::new("crash", format!("v{v}")))
-            .await?;
+            .await
+        {
+            Ok(c) => c,
+            // The killed predecessor's last transaction can still commit after this
+            // writer read main: its COMMIT was in the socket when it died. The catalog
+            // refuses the stale write; read main again, as any client would.
+            Err(e) if e.kind() == ErrorKind::Conflict && conflicts < 10 => {
+                conflicts += 1;
+                tables = main_tables(&cat).await?;
+                v = tables.values().copied().max().unwrap_or(0) + 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         tables.insert(name, v);
         writeln!(stdout.lock(), "ack {}", c.id).expect("stdout");
         v += 1;

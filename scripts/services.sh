@@ -235,6 +235,14 @@ bubblewrap() {
     apt_install bubblewrap
 }
 
+# Headless Chromium and its WebDriver (Debian's chromium-driver), for the web console's
+# tests in a real browser.
+chromium() {
+    apt_install chromium chromium-driver
+    echo "export LH_TEST_CHROMIUM=$(type -P chromium)"
+    echo "export LH_TEST_CHROMEDRIVER=$(type -P chromedriver)"
+}
+
 # A real S3 server on loopback for the suite's S3 warehouse: s3s-fs (a Rust S3 server
 # over a folder, from crates.io), whose objects the tests can see and age in that folder
 # as they do a local warehouse's files. Built once into the cache.
@@ -334,6 +342,7 @@ for svc in "$@"; do
         postgres) postgres ;;
         python) python ;;
         bubblewrap) bubblewrap ;;
+        chromium) chromium ;;
         java) java_runtime ;;
         dbt) dbt ;;
         docker) docker_engine ;;

@@ -643,6 +643,32 @@ pub struct QueryRequest {
     pub max_rows: Option<u64>,
 }
 
+/// A query's result as JSON (`Accept: application/json`), for pages and scripts that
+/// have no Arrow reader; clients that do read the Arrow stream.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct QueryJson {
+    pub columns: Vec<QueryColumn>,
+    /// Each row's values formatted as text, as `lh query` prints them; null stays null.
+    pub rows: Vec<Vec<Option<String>>>,
+    /// Whether `max_rows` cut the result short.
+    pub truncated: bool,
+    /// The commit read.
+    pub commit: String,
+    /// The data files the query read (after pruning).
+    pub files_read: u64,
+    /// The time the server took, from the request to the answer.
+    pub elapsed_ms: u64,
+}
+
+/// A column of a query's result.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct QueryColumn {
+    pub name: String,
+    /// The Arrow type (`Int64`, `Utf8`, `Decimal128(15, 2)`, ...).
+    #[serde(rename = "type")]
+    pub r#type: String,
+}
+
 /// Start a pipeline run (`lh run`).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct RunRequest {
@@ -781,6 +807,10 @@ pub struct RunNode {
     /// The tables it reads.
     #[serde(default)]
     pub inputs: Vec<String>,
+    /// The nodes it runs after (the producers of its inputs, and what it waits for):
+    /// the edges of the run's DAG.
+    #[serde(default)]
+    pub depends_on: Vec<String>,
     /// For a model: the snapshot it made (or reused).
     #[serde(default)]
     pub output: Option<TablePointer>,

@@ -72,6 +72,8 @@ pub enum Commands {
     Query(QueryArgs),
     /// An interactive SQL shell on a ref: history, completion, dot commands
     Shell(ShellArgs),
+    /// Open the web console in a browser, signed in with this profile's token
+    Console(ConsoleArgs),
     /// Run a pipeline on a branch: outputs publish only when every node and expectation passes
     Run(RunArgs),
     /// List, show, follow and cancel pipeline runs
@@ -549,6 +551,13 @@ pub struct QueryArgs {
     /// Stop the query after this many seconds (at most the server's limit)
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ConsoleArgs {
+    /// Print the address instead of starting a browser
+    #[arg(long)]
+    pub no_open: bool,
 }
 
 #[derive(Debug, Args)]

@@ -84,6 +84,7 @@ async fn run(cli: Cli) -> CliResult<()> {
             };
             commands::shell::run(&client, &settings, options).await
         }
+        Commands::Console(args) => commands::console::run(&client, &settings, args).await,
         Commands::Run(args) => commands::runs::run(&client, &settings, args).await,
         Commands::Runs(cmd) => commands::runs::runs(&client, &settings, cmd).await,
         Commands::Rerun(args) => commands::runs::rerun(&client, &settings, args).await,

@@ -1,11 +1,12 @@
-//! The whole HTTP application: lh's API (`api::router`) and the Iceberg REST catalog
-//! (`rest::router`) side by side, with the guard (`auth::guard`: Host, Origin, token,
+//! The whole HTTP application: lh's API (`api::router`), the Iceberg REST catalog
+//! (`rest::router`) and the web console's page (`console::router`) side by side, with the guard (`auth::guard`: Host, Origin, token,
 //! permission), the body limit, and the request-id, tracing and panic layers every
 //! request goes through.
 
 use axum::Router;
-use axum::http::{HeaderName, Request};
+use axum::http::{HeaderName, HeaderValue, Request, header};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::state::AppState;
@@ -17,6 +18,7 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .merge(crate::api::router())
         .merge(crate::rest::router())
+        .merge(crate::console::router())
         .with_state(state)
         // Host, Origin, token and the route's permission, before any handler (after
         // routing, which names the route).
@@ -38,4 +40,10 @@ pub fn app(state: AppState) -> Router {
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
         .layer(tower_http::catch_panic::CatchPanicLayer::new())
+        // No answer is ever read as another type than it says (the console's page
+        // shares this origin: a text log must not become a page).
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
 }

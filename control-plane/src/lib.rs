@@ -6,6 +6,7 @@
 pub mod api;
 pub mod app;
 pub mod auth;
+pub mod console;
 pub mod db;
 pub mod duck;
 pub mod error;

@@ -4,6 +4,7 @@
 mod access;
 mod auth;
 mod basics;
+mod console;
 mod gc;
 mod interop;
 mod isolation;

@@ -2,15 +2,16 @@
 
 use std::time::Duration;
 
+use arrow::util::display::{ArrayFormatter, FormatOptions};
 use axum::extract::State;
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use lh_api::QueryRequest;
+use lh_api::{QueryColumn, QueryRequest};
 
 use crate::auth::{Action, Identity};
-use crate::error::Error;
+use crate::error::{Code, Error, Kind};
 use crate::http::ApiResult;
 use crate::state::AppState;
 
@@ -19,15 +20,20 @@ pub fn router() -> Router<AppState> {
 }
 
 /// Runs one read-only SQL statement on a ref; the result is an Arrow IPC stream and the
-/// commit read is in the `x-lh-commit` header.
+/// commit read is in the `x-lh-commit` header. With `Accept: application/json` (the web
+/// console), the result is JSON instead: every value as text, as `lh query` prints it.
 #[utoipa::path(post, path = "/api/v1/query", request_body = QueryRequest,
-    responses((status = 200, content_type = "application/vnd.apache.arrow.stream", body = Vec<u8>),
+    responses((status = 200, content(
+                  (Vec<u8> = "application/vnd.apache.arrow.stream"),
+                  (lh_api::QueryJson = "application/json"))),
               (status = 400, body = lh_api::ErrorBody), (status = 504, body = lh_api::ErrorBody)))]
 async fn query(
     State(s): State<AppState>,
     identity: Identity,
+    headers: HeaderMap,
     Json(req): Json<QueryRequest>,
 ) -> ApiResult<Response> {
+    let started = std::time::Instant::now();
     let at = req
         .reference
         .clone()
@@ -45,6 +51,18 @@ async fn query(
             !identity.access.covers(crate::auth::Role::Reader),
         )
         .await?;
+    if wants_json(&headers) {
+        let limit = s.queries.limits().max_result_bytes;
+        let body = tokio::task::spawn_blocking(move || json_answer(&out, started, limit))
+            .await
+            .map_err(|e| Error::internal(format!("cannot format the result: {e}")))??;
+        let mut resp = body.into_response();
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        return Ok(resp);
+    }
     // Sized for the whole answer at once: growing by doubling would copy a large
     // result several times over.
     let size: usize = out.batches.iter().map(|b| b.get_array_memory_size()).sum();
@@ -73,4 +91,142 @@ async fn query(
     }
     h.insert(lh_api::FILES_READ_HEADER, HeaderValue::from(out.files_read));
     Ok(resp)
+}
+
+/// Whether the caller asked for JSON rather than Arrow (`Accept: application/json`
+/// before Arrow's type, and not refused with `q=0`).
+fn wants_json(headers: &HeaderMap) -> bool {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let acceptable: Vec<&str> = accept
+        .split(',')
+        .filter_map(|item| {
+            let mut parts = item.split(';').map(str::trim);
+            let media = parts.next()?;
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            (!refused).then_some(media)
+        })
+        .collect();
+    let json = acceptable
+        .iter()
+        .position(|t| t.eq_ignore_ascii_case("application/json"));
+    let arrow = acceptable
+        .iter()
+        .position(|t| t.eq_ignore_ascii_case(lh_api::ARROW_STREAM));
+    match (json, arrow) {
+        (Some(j), Some(a)) => j < a,
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
+/// A result as JSON ([`QueryJson`]): the columns with their Arrow types, and each value
+/// formatted as text the way `lh query` prints it (nulls stay null). Written straight
+/// into the body and held to the same `max_bytes` as the Arrow answer: text can be far
+/// larger than the Arrow it comes from (a boolean is one bit there, `"false"` here).
+fn json_answer(
+    out: &crate::query::QueryOutput,
+    started: std::time::Instant,
+    max_bytes: u64,
+) -> Result<Vec<u8>, Error> {
+    use std::io::Write;
+    let too_large = || {
+        Error::new(
+            Kind::TooLarge,
+            Code::ResultTooLarge,
+            format!("the result as JSON is larger than the limit of {max_bytes} bytes"),
+        )
+        .with_hint("add a LIMIT or aggregate, or ask for Arrow (the CLI and lh.Client do)")
+    };
+    let failed = |e: std::io::Error| Error::internal(format!("cannot write the result: {e}"));
+    let columns: Vec<QueryColumn> = out
+        .schema
+        .fields()
+        .iter()
+        .map(|f| QueryColumn {
+            name: f.name().clone(),
+            r#type: f.data_type().to_string(),
+        })
+        .collect();
+    let mut buf = Vec::new();
+    buf.extend_from_slice(b"{\"columns\":");
+    serde_json::to_writer(&mut buf, &columns).map_err(|e| failed(e.into()))?;
+    buf.extend_from_slice(b",\"rows\":[");
+    let options = FormatOptions::default();
+    let mut cell = String::new();
+    let mut first_row = true;
+    for batch in &out.batches {
+        let formatters = batch
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Error::internal(format!("cannot format the result: {e}")))?;
+        // Logical nulls: a column of DuckDB's NULL type has no validity buffer.
+        let nulls: Vec<_> = batch.columns().iter().map(|c| c.logical_nulls()).collect();
+        for i in 0..batch.num_rows() {
+            if !std::mem::take(&mut first_row) {
+                buf.push(b',');
+            }
+            buf.push(b'[');
+            for (j, f) in formatters.iter().enumerate() {
+                if j > 0 {
+                    buf.push(b',');
+                }
+                if nulls[j].as_ref().is_some_and(|n| n.is_null(i)) {
+                    buf.extend_from_slice(b"null");
+                } else {
+                    cell.clear();
+                    std::fmt::Write::write_fmt(&mut cell, format_args!("{}", f.value(i)))
+                        .map_err(|e| Error::internal(format!("cannot format the result: {e}")))?;
+                    serde_json::to_writer(&mut buf, &cell).map_err(|e| failed(e.into()))?;
+                }
+            }
+            buf.push(b']');
+            if buf.len() as u64 > max_bytes {
+                return Err(too_large());
+            }
+        }
+    }
+    write!(
+        buf,
+        "],\"truncated\":{},\"commit\":\"{}\",\"files_read\":{},\"elapsed_ms\":{}}}",
+        out.truncated,
+        out.commit.to_hex(),
+        out.files_read,
+        started.elapsed().as_millis()
+    )
+    .map_err(failed)?;
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accept(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, HeaderValue::from_str(v).unwrap());
+        h
+    }
+
+    #[test]
+    fn json_only_when_asked_for_before_arrow() {
+        assert!(wants_json(&accept("application/json")));
+        assert!(wants_json(&accept("application/json, */*")));
+        assert!(wants_json(&accept(
+            "application/json;q=0.9, application/vnd.apache.arrow.stream;q=0"
+        )));
+        assert!(!wants_json(&accept("application/json;q=0")));
+        assert!(!wants_json(&accept(
+            "application/vnd.apache.arrow.stream, application/json"
+        )));
+        assert!(!wants_json(&accept("*/*")));
+        assert!(!wants_json(&HeaderMap::new()));
+    }
 }

@@ -1,6 +1,6 @@
 //! The check in front of every route: the Host header (a DNS-rebinding page reaches a
 //! loopback server under its own name), the Origin header (no browser page may call
-//! the API unless its origin is allowed), the bearer token, and the action the route
+//! the API unless its origin is allowed or is the server's own web console), the bearer token, and the action the route
 //! is declared with. Refusals are answered in the surface's own error model: lh's body
 //! under `/api`, the Iceberg REST spec's under `/iceberg`.
 
@@ -69,6 +69,15 @@ impl Guard {
         };
         let name = strip_port(host).to_ascii_lowercase();
         allowed.contains(&name)
+    }
+
+    /// Whether a browser's `Origin` is this server's own web console: the origin of the
+    /// Host the request addressed, when that Host is one of the names the server
+    /// serves. A server that serves any name (`allowed_hosts` is `None`) cannot tell its
+    /// own page from a page whose name was rebound to it: it lets no origin through
+    /// this way (`--allowed-host` or `--allowed-origin` then names its console).
+    fn own_console(&self, origin: &str, headers: &HeaderMap) -> bool {
+        own_console(self.allowed_hosts.is_some(), origin, headers)
     }
 
     fn origin_allowed(&self, origin: &str) -> bool {
@@ -189,7 +198,7 @@ pub async fn guard(State(g): State<Arc<Guard>>, mut req: Request, next: Next) ->
         .get(header::ORIGIN)
         .map(|o| o.to_str().unwrap_or("(not text)").to_string());
     if let Some(origin) = &origin {
-        if !g.origin_allowed(origin) {
+        if !g.origin_allowed(origin) && !g.own_console(origin, req.headers()) {
             return g.refuse(
                 &path,
                 Error::new(
@@ -311,6 +320,22 @@ pub async fn guard(State(g): State<Arc<Guard>>, mut req: Request, next: Next) ->
     response
 }
 
+fn own_console(hosts_checked: bool, origin: &str, headers: &HeaderMap) -> bool {
+    hosts_checked && same_origin(origin, headers)
+}
+
+/// Whether a browser's `Origin` is the origin of the Host header the request carries.
+fn same_origin(origin: &str, headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    ["http://", "https://"].iter().any(|scheme| {
+        origin
+            .strip_prefix(scheme)
+            .is_some_and(|rest| rest.eq_ignore_ascii_case(host))
+    })
+}
+
 /// The Iceberg REST catalog's routes name their ref (`{prefix}`) and namespace (`{ns}`)
 /// in the path: the action is checked on them here, before the handler reads anything,
 /// so a refusal says nothing of whether they exist. (lh's own routes name theirs in
@@ -393,6 +418,32 @@ mod tests {
         assert_eq!(strip_port("[::1]junk"), "[::1]junk");
         assert_eq!(strip_port("[::1]:"), "[::1]:");
         assert_eq!(strip_port("evil.example:80"), "evil.example");
+    }
+
+    #[test]
+    fn only_the_servers_own_origin_is_same_origin() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:7878"));
+        assert!(same_origin("http://127.0.0.1:7878", &h));
+        assert!(same_origin("https://127.0.0.1:7878", &h));
+        assert!(!same_origin("http://127.0.0.1:7879", &h));
+        assert!(!same_origin("http://127.0.0.1", &h));
+        assert!(!same_origin("http://evil.example", &h));
+        assert!(!same_origin("null", &h));
+        assert!(!same_origin("http://127.0.0.1:7878.evil.example", &h));
+        assert!(!same_origin("http://127.0.0.1:7878", &HeaderMap::new()));
+    }
+
+    #[test]
+    fn a_server_of_any_name_lets_no_page_in_as_its_console() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::HOST,
+            HeaderValue::from_static("rebound.example:7878"),
+        );
+        // Any name served: a rebound page's Origin equals its Host, and is refused.
+        assert!(!own_console(false, "http://rebound.example:7878", &h));
+        assert!(own_console(true, "http://rebound.example:7878", &h));
     }
 
     #[test]

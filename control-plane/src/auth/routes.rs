@@ -8,7 +8,8 @@ use axum::http::Method;
 use super::Action;
 
 /// A route: its method, its path as the router declares it, and what it needs (`None`:
-/// open without a token, only the token exchange, which checks its own credentials).
+/// open without a token: the token exchange, which checks its own credentials, and the
+/// web console's files, which hold no data).
 pub struct Route {
     pub method: Method,
     pub path: &'static str,
@@ -27,6 +28,8 @@ macro_rules! routes {
 use Action::{Admin, Merge, Read, Run, Write};
 
 routes! {
+    GET "/" => None,
+    GET "/console/{file}" => None,
     GET "/api/v1/info" => Some(Read),
     GET "/api/v1/openapi.json" => Some(Read),
     GET "/api/v1/refs" => Some(Read),

@@ -812,6 +812,7 @@ impl RunService {
                     traceback: None,
                     detail: None,
                     inputs: n.inputs.iter().map(|i| i.table.clone()).collect(),
+                    depends_on: plan.dependency_names(i),
                     output: None,
                     location: n.location(),
                 }

@@ -185,6 +185,17 @@ pub struct Plan {
     pub order: Vec<usize>,
 }
 
+impl Plan {
+    /// The names of the nodes `node` runs after: its edges in the run's DAG.
+    pub fn dependency_names(&self, node: usize) -> Vec<String> {
+        self.nodes[node]
+            .depends_on()
+            .into_iter()
+            .filter_map(|d| self.nodes.get(d).map(PlanNode::display_name))
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Materialize {

@@ -414,7 +414,18 @@ impl RunStore {
             _ => RunStatus::Failed,
         };
         let plan: String = row.get(8);
-        let nodes = self.nodes(id).await?;
+        let mut nodes = self.nodes(id).await?;
+        // The DAG's edges come from the stored plan, by node name.
+        if let Ok(p) = serde_json::from_str::<super::project::Plan>(&plan) {
+            let deps: std::collections::HashMap<String, Vec<String>> = (0..p.nodes.len())
+                .map(|i| (p.nodes[i].display_name(), p.dependency_names(i)))
+                .collect();
+            for n in &mut nodes {
+                if let Some(d) = deps.get(&n.name) {
+                    n.depends_on = d.clone();
+                }
+            }
+        }
         let info = RunInfo {
             id: row.get(0),
             project: row.get(1),
@@ -455,6 +466,7 @@ impl RunStore {
                 language: r.get(2),
                 location: r.get(3),
                 inputs: serde_json::from_str(&r.get::<String, _>(4)).unwrap_or_default(),
+                depends_on: Vec::new(),
                 status: NodeStatus::parse(&r.get::<String, _>(5)).unwrap_or(NodeStatus::Failed),
                 started_at: time(r.get(6)),
                 finished_at: time(r.get(7)),

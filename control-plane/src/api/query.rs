@@ -40,6 +40,7 @@ async fn query(
         .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
     identity.require_ref(Action::Read, &at, "querying it")?;
     let readable = |table: &str| identity.can_table(Action::Read, &at, table);
+    let json = wants_json(&headers);
     let out = s
         .queries
         .run_as(
@@ -49,9 +50,10 @@ async fn query(
             req.max_rows,
             &readable,
             !identity.access.covers(crate::auth::Role::Reader),
+            !json,
         )
         .await?;
-    if wants_json(&headers) {
+    if json {
         let limit = s.queries.limits().max_result_bytes;
         let body = tokio::task::spawn_blocking(move || json_answer(&out, started, limit))
             .await
@@ -63,21 +65,10 @@ async fn query(
         );
         return Ok(resp);
     }
-    // Sized for the whole answer at once: growing by doubling would copy a large
-    // result several times over.
-    let size: usize = out.batches.iter().map(|b| b.get_array_memory_size()).sum();
-    let mut buf = Vec::with_capacity(size + (64 << 10));
-    {
-        let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut buf, &out.schema)
-            .map_err(|e| Error::internal(format!("cannot encode the result: {e}")))?;
-        for b in &out.batches {
-            w.write(b)
-                .map_err(|e| Error::internal(format!("cannot encode the result: {e}")))?;
-        }
-        w.finish()
-            .map_err(|e| Error::internal(format!("cannot encode the result: {e}")))?;
-    }
-    let mut resp = buf.into_response();
+    let Some(stream) = out.ipc else {
+        return Err(Error::internal("the query's answer was not encoded").into());
+    };
+    let mut resp = axum::body::Body::new(stream.finish()).into_response();
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_TYPE,

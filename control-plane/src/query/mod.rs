@@ -18,6 +18,7 @@
 //! live in, `view.rs` writes a view's SQL, `sql.rs` reads DuckDB's parse of a statement.
 
 mod commits;
+pub mod ipc;
 pub mod prune;
 pub mod sql;
 #[cfg(test)]
@@ -69,7 +70,10 @@ const CACHED_COMMITS: usize = 64;
 pub struct QueryOutput {
     pub commit: CommitId,
     pub schema: SchemaRef,
+    /// The rows, unless they were asked for as an Arrow IPC stream (`ipc`).
     pub batches: Vec<RecordBatch>,
+    /// The rows already encoded as an Arrow IPC stream, as DuckDB handed them over.
+    pub ipc: Option<ipc::IpcStream>,
     /// Whether `max_rows` cut the result short.
     pub truncated: bool,
     /// The data files of the tables it names that its views read (after pruning).
@@ -269,7 +273,7 @@ impl QueryEngine {
         timeout: Option<Duration>,
         max_rows: Option<u64>,
     ) -> Result<QueryOutput> {
-        self.run_as(sql, at, timeout, max_rows, &|_| true, false)
+        self.run_as(sql, at, timeout, max_rows, &|_| true, false, false)
             .await
     }
 
@@ -277,7 +281,9 @@ impl QueryEngine {
     /// "not found", as a table that does not exist is (its existence is not told).
     /// `restricted` (a caller who may not read everything): the statement runs in a
     /// catalog of its own, not the commit's shared one, and DuckDB's "Did you mean ...?"
-    /// suggestions are left out of errors.
+    /// suggestions are left out of errors. `ipc`: the rows come back encoded as an
+    /// Arrow IPC stream (`QueryOutput::ipc`), each batch as DuckDB hands it over.
+    #[allow(clippy::too_many_arguments)]
     pub async fn run_as(
         &self,
         sql: &str,
@@ -286,9 +292,10 @@ impl QueryEngine {
         max_rows: Option<u64>,
         readable: &(dyn Fn(&str) -> bool + Sync),
         restricted: bool,
+        ipc: bool,
     ) -> Result<QueryOutput> {
         let out = self
-            .run_checked(sql, at, timeout, max_rows, readable, restricted)
+            .run_checked(sql, at, timeout, max_rows, readable, restricted, ipc)
             .await;
         match out {
             Err(mut e) if restricted => {
@@ -302,6 +309,7 @@ impl QueryEngine {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn run_checked(
         &self,
         sql: &str,
@@ -310,6 +318,7 @@ impl QueryEngine {
         max_rows: Option<u64>,
         readable: &(dyn Fn(&str) -> bool + Sync),
         restricted: bool,
+        ipc: bool,
     ) -> Result<QueryOutput> {
         let timeout = timeout.map_or(self.limits.timeout, |t| t.min(self.limits.timeout));
         let _permit = self.slot().await?;
@@ -391,18 +400,23 @@ impl QueryEngine {
         let handle = session.conn.interrupt_handle();
         let max_bytes = self.limits.max_result_bytes;
         let text = sql.to_string();
-        let task = blocking(move || execute(session, &views, &text, max_bytes, max_rows));
-        let (schema, batches, truncated) = interruptible(handle, timeout, task, || {
+        let task = blocking(move || execute(session, &views, &text, max_bytes, max_rows, ipc));
+        let (schema, rows, truncated) = interruptible(handle, timeout, task, || {
             format!(
                 "the query ran past its timeout of {} ms and was stopped",
                 timeout.as_millis()
             )
         })
         .await?;
+        let (batches, ipc) = match rows {
+            Rows::Batches(b) => (b, None),
+            Rows::Ipc(s) => (Vec::new(), Some(s)),
+        };
         Ok(QueryOutput {
             commit: resolved.commit.id,
             schema,
             batches,
+            ipc,
             truncated,
             files_read,
         })
@@ -507,14 +521,23 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(|e| Error::internal(format!("query task failed: {e}")))?
 }
 
-/// Makes the views the commit's catalog lacks, runs the query and collects its result.
+/// What a query's rows were collected as.
+enum Rows {
+    Batches(Vec<RecordBatch>),
+    Ipc(ipc::IpcStream),
+}
+
+/// Makes the views the commit's catalog lacks, runs the query and collects its result
+/// (`ipc`: encoded as an Arrow IPC stream batch by batch, while DuckDB's threads go on
+/// scanning).
 fn execute(
     session: Session,
     views: &[View],
     sql: &str,
     max_bytes: u64,
     max_rows: Option<u64>,
-) -> Result<(SchemaRef, Vec<RecordBatch>, bool)> {
+    ipc: bool,
+) -> Result<(SchemaRef, Rows, bool)> {
     session.ensure_views(views)?;
     let conn = &session.conn;
     let mut stmt = conn.prepare(sql).map_err(sql_error)?;
@@ -522,6 +545,11 @@ fn execute(
     // an error part-way (a failed cast, an interrupt) is an error, not a short result.
     let schema = stmt.stream_arrow([]).map_err(sql_error)?.get_schema();
     let mut batches = Vec::new();
+    let mut stream = if ipc {
+        Some(ipc::IpcStream::new(&schema)?)
+    } else {
+        None
+    };
     let mut bytes = 0u64;
     let mut rows = 0u64;
     let mut truncated = false;
@@ -545,12 +573,19 @@ fn execute(
                 "add a LIMIT or aggregate, or write the result to a file with --out FILE.parquet",
             ));
         }
-        batches.push(batch);
+        match &mut stream {
+            Some(s) => s.push(&batch)?,
+            None => batches.push(batch),
+        }
         if truncated {
             break;
         }
     }
-    Ok((schema, batches, truncated))
+    let rows = match stream {
+        Some(s) => Rows::Ipc(s),
+        None => Rows::Batches(batches),
+    };
+    Ok((schema, rows, truncated))
 }
 
 fn fetch_timeout(timeout: Duration) -> Error {

@@ -576,7 +576,7 @@ class Client:
         with self._query_stream(sql, ref, max_rows, timeout) as r:
             data = _body(r, self.endpoint, self.info().get("max_result_bytes"))
             try:
-                table = pyarrow.ipc.open_stream(pyarrow.py_buffer(data)).read_all()
+                table = pyarrow.ipc.open_stream(data).read_all()
             except pyarrow.ArrowInvalid as e:
                 raise LhError(f"the answer of {self.endpoint} is no Arrow stream: {e}") from None
             meta = {b"lh.commit": (r.headers.get("x-lh-commit") or "").encode(),
@@ -718,16 +718,18 @@ def _json(data: bytes) -> Any:
         raise LhError(f"the server answered no JSON: {data[:200]!r}") from None
 
 
-def _body(r: Any, endpoint: str, limit: Optional[int]) -> Union[bytes, bytearray]:
-    """The whole answer, read straight into one buffer that Arrow then reads without a
-    copy (faster than Arrow pulling the stream through a Python file object, and than
-    `read()`, which joins the pieces it reads). A length past twice the server's result
-    limit is not believed."""
+def _body(r: Any, endpoint: str, limit: Optional[int]) -> Any:
+    """The whole answer, read straight into one Arrow buffer that Arrow then reads
+    without a copy (faster than Arrow pulling the stream through a Python file object,
+    and than `read()`, which joins the pieces it reads; Arrow's allocator, unlike a
+    bytearray, does not zero it first). A length past twice the server's result limit
+    is not believed."""
+    import pyarrow
     length = r.headers.get("Content-Length")
     if length is None or not length.isdigit() or (limit and int(length) > 2 * int(limit) + (1 << 20)):
-        return _read(r, endpoint)
-    buf = bytearray(int(length))
-    view = memoryview(buf)
+        return pyarrow.py_buffer(_read(r, endpoint))
+    buf = pyarrow.allocate_buffer(int(length))
+    view = memoryview(buf).cast("B")
     got = 0
     try:
         while got < len(buf):

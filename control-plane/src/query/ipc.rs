@@ -1,0 +1,170 @@
+//! A query's answer as an Arrow IPC stream, encoded batch by batch as DuckDB hands the
+//! batches over, in pieces that go to the socket as they are: each batch's buffers are
+//! copied once (by Arrow's encoder), never again into one large buffer, and the body's
+//! exact length is known before the first byte is sent.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use arrow::datatypes::Schema;
+use arrow::ipc::writer::{
+    CompressionContext, DictionaryTracker, EncodedData, IpcDataGenerator, IpcWriteOptions,
+    write_message,
+};
+use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+
+use crate::error::{Error, Result};
+
+/// An Arrow IPC stream being written: the schema, then each batch.
+pub struct IpcStream {
+    pieces: Vec<Bytes>,
+    len: u64,
+    generator: IpcDataGenerator,
+    dictionaries: DictionaryTracker,
+    options: IpcWriteOptions,
+    compression: CompressionContext,
+}
+
+fn failed(e: arrow::error::ArrowError) -> Error {
+    Error::internal(format!("cannot encode the result: {e}"))
+}
+
+impl IpcStream {
+    pub fn new(schema: &Schema) -> Result<IpcStream> {
+        let mut s = IpcStream {
+            pieces: Vec::new(),
+            len: 0,
+            generator: IpcDataGenerator::default(),
+            dictionaries: DictionaryTracker::new(false),
+            options: IpcWriteOptions::default(),
+            compression: CompressionContext::default(),
+        };
+        let encoded = s.generator.schema_to_bytes_with_dictionary_tracker(
+            schema,
+            &mut s.dictionaries,
+            &s.options,
+        );
+        s.message(encoded)?;
+        Ok(s)
+    }
+
+    pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
+        let (dictionaries, encoded) = self
+            .generator
+            .encode(
+                batch,
+                &mut self.dictionaries,
+                &self.options,
+                &mut self.compression,
+            )
+            .map_err(failed)?;
+        for d in dictionaries {
+            self.message(d)?;
+        }
+        self.message(encoded)
+    }
+
+    /// One message: its header written here, its body (already aligned) kept as the
+    /// encoder made it.
+    fn message(&mut self, mut encoded: EncodedData) -> Result<()> {
+        let body = std::mem::take(&mut encoded.arrow_data);
+        let mut head = Vec::with_capacity(encoded.ipc_message.len() + 16);
+        write_message(&mut head, encoded, &self.options).map_err(failed)?;
+        self.add(head);
+        if !body.is_empty() {
+            self.add(body);
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, piece: Vec<u8>) {
+        self.len += piece.len() as u64;
+        self.pieces.push(Bytes::from(piece));
+    }
+
+    /// The stream, ended (the end-of-stream marker), as a response body.
+    pub fn finish(mut self) -> IpcBody {
+        let mut end = Vec::with_capacity(8);
+        end.extend_from_slice(&[0xff; 4]);
+        end.extend_from_slice(&0i32.to_le_bytes());
+        self.add(end);
+        IpcBody {
+            remaining: self.len,
+            pieces: self.pieces.into(),
+        }
+    }
+}
+
+/// A finished stream as an HTTP body of known length (a `Content-Length` answer that
+/// clients can read into one buffer).
+pub struct IpcBody {
+    pieces: VecDeque<Bytes>,
+    remaining: u64,
+}
+
+impl Body for IpcBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<std::result::Result<Frame<Bytes>, Self::Error>>> {
+        Poll::Ready(self.pieces.pop_front().map(|piece| {
+            self.remaining -= piece.len() as u64;
+            Ok(Frame::data(piece))
+        }))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, DictionaryArray, Int64Array, StringArray};
+    use arrow::datatypes::Int32Type;
+    use http_body_util::BodyExt;
+
+    use super::*;
+
+    /// The pieces make the stream Arrow's own writer makes, byte for byte.
+    #[tokio::test]
+    async fn the_pieces_are_arrows_own_stream() {
+        let dict: DictionaryArray<Int32Type> = vec!["a", "b", "a"].into_iter().collect();
+        let batch = RecordBatch::try_from_iter([
+            ("n", Arc::new(Int64Array::from(vec![1, 2, 3])) as ArrayRef),
+            (
+                "s",
+                Arc::new(StringArray::from(vec![Some("x"), None, Some("zz")])) as ArrayRef,
+            ),
+            ("d", Arc::new(dict) as ArrayRef),
+        ])
+        .unwrap();
+        let mut expected = Vec::new();
+        {
+            let mut w =
+                arrow::ipc::writer::StreamWriter::try_new(&mut expected, &batch.schema()).unwrap();
+            w.write(&batch).unwrap();
+            w.write(&batch.slice(1, 2)).unwrap();
+            w.finish().unwrap();
+        }
+        let mut s = IpcStream::new(&batch.schema()).unwrap();
+        s.push(&batch).unwrap();
+        s.push(&batch.slice(1, 2)).unwrap();
+        let body = s.finish();
+        assert_eq!(body.size_hint().exact(), Some(expected.len() as u64));
+        let got = body.collect().await.unwrap().to_bytes();
+        assert_eq!(got.as_ref(), expected.as_slice());
+    }
+}

@@ -405,7 +405,15 @@ impl Client {
             .unwrap_or_default()
             .to_string();
         let truncated = resp.headers().contains_key(lh_api::TRUNCATED_HEADER);
-        let bytes = resp.bytes().await?;
+        // A large answer comes as the server produces it; a break part-way means the
+        // server stopped the query (its size limit or its timeout).
+        let bytes = resp.bytes().await.map_err(|e| {
+            CliError::Other(anyhow::anyhow!(
+                "the query's answer broke off: {e}; the server stopped the query part-way \
+                 (its result limit or timeout: see its log); add a LIMIT or write the \
+                 result to a file with --out FILE.parquet"
+            ))
+        })?;
         let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
         let schema = reader.schema();
         let batches = reader.collect::<Result<Vec<_>, _>>()?;

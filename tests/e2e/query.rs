@@ -380,3 +380,48 @@ fn a_query_stops_when_its_client_goes_away() {
         .expect("the next query was blocked by the abandoned one");
     assert!(run.ok().contains("\"n\":3"), "{}", run.stdout);
 }
+
+/// A large answer (past 16 MB, no `max_rows`) is sent while DuckDB produces it: all of
+/// it arrives; one that then passes the result limit breaks off with an error that
+/// says so, and the server goes on serving.
+#[test]
+fn large_answers_stream_and_break_off_at_the_limit() {
+    let server = Server::start_with(&["--max-result-bytes", "60000000"]);
+    let lh = orders(&server);
+    let out = lh
+        .command(&[
+            "query",
+            "select range AS n, range * 2 AS m from range(2000000)",
+            "-o",
+            "csv",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().count(), 2_000_001);
+    assert_eq!(text.lines().last(), Some("1999999,3999998"));
+    // 32 MB sent, then the limit: the stream is cut, the CLI says why.
+    let run = lh.run(&[
+        "query",
+        "select range AS n, range * 2 AS m from range(10000000)",
+        "-o",
+        "csv",
+    ]);
+    assert_ne!(run.code, 0);
+    assert!(run.stderr.contains("broke off"), "{}", run.stderr);
+    assert!(
+        server.log().contains("larger than the limit"),
+        "{}",
+        server.log()
+    );
+    // The slot was given back: the next query answers.
+    assert_eq!(
+        lh.rows("select count(*) AS n from raw.orders", "main")[0]["n"],
+        3
+    );
+}

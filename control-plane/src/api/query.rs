@@ -65,10 +65,25 @@ async fn query(
         );
         return Ok(resp);
     }
-    let Some(stream) = out.ipc else {
-        return Err(Error::internal("the query's answer was not encoded").into());
+    let body = match (out.ipc, out.streaming) {
+        (Some(stream), _) => axum::body::Body::new(stream.finish()?),
+        // Sent as DuckDB produces it: no length; an error breaks the stream off.
+        (None, Some((first, rest))) => {
+            let first = futures::stream::iter(first.into_iter().map(Ok));
+            let rest = futures::stream::unfold(rest, |mut rx| async move {
+                let item = rx.recv().await?;
+                if let Err(e) = &item {
+                    tracing::warn!(error = %e.message, "a streamed query answer broke off");
+                }
+                Some((item.map_err(|e| std::io::Error::other(e.message)), rx))
+            });
+            axum::body::Body::from_stream(futures::StreamExt::chain(first, rest))
+        }
+        (None, None) => {
+            return Err(Error::internal("the query's answer was not encoded").into());
+        }
     };
-    let mut resp = axum::body::Body::new(stream.finish()).into_response();
+    let mut resp = body.into_response();
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_TYPE,

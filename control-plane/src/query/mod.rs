@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
 use duckdb::Connection;
 use lh_catalog::{Commit, CommitId};
 use tokio::sync::Semaphore;
@@ -56,7 +57,7 @@ pub struct QueryLimits {
 pub struct QueryEngine {
     tables: Arc<Tables>,
     limits: QueryLimits,
-    permits: Semaphore,
+    permits: Arc<Semaphore>,
     /// The shared, locked database; each query connects to it anew.
     database: Arc<std::sync::Mutex<Connection>>,
     /// The catalogs of recently queried commits, with the views made in them.
@@ -74,6 +75,9 @@ pub struct QueryOutput {
     pub batches: Vec<RecordBatch>,
     /// The rows already encoded as an Arrow IPC stream, as DuckDB handed them over.
     pub ipc: Option<ipc::IpcStream>,
+    /// A large answer without `max_rows`, being sent as DuckDB produces it: the pieces
+    /// written so far, then the rest as they come (an error breaks the stream off).
+    pub streaming: Option<(Vec<Bytes>, tokio::sync::mpsc::Receiver<Result<Bytes>>)>,
     /// Whether `max_rows` cut the result short.
     pub truncated: bool,
     /// The data files of the tables it names that its views read (after pruning).
@@ -121,7 +125,7 @@ impl QueryEngine {
         duck::lock(&conn)?;
         Ok(QueryEngine {
             tables,
-            permits: Semaphore::new(limits.max_concurrent.max(1)),
+            permits: Arc::new(Semaphore::new(limits.max_concurrent.max(1))),
             limits,
             database: Arc::new(std::sync::Mutex::new(conn)),
             commits: quick_cache::sync::Cache::new(CACHED_COMMITS),
@@ -400,31 +404,72 @@ impl QueryEngine {
         let handle = session.conn.interrupt_handle();
         let max_bytes = self.limits.max_result_bytes;
         let text = sql.to_string();
-        let task = blocking(move || execute(session, &views, &text, max_bytes, max_rows, ipc));
-        let (schema, rows, truncated) = interruptible(handle, timeout, task, || {
+        // A large Arrow answer that no `max_rows` can cut is sent as it is produced.
+        let (started_tx, mut started_rx) = tokio::sync::oneshot::channel();
+        let early = (ipc && max_rows.is_none()).then_some(started_tx);
+        let task =
+            blocking(move || execute(session, &views, &text, max_bytes, max_rows, ipc, early));
+        let mut run = Box::pin(interruptible(handle, timeout, task, move || {
             format!(
                 "the query ran past its timeout of {} ms and was stopped",
                 timeout.as_millis()
             )
-        })
-        .await?;
+        }));
+        // The start first: a streamed answer's query may end before it is looked at.
+        let finished = tokio::select! {
+            biased;
+            started = &mut started_rx => match started {
+                Ok(s) => {
+                    let Started { schema, first, rest, errors } = s;
+                    // The query goes on under its slot and its timeout; its error, if
+                    // any, ends the stream.
+                    tokio::spawn(async move {
+                        let _permit = _permit;
+                        let _pins = _pins;
+                        if let Err(e) = run.await {
+                            let _ = errors.send(Err(e)).await;
+                        }
+                    });
+                    return Ok(QueryOutput {
+                        commit: resolved.commit.id,
+                        schema,
+                        batches: Vec::new(),
+                        ipc: None,
+                        streaming: Some((first, rest)),
+                        truncated: false,
+                        files_read,
+                    });
+                }
+                // Not streamed: the answer comes whole.
+                Err(_) => None,
+            },
+            out = &mut run => Some(out),
+        };
+        let (schema, rows, truncated) = match finished {
+            Some(out) => out?,
+            None => run.await?,
+        };
         let (batches, ipc) = match rows {
             Rows::Batches(b) => (b, None),
             Rows::Ipc(s) => (Vec::new(), Some(s)),
+            Rows::Streamed => {
+                return Err(Error::internal("a streamed answer ended without its start"));
+            }
         };
         Ok(QueryOutput {
             commit: resolved.commit.id,
             schema,
             batches,
             ipc,
+            streaming: None,
             truncated,
             files_read,
         })
     }
 
     /// One of the engine's query slots (queries and pipeline inputs alike), waited for.
-    async fn slot(&self) -> Result<tokio::sync::SemaphorePermit<'_>> {
-        self.permits.acquire().await.map_err(|_| {
+    async fn slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
+        self.permits.clone().acquire_owned().await.map_err(|_| {
             Error::new(
                 Kind::Unavailable,
                 Code::ShuttingDown,
@@ -525,6 +570,21 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 enum Rows {
     Batches(Vec<RecordBatch>),
     Ipc(ipc::IpcStream),
+    /// Sent as they came (see [`Started`]).
+    Streamed,
+}
+
+/// An Arrow answer larger than this, with no `max_rows`, is sent while DuckDB produces
+/// it; a smaller one (and any error before this size) is answered whole.
+const STREAM_AFTER: u64 = 16 << 20;
+
+/// A streamed answer's start: what was encoded so far, the channel of the rest, and a
+/// sender for the query's own error (a timeout).
+struct Started {
+    schema: SchemaRef,
+    first: Vec<Bytes>,
+    rest: tokio::sync::mpsc::Receiver<Result<Bytes>>,
+    errors: tokio::sync::mpsc::Sender<Result<Bytes>>,
 }
 
 /// Makes the views the commit's catalog lacks, runs the query and collects its result
@@ -537,6 +597,7 @@ fn execute(
     max_bytes: u64,
     max_rows: Option<u64>,
     ipc: bool,
+    mut early: Option<tokio::sync::oneshot::Sender<Started>>,
 ) -> Result<(SchemaRef, Rows, bool)> {
     session.ensure_views(views)?;
     let conn = &session.conn;
@@ -553,6 +614,7 @@ fn execute(
     let mut bytes = 0u64;
     let mut rows = 0u64;
     let mut truncated = false;
+    let mut sending: Option<tokio::sync::mpsc::Sender<Result<Bytes>>> = None;
     while let Some(chunk) = stmt.step().map_err(sql_error)? {
         let mut batch = RecordBatch::from(&chunk);
         if let Some(max) = max_rows {
@@ -564,26 +626,66 @@ fn execute(
         }
         bytes += batch.get_array_memory_size() as u64;
         if bytes > max_bytes {
-            return Err(Error::new(
-                Kind::TooLarge,
-                Code::ResultTooLarge,
-                format!("the result is larger than the limit of {max_bytes} bytes"),
-            )
-            .with_hint(
-                "add a LIMIT or aggregate, or write the result to a file with --out FILE.parquet",
-            ));
+            let too_large = || {
+                Error::new(
+                    Kind::TooLarge,
+                    Code::ResultTooLarge,
+                    format!("the result is larger than the limit of {max_bytes} bytes"),
+                )
+                .with_hint(
+                    "add a LIMIT or aggregate, or write the result to a file with --out FILE.parquet",
+                )
+            };
+            if let Some(tx) = &sending {
+                let _ = tx.blocking_send(Err(too_large()));
+            }
+            return Err(too_large());
         }
         match &mut stream {
             Some(s) => s.push(&batch)?,
             None => batches.push(batch),
         }
+        if let (Some(s), Some(tx)) = (&mut stream, &sending) {
+            for piece in s.drain() {
+                // The client went away: stop the query.
+                if tx.blocking_send(Ok(piece)).is_err() {
+                    return Err(Error::new(
+                        Kind::Unavailable,
+                        Code::Interrupted,
+                        "the client went away",
+                    ));
+                }
+            }
+        } else if let Some(s) = &mut stream
+            && s.bytes_written() > STREAM_AFTER
+            && let Some(start) = early.take()
+        {
+            let (tx, rx) = tokio::sync::mpsc::channel(16);
+            let started = Started {
+                schema: schema.clone(),
+                first: s.drain(),
+                rest: rx,
+                errors: tx.clone(),
+            };
+            if start.send(started).is_err() {
+                return Err(Error::internal("the query's caller went away"));
+            }
+            sending = Some(tx);
+        }
         if truncated {
             break;
         }
     }
-    let rows = match stream {
-        Some(s) => Rows::Ipc(s),
-        None => Rows::Batches(batches),
+    let rows = match (stream, sending) {
+        (Some(mut s), Some(tx)) => {
+            s.end()?;
+            for piece in s.drain() {
+                let _ = tx.blocking_send(Ok(piece));
+            }
+            Rows::Streamed
+        }
+        (Some(s), None) => Rows::Ipc(s),
+        (None, _) => Rows::Batches(batches),
     };
     Ok((schema, rows, truncated))
 }

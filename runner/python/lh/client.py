@@ -574,11 +574,20 @@ class Client:
         import pyarrow
         import pyarrow.ipc
         with self._query_stream(sql, ref, max_rows, timeout) as r:
-            data = _body(r, self.endpoint, self.info().get("max_result_bytes"))
-            try:
-                table = pyarrow.ipc.open_stream(data).read_all()
-            except pyarrow.ArrowInvalid as e:
-                raise LhError(f"the answer of {self.endpoint} is no Arrow stream: {e}") from None
+            if r.headers.get("Content-Length") is None:
+                # A large answer the server sends as it produces it: read as it comes.
+                try:
+                    table = pyarrow.ipc.open_stream(r).read_all()
+                except (pyarrow.ArrowInvalid, http.client.HTTPException, OSError) as e:
+                    raise Unreachable(
+                        f"the answer of {self.endpoint} broke off: {e}",
+                        hint="the server stopped the query part-way (its size limit or timeout); see its log") from None
+            else:
+                data = _body(r, self.endpoint, self.info().get("max_result_bytes"))
+                try:
+                    table = pyarrow.ipc.open_stream(data).read_all()
+                except pyarrow.ArrowInvalid as e:
+                    raise LhError(f"the answer of {self.endpoint} is no Arrow stream: {e}") from None
             meta = {b"lh.commit": (r.headers.get("x-lh-commit") or "").encode(),
                     b"lh.truncated": b"true" if r.headers.get("x-lh-truncated") else b"false"}
         return table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})

@@ -407,12 +407,22 @@ impl Client {
         let truncated = resp.headers().contains_key(lh_api::TRUNCATED_HEADER);
         // A large answer comes as the server produces it; a break part-way means the
         // server stopped the query (its size limit or its timeout).
-        let bytes = resp.bytes().await.map_err(|e| {
-            CliError::Other(anyhow::anyhow!(
-                "the query's answer broke off: {e}; the server stopped the query part-way \
-                 (its result limit or timeout: see its log); add a LIMIT or write the \
-                 result to a file with --out FILE.parquet"
-            ))
+        let bytes = resp.bytes().await.map_err(|e| CliError::Api {
+            status: 413,
+            body: lh_api::ErrorBody {
+                error: lh_api::ErrorDetail {
+                    kind: "answer_broke_off".into(),
+                    message: format!(
+                        "the query's answer broke off ({e}): the server stopped the query \
+                         part-way, at its result limit or its timeout (its log says which)"
+                    ),
+                    hint: Some(
+                        "add a LIMIT or aggregate, or write the result to a file with --out FILE.parquet"
+                            .into(),
+                    ),
+                    conflicts: Vec::new(),
+                },
+            },
         })?;
         let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
         let schema = reader.schema();

@@ -68,14 +68,27 @@ async fn query(
     let body = match (out.ipc, out.streaming) {
         (Some(stream), _) => axum::body::Body::new(stream.finish()?),
         // Sent as DuckDB produces it: no length; an error breaks the stream off.
-        (None, Some((first, rest))) => {
+        (None, Some(crate::query::Streaming { first, rest, done })) => {
             let first = futures::stream::iter(first.into_iter().map(Ok));
-            let rest = futures::stream::unfold(rest, |mut rx| async move {
-                let item = rx.recv().await?;
-                if let Err(e) = &item {
-                    tracing::warn!(error = %e.message, "a streamed query answer broke off");
+            // A channel closed before the whole stream was sent is an error too: a
+            // body that ended cleanly would read as a complete, shorter answer.
+            let rest = futures::stream::unfold(Some(rest), move |rx| {
+                let done = done.clone();
+                async move {
+                    let mut rx = rx?;
+                    let item = match rx.recv().await {
+                        Some(item) => item,
+                        None if done.load(std::sync::atomic::Ordering::SeqCst) => return None,
+                        None => Err(Error::internal("the query stopped part-way")),
+                    };
+                    match item {
+                        Ok(piece) => Some((Ok(piece), Some(rx))),
+                        Err(e) => {
+                            tracing::warn!(error = %e.message, "a streamed query answer broke off");
+                            Some((Err(std::io::Error::other(e.message)), None))
+                        }
+                    }
                 }
-                Some((item.map_err(|e| std::io::Error::other(e.message)), rx))
             });
             axum::body::Body::from_stream(futures::StreamExt::chain(first, rest))
         }

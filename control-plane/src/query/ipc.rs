@@ -25,6 +25,7 @@ pub struct IpcStream {
     /// pays for each message (a client reading through Python most of all).
     pending: Vec<RecordBatch>,
     pending_rows: usize,
+    pending_bytes: usize,
     len: u64,
     generator: IpcDataGenerator,
     dictionaries: DictionaryTracker,
@@ -34,6 +35,8 @@ pub struct IpcStream {
 
 /// Rows per encoded batch (DuckDB's Python package hands over a million at a time).
 const BATCH_ROWS: usize = 65_536;
+/// ... or as many as make this many bytes, for wide rows.
+const BATCH_BYTES: usize = 8 << 20;
 
 fn failed(e: arrow::error::ArrowError) -> Error {
     Error::internal(format!("cannot encode the result: {e}"))
@@ -45,6 +48,7 @@ impl IpcStream {
             pieces: Vec::new(),
             pending: Vec::new(),
             pending_rows: 0,
+            pending_bytes: 0,
             len: 0,
             generator: IpcDataGenerator::default(),
             dictionaries: DictionaryTracker::new(false),
@@ -63,8 +67,9 @@ impl IpcStream {
     /// Adds a batch; batches are encoded together once they hold [`BATCH_ROWS`] rows.
     pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
         self.pending_rows += batch.num_rows();
+        self.pending_bytes += batch.get_array_memory_size();
         self.pending.push(batch.clone());
-        if self.pending_rows >= BATCH_ROWS {
+        if self.pending_rows >= BATCH_ROWS || self.pending_bytes >= BATCH_BYTES {
             self.flush()?;
         }
         Ok(())
@@ -74,6 +79,7 @@ impl IpcStream {
     fn flush(&mut self) -> Result<()> {
         let pending = std::mem::take(&mut self.pending);
         self.pending_rows = 0;
+        self.pending_bytes = 0;
         let batch = match pending.len() {
             0 => return Ok(()),
             1 => pending.into_iter().next().expect("one batch"),

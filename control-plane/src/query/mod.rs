@@ -75,13 +75,20 @@ pub struct QueryOutput {
     pub batches: Vec<RecordBatch>,
     /// The rows already encoded as an Arrow IPC stream, as DuckDB handed them over.
     pub ipc: Option<ipc::IpcStream>,
-    /// A large answer without `max_rows`, being sent as DuckDB produces it: the pieces
-    /// written so far, then the rest as they come (an error breaks the stream off).
-    pub streaming: Option<(Vec<Bytes>, tokio::sync::mpsc::Receiver<Result<Bytes>>)>,
+    /// A large answer without `max_rows`, being sent as DuckDB produces it.
+    pub streaming: Option<Streaming>,
     /// Whether `max_rows` cut the result short.
     pub truncated: bool,
     /// The data files of the tables it names that its views read (after pruning).
     pub files_read: u64,
+}
+
+/// A streamed answer: the pieces written so far, then the rest as they come (an error
+/// breaks the stream off), and whether the whole stream was sent.
+pub struct Streaming {
+    pub first: Vec<Bytes>,
+    pub rest: tokio::sync::mpsc::Receiver<Result<Bytes>>,
+    pub done: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Interrupts a running query when dropped, unless it finished first: a caller that
@@ -407,8 +414,12 @@ impl QueryEngine {
         // A large Arrow answer that no `max_rows` can cut is sent as it is produced.
         let (started_tx, mut started_rx) = tokio::sync::oneshot::channel();
         let early = (ipc && max_rows.is_none()).then_some(started_tx);
-        let task =
-            blocking(move || execute(session, &views, &text, max_bytes, max_rows, ipc, early));
+        let deadline = std::time::Instant::now() + timeout;
+        let task = blocking(move || {
+            execute(
+                session, &views, &text, max_bytes, max_rows, ipc, early, deadline,
+            )
+        });
         let mut run = Box::pin(interruptible(handle, timeout, task, move || {
             format!(
                 "the query ran past its timeout of {} ms and was stopped",
@@ -420,14 +431,18 @@ impl QueryEngine {
             biased;
             started = &mut started_rx => match started {
                 Ok(s) => {
-                    let Started { schema, first, rest, errors } = s;
+                    let Started { schema, first, rest, errors, done } = s;
                     // The query goes on under its slot and its timeout; its error, if
-                    // any, ends the stream.
+                    // any, ends the stream. A client that goes away stops it (dropping
+                    // `run` interrupts DuckDB).
                     tokio::spawn(async move {
                         let _permit = _permit;
                         let _pins = _pins;
-                        if let Err(e) = run.await {
-                            let _ = errors.send(Err(e)).await;
+                        tokio::select! {
+                            out = &mut run => if let Err(e) = out {
+                                let _ = errors.try_send(Err(e));
+                            },
+                            _ = errors.closed() => {}
                         }
                     });
                     return Ok(QueryOutput {
@@ -435,7 +450,7 @@ impl QueryEngine {
                         schema,
                         batches: Vec::new(),
                         ipc: None,
-                        streaming: Some((first, rest)),
+                        streaming: Some(Streaming { first, rest, done }),
                         truncated: false,
                         files_read,
                     });
@@ -585,11 +600,48 @@ struct Started {
     first: Vec<Bytes>,
     rest: tokio::sync::mpsc::Receiver<Result<Bytes>>,
     errors: tokio::sync::mpsc::Sender<Result<Bytes>>,
+    /// Set once the whole stream, its end marker included, is in the channel: a
+    /// channel closed before that is a broken answer, never a short one.
+    done: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Hands a piece to the sender of a streamed answer: waits while the client is slow,
+/// but not past the query's deadline, and fails when the client is gone.
+fn send_piece(
+    tx: &tokio::sync::mpsc::Sender<Result<Bytes>>,
+    mut piece: Result<Bytes>,
+    deadline: std::time::Instant,
+) -> Result<()> {
+    loop {
+        match tx.try_send(piece) {
+            Ok(()) => return Ok(()),
+            Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
+                return Err(Error::new(
+                    Kind::Unavailable,
+                    Code::Interrupted,
+                    "the client went away",
+                ));
+            }
+            Err(tokio::sync::mpsc::error::TrySendError::Full(p)) => {
+                if std::time::Instant::now() > deadline {
+                    return Err(Error::new(
+                        Kind::Timeout,
+                        Code::Timeout,
+                        "the client read the answer too slowly: the query's timeout passed",
+                    ));
+                }
+                piece = p;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
 }
 
 /// Makes the views the commit's catalog lacks, runs the query and collects its result
 /// (`ipc`: encoded as an Arrow IPC stream batch by batch, while DuckDB's threads go on
-/// scanning).
+/// scanning; a large answer with no `max_rows` is sent through `early` as it comes,
+/// waiting on a slow client no later than `deadline`).
+#[allow(clippy::too_many_arguments)]
 fn execute(
     session: Session,
     views: &[View],
@@ -598,6 +650,7 @@ fn execute(
     max_rows: Option<u64>,
     ipc: bool,
     mut early: Option<tokio::sync::oneshot::Sender<Started>>,
+    deadline: std::time::Instant,
 ) -> Result<(SchemaRef, Rows, bool)> {
     session.ensure_views(views)?;
     let conn = &session.conn;
@@ -614,7 +667,10 @@ fn execute(
     let mut bytes = 0u64;
     let mut rows = 0u64;
     let mut truncated = false;
-    let mut sending: Option<tokio::sync::mpsc::Sender<Result<Bytes>>> = None;
+    let mut sending: Option<(
+        tokio::sync::mpsc::Sender<Result<Bytes>>,
+        Arc<std::sync::atomic::AtomicBool>,
+    )> = None;
     while let Some(chunk) = stmt.step().map_err(sql_error)? {
         let mut batch = RecordBatch::from(&chunk);
         if let Some(max) = max_rows {
@@ -636,8 +692,8 @@ fn execute(
                     "add a LIMIT or aggregate, or write the result to a file with --out FILE.parquet",
                 )
             };
-            if let Some(tx) = &sending {
-                let _ = tx.blocking_send(Err(too_large()));
+            if let Some((tx, _)) = &sending {
+                let _ = tx.try_send(Err(too_large()));
             }
             return Err(too_large());
         }
@@ -645,43 +701,39 @@ fn execute(
             Some(s) => s.push(&batch)?,
             None => batches.push(batch),
         }
-        if let (Some(s), Some(tx)) = (&mut stream, &sending) {
+        if let (Some(s), Some((tx, _))) = (&mut stream, &sending) {
             for piece in s.drain() {
-                // The client went away: stop the query.
-                if tx.blocking_send(Ok(piece)).is_err() {
-                    return Err(Error::new(
-                        Kind::Unavailable,
-                        Code::Interrupted,
-                        "the client went away",
-                    ));
-                }
+                send_piece(tx, Ok(piece), deadline)?;
             }
         } else if let Some(s) = &mut stream
             && s.bytes_written() > STREAM_AFTER
             && let Some(start) = early.take()
         {
             let (tx, rx) = tokio::sync::mpsc::channel(16);
+            let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
             let started = Started {
                 schema: schema.clone(),
                 first: s.drain(),
                 rest: rx,
                 errors: tx.clone(),
+                done: done.clone(),
             };
             if start.send(started).is_err() {
                 return Err(Error::internal("the query's caller went away"));
             }
-            sending = Some(tx);
+            sending = Some((tx, done));
         }
         if truncated {
             break;
         }
     }
     let rows = match (stream, sending) {
-        (Some(mut s), Some(tx)) => {
+        (Some(mut s), Some((tx, done))) => {
             s.end()?;
             for piece in s.drain() {
-                let _ = tx.blocking_send(Ok(piece));
+                send_piece(&tx, Ok(piece), deadline)?;
             }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
             Rows::Streamed
         }
         (Some(s), None) => Rows::Ipc(s),

@@ -579,9 +579,10 @@ class Client:
                 try:
                     table = pyarrow.ipc.open_stream(r).read_all()
                 except (pyarrow.ArrowInvalid, http.client.HTTPException, OSError) as e:
-                    raise Unreachable(
-                        f"the answer of {self.endpoint} broke off: {e}",
-                        hint="the server stopped the query part-way (its size limit or timeout); see its log") from None
+                    raise LimitExceeded(
+                        f"the answer of {self.endpoint} broke off ({e}): the server stopped the query "
+                        "part-way, at its result limit or its timeout (its log says which)",
+                        hint="add a LIMIT or aggregate") from None
             else:
                 data = _body(r, self.endpoint, self.info().get("max_result_bytes"))
                 try:

@@ -12,7 +12,7 @@ use base64::Engine;
 use lh_e2e::{Lh, Server};
 use serde_json::{Value, json};
 
-use crate::runs::{project, run_json, server};
+use crate::runs::{examples, jaffle_data, project, run_json, server};
 
 /// Text that would run as script if the console ever made markup of data.
 const HOSTILE: &str = "<img src=x onerror=\"window.__pwned=1\"><script>window.__pwned=2</script>";
@@ -262,33 +262,8 @@ fn api(server: &Server, path: &str) -> Value {
 fn catalog() -> (Server, Lh, String, String) {
     let server = server("process");
     let lh = server.lh();
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    let data = lh.cwd.join("jaffle");
-    let out = Command::new("python3")
-        .args([
-            examples.join("jaffle_shop/generate.py").to_str().unwrap(),
-            "--scale",
-            "1",
-            "--out",
-            data.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for t in ["customers", "orders", "payments"] {
-        let csv = data.join(format!("{t}.csv"));
-        lh.run(&[
-            "table",
-            "import",
-            &format!("raw.{t}"),
-            csv.to_str().unwrap(),
-        ])
-        .ok();
-    }
+    let examples = examples();
+    let data = jaffle_data(&lh);
     let (code, good) = run_json(&lh, &[examples.join("jaffle_shop").to_str().unwrap()]);
     assert_eq!(code, 0, "{good}");
     let good = good["id"].as_str().unwrap().to_string();

@@ -54,11 +54,42 @@ crate::both_runtimes!(
     cancelling_a_run_publishes_nothing_and_old_branches_expire,
 );
 
-fn examples() -> PathBuf {
+pub(crate) fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
         .join("examples")
+}
+
+/// The jaffle shop's raw tables (`generate.py --scale 1`) imported into main, as the
+/// README does it; the folder of the generated files.
+pub(crate) fn jaffle_data(lh: &Lh) -> PathBuf {
+    let data = lh.cwd.join("jaffle");
+    let out = std::process::Command::new("python3")
+        .args([
+            examples().join("jaffle_shop/generate.py").to_str().unwrap(),
+            "--scale",
+            "1",
+            "--out",
+            data.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for t in ["customers", "orders", "payments"] {
+        lh.run(&[
+            "table",
+            "import",
+            &format!("raw.{t}"),
+            data.join(format!("{t}.csv")).to_str().unwrap(),
+        ])
+        .ok();
+    }
+    data
 }
 
 /// Writes a project into the CLI's folder.
@@ -598,31 +629,7 @@ fn a_concurrent_reader_sees_all_outputs_or_none(runtime: &str) {
 fn the_examples_run_from_the_readme(runtime: &str) {
     let server = server(runtime);
     let lh = server.lh();
-    let data = lh.cwd.join("jaffle");
-    let out = std::process::Command::new("python3")
-        .args([
-            examples().join("jaffle_shop/generate.py").to_str().unwrap(),
-            "--scale",
-            "1",
-            "--out",
-            data.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for t in ["customers", "orders", "payments"] {
-        lh.run(&[
-            "table",
-            "import",
-            &format!("raw.{t}"),
-            data.join(format!("{t}.csv")).to_str().unwrap(),
-        ])
-        .ok();
-    }
+    jaffle_data(&lh);
     let jaffle = examples().join("jaffle_shop");
     let (code, run) = run_json(&lh, &[jaffle.to_str().unwrap()]);
     assert_eq!(code, 0, "{run}");

@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Services the tests need, started (and installed) on demand; prints `export` lines.
 SERVICES = eval "$$(scripts/services.sh postgres python java bubblewrap chromium docker docker-remote docker-spare sshd s3 garage)"
 
-.PHONY: libduckdb build test check fmt bench bench-client bench-s3 bench-auth bench-team bench-catalog bench-tpch bench-pipeline bench-backfill bench-runtime bench-rest openapi demo images
+.PHONY: libduckdb build test check fmt bench bench-diff bench-client bench-s3 bench-auth bench-team bench-catalog bench-tpch bench-pipeline bench-backfill bench-runtime bench-rest openapi demo images
 
 ## DuckDB's official shared library, which the build links (see scripts/libduckdb.sh).
 libduckdb:
@@ -41,10 +41,16 @@ fmt:
 	$(CARGO) fmt --all
 
 ## Every benchmark of BENCHMARKS.md (long: the catalog runs alone take about an hour).
-bench: bench-catalog bench-tpch bench-pipeline bench-backfill bench-runtime bench-rest bench-s3 bench-auth bench-team bench-tables bench-client
+bench: bench-catalog bench-tpch bench-pipeline bench-backfill bench-runtime bench-rest bench-s3 bench-auth bench-team bench-tables bench-client bench-diff
 
 ## Partitioned tables and maintenance: pruning, small appends before and after compaction,
 ## eight concurrent appends against one writer.
+## Row diffs against DuckDB's full EXCEPT ALL of two versions of TPC-H lineitem, and
+## bisect over 1,000 commits.
+bench-diff: libduckdb
+	$(SERVICES) && $(CARGO) build -q -p lh-cli -p lh-control-plane -p lh-bench --bins && \
+	$(CARGO) run -q -p lh-bench --bin diff-bench -- $(DIFF_BENCH_ARGS)
+
 bench-tables: libduckdb
 	$(CARGO) build -q -p lh-cli -p lh-control-plane -p lh-bench --bins && \
 	$(CARGO) run -q -p lh-bench --bin table-bench -- $(or $(TABLE_BENCH_ARGS),--appends 1000 --auto-compact 8 --auto-appends 10000 --expire-every 250)

@@ -337,6 +337,100 @@ pub struct TableDiff {
     pub change: Change,
     pub from: Option<TablePointer>,
     pub to: Option<TablePointer>,
+    /// The rows added and removed (asked for with `rows=true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<RowCounts>,
+    /// Why the rows could not be counted (a table lh cannot read, a timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows_error: Option<String>,
+    /// Columns added, dropped, renamed or retyped, matched by Iceberg field id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schema_changes: Vec<SchemaChange>,
+}
+
+/// How many rows a table's change added, removed and (with a key) changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RowCounts {
+    pub added: u64,
+    pub removed: u64,
+    /// Rows whose key is on both sides with other values (only with a key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed: Option<u64>,
+}
+
+/// A change of a table's columns between two versions, by Iceberg field id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SchemaChange {
+    pub change: SchemaChangeKind,
+    /// The column's name (nested fields dotted): the newer one, or the dropped one's.
+    pub column: String,
+    /// What it was: the old name (renamed) or the old type (retyped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// What it is: the new name, or the new type (retyped, added).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SchemaChangeKind {
+    Added,
+    Dropped,
+    Renamed,
+    Retyped,
+}
+
+/// The rows that differ in one table between two refs (`GET /api/v1/diff/rows`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RowDiffResponse {
+    pub from: String,
+    pub to: String,
+    pub from_commit: String,
+    pub to_commit: String,
+    pub table: String,
+    /// The key rows are matched by; empty: rows are only added or removed.
+    pub key: Vec<String>,
+    /// The columns compared (those both versions have, by field id), with the newer
+    /// version's names and DuckDB types.
+    pub columns: Vec<QueryColumn>,
+    pub counts: RowCounts,
+    pub schema_changes: Vec<SchemaChange>,
+    /// The rows, at most `limit`: changed, then added, then removed, each by key.
+    pub rows: Vec<RowChange>,
+    /// Whether `limit` left rows out.
+    pub truncated: bool,
+    pub scan: DiffScan,
+    pub elapsed_ms: u64,
+}
+
+/// One row of a row diff: its values as text (as `lh query` prints them; null as null)
+/// in `columns` order: the new values of an added or changed row, the old ones of a
+/// removed row.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RowChange {
+    pub change: Change,
+    pub values: Vec<Option<String>>,
+    /// A changed row's old values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<Vec<Option<String>>>,
+    /// A changed row's columns whose values differ.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_columns: Vec<String>,
+}
+
+/// What a row diff read: data files of each version, those both share (skipped: their
+/// rows are the same on both sides), and whether every row had to be compared.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct DiffScan {
+    pub files_from: u64,
+    pub files_to: u64,
+    pub files_shared: u64,
+    /// Data files read, of both versions.
+    pub files_read: u64,
+    /// Why every file was compared, when the shared ones could not be skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_because: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -34,6 +34,9 @@ pub const DEFAULT_BRANCH: &str = "main";
 
 /// The largest page of history.
 pub const MAX_LOG_PAGE: usize = 1000;
+/// A log filtered by table walks at most this many commits per page (a page may then
+/// hold fewer commits than asked for, with a token for the rest).
+pub const MAX_LOG_WALK: usize = 20_000;
 
 /// Tuning of a catalog.
 #[derive(Debug, Clone)]
@@ -455,17 +458,64 @@ impl Catalog {
             })?),
             None => Some(self.resolve(at).await?.commit.id),
         };
+        if let Some(t) = &query.table {
+            validate_table_name(t)?;
+        }
         let mut commits = Vec::new();
+        // With a table filter: the table's pointer in the commit looked at last (the
+        // next commit's parent), and the commits walked without a match.
+        let mut pointer: Option<(Hash, Option<TablePointer>)> = None;
+        let mut walked = 0usize;
         while let Some(id) = next {
-            if commits.len() == query.limit {
+            if commits.len() == query.limit || walked >= MAX_LOG_WALK {
+                break;
+            }
+            if query.until == Some(id) {
+                next = None;
                 break;
             }
             let c = self.objects.commit_by_id(id).await?;
             next = c.parents.first().copied();
-            if query
-                .properties
-                .iter()
-                .all(|(k, v)| c.properties.get(k) == Some(v))
+            if next.is_none()
+                && let Some(until) = query.until
+            {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!(
+                        "commit {} is not in the first-parent history of '{at}'",
+                        until.to_hex()
+                    ),
+                ));
+            }
+            let changed = match &query.table {
+                None => true,
+                Some(t) => {
+                    walked += 1;
+                    let here = match pointer.take() {
+                        Some((parent, p)) if parent == id => p,
+                        _ => self.table_in(&c, t).await?,
+                    };
+                    let before = match next {
+                        None => None,
+                        Some(parent_id) => {
+                            let parent = self.objects.commit_by_id(parent_id).await?;
+                            let p = if parent.tree == c.tree {
+                                here.clone()
+                            } else {
+                                self.table_in(&parent, t).await?
+                            };
+                            pointer = Some((parent_id, p.clone()));
+                            p
+                        }
+                    };
+                    here != before
+                }
+            };
+            if changed
+                && query
+                    .properties
+                    .iter()
+                    .all(|(k, v)| c.properties.get(k) == Some(v))
             {
                 commits.push((*c).clone());
             }

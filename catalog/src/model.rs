@@ -273,6 +273,12 @@ pub struct LogQuery {
     pub limit: usize,
     /// Only commits whose properties hold all of these key/value pairs.
     pub properties: BTreeMap<String, String>,
+    /// Only commits where this table changed: its pointer differs from the first
+    /// parent's (added, removed or written).
+    pub table: Option<String>,
+    /// Stop before this commit (exclusive); a history that does not reach it is an
+    /// error.
+    pub until: Option<CommitId>,
 }
 
 impl Default for LogQuery {
@@ -281,6 +287,8 @@ impl Default for LogQuery {
             page_token: None,
             limit: 50,
             properties: BTreeMap::new(),
+            table: None,
+            until: None,
         }
     }
 }

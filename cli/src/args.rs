@@ -65,6 +65,9 @@ pub enum Commands {
     Diff(DiffArgs),
     /// Merge a ref into a branch, atomically
     Merge(MergeArgs),
+    /// Find the first commit where a table went bad: a binary search over the commits
+    /// that changed it, one read-only query per step
+    Bisect(BisectArgs),
     /// List, show, import and remove tables
     #[command(subcommand)]
     Table(TableCommand),
@@ -415,6 +418,27 @@ pub struct LogArgs {
     /// How many commits
     #[arg(long, short = 'n', default_value_t = 20)]
     pub limit: usize,
+    /// Only the commits where this table changed
+    #[arg(long, value_name = "NAME")]
+    pub table: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct BisectArgs {
+    /// The table whose history is searched
+    #[arg(value_name = "TABLE")]
+    pub table: String,
+    /// A ref (or @commit) where the check passes
+    #[arg(long, value_name = "REF")]
+    pub good: String,
+    /// A ref where it fails; the search runs over its first-parent history back to
+    /// --good [default: the active branch]
+    #[arg(long, value_name = "REF")]
+    pub bad: Option<String>,
+    /// SQL returning one row and one column: true where the table is good
+    /// (e.g. 'SELECT count(*) = 0 FROM sales.orders WHERE amount < 0')
+    #[arg(long, value_name = "SQL")]
+    pub check: String,
 }
 
 #[derive(Debug, Args)]
@@ -423,6 +447,24 @@ pub struct DiffArgs {
     pub from: String,
     #[arg(value_name = "REF_B")]
     pub to: String,
+    /// Show the rows of one table that differ: counts, then rows (changed, added, removed)
+    #[arg(long, value_name = "NAME")]
+    pub table: Option<String>,
+    /// With --table: the columns that identify a row (comma-separated); an added and a
+    /// removed row with the same key are one changed row. Without it, rows are only
+    /// added or removed
+    #[arg(long, value_name = "COLUMNS", requires = "table")]
+    pub key: Option<String>,
+    /// With --table: print at most this many rows (the counts are always whole)
+    #[arg(long, value_name = "N", default_value_t = 20, requires = "table")]
+    pub limit: u64,
+    /// With --table: compare every row, not only the data files the two versions do not
+    /// share (slower; the same answer)
+    #[arg(long, requires = "table")]
+    pub full: bool,
+    /// Without --table: list the tables that changed, without counting their rows
+    #[arg(long, conflicts_with = "table")]
+    pub no_rows: bool,
 }
 
 #[derive(Debug, Args)]

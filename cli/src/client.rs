@@ -264,13 +264,63 @@ impl Client {
     }
 
     pub async fn log(&self, at: &str, limit: usize) -> CliResult<LogPage> {
+        self.log_filtered(at, limit, None, None, None).await
+    }
+
+    /// A page of `at`'s first-parent history: only the commits where `table` changed,
+    /// stopping before `until`, from `page_token` on.
+    pub async fn log_filtered(
+        &self,
+        at: &str,
+        limit: usize,
+        table: Option<&str>,
+        until: Option<&str>,
+        page_token: Option<&str>,
+    ) -> CliResult<LogPage> {
         let limit = limit.to_string();
-        self.get("/log", &[("ref", at), ("limit", limit.as_str())])
+        let mut q = vec![("ref", at), ("limit", limit.as_str())];
+        for (k, v) in [
+            ("table", table),
+            ("until", until),
+            ("page_token", page_token),
+        ] {
+            if let Some(v) = v {
+                q.push((k, v));
+            }
+        }
+        self.get("/log", &q).await
+    }
+
+    pub async fn diff(&self, from: &str, to: &str, rows: bool) -> CliResult<DiffResponse> {
+        let rows = if rows { "true" } else { "false" };
+        self.get("/diff", &[("from", from), ("to", to), ("rows", rows)])
             .await
     }
 
-    pub async fn diff(&self, from: &str, to: &str) -> CliResult<DiffResponse> {
-        self.get("/diff", &[("from", from), ("to", to)]).await
+    /// The rows of `table` that differ between two refs.
+    pub async fn diff_rows(
+        &self,
+        from: &str,
+        to: &str,
+        table: &str,
+        key: Option<&str>,
+        limit: u64,
+        full: bool,
+    ) -> CliResult<lh_api::RowDiffResponse> {
+        let limit = limit.to_string();
+        let mut q = vec![
+            ("from", from),
+            ("to", to),
+            ("table", table),
+            ("limit", limit.as_str()),
+        ];
+        if let Some(k) = key {
+            q.push(("key", k));
+        }
+        if full {
+            q.push(("full", "true"));
+        }
+        self.get("/diff/rows", &q).await
     }
 
     pub async fn merge(&self, req: &MergeRequest) -> CliResult<MergeResponse> {

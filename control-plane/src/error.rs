@@ -56,6 +56,7 @@ codes! {
     BadEnvironment = "bad_environment",
     BadFilter = "bad_filter",
     BadInput = "bad_input",
+    BadKey = "bad_key",
     BadInputFile = "bad_input_file",
     BadParameter = "bad_parameter",
     BadPartitionSpec = "bad_partition_spec",
@@ -259,6 +260,9 @@ pub(crate) fn table_diff(d: lh_catalog::TableDiff) -> lh_api::TableDiff {
         change,
         from: d.from.as_ref().map(pointer),
         to: d.to.as_ref().map(pointer),
+        rows: None,
+        rows_error: None,
+        schema_changes: Vec::new(),
     }
 }
 

@@ -6,6 +6,7 @@ mod auth;
 mod basics;
 mod console;
 mod gc;
+mod history;
 mod interop;
 mod isolation;
 mod oidc_keys;

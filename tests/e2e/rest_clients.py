@@ -389,7 +389,34 @@ def to_iceberg(v, ty):
     return v
 
 
+def row_diff_changes(uri, warehouse, name):
+    """What a row diff must find: on `warehouse`, rows deleted (copy-on-write: only the
+    files holding them are rewritten), rows updated and inserted by an upsert, then a
+    column added and one renamed (no file rewritten)."""
+    from pyiceberg.expressions import In
+    from pyiceberg.types import StringType
+
+    t = catalog(uri, warehouse).load_table(name)
+    t.delete(In("id", [7, 8, 9, 1500, 4001]))
+    t = catalog(uri, warehouse).load_table(name)
+    changed = pa.Table.from_pylist(
+        [
+            {"id": 20, "part": 0, "amount": -1.5, "label": "l20"},
+            {"id": 21, "part": 1, "amount": 21.0, "label": "renamed"},
+            {"id": 99001, "part": 3, "amount": 1.0, "label": "new"},
+        ],
+        schema=t.schema().as_arrow(),
+    )
+    t.upsert(changed, join_cols=["id"])
+    t = catalog(uri, warehouse).load_table(name)
+    with t.update_schema() as u:
+        u.add_column("note", StringType())
+        u.rename_column("amount", "total")
+    print(json.dumps({"snapshots": len(catalog(uri, warehouse).load_table(name).snapshots())}))
+
+
 SCENARIOS = {
+    "row_diff_changes": row_diff_changes,
     "pyiceberg_basics": pyiceberg_basics,
     "read": read,
     "snapshots": snapshots,

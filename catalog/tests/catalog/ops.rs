@@ -728,6 +728,54 @@ async fn log_pages_and_property_filters(db: &TestDb) {
     assert_eq!(msgs, ["c5", "c0"]);
     assert_eq!(page.next_page_token, None);
 
+    // A table's own history: commits to other tables are left out, `until` stops
+    // before a commit, which must be in the history.
+    for i in 0..3u64 {
+        let parent = if i == 0 { None } else { Some(100 + i - 1) };
+        cat.commit(
+            "main",
+            vec![put("t.b", parent, 100 + i)],
+            CommitMeta::new("t", format!("b{i}")),
+        )
+        .await
+        .unwrap();
+    }
+    let of = |table: &str, until: Option<lh_catalog::CommitId>| LogQuery {
+        limit: 100,
+        table: Some(table.into()),
+        until,
+        ..Default::default()
+    };
+    let page = cat.log("main", &of("t.a", None)).await.unwrap();
+    assert_eq!(page.commits.len(), 25, "every commit to t.a, none to t.b");
+    assert!(page.commits.iter().all(|c| c.message.starts_with('c')));
+    let page = cat.log("main", &of("t.b", None)).await.unwrap();
+    let msgs: Vec<_> = page.commits.iter().map(|c| c.message.as_str()).collect();
+    assert_eq!(msgs, ["b2", "b1", "b0"]);
+    let page = cat.log("main", &of("t.a", Some(ids[20]))).await.unwrap();
+    let msgs: Vec<_> = page.commits.iter().map(|c| c.message.as_str()).collect();
+    assert_eq!(msgs, ["c24", "c23", "c22", "c21"]);
+    assert_eq!(page.next_page_token, None);
+    let page = cat.log("main", &of("t.nope", None)).await.unwrap();
+    assert!(page.commits.is_empty());
+    cat.create_branch("side", "main").await.unwrap();
+    let side = cat
+        .commit(
+            "side",
+            vec![put("t.c", None, 200)],
+            CommitMeta::new("t", "side"),
+        )
+        .await
+        .unwrap();
+    let e = cat
+        .log("main", &of("t.a", Some(side.id)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(e.to_string().contains("not in the first-parent history"), "{e}");
+    let e = cat.log("main", &of("t..bad", None)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidName);
+
     for bad in [0, 1001] {
         let e = cat
             .log(

@@ -1,6 +1,7 @@
 //! The commands: each takes the resolved settings and talks to the server.
 
 pub mod access;
+pub mod bisect;
 pub mod console;
 pub mod query;
 pub mod refs;

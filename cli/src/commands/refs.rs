@@ -142,7 +142,9 @@ pub async fn log(client: &Client, settings: &Settings, args: LogArgs) -> CliResu
     let at = client
         .resolve_ref(settings.reference(&args.reference))
         .await?;
-    let page = client.log(&at, args.limit).await?;
+    let page = client
+        .log_filtered(&at, args.limit, args.table.as_deref(), None, None)
+        .await?;
     match settings.output {
         OutputFormat::Table => {
             use std::io::Write;
@@ -186,7 +188,10 @@ pub async fn log(client: &Client, settings: &Settings, args: LogArgs) -> CliResu
 }
 
 pub async fn diff(client: &Client, settings: &Settings, args: DiffArgs) -> CliResult<()> {
-    let d = client.diff(&args.from, &args.to).await?;
+    if let Some(table) = &args.table {
+        return diff_rows(client, settings, &args, table).await;
+    }
+    let d = client.diff(&args.from, &args.to, !args.no_rows).await?;
     if settings.output == OutputFormat::Json {
         return output::item(settings.output, &d, &[]);
     }
@@ -199,24 +204,169 @@ pub async fn diff(client: &Client, settings: &Settings, args: DiffArgs) -> CliRe
             .map(|p| p.snapshot_id.map_or("-".to_string(), |s| s.to_string()))
             .unwrap_or_default()
     };
+    let count =
+        |t: &lh_api::TableDiff, f: fn(&lh_api::RowCounts) -> u64| match (&t.rows, &t.rows_error) {
+            (Some(r), _) => f(r).to_string(),
+            (None, Some(_)) => "?".to_string(),
+            _ => String::new(),
+        };
     output::listing(
         settings.output,
-        &["change", "table", "from snapshot", "to snapshot"],
+        &[
+            "change",
+            "table",
+            "from snapshot",
+            "to snapshot",
+            "rows added",
+            "rows removed",
+            "schema",
+        ],
         &d.tables,
         |t| {
-            let change = match t.change {
-                lh_api::Change::Added => "added",
-                lh_api::Change::Removed => "removed",
-                lh_api::Change::Changed => "changed",
-            };
             vec![
-                change.to_string(),
+                change_name(t.change).to_string(),
                 t.table.clone(),
                 snap(&t.from),
                 snap(&t.to),
+                count(t, |r| r.added),
+                count(t, |r| r.removed),
+                t.schema_changes
+                    .iter()
+                    .map(schema_change)
+                    .collect::<Vec<_>>()
+                    .join("; "),
             ]
         },
-    )
+    )?;
+    for t in &d.tables {
+        if let Some(e) = &t.rows_error {
+            eprintln!("note: the rows of '{}' were not counted: {e}", t.table);
+        }
+    }
+    Ok(())
+}
+
+fn change_name(c: lh_api::Change) -> &'static str {
+    match c {
+        lh_api::Change::Added => "added",
+        lh_api::Change::Removed => "removed",
+        lh_api::Change::Changed => "changed",
+    }
+}
+
+/// A schema change in a few words: `+discount DOUBLE`, `-note`, `status -> state`,
+/// `qty INTEGER -> BIGINT`.
+fn schema_change(c: &lh_api::SchemaChange) -> String {
+    let or = |v: &Option<String>| v.clone().unwrap_or_default();
+    match c.change {
+        lh_api::SchemaChangeKind::Added => format!("+{} {}", c.column, or(&c.to)),
+        lh_api::SchemaChangeKind::Dropped => format!("-{}", c.column),
+        lh_api::SchemaChangeKind::Renamed => format!("{} -> {}", or(&c.from), or(&c.to)),
+        lh_api::SchemaChangeKind::Retyped => {
+            format!("{} {} -> {}", c.column, or(&c.from), or(&c.to))
+        }
+    }
+}
+
+/// `lh diff A B --table T [--key K]`: counts first, then the rows.
+async fn diff_rows(
+    client: &Client,
+    settings: &Settings,
+    args: &DiffArgs,
+    table: &str,
+) -> CliResult<()> {
+    let d = client
+        .diff_rows(
+            &args.from,
+            &args.to,
+            table,
+            args.key.as_deref(),
+            args.limit,
+            args.full,
+        )
+        .await?;
+    if settings.output == OutputFormat::Json {
+        return output::item(settings.output, &d, &[]);
+    }
+    let cell = |v: &Option<String>| v.clone().unwrap_or_else(|| "NULL".to_string());
+    let mut headers: Vec<&str> = vec!["change"];
+    headers.extend(d.columns.iter().map(|c| c.name.as_str()));
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for r in &d.rows {
+        let mut row = vec![change_name(r.change).to_string()];
+        match (&r.before, settings.output) {
+            (Some(before), OutputFormat::Table) => {
+                for ((new, old), c) in r.values.iter().zip(before).zip(&d.columns) {
+                    row.push(if r.changed_columns.contains(&c.name) {
+                        format!("{} -> {}", cell(old), cell(new))
+                    } else {
+                        cell(new)
+                    });
+                }
+            }
+            (Some(before), _) => {
+                row.extend(r.values.iter().map(cell));
+                let mut was = vec!["changed-from".to_string()];
+                was.extend(before.iter().map(cell));
+                rows.push(row);
+                rows.push(was);
+                continue;
+            }
+            (None, _) => row.extend(r.values.iter().map(cell)),
+        }
+        rows.push(row);
+    }
+    if settings.output == OutputFormat::Csv {
+        let stdout = std::io::stdout();
+        let mut w = csv::Writer::from_writer(stdout.lock());
+        w.write_record(&headers)?;
+        for r in &rows {
+            w.write_record(r)?;
+        }
+        w.flush()?;
+        return Ok(());
+    }
+    let c = &d.counts;
+    let mut summary = match c.changed {
+        Some(changed) => format!(
+            "{}: {changed} changed, {} added, {} removed (key: {})",
+            d.table,
+            c.added,
+            c.removed,
+            d.key.join(", ")
+        ),
+        None => format!("{}: {} added, {} removed", d.table, c.added, c.removed),
+    };
+    summary.push_str(&format!(" between {} and {}", args.from, args.to));
+    println!("{summary}");
+    for s in &d.schema_changes {
+        println!("schema: {}", schema_change(s));
+    }
+    let scan = &d.scan;
+    eprintln!(
+        "read {} of {} data files ({} shared, skipped) in {} ms{}",
+        scan.files_read,
+        scan.files_from + scan.files_to,
+        scan.files_shared,
+        d.elapsed_ms,
+        scan.full_because
+            .as_ref()
+            .map(|w| format!("; every file compared: {w}"))
+            .unwrap_or_default()
+    );
+    if !rows.is_empty() {
+        println!();
+        let stdout = std::io::stdout();
+        output::aligned(&mut stdout.lock(), &headers, &rows)?;
+    }
+    if d.truncated {
+        let total = c.added + c.removed + c.changed.unwrap_or(0);
+        eprintln!(
+            "{} of {total} rows shown (--limit N for more)",
+            d.rows.len()
+        );
+    }
+    Ok(())
 }
 
 pub async fn merge(client: &Client, settings: &Settings, args: MergeArgs) -> CliResult<()> {

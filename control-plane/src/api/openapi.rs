@@ -25,6 +25,7 @@ use crate::state::AppState;
         super::refs::log,
         super::refs::get_commit,
         super::refs::diff,
+        super::refs::diff_rows,
         super::refs::merge,
         super::tables::list_tables,
         super::tables::show_table,

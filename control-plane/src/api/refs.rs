@@ -6,7 +6,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use lh_api::{
     AssignRef, CommitInfo, CreateRef, DiffResponse, LogPage, MergeKind, MergeRequest,
-    MergeResponse, RefInfo, RefKind,
+    MergeResponse, RefInfo, RefKind, RowDiffResponse,
 };
 use lh_catalog::{CommitMeta, LogQuery, MergeOptions};
 
@@ -15,6 +15,7 @@ use crate::auth::{Action, Identity};
 use crate::error::{Code, Error, table_diff};
 use crate::http::ApiResult;
 use crate::merges::Via;
+use crate::query::diff::RowDiffRequest;
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -30,6 +31,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/log", get(log))
         .route("/api/v1/commits/{id}", get(get_commit))
         .route("/api/v1/diff", get(diff))
+        .route("/api/v1/diff/rows", get(diff_rows))
         .route("/api/v1/merge", post(merge))
 }
 
@@ -306,10 +308,13 @@ async fn assign_ref(
     )))
 }
 
-/// A page of a ref's history, newest first (`?ref=&limit=&page_token=&property=k=v`).
+/// A page of a ref's history, newest first, following first parents
+/// (`?ref=&limit=&page_token=&property=k=v`); `table=` keeps the commits where that table
+/// changed, `until=REF` stops before that commit.
 #[utoipa::path(get, path = "/api/v1/log",
     params(("ref" = Option<String>, Query), ("limit" = Option<usize>, Query),
-           ("page_token" = Option<String>, Query), ("property" = Option<String>, Query)),
+           ("page_token" = Option<String>, Query), ("property" = Option<String>, Query),
+           ("table" = Option<String>, Query), ("until" = Option<String>, Query)),
     responses((status = 200, body = LogPage)))]
 async fn log(
     State(s): State<AppState>,
@@ -318,6 +323,7 @@ async fn log(
 ) -> ApiResult<Json<LogPage>> {
     let mut query = LogQuery::default();
     let mut at = lh_catalog::DEFAULT_BRANCH.to_string();
+    let mut until = None;
     for (k, v) in query_pairs(q.as_deref()) {
         match k.as_str() {
             "ref" => at = v,
@@ -330,6 +336,8 @@ async fn log(
                 })?
             }
             "page_token" => query.page_token = Some(v),
+            "table" => query.table = Some(v),
+            "until" => until = Some(v),
             "property" => {
                 let (pk, pv) = v.split_once('=').ok_or_else(|| {
                     Error::bad_request(
@@ -343,6 +351,13 @@ async fn log(
         }
     }
     identity.require_ref(Action::Read, &at, "reading its history")?;
+    if let Some(t) = &query.table {
+        identity.require_table(Action::Read, &at, t, "reading its history")?;
+    }
+    if let Some(u) = until {
+        identity.require_ref(Action::Read, &u, "reading its history")?;
+        query.until = Some(s.catalog.resolve(&u).await?.commit.id);
+    }
     let page = s.catalog.log(&at, &query).await?;
     Ok(Json(LogPage {
         commits: page.commits.into_iter().map(commit_info).collect(),
@@ -364,8 +379,10 @@ async fn get_commit(
     )))
 }
 
-/// The tables that differ between two refs.
-#[utoipa::path(get, path = "/api/v1/diff", params(("from" = String, Query), ("to" = String, Query)),
+/// The tables that differ between two refs; with `rows=true`, each changed table's
+/// rows added and removed and its schema changes too.
+#[utoipa::path(get, path = "/api/v1/diff", params(("from" = String, Query), ("to" = String, Query),
+        ("rows" = Option<bool>, Query)),
     responses((status = 200, body = DiffResponse)))]
 async fn diff(
     State(s): State<AppState>,
@@ -373,16 +390,9 @@ async fn diff(
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<DiffResponse>> {
     let pairs = query_pairs(q.as_deref());
-    let get = |key: &str| {
-        pairs
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.clone())
-            .ok_or_else(|| {
-                Error::bad_request(Code::InvalidArgument, format!("'{key}' is required"))
-            })
-    };
+    let get = |key: &str| required(&pairs, key);
     let (from, to) = (get("from")?, get("to")?);
+    let rows = flag(&pairs, "rows")?;
     identity.require_ref(Action::Read, &from, "diffing it")?;
     identity.require_ref(Action::Read, &to, "diffing it")?;
     let a = s.catalog.resolve(&from).await?;
@@ -396,12 +406,125 @@ async fn diff(
                 && identity.can_table(Action::Read, &to, &d.table)
         })
         .collect();
+    let mut out: Vec<lh_api::TableDiff> = tables.into_iter().map(table_diff).collect();
+    if rows {
+        let timeout = s.queries.limits().timeout;
+        for t in &mut out {
+            if t.change != lh_api::Change::Changed {
+                continue;
+            }
+            let req = RowDiffRequest {
+                from: &a.commit,
+                to: &b.commit,
+                table: &t.table,
+                key: &[],
+                limit: 0,
+                full: false,
+                timeout,
+            };
+            match s.queries.row_diff(req).await {
+                Ok(d) => {
+                    t.rows = Some(d.counts);
+                    t.schema_changes = d.schema_changes;
+                }
+                Err(e) => t.rows_error = Some(e.message),
+            }
+        }
+    }
     Ok(Json(DiffResponse {
         from,
         to,
         from_commit: a.commit.id.to_hex(),
         to_commit: b.commit.id.to_hex(),
-        tables: tables.into_iter().map(table_diff).collect(),
+        tables: out,
+    }))
+}
+
+fn required(pairs: &[(String, String)], key: &str) -> Result<String, Error> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.clone())
+        .ok_or_else(|| Error::bad_request(Code::InvalidArgument, format!("'{key}' is required")))
+}
+
+fn flag(pairs: &[(String, String)], key: &str) -> Result<bool, Error> {
+    match pairs
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+    {
+        None | Some("false") | Some("0") => Ok(false),
+        Some("true") | Some("1") | Some("") => Ok(true),
+        Some(v) => Err(Error::bad_request(
+            Code::InvalidArgument,
+            format!("'{key}' is true or false, not '{v}'"),
+        )),
+    }
+}
+
+/// The rows that differ in one table between two refs: counts, then at most `limit`
+/// rows (default 100, at most 10,000); with `key` (comma-separated columns), an added
+/// and a removed row with the same key are one changed row. Shared data files are
+/// skipped unless `full=true`.
+#[utoipa::path(get, path = "/api/v1/diff/rows", params(("from" = String, Query), ("to" = String, Query),
+        ("table" = String, Query), ("key" = Option<String>, Query), ("limit" = Option<u64>, Query),
+        ("full" = Option<bool>, Query)),
+    responses((status = 200, body = RowDiffResponse), (status = 400, body = lh_api::ErrorBody)))]
+async fn diff_rows(
+    State(s): State<AppState>,
+    identity: Identity,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<RowDiffResponse>> {
+    let pairs = query_pairs(q.as_deref());
+    let get = |key: &str| required(&pairs, key);
+    let (from, to, table) = (get("from")?, get("to")?, get("table")?);
+    lh_catalog::names::validate_table_name(&table)?;
+    let key: Vec<String> = match pairs.iter().find(|(k, _)| k == "key") {
+        Some((_, v)) => v.split(',').map(|k| k.trim().to_string()).collect(),
+        None => Vec::new(),
+    };
+    if key.iter().any(|k| k.is_empty()) {
+        return Err(Error::bad_request(Code::BadKey, "a key column's name is empty").into());
+    }
+    let limit = match pairs.iter().find(|(k, _)| k == "limit") {
+        Some((_, v)) => v.parse::<u64>().map_err(|_| {
+            Error::bad_request(
+                Code::InvalidArgument,
+                format!("'limit' is a number of rows, not '{v}'"),
+            )
+        })?,
+        None => 100,
+    };
+    let full = flag(&pairs, "full")?;
+    identity.require_table(Action::Read, &from, &table, "diffing it")?;
+    identity.require_table(Action::Read, &to, &table, "diffing it")?;
+    let a = s.catalog.resolve(&from).await?;
+    let b = s.catalog.resolve(&to).await?;
+    let req = RowDiffRequest {
+        from: &a.commit,
+        to: &b.commit,
+        table: &table,
+        key: &key,
+        limit,
+        full,
+        timeout: s.queries.limits().timeout,
+    };
+    let d = s.queries.row_diff(req).await?;
+    Ok(Json(RowDiffResponse {
+        from,
+        to,
+        from_commit: a.commit.id.to_hex(),
+        to_commit: b.commit.id.to_hex(),
+        table,
+        key: d.key,
+        columns: d.columns,
+        counts: d.counts,
+        schema_changes: d.schema_changes,
+        rows: d.rows,
+        truncated: d.truncated,
+        scan: d.scan,
+        elapsed_ms: d.elapsed_ms,
     }))
 }
 

@@ -42,6 +42,7 @@ routes! {
     GET "/api/v1/log" => Some(Read),
     GET "/api/v1/commits/{id}" => Some(Read),
     GET "/api/v1/diff" => Some(Read),
+    GET "/api/v1/diff/rows" => Some(Read),
     POST "/api/v1/merge" => Some(Merge),
     GET "/api/v1/tables" => Some(Read),
     GET "/api/v1/tables/{name}" => Some(Read),

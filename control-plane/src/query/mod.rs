@@ -18,6 +18,7 @@
 //! live in, `view.rs` writes a view's SQL, `sql.rs` reads DuckDB's parse of a statement.
 
 mod commits;
+pub mod diff;
 pub mod ipc;
 pub mod prune;
 pub mod sql;

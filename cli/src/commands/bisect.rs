@@ -1,0 +1,306 @@
+//! `lh bisect`: the first commit where a table went bad.
+//!
+//! The candidates are the commits of `--bad`'s first-parent history, back to `--good`,
+//! where the table changed (the server's log, filtered by table): the table reads the
+//! same at every other commit, so only those can be the first bad one. A binary search
+//! runs the check at one candidate per step, as a read-only query at that commit;
+//! nothing is written. `--good` and `--bad` are taken at their word and checked only
+//! when the search ends next to one of them, so n candidates cost at most
+//! ceil(log2(n)) + 1 queries.
+
+use arrow::array::Array;
+use lh_api::{CommitInfo, QueryRequest};
+use serde::Serialize;
+
+use crate::args::{BisectArgs, OutputFormat};
+use crate::client::Client;
+use crate::error::{CliError, CliResult};
+use crate::output::short;
+use crate::settings::Settings;
+
+/// What `lh bisect -o json` prints.
+#[derive(Debug, Serialize)]
+struct Found {
+    table: String,
+    first_bad: CommitInfo,
+    /// The commit before it where the table last changed (or --good's).
+    last_good: String,
+    /// The commits between --good and --bad that changed the table.
+    candidates: usize,
+    /// The checks run (queries), with their commits and answers.
+    checks: Vec<Check>,
+    /// The run and node that wrote the first bad snapshot, when a pipeline did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node: Option<String>,
+    /// The rows the first bad commit changed in the table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rows: Option<lh_api::RowCounts>,
+}
+
+#[derive(Debug, Serialize)]
+struct Check {
+    commit: String,
+    good: bool,
+}
+
+pub async fn bisect(client: &Client, settings: &Settings, args: BisectArgs) -> CliResult<()> {
+    let table = args.table.clone();
+    let bad_ref = client.resolve_ref(settings.reference(&args.bad)).await?;
+    let head = |page: lh_api::LogPage, r: &str| {
+        page.commits
+            .into_iter()
+            .next()
+            .ok_or_else(|| CliError::invalid(format!("'{r}' has no commit"), None))
+    };
+    let good = head(client.log(&args.good, 1).await?, &args.good)?;
+    let bad = head(client.log(&bad_ref, 1).await?, &bad_ref)?;
+    let quiet = settings.output != OutputFormat::Table;
+
+    // The commits that changed the table, oldest first.
+    let mut candidates: Vec<CommitInfo> = Vec::new();
+    let mut token: Option<String> = None;
+    let (bad_at, good_at) = (format!("@{}", bad.id), format!("@{}", good.id));
+    loop {
+        let page = client
+            .log_filtered(
+                &bad_at,
+                1000,
+                Some(&table),
+                Some(&good_at),
+                token.as_deref(),
+            )
+            .await?;
+        candidates.extend(page.commits);
+        match page.next_page_token {
+            Some(t) => token = Some(t),
+            None => break,
+        }
+    }
+    candidates.reverse();
+    if candidates.is_empty() {
+        return Err(CliError::invalid(
+            format!(
+                "'{table}' did not change between --good {} and --bad {}: the check \
+                 cannot differ",
+                short(&good.id),
+                short(&bad.id)
+            ),
+            Some("`lh log --table NAME` lists the commits that changed a table"),
+        ));
+    }
+    if !quiet {
+        eprintln!(
+            "bisecting {} commits that changed {table} between {} (good) and {} (bad)",
+            candidates.len(),
+            short(&good.id),
+            short(&bad.id)
+        );
+    }
+
+    let mut checks: Vec<Check> = Vec::new();
+    let mut run_check = async |commit: &str, label: &str| -> CliResult<bool> {
+        let good = check(client, &args.check, commit).await?;
+        if !quiet {
+            eprintln!(
+                "  {} {label}: {}",
+                short(commit),
+                if good { "good" } else { "bad" }
+            );
+        }
+        checks.push(Check {
+            commit: commit.to_string(),
+            good,
+        });
+        Ok(good)
+    };
+    // Indices: -1 is --good, n-1 is --bad's own last change of the table.
+    let n = candidates.len() as i64;
+    let (mut lo, mut hi) = (-1i64, n - 1);
+    let (mut lo_checked, mut hi_checked) = (false, false);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        let c = &candidates[mid as usize];
+        let label = format!("({} of {n})", mid + 1);
+        if run_check(&c.id, &label).await? {
+            lo = mid;
+            lo_checked = true;
+        } else {
+            hi = mid;
+            hi_checked = true;
+        }
+    }
+    if !hi_checked {
+        let c = &candidates[hi as usize];
+        if run_check(&c.id, "(the last change before --bad)").await? {
+            return Err(CliError::invalid(
+                format!(
+                    "the check passes at --bad ({}): there is no bad commit to find",
+                    short(&bad.id)
+                ),
+                Some("the check returns true where the table is good"),
+            ));
+        }
+    }
+    if !lo_checked {
+        let id = if lo < 0 {
+            good.id.clone()
+        } else {
+            candidates[lo as usize].id.clone()
+        };
+        if !run_check(&id, "(--good)").await? {
+            return Err(CliError::invalid(
+                format!("the check fails at --good ({}) already", short(&good.id)),
+                Some("give an older --good, where the check returns true"),
+            ));
+        }
+    }
+    let first_bad = candidates[hi as usize].clone();
+    let last_good = if hi == 0 {
+        good.id.clone()
+    } else {
+        candidates[hi as usize - 1].id.clone()
+    };
+
+    // Who wrote it: a run's merge names its run; the node is on the run's branch.
+    let run = first_bad.properties.get("lh.run").cloned();
+    let mut node = first_bad.properties.get("lh.node").cloned();
+    if node.is_none()
+        && run.is_some()
+        && let [first, second] = first_bad.parents.as_slice()
+    {
+        let page = client
+            .log_filtered(
+                &format!("@{second}"),
+                1,
+                Some(&table),
+                Some(&format!("@{first}")),
+                None,
+            )
+            .await;
+        if let Ok(page) = page {
+            node = page
+                .commits
+                .first()
+                .and_then(|c| c.properties.get("lh.node").cloned());
+        }
+    }
+    let rows = client
+        .diff_rows(
+            &format!("@{last_good}"),
+            &format!("@{}", first_bad.id),
+            &table,
+            None,
+            0,
+            false,
+        )
+        .await
+        .ok()
+        .map(|d| d.counts);
+    let found = Found {
+        table: table.clone(),
+        first_bad,
+        last_good,
+        candidates: candidates.len(),
+        checks,
+        run,
+        node,
+        rows,
+    };
+    if settings.output != OutputFormat::Table {
+        return crate::output::item(settings.output, &found, &[]);
+    }
+    let c = &found.first_bad;
+    println!("first bad commit: {}", c.id);
+    println!("Author:  {}", c.author);
+    println!(
+        "Date:    {}",
+        c.timestamp
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    );
+    println!("Message: {}", c.message);
+    if let Some(r) = &found.run {
+        match &found.node {
+            Some(n) => println!("Run:     {r} (node {n})"),
+            None => println!("Run:     {r}"),
+        }
+    }
+    if let Some(r) = &found.rows {
+        println!(
+            "Rows:    {} added, {} removed in {table} (against {})",
+            r.added,
+            r.removed,
+            short(&found.last_good)
+        );
+    }
+    eprintln!(
+        "{} checks over {} candidate commits",
+        found.checks.len(),
+        found.candidates
+    );
+    eprintln!(
+        "see the rows: lh diff @{} @{} --table {table}",
+        short(&found.last_good),
+        short(&c.id)
+    );
+    if let Some(r) = &found.run {
+        eprintln!("replay that run with fixed code: lh rerun {r} --code DIR");
+    }
+    Ok(())
+}
+
+/// Runs the check at a commit: one row, one boolean column.
+async fn check(client: &Client, sql: &str, commit: &str) -> CliResult<bool> {
+    let req = QueryRequest {
+        sql: sql.to_string(),
+        reference: Some(format!("@{commit}")),
+        timeout_ms: None,
+        max_rows: Some(2),
+    };
+    let r = client.query(&req).await.map_err(|e| match e {
+        CliError::Api { status, mut body } => {
+            body.error.message = format!(
+                "the check failed at commit {}: {}",
+                short(commit),
+                body.error.message
+            );
+            CliError::Api { status, body }
+        }
+        e => e,
+    })?;
+    let shape = || {
+        CliError::invalid(
+            format!(
+                "the check must return one row with one boolean column (true: good); at \
+                 commit {} it returned something else",
+                short(commit)
+            ),
+            Some("e.g. --check 'SELECT count(*) = 0 FROM t WHERE amount < 0'"),
+        )
+    };
+    let rows: usize = r.batches.iter().map(|b| b.num_rows()).sum();
+    if rows != 1 || r.schema.fields().len() != 1 {
+        return Err(shape());
+    }
+    let batch = r
+        .batches
+        .iter()
+        .find(|b| b.num_rows() == 1)
+        .ok_or_else(shape)?;
+    let col = batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<arrow::array::BooleanArray>()
+        .ok_or_else(shape)?;
+    if col.is_null(0) {
+        return Err(CliError::invalid(
+            format!(
+                "the check returned NULL at commit {}: it must say true or false",
+                short(commit)
+            ),
+            Some("wrap it in coalesce(..., false)"),
+        ));
+    }
+    Ok(col.value(0))
+}

@@ -1,0 +1,452 @@
+//! What changed in a table's history: row-level diffs (checked against DuckDB's own
+//! `EXCEPT ALL` of the two versions), per-table row counts and schema changes in
+//! `lh diff`, the log of one table, and `lh bisect` finding a planted bad commit.
+
+use lh_e2e::{Lh, Server};
+use serde_json::Value;
+
+use crate::rest::client;
+
+/// Imports `files` CSV files of `rows` rows each into `d.t` (one data file each):
+/// `id, part, amount, label`, ids from 0.
+fn table_of_files(lh: &Lh, files: usize, rows: usize) {
+    for f in 0..files {
+        let mut csv = String::from("id,part,amount,label\n");
+        for i in f * rows..(f + 1) * rows {
+            csv.push_str(&format!("{i},{},{}.0,l{i}\n", i % 4, i));
+        }
+        let path = lh.file(&format!("part{f}.csv"), &csv);
+        let mode = if f == 0 { "create" } else { "append" };
+        lh.run(&[
+            "table",
+            "import",
+            "d.t",
+            path.to_str().unwrap(),
+            "--mode",
+            mode,
+        ])
+        .ok();
+    }
+}
+
+fn json(run: &lh_e2e::Run) -> Value {
+    serde_json::from_str(run.ok()).expect("json")
+}
+
+/// The counts and the changed keys DuckDB finds between two Parquet files of one
+/// table's versions: added, removed, changed (same id on both sides).
+fn duckdb_diff(a: &std::path::Path, b: &std::path::Path) -> (u64, u64, u64, Vec<i64>) {
+    let con = duckdb::Connection::open_in_memory().unwrap();
+    let (a, b) = (a.display(), b.display());
+    con.execute_batch(&format!(
+        "CREATE TABLE added AS FROM '{b}' EXCEPT ALL FROM '{a}';
+         CREATE TABLE removed AS FROM '{a}' EXCEPT ALL FROM '{b}';"
+    ))
+    .unwrap();
+    let count = |sql: &str| -> u64 {
+        let n: i64 = con.query_row(sql, [], |r| r.get(0)).unwrap();
+        n as u64
+    };
+    let changed = count("SELECT count(*) FROM added SEMI JOIN removed USING (id)");
+    let added = count("SELECT count(*) FROM added") - changed;
+    let removed = count("SELECT count(*) FROM removed") - changed;
+    let mut stmt = con
+        .prepare("SELECT id FROM added SEMI JOIN removed USING (id) ORDER BY id")
+        .unwrap();
+    let keys = stmt
+        .query_map([], |r| r.get::<_, i64>(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    (added, removed, changed, keys)
+}
+
+#[test]
+fn row_diffs_match_duckdbs_except_of_both_versions() {
+    // pyiceberg writes data files with the key the catalog vends on S3.
+    let server = Server::start_with(&["--vend-credentials-to", "admin"]);
+    let lh = server.lh();
+    table_of_files(&lh, 6, 1000);
+    lh.run(&["tag", "create", "before"]).ok();
+    lh.run(&["branch", "create", "dev"]).ok();
+
+    // On dev: an append (one new file), then deletes, an upsert and a schema change
+    // through pyiceberg.
+    let extra = lh.file(
+        "extra.csv",
+        "id,part,amount,label\n90000,0,1.0,x\n90001,1,2.0,y\n",
+    );
+    lh.run(&[
+        "table",
+        "import",
+        "d.t",
+        extra.to_str().unwrap(),
+        "--mode",
+        "append",
+        "--ref",
+        "dev",
+    ])
+    .ok();
+    client(&server, "row_diff_changes", "dev", &["d.t"]);
+
+    // What DuckDB says, from both versions exported whole.
+    let a = server.dir.path().join("a.parquet");
+    let b = server.dir.path().join("b.parquet");
+    lh.run(&[
+        "query",
+        "SELECT id, part, amount AS total, label FROM d.t",
+        "--ref",
+        "before",
+        "--out",
+        a.to_str().unwrap(),
+    ])
+    .ok();
+    lh.run(&[
+        "query",
+        "SELECT id, part, total, label FROM d.t",
+        "--ref",
+        "dev",
+        "--out",
+        b.to_str().unwrap(),
+    ])
+    .ok();
+    let (added, removed, changed, keys) = duckdb_diff(&a, &b);
+    assert_eq!(
+        (added, removed, changed),
+        (3, 5, 2),
+        "the scenario's own change"
+    );
+
+    let mut answers = Vec::new();
+    for full in [false, true] {
+        let mut args = vec![
+            "diff", "before", "dev", "--table", "d.t", "--key", "id", "--limit", "100", "-o",
+            "json",
+        ];
+        if full {
+            args.push("--full");
+        }
+        let d = json(&lh.run(&args));
+        assert_eq!(d["counts"]["added"], added, "{d}");
+        assert_eq!(d["counts"]["removed"], removed, "{d}");
+        assert_eq!(d["counts"]["changed"], changed, "{d}");
+        let columns: Vec<&str> = d["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            columns,
+            ["id", "part", "total", "label"],
+            "compared by field id"
+        );
+        let rows = d["rows"].as_array().unwrap();
+        assert_eq!(rows.len() as u64, added + removed + changed);
+        let changed_keys: Vec<i64> = rows
+            .iter()
+            .filter(|r| r["change"] == "changed")
+            .map(|r| r["values"][0].as_str().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(changed_keys, keys);
+        let row20 = rows.iter().find(|r| r["values"][0] == "20").unwrap();
+        assert_eq!(row20["changed_columns"], serde_json::json!(["total"]));
+        assert_eq!(row20["before"][2], "20.0");
+        assert_eq!(row20["values"][2], "-1.5");
+        let schema = &d["schema_changes"];
+        assert!(
+            schema
+                .as_array()
+                .unwrap()
+                .contains(&serde_json::json!({"change": "renamed", "column": "total", "from": "amount", "to": "total"})),
+            "{schema}"
+        );
+        assert!(
+            schema
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["change"] == "added" && c["column"] == "note"),
+            "{schema}"
+        );
+        answers.push(d);
+    }
+    // Shared files were skipped, and the answer is the full comparison's.
+    let (fast, full) = (&answers[0], &answers[1]);
+    assert_eq!(fast["rows"], full["rows"]);
+    assert!(
+        fast["scan"]["files_shared"].as_u64().unwrap() >= 3,
+        "{}",
+        fast["scan"]
+    );
+    assert!(
+        fast["scan"]["files_read"].as_u64().unwrap() < full["scan"]["files_read"].as_u64().unwrap(),
+        "fast {} full {}",
+        fast["scan"],
+        full["scan"]
+    );
+
+    // Without a key: rows are added or removed, a changed row both; as DuckDB says.
+    let d = json(&lh.run(&["diff", "before", "dev", "--table", "d.t", "-o", "json"]));
+    assert_eq!(d["counts"]["added"], added + changed);
+    assert_eq!(d["counts"]["removed"], removed + changed);
+    assert!(d["counts"].get("changed").is_none(), "{d}");
+
+    // The table view: counts, then rows with old -> new values.
+    let out = lh.run(&["diff", "before", "dev", "--table", "d.t", "--key", "id"]);
+    let text = out.ok();
+    assert!(
+        text.starts_with("d.t: 2 changed, 3 added, 5 removed (key: id)"),
+        "{text}"
+    );
+    assert!(text.contains("20.0 -> -1.5"), "{text}");
+    // CSV: a changed row's old values follow it.
+    let csv = lh.run(&[
+        "diff", "before", "dev", "--table", "d.t", "--key", "id", "-o", "csv",
+    ]);
+    let lines: Vec<&str> = csv.ok().lines().collect();
+    assert_eq!(lines[0], "change,id,part,total,label");
+    assert_eq!(lines.len(), 1 + 3 + 5 + 2 * 2, "{}", csv.ok());
+    assert!(
+        lines.contains(&"changed-from,20,0,20.0,l20"),
+        "{}",
+        csv.ok()
+    );
+
+    // `lh diff` of two refs counts each table's rows and names its schema changes.
+    let d = json(&lh.run(&["diff", "before", "dev", "-o", "json"]));
+    let t = &d["tables"][0];
+    assert_eq!(t["table"], "d.t");
+    assert_eq!(t["rows"]["added"], added + changed);
+    assert_eq!(t["rows"]["removed"], removed + changed);
+    assert!(t["schema_changes"].as_array().unwrap().len() >= 2, "{t}");
+    let table = lh.run(&["diff", "before", "dev"]);
+    assert!(table.ok().contains("amount -> total"), "{}", table.ok());
+    assert!(table.ok().contains("+note"), "{}", table.ok());
+
+    // A table only one side has: every row is added (or removed).
+    let other = lh.file("o.csv", "k,v\n1,a\n2,b\n");
+    lh.run(&[
+        "table",
+        "import",
+        "d.o",
+        other.to_str().unwrap(),
+        "--ref",
+        "dev",
+    ])
+    .ok();
+    let d = json(&lh.run(&["diff", "before", "dev", "--table", "d.o", "-o", "json"]));
+    assert_eq!(d["counts"]["added"], 2);
+    let d = json(&lh.run(&["diff", "dev", "before", "--table", "d.o", "-o", "json"]));
+    assert_eq!(d["counts"]["removed"], 2);
+
+    // --limit: the counts stay whole.
+    let d = json(&lh.run(&[
+        "diff", "before", "dev", "--table", "d.t", "--key", "id", "--limit", "2", "-o", "json",
+    ]));
+    assert_eq!(d["rows"].as_array().unwrap().len(), 2);
+    assert_eq!(d["truncated"], true);
+    assert_eq!(d["counts"]["changed"], 2);
+}
+
+#[test]
+fn row_diffs_refuse_bad_keys_and_names() {
+    let server = Server::start();
+    let lh = server.lh();
+    table_of_files(&lh, 2, 50);
+    lh.run(&["branch", "create", "dev"]).ok();
+    let dup = lh.file("dup.csv", "id,part,amount,label\n3,0,1.0,a\n3,0,2.0,b\n");
+    lh.run(&[
+        "table",
+        "import",
+        "d.t",
+        dup.to_str().unwrap(),
+        "--mode",
+        "append",
+        "--ref",
+        "dev",
+    ])
+    .ok();
+    // A key no column has, named twice, or repeating among the changed rows.
+    let err = lh
+        .run(&["diff", "main", "dev", "--table", "d.t", "--key", "nope"])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("key column 'nope'"), "{err}");
+    assert!(err.contains("id, part, amount, label"), "{err}");
+    let err = lh
+        .run(&["diff", "main", "dev", "--table", "d.t", "--key", "id,ID"])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("named twice"), "{err}");
+    let err = lh
+        .run(&["diff", "main", "dev", "--table", "d.t", "--key", "part"])
+        .fails(5)
+        .to_string();
+    assert!(
+        err.contains("not unique among the rows that differ"),
+        "{err}"
+    );
+    // Names: no such table, a malformed one, a hostile one; no such ref.
+    lh.run(&["diff", "main", "dev", "--table", "d.nope"])
+        .fails(3);
+    lh.run(&["diff", "main", "dev", "--table", "../etc"])
+        .fails(5);
+    lh.run(&["diff", "main", "dev", "--table", "d.t'; DROP TABLE x; --"])
+        .fails(5);
+    lh.run(&["diff", "main", "nope", "--table", "d.t"]).fails(3);
+    // A key whose name is SQL is a name, never SQL.
+    let err = lh
+        .run(&[
+            "diff",
+            "main",
+            "dev",
+            "--table",
+            "d.t",
+            "--key",
+            "id) OR (1=1",
+        ])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("is not a column"), "{err}");
+    // The API's own checks.
+    let url = format!(
+        "{}/api/v1/diff/rows?from=main&to=dev&table=d.t&limit=lots",
+        server.url
+    );
+    let resp = ureq::get(&url)
+        .header("Authorization", &format!("Bearer {}", server.token()))
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .call()
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    // A reader of another namespace learns nothing of this table's rows, its log or
+    // its changes.
+    lh.run(&["role", "set", "others", "--grant", "read on * in e"])
+        .ok();
+    let mallory = lh.with_token(&server.token_for("mallory", "others"));
+    mallory
+        .run(&["diff", "main", "dev", "--table", "d.t", "--key", "id"])
+        .fails(9);
+    mallory.run(&["log", "dev", "--table", "d.t"]).fails(9);
+    let d = json(&mallory.run(&["diff", "main", "dev", "-o", "json"]));
+    assert_eq!(d["tables"], serde_json::json!([]), "{d}");
+}
+
+#[test]
+fn bisect_finds_a_planted_bad_commit_among_1000() {
+    let server = Server::start();
+    let lh = server.lh();
+    let ok = lh.file("ok.csv", "id,amount\n1,10.0\n");
+    let bad = lh.file("bad.csv", "id,amount\n2,-5.0\n");
+    let noise = lh.file("noise.csv", "k\n1\n");
+    lh.run(&["table", "import", "h.t", ok.to_str().unwrap()])
+        .ok();
+    lh.run(&["tag", "create", "good"]).ok();
+    let planted = 637;
+    let mut planted_commit = String::new();
+    for i in 1..=1000 {
+        let file = if i == planted { &bad } else { &ok };
+        lh.run(&[
+            "table",
+            "import",
+            "h.t",
+            file.to_str().unwrap(),
+            "--mode",
+            "append",
+        ])
+        .ok();
+        if i == planted {
+            planted_commit = lh.head("main");
+        }
+        // Commits to another table: not candidates.
+        if i % 100 == 0 {
+            let mode = if i == 100 { "create" } else { "append" };
+            lh.run(&[
+                "table",
+                "import",
+                "h.noise",
+                noise.to_str().unwrap(),
+                "--mode",
+                mode,
+            ])
+            .ok();
+        }
+    }
+    let log = json(&lh.run(&["log", "--table", "h.t", "-n", "1000", "-o", "json"]));
+    assert_eq!(
+        log.as_array().unwrap().len(),
+        1000,
+        "one commit per append, the import before it is past the page"
+    );
+
+    let check = "SELECT count(*) = 0 FROM h.t WHERE amount < 0";
+    let out = json(&lh.run(&[
+        "bisect", "h.t", "--good", "good", "--bad", "main", "--check", check, "-o", "json",
+    ]));
+    assert_eq!(out["first_bad"]["id"], planted_commit.as_str(), "{out}");
+    assert_eq!(out["candidates"], 1000);
+    let checks = out["checks"].as_array().unwrap().len();
+    assert!(checks <= 11, "{checks} queries for 1000 commits: {out}");
+    assert_eq!(out["rows"]["added"], 1);
+    // The table view names the commit and the way to its rows.
+    let text = lh.run(&["bisect", "h.t", "--good", "good", "--check", check]);
+    assert!(
+        text.ok()
+            .contains(&format!("first bad commit: {planted_commit}")),
+        "{}",
+        text.both()
+    );
+    assert!(text.both().contains("lh diff @"), "{}", text.both());
+
+    // Wrong sides, a check of the wrong shape, a check that fails to run.
+    let err = lh
+        .run(&[
+            "bisect", "h.t", "--good", "main", "--bad", "good", "--check", check,
+        ])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("not in the first-parent history"), "{err}");
+    let all_good = "SELECT true";
+    let err = lh
+        .run(&["bisect", "h.t", "--good", "good", "--check", all_good])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("passes at --bad"), "{err}");
+    let shape = "SELECT 1, 2";
+    let err = lh
+        .run(&["bisect", "h.t", "--good", "good", "--check", shape])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("one row with one boolean column"), "{err}");
+    let err = lh
+        .run(&[
+            "bisect",
+            "h.t",
+            "--good",
+            "good",
+            "--check",
+            "SELECT nope FROM h.t",
+        ])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("the check failed at commit"), "{err}");
+    let err = lh
+        .run(&[
+            "bisect",
+            "h.t",
+            "--good",
+            "good",
+            "--check",
+            "DELETE FROM h.t",
+        ])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("the check failed at commit"), "{err}");
+    assert_eq!(
+        lh.rows("SELECT count(*) AS n FROM h.t", "main")[0]["n"],
+        1001
+    );
+}

@@ -785,6 +785,33 @@ pub struct RunRequest {
     /// (`eu,us`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitions: Option<String>,
+    /// A plan (`POST /api/v1/runs/plan`) also says, for each node, whether it would
+    /// run or reuse an earlier output and why, and for each SQL model whose query
+    /// changed since the project's last run, what kind of change it is (`lh run --plan`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub changes: bool,
+}
+
+/// What a run would do with a node, and what changed in it (`lh run --plan`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PlannedChange {
+    /// `run`, `reuse`, or `reuse?` (a Python model whose key matches but whose
+    /// environment's lock is known only once it is resolved).
+    pub action: String,
+    /// Why: what differs from the key of the table's newest memoized output.
+    pub reasons: Vec<String>,
+    /// A SQL model whose query changed since the project's last run: `breaking` (a
+    /// column removed or retyped that a downstream node reads), `non-breaking`, or
+    /// `metadata-only` (the same parsed query: comments, layout); `unknown` when its
+    /// output's columns cannot be had (the reason in `details`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    /// What the category rests on: columns added, removed, retyped, and who reads them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<String>,
+    /// The run whose code the query was compared with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compared_with: Option<String>,
 }
 
 /// Replay a run (`lh rerun`).
@@ -1027,6 +1054,9 @@ pub struct PlannedNode {
     pub python: Option<String>,
     #[serde(default)]
     pub packages: BTreeMap<String, String>,
+    /// Asked for with `changes`: what a run would do with it, and what changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<PlannedChange>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -307,6 +307,13 @@ pub struct RunArgs {
     /// Plan the run and print the DAG, without running anything
     #[arg(long)]
     pub dry_run: bool,
+    /// Plan the run and say what it would change, without running anything: for each
+    /// node whether it would run or reuse an earlier output and why, and for each SQL
+    /// model whose query changed since the project's last run, whether the change is
+    /// breaking (a column downstream reads removed or retyped), non-breaking or
+    /// metadata-only
+    #[arg(long, conflicts_with = "dry_run")]
+    pub plan: bool,
     /// Run one partition of a partitioned project (2026-11-03, 2026-11-03T05, eu)
     #[arg(long, value_name = "P", conflicts_with = "partitions")]
     pub partition: Option<String>,

@@ -94,7 +94,7 @@ fn row_diffs_match_duckdbs_except_of_both_versions() {
     let b = server.dir.path().join("b.parquet");
     lh.run(&[
         "query",
-        "SELECT id, part, amount AS total, label FROM d.t",
+        "SELECT id, part, amount AS total, label, CAST(NULL AS VARCHAR) AS note FROM d.t",
         "--ref",
         "before",
         "--out",
@@ -103,7 +103,7 @@ fn row_diffs_match_duckdbs_except_of_both_versions() {
     .ok();
     lh.run(&[
         "query",
-        "SELECT id, part, total, label FROM d.t",
+        "SELECT id, part, total, label, note FROM d.t",
         "--ref",
         "dev",
         "--out",
@@ -138,8 +138,8 @@ fn row_diffs_match_duckdbs_except_of_both_versions() {
             .collect();
         assert_eq!(
             columns,
-            ["id", "part", "total", "label"],
-            "compared by field id"
+            ["id", "part", "total", "label", "note"],
+            "the newer schema, by field id"
         );
         let rows = d["rows"].as_array().unwrap();
         assert_eq!(rows.len() as u64, added + removed + changed);
@@ -186,6 +186,21 @@ fn row_diffs_match_duckdbs_except_of_both_versions() {
         full["scan"]
     );
 
+    // The other way round: the same rows, added and removed swapped (read through the
+    // newer schema whichever side it is on).
+    let d = json(&lh.run(&[
+        "diff", "dev", "before", "--table", "d.t", "--key", "id", "-o", "json",
+    ]));
+    assert_eq!(
+        (
+            &d["counts"]["added"],
+            &d["counts"]["removed"],
+            &d["counts"]["changed"]
+        ),
+        (&removed.into(), &added.into(), &changed.into()),
+        "{d}"
+    );
+
     // Without a key: rows are added or removed, a changed row both; as DuckDB says.
     let d = json(&lh.run(&["diff", "before", "dev", "--table", "d.t", "-o", "json"]));
     assert_eq!(d["counts"]["added"], added + changed);
@@ -205,10 +220,10 @@ fn row_diffs_match_duckdbs_except_of_both_versions() {
         "diff", "before", "dev", "--table", "d.t", "--key", "id", "-o", "csv",
     ]);
     let lines: Vec<&str> = csv.ok().lines().collect();
-    assert_eq!(lines[0], "change,id,part,total,label");
+    assert_eq!(lines[0], "change,id,part,total,label,note");
     assert_eq!(lines.len(), 1 + 3 + 5 + 2 * 2, "{}", csv.ok());
     assert!(
-        lines.contains(&"changed-from,20,0,20.0,l20"),
+        lines.contains(&"changed-from,20,0,20.0,l20,"),
         "{}",
         csv.ok()
     );
@@ -309,6 +324,45 @@ fn row_diffs_refuse_bad_keys_and_names() {
         .fails(5)
         .to_string();
     assert!(err.contains("is not a column"), "{err}");
+    // A table dropped and made again is another table (another uuid): its columns
+    // match by name; with none in common, there is nothing to compare.
+    lh.run(&["branch", "create", "again"]).ok();
+    lh.run(&["table", "rm", "d.t", "--ref", "again"]).ok();
+    let same = lh.file("same.csv", "id,part,amount,label\n1,1,1.0,l1\n");
+    lh.run(&[
+        "table",
+        "import",
+        "d.t",
+        same.to_str().unwrap(),
+        "--ref",
+        "again",
+    ])
+    .ok();
+    let d = json(&lh.run(&[
+        "diff", "main", "again", "--table", "d.t", "--key", "id", "-o", "json",
+    ]));
+    assert_eq!(d["counts"]["changed"], 0, "id 1 is the same row: {d}");
+    assert_eq!(d["counts"]["removed"], 99, "{d}");
+    assert!(
+        d["scan"]["full_because"].as_str().unwrap().contains("uuid"),
+        "{d}"
+    );
+    lh.run(&["table", "rm", "d.t", "--ref", "again"]).ok();
+    let other = lh.file("other.csv", "k,v\n1,a\n");
+    lh.run(&[
+        "table",
+        "import",
+        "d.t",
+        other.to_str().unwrap(),
+        "--ref",
+        "again",
+    ])
+    .ok();
+    let err = lh
+        .run(&["diff", "main", "again", "--table", "d.t"])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("no column in common"), "{err}");
     // The API's own checks.
     let url = format!(
         "{}/api/v1/diff/rows?from=main&to=dev&table=d.t&limit=lots",
@@ -401,14 +455,33 @@ fn bisect_finds_a_planted_bad_commit_among_1000() {
     );
     assert!(text.both().contains("lh diff @"), "{}", text.both());
 
+    // A reader of main alone bisects main: every commit is named on main.
+    lh.run(&["role", "set", "main-reader", "--grant", "read on main"])
+        .ok();
+    let reader = lh.with_token(&server.token_for("rita", "main-reader"));
+    let good_id = lh.head("good");
+    let out = json(&reader.run(&[
+        "bisect",
+        "h.t",
+        "--good",
+        &format!("main@{good_id}"),
+        "--bad",
+        "main",
+        "--check",
+        check,
+        "-o",
+        "json",
+    ]));
+    assert_eq!(out["first_bad"]["id"], planted_commit.as_str(), "{out}");
+
     // Wrong sides, a check of the wrong shape, a check that fails to run.
     let err = lh
         .run(&[
             "bisect", "h.t", "--good", "main", "--bad", "good", "--check", check,
         ])
-        .fails(5)
+        .fails(3)
         .to_string();
-    assert!(err.contains("not in the first-parent history"), "{err}");
+    assert!(err.contains("is not on the history of 'good'"), "{err}");
     let all_good = "SELECT true";
     let err = lh
         .run(&["bisect", "h.t", "--good", "good", "--check", all_good])
@@ -449,4 +522,159 @@ fn bisect_finds_a_planted_bad_commit_among_1000() {
         lh.rows("SELECT count(*) AS n FROM h.t", "main")[0]["n"],
         1001
     );
+}
+
+/// The plan's entry for the node named `name` (a model's table).
+fn planned<'a>(plan: &'a Value, name: &str) -> &'a Value {
+    plan["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == name)
+        .unwrap_or_else(|| panic!("no node {name} in {plan}"))
+}
+
+#[test]
+fn plans_say_what_a_run_would_change() {
+    let server = Server::start();
+    let lh = server.lh();
+    let raw = lh.file(
+        "orders.csv",
+        "id,amount,status\n1,10.0,placed\n2,20.0,shipped\n3,-5.0,returned\n",
+    );
+    lh.run(&["table", "import", "raw.orders", raw.to_str().unwrap()])
+        .ok();
+    let base = "select id, amount, status from raw.orders\n";
+    let project = |name: &str, base: &str| {
+        crate::runs::project(
+            &lh,
+            name,
+            &[
+                ("lh_project.yml", "name: planned\nnamespace: p\n"),
+                ("base.sql", base),
+                (
+                    "totals.sql",
+                    "select status, sum(amount) as total from p.base group by status\n",
+                ),
+                ("counts.sql", "select count(*) as n from p.base\n"),
+            ],
+        )
+    };
+    let v1 = project("v1", base);
+    // Before any run: every model runs, nothing to compare with.
+    let plan = json(&lh.run(&["run", v1.to_str().unwrap(), "--plan", "-o", "json"]));
+    let b = &planned(&plan, "p.base")["change"];
+    assert_eq!(b["action"], "run", "{plan}");
+    assert!(
+        b["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("no earlier output"),
+        "{b}"
+    );
+    assert!(b.get("category").is_none(), "{b}");
+    lh.run(&["run", v1.to_str().unwrap()]).ok();
+
+    // Nothing changed: every model would be reused; expectations would run.
+    let plan = json(&lh.run(&["run", v1.to_str().unwrap(), "--plan", "-o", "json"]));
+    for n in ["p.base", "p.totals", "p.counts"] {
+        assert_eq!(planned(&plan, n)["change"]["action"], "reuse", "{plan}");
+    }
+    // And a run agrees: all three reused.
+    let run = json(&lh.run(&["run", v1.to_str().unwrap(), "-o", "json"]));
+    let cached = run["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["cached"] == true)
+        .count();
+    assert_eq!(cached, 3, "{run}");
+
+    // Edits of base.sql, each with the category it must get.
+    let cases = [
+        (
+            "-- the orders, as they come\nselect id,\n       amount,\n       status\nfrom raw.orders;\n",
+            "metadata-only",
+            "comments and layout",
+        ),
+        (
+            "select id, amount, status, amount * 2 as doubled from raw.orders\n",
+            "non-breaking",
+            "adds column doubled",
+        ),
+        (
+            "select id, amount from raw.orders\n",
+            "breaking",
+            "removes column status, read by p.totals",
+        ),
+        (
+            "select amount, status from raw.orders\n",
+            "non-breaking",
+            "removes column id: nothing downstream reads it",
+        ),
+        (
+            "select id, cast(amount as varchar) as amount, status from raw.orders\n",
+            "breaking",
+            "retypes column amount",
+        ),
+        (
+            "select id, amount, status from raw.orders where amount > 0\n",
+            "non-breaking",
+            "the same columns",
+        ),
+    ];
+    for (i, (sql, category, detail)) in cases.iter().enumerate() {
+        let dir = project(&format!("edit{i}"), sql);
+        let out = lh.run(&["run", dir.to_str().unwrap(), "--plan", "-o", "json"]);
+        let plan = json(&out);
+        let b = &planned(&plan, "p.base")["change"];
+        assert_eq!(b["category"], *category, "edit {i}: {b}");
+        let details = b["details"].to_string();
+        assert!(details.contains(detail), "edit {i}: {details}");
+        assert_eq!(b["action"], "run", "edit {i}: {b}");
+        assert!(
+            b["reasons"][0]
+                .as_str()
+                .unwrap()
+                .starts_with("code changed"),
+            "{b}"
+        );
+        // Downstream models run because base does.
+        let t = &planned(&plan, "p.totals")["change"];
+        assert_eq!(t["action"], "run", "{t}");
+        assert!(
+            t["reasons"]
+                .to_string()
+                .contains("input p.base is made again"),
+            "{t}"
+        );
+        assert!(t.get("category").is_none(), "totals did not change: {t}");
+    }
+    // The plan as text.
+    let dir = project("edit-text", "select id, amount from raw.orders\n");
+    let text = lh.run(&["run", dir.to_str().unwrap(), "--plan"]);
+    assert!(text.ok().contains("change breaking"), "{}", text.ok());
+
+    // New input data: base runs, because its input moved.
+    let more = lh.file("more.csv", "id,amount,status\n4,7.0,placed\n");
+    lh.run(&[
+        "table",
+        "import",
+        "raw.orders",
+        more.to_str().unwrap(),
+        "--mode",
+        "append",
+    ])
+    .ok();
+    let plan = json(&lh.run(&["run", v1.to_str().unwrap(), "--plan", "-o", "json"]));
+    let b = &planned(&plan, "p.base")["change"];
+    assert_eq!(b["action"], "run", "{b}");
+    assert!(
+        b["reasons"].to_string().contains("input raw.orders moved"),
+        "{b}"
+    );
+    // A plan writes nothing.
+    let before = lh.head("main");
+    lh.run(&["run", dir.to_str().unwrap(), "--plan"]).ok();
+    assert_eq!(lh.head("main"), before);
 }

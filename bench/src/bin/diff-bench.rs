@@ -103,7 +103,7 @@ fn diff(lh: &Path, server: &Server, data: &Path, scale: &str, rounds: usize) -> 
         "COPY (
            WITH m AS (FROM read_parquet('{src}')
                       WHERE l_shipdate >= DATE '1995-06-01' AND l_shipdate < DATE '1995-07-01')
-           SELECT * REPLACE (CASE WHEN l_orderkey % 10 = 0 THEN l_quantity + 1
+           SELECT * REPLACE (CASE WHEN l_orderkey % 10 = 0 THEN CAST(l_quantity + 1 AS DECIMAL(15, 2))
                              ELSE l_quantity END AS l_quantity)
            FROM m WHERE l_linenumber <> 7
            UNION ALL
@@ -142,12 +142,17 @@ fn diff(lh: &Path, server: &Server, data: &Path, scale: &str, rounds: usize) -> 
         .into_iter()
         .filter(|f| !before_change.contains(f))
         .collect();
-    // The month's file(s) of version A: those with the month in their partition path.
-    let replaced: Vec<PathBuf> = version_a
-        .iter()
-        .filter(|f| f.to_string_lossy().contains("1995-06"))
-        .cloned()
-        .collect();
+    // The month's file(s) of version A: those holding its rows.
+    let replaced: Vec<PathBuf> = {
+        let mut stmt = duck.prepare(&format!(
+            "SELECT DISTINCT filename FROM read_parquet([{}], filename = true)
+             WHERE l_shipdate >= DATE '1995-06-01' AND l_shipdate < DATE '1995-07-01'",
+            list(&version_a)
+        ))?;
+        stmt.query_map([], |r| r.get::<_, String>(0))?
+            .map(|r| r.map(PathBuf::from))
+            .collect::<std::result::Result<_, _>>()?
+    };
     if replaced.is_empty() || added.is_empty() {
         bail!("cannot tell the month's files apart: replaced {replaced:?}, added {added:?}");
     }

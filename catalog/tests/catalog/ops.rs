@@ -772,7 +772,10 @@ async fn log_pages_and_property_filters(db: &TestDb) {
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-    assert!(e.to_string().contains("not in the first-parent history"), "{e}");
+    assert!(
+        e.to_string().contains("not in the first-parent history"),
+        "{e}"
+    );
     let e = cat.log("main", &of("t..bad", None)).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidName);
 

@@ -6,7 +6,11 @@
 //! runs the check at one candidate per step, as a read-only query at that commit;
 //! nothing is written. `--good` and `--bad` are taken at their word and checked only
 //! when the search ends next to one of them, so n candidates cost at most
-//! ceil(log2(n)) + 1 queries.
+//! ceil(log2(n)) + 1 queries (2 for a single candidate). Commits are named on `--bad`'s
+//! ref (`main@<hash>`) when it is a ref, so that a user who may read that ref only can
+//! bisect it. Only the named table's changes are searched: a check that reads other
+//! tables should read them as they are at each commit, and a change of theirs alone is
+//! not a candidate.
 
 use arrow::array::Array;
 use lh_api::{CommitInfo, QueryRequest};
@@ -61,7 +65,14 @@ pub async fn bisect(client: &Client, settings: &Settings, args: BisectArgs) -> C
     // The commits that changed the table, oldest first.
     let mut candidates: Vec<CommitInfo> = Vec::new();
     let mut token: Option<String> = None;
-    let (bad_at, good_at) = (format!("@{}", bad.id), format!("@{}", good.id));
+    // A commit as the checks name it: on --bad's ref when that is a ref.
+    let plain_ref =
+        !bad_ref.is_empty() && !bad_ref.starts_with('@') && !bad_ref.contains(['@', '~', '^']);
+    let on_ref = |id: &str| match plain_ref {
+        true => format!("{bad_ref}@{id}"),
+        false => format!("@{id}"),
+    };
+    let (bad_at, good_at) = (on_ref(&bad.id), on_ref(&good.id));
     loop {
         let page = client
             .log_filtered(
@@ -79,6 +90,13 @@ pub async fn bisect(client: &Client, settings: &Settings, args: BisectArgs) -> C
         }
     }
     candidates.reverse();
+    // An older server that ignores the filters would hand over every commit.
+    if candidates.iter().any(|c| c.id == good.id) {
+        return Err(CliError::invalid(
+            "the server's log does not filter by table: it is older than this lh",
+            Some("upgrade the server"),
+        ));
+    }
     if candidates.is_empty() {
         return Err(CliError::invalid(
             format!(
@@ -101,7 +119,7 @@ pub async fn bisect(client: &Client, settings: &Settings, args: BisectArgs) -> C
 
     let mut checks: Vec<Check> = Vec::new();
     let mut run_check = async |commit: &str, label: &str| -> CliResult<bool> {
-        let good = check(client, &args.check, commit).await?;
+        let good = check(client, &args.check, commit, &on_ref(commit)).await?;
         if !quiet {
             eprintln!(
                 "  {} {label}: {}",
@@ -163,33 +181,25 @@ pub async fn bisect(client: &Client, settings: &Settings, args: BisectArgs) -> C
         candidates[hi as usize - 1].id.clone()
     };
 
-    // Who wrote it: a run's merge names its run; the node is on the run's branch.
+    // Who wrote it: a run's merge names its run, and the run the node whose output is
+    // the table (a model is named by its table; a partitioned one's instances by it
+    // and their partition).
     let run = first_bad.properties.get("lh.run").cloned();
     let mut node = first_bad.properties.get("lh.node").cloned();
     if node.is_none()
-        && run.is_some()
-        && let [first, second] = first_bad.parents.as_slice()
+        && let Some(r) = &run
+        && let Ok(info) = client.run(r).await
     {
-        let page = client
-            .log_filtered(
-                &format!("@{second}"),
-                1,
-                Some(&table),
-                Some(&format!("@{first}")),
-                None,
-            )
-            .await;
-        if let Ok(page) = page {
-            node = page
-                .commits
-                .first()
-                .and_then(|c| c.properties.get("lh.node").cloned());
-        }
+        node = info
+            .nodes
+            .iter()
+            .find(|n| n.name == table || n.name.starts_with(&format!("{table}[")))
+            .map(|n| n.name.clone());
     }
     let rows = client
         .diff_rows(
-            &format!("@{last_good}"),
-            &format!("@{}", first_bad.id),
+            &on_ref(&last_good),
+            &on_ref(&first_bad.id),
             &table,
             None,
             0,
@@ -251,10 +261,10 @@ pub async fn bisect(client: &Client, settings: &Settings, args: BisectArgs) -> C
 }
 
 /// Runs the check at a commit: one row, one boolean column.
-async fn check(client: &Client, sql: &str, commit: &str) -> CliResult<bool> {
+async fn check(client: &Client, sql: &str, commit: &str, at: &str) -> CliResult<bool> {
     let req = QueryRequest {
         sql: sql.to_string(),
-        reference: Some(format!("@{commit}")),
+        reference: Some(at.to_string()),
         timeout_ms: None,
         max_rows: Some(2),
     };

@@ -288,7 +288,12 @@ async fn diff_rows(
     if settings.output == OutputFormat::Json {
         return output::item(settings.output, &d, &[]);
     }
-    let cell = |v: &Option<String>| v.clone().unwrap_or_else(|| "NULL".to_string());
+    // NULL shows as NULL in a table, as an empty field in CSV.
+    let null = match settings.output {
+        OutputFormat::Csv => "",
+        _ => "NULL",
+    };
+    let cell = |v: &Option<String>| v.clone().unwrap_or_else(|| null.to_string());
     let mut headers: Vec<&str> = vec!["change"];
     headers.extend(d.columns.iter().map(|c| c.name.as_str()));
     let mut rows: Vec<Vec<String>> = Vec::new();

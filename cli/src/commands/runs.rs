@@ -109,8 +109,9 @@ pub async fn run(client: &Client, settings: &Settings, args: RunArgs) -> CliResu
         no_cache: args.no_cache,
         strict: args.strict,
         partitions: args.partition.or(args.partitions),
+        changes: args.plan,
     };
-    if args.dry_run {
+    if args.dry_run || args.plan {
         let plan = client.plan_run(&req).await?;
         return print_plan(settings, &plan);
     }
@@ -254,6 +255,17 @@ fn print_plan(settings: &Settings, plan: &PlanResponse) -> CliResult<()> {
         }
         if let Some(o) = &n.output {
             writeln!(out, "      out  {o}")?;
+        }
+        if let Some(c) = &n.change {
+            writeln!(out, "      will {}: {}", c.action, c.reasons.join("; "))?;
+            if let Some(cat) = &c.category {
+                let since = c
+                    .compared_with
+                    .as_deref()
+                    .map(|r| format!(" (against run {})", &r[..r.len().min(12)]))
+                    .unwrap_or_default();
+                writeln!(out, "      change {cat}{since}: {}", c.details.join("; "))?;
+            }
         }
     }
     out.flush()?;

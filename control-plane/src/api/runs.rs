@@ -59,6 +59,7 @@ async fn plan_run(
                 &req.reference,
                 &req.params,
                 req.partitions.as_deref(),
+                req.changes,
             )
             .await?,
     ))

@@ -6,16 +6,22 @@
 //! holds the same rows on both sides, so the rows that differ are in the files only one
 //! side has: as multisets, A = S + A' and B = S + B', so B - A = B' - A' and A - B =
 //! A' - B'. Only those files are read, and DuckDB compares them with `EXCEPT ALL`; the
-//! cost grows with the change, not the table. When the two snapshots' delete files
-//! differ (a merge-on-read delete touches rows of shared files), every file is read.
+//! cost grows with the change, not the table. A file is shared when each side lists it
+//! exactly once. When the two snapshots' delete files differ (a merge-on-read delete
+//! touches rows of shared files), every file is read.
 //!
-//! Columns are matched by Iceberg field id: the compared columns are those both versions
-//! have, under the newer version's names, the older values cast to a promoted type. With
-//! a key, an added and a removed row with the same key are one changed row, with the
-//! columns whose values differ.
+//! Both versions are read through one schema, the newer one's (the higher schema id),
+//! columns matched by field id as every view does: a shared file reads the same on both
+//! sides, a renamed column is one column, a promoted one is read in its wider type, and
+//! a column added since reads NULL where the older files lack it (so a backfill shows).
+//! Two tables of one name but different uuids (dropped and made again) share no field
+//! ids: their columns are matched by name, each read through its own schema. With a
+//! key, an added and a removed row with the same key (NULL matching NULL) are one
+//! changed row, with the columns whose values differ.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
@@ -25,11 +31,12 @@ use lh_api::{Change, DiffScan, QueryColumn, RowChange, RowCounts, SchemaChange, 
 use lh_catalog::Commit;
 
 use super::commits::{CommitCatalog, Session, View};
-use super::view::view_sql;
-use super::{QueryEngine, blocking, interruptible, sql_error};
+use super::view::view_sql_as;
+use super::{QueryEngine, blocking, sql_error};
 use crate::duck::quote_ident;
-use crate::error::{Code, Error, Result};
+use crate::error::{Code, Error, Kind, Result};
 use crate::tables::LoadedTable;
+use crate::tables::files::LiveFiles;
 use crate::tables::types::duckdb_type;
 use crate::warehouse::cache::Pins;
 
@@ -47,6 +54,7 @@ pub struct RowDiffRequest<'a> {
     pub limit: u64,
     /// Compare every row, skipping no shared file (to check the skipping).
     pub full: bool,
+    /// The whole diff's: reading the files, comparing, formatting.
     pub timeout: Duration,
 }
 
@@ -62,21 +70,59 @@ pub struct RowDiff {
     pub elapsed_ms: u64,
 }
 
-/// A compared column: its name on each side, and the type both are read as.
+/// A compared column: its name in each side's view, and the name it is shown by.
 struct Column {
-    from: Option<String>,
-    to: Option<String>,
+    from: String,
+    to: String,
     name: String,
     ty: String,
-    /// The older version's type, when it differs (a promotion): its values are cast.
-    from_ty: Option<String>,
+    /// Two tables of one name (another uuid): the older side's values cast to the
+    /// newer's type, when they differ.
+    cast: bool,
 }
 
 impl QueryEngine {
     /// The rows `req.table` adds, removes and changes from `req.from` to `req.to` (a
-    /// table missing on one side is empty there).
+    /// table missing on one side is empty there). Under one query slot and, all of
+    /// it (reading files included), the request's timeout.
     pub async fn row_diff(&self, req: RowDiffRequest<'_>) -> Result<RowDiff> {
         let started = Instant::now();
+        let permit = self.slot().await?;
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let timeout = req.timeout;
+        let table = req.table.to_string();
+        let out = tokio::time::timeout(
+            timeout,
+            self.row_diff_within(req, permit, cancelled.clone(), started),
+        )
+        .await;
+        match out {
+            Ok(r) => r,
+            Err(_) => {
+                // The comparison's statements check this before each runs; the one
+                // running is interrupted by `Interrupt` below (dropped with the future).
+                cancelled.store(true, Ordering::SeqCst);
+                Err(Error::new(
+                    Kind::Timeout,
+                    Code::Timeout,
+                    format!(
+                        "the row diff of '{table}' ran past the query timeout of {} ms and \
+                         was stopped",
+                        timeout.as_millis()
+                    ),
+                )
+                .with_hint("name a narrower pair of refs, or raise the server's query timeout"))
+            }
+        }
+    }
+
+    async fn row_diff_within(
+        &self,
+        req: RowDiffRequest<'_>,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        cancelled: Arc<AtomicBool>,
+        started: Instant,
+    ) -> Result<RowDiff> {
         let a = self.tables.load(req.from, req.table).await?;
         let b = self.tables.load(req.to, req.table).await?;
         if a.is_none() && b.is_none() {
@@ -85,51 +131,87 @@ impl QueryEngine {
                 format!("table '{}' is on neither side", req.table),
             ));
         }
-        let columns = compared_columns(a.as_ref(), b.as_ref());
+        let same_table = match (&a, &b) {
+            (Some(a), Some(b)) => a.pointer.table_uuid == b.pointer.table_uuid,
+            _ => true,
+        };
         let schema_changes = match (&a, &b) {
-            (Some(a), Some(b)) => {
+            (Some(a), Some(b)) if same_table => {
                 schema_changes(a.metadata.current_schema(), b.metadata.current_schema())
             }
             _ => Vec::new(),
         };
+        // The schema both sides are read through (see the module's doc).
+        let newer = match (&a, &b) {
+            (Some(a), Some(b)) if same_table => {
+                let (sa, sb) = (a.metadata.current_schema(), b.metadata.current_schema());
+                Some(if sa.schema_id() > sb.schema_id() {
+                    sa.clone()
+                } else {
+                    sb.clone()
+                })
+            }
+            _ => None,
+        };
+        let columns = compared_columns(a.as_ref(), b.as_ref(), newer.as_deref());
+        if columns.is_empty() {
+            return Err(Error::bad_request(
+                Code::BadSchema,
+                format!(
+                    "the two versions of '{}' have no column in common",
+                    req.table
+                ),
+            ));
+        }
         let key = key_columns(&columns, req.key, req.table)?;
 
         // The data files each side reads, and those both share.
-        let files_a = match &a {
-            Some(t) => Some(self.tables.live_files(t).await?),
-            None => None,
+        let live = async |t: &Option<LoadedTable>| -> Result<Option<Arc<LiveFiles>>> {
+            match t {
+                Some(t) => Ok(Some(self.tables.live_files(t).await?)),
+                None => Ok(None),
+            }
         };
-        let files_b = match &b {
-            Some(t) => Some(self.tables.live_files(t).await?),
-            None => None,
+        let (files_a, files_b) = (live(&a).await?, live(&b).await?);
+        let counts = |f: &Option<Arc<LiveFiles>>| -> HashMap<String, usize> {
+            let mut m = HashMap::new();
+            for d in f.iter().flat_map(|f| f.data.iter()) {
+                *m.entry(d.url.clone()).or_insert(0) += 1;
+            }
+            m
         };
-        let urls = |f: &Option<Arc<crate::tables::files::LiveFiles>>| -> HashSet<String> {
-            f.as_ref()
-                .map(|f| f.data.iter().map(|d| d.url.clone()).collect())
-                .unwrap_or_default()
-        };
-        let deletes = |f: &Option<Arc<crate::tables::files::LiveFiles>>| -> HashSet<String> {
-            f.as_ref()
-                .map(|f| {
+        let deletes = |f: &Option<Arc<LiveFiles>>| -> Vec<String> {
+            let mut v: Vec<String> = f
+                .iter()
+                .flat_map(|f| {
                     f.position_deletes
                         .iter()
                         .map(|(u, _)| u.clone())
                         .chain(f.equality_deletes.iter().map(|d| d.url.clone()))
-                        .collect()
                 })
-                .unwrap_or_default()
+                .collect();
+            v.sort();
+            v
         };
-        let (urls_a, urls_b) = (urls(&files_a), urls(&files_b));
+        let (in_a, in_b) = (counts(&files_a), counts(&files_b));
         let full_because = if req.full {
             Some("asked for a full comparison".to_string())
+        } else if !same_table {
+            Some("the two are different tables of one name (another uuid)".into())
         } else if deletes(&files_a) != deletes(&files_b) {
             Some("the versions' delete files differ: rows of shared files may differ".into())
         } else {
             None
         };
-        let shared: HashSet<String> = match full_because {
-            Some(_) => HashSet::new(),
-            None => urls_a.intersection(&urls_b).cloned().collect(),
+        // Listed once on each side: the same rows on both (a file listed twice on a
+        // side, as a faulty writer may, is read).
+        let shared: std::collections::HashSet<String> = match full_because {
+            Some(_) => Default::default(),
+            None => in_a
+                .iter()
+                .filter(|(u, n)| **n == 1 && in_b.get(*u) == Some(&1))
+                .map(|(u, _)| u.clone())
+                .collect(),
         };
         let mut pins = Pins::none();
         let mut views = Vec::new();
@@ -140,13 +222,12 @@ impl QueryEngine {
                 .enumerate()
                 .map(|(i, c)| {
                     let (name, cast) = match side {
-                        "__lh_from" => (&c.from, c.from_ty.is_some()),
+                        "__lh_from" => (&c.from, c.cast),
                         _ => (&c.to, false),
                     };
-                    match name {
-                        Some(n) if cast => format!("CAST({} AS {}) AS c{i}", quote_ident(n), c.ty),
-                        Some(n) => format!("{} AS c{i}", quote_ident(n)),
-                        None => format!("CAST(NULL AS {}) AS c{i}", c.ty),
+                    match cast {
+                        true => format!("CAST({} AS {}) AS c{i}", quote_ident(name), c.ty),
+                        false => format!("{} AS c{i}", quote_ident(name)),
                     }
                 })
                 .collect();
@@ -158,17 +239,25 @@ impl QueryEngine {
                         .await?;
                     files_read += files.groups.iter().map(|g| g.1.len() as u64).sum::<u64>();
                     let parts = [side.to_string(), "t".to_string()];
+                    let schema = newer.as_deref().unwrap_or(t.metadata.current_schema());
                     format!(
                         "{}CREATE VIEW {side}.v AS SELECT {} FROM {side}.t;\n",
-                        view_sql(&parts, t, &files),
+                        view_sql_as(&parts, schema, &files),
                         select.join(", ")
                     )
                 }
-                None => format!(
-                    "CREATE SCHEMA IF NOT EXISTS {side};\n\
-                     CREATE VIEW {side}.v AS SELECT {} WHERE false;\n",
-                    select.join(", ")
-                ),
+                None => {
+                    let nulls: Vec<String> = columns
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| format!("CAST(NULL AS {}) AS c{i}", c.ty))
+                        .collect();
+                    format!(
+                        "CREATE SCHEMA IF NOT EXISTS {side};\n\
+                         CREATE VIEW {side}.v AS SELECT {} WHERE false;\n",
+                        nulls.join(", ")
+                    )
+                }
             };
             views.push(View {
                 name: format!("{side}.v"),
@@ -176,14 +265,13 @@ impl QueryEngine {
             });
         }
         let scan = DiffScan {
-            files_from: urls_a.len() as u64,
-            files_to: urls_b.len() as u64,
+            files_from: in_a.values().sum::<usize>() as u64,
+            files_to: in_b.values().sum::<usize>() as u64,
             files_shared: shared.len() as u64,
             files_read,
             full_because,
         };
 
-        let _permit = self.slot().await?;
         let catalog = Arc::new(CommitCatalog::attach(&self.database)?);
         let database = self.database.clone();
         let session = blocking(move || {
@@ -192,21 +280,25 @@ impl QueryEngine {
             Ok(session)
         })
         .await?;
-        let handle = session.conn.interrupt_handle();
+        let _interrupt = Interrupt(Some(session.conn.interrupt_handle()), cancelled.clone());
         let n = columns.len();
         let limit = req.limit.min(MAX_ROWS);
         let names: Vec<String> = columns.iter().map(|c| c.name.clone()).collect();
         let key_idx = key.clone();
         let table = req.table.to_string();
-        let task = blocking(move || {
+        let max_bytes = self.limits.max_result_bytes;
+        // The slot and the read cache's pins go with the work: a diff stopped by its
+        // timeout holds both until DuckDB has stopped.
+        let (counts, rows, truncated) = blocking(move || {
+            let _permit = permit;
             let _pins = pins;
-            compare(&session, n, &key_idx, &names, limit, &table)
-        });
-        let (counts, rows, truncated) = interruptible(handle, req.timeout, task, || {
-            format!(
-                "the row diff ran past the query timeout of {} ms and was stopped",
-                req.timeout.as_millis()
-            )
+            let cmp = Compare {
+                session: &session,
+                cancelled: &cancelled,
+                table: &table,
+                max_bytes,
+            };
+            cmp.run(n, &key_idx, &names, limit)
         })
         .await?;
         Ok(RowDiff {
@@ -228,49 +320,60 @@ impl QueryEngine {
     }
 }
 
-/// The columns compared: those both versions have (by field id), named and typed as the
-/// newer version has them; every column of the one side there is.
-fn compared_columns(a: Option<&LoadedTable>, b: Option<&LoadedTable>) -> Vec<Column> {
+/// Interrupts DuckDB's statement when dropped (a diff's future dropped by its timeout
+/// or by a client that left), and marks the diff cancelled, so that no later statement
+/// of it starts.
+struct Interrupt(Option<Arc<duckdb::InterruptHandle>>, Arc<AtomicBool>);
+
+impl Drop for Interrupt {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take()
+            && !self.1.swap(true, Ordering::SeqCst)
+        {
+            h.interrupt();
+        }
+    }
+}
+
+/// The columns compared. One table (the same uuid): every column of the newer schema,
+/// read by field id on both sides (a column added since reads NULL where the older
+/// version's files lack it, as in the table itself). Two tables of one name: the
+/// columns both have by name. One side only: its columns.
+fn compared_columns(
+    a: Option<&LoadedTable>,
+    b: Option<&LoadedTable>,
+    newer: Option<&Schema>,
+) -> Vec<Column> {
     let fields = |t: Option<&LoadedTable>| -> Vec<NestedFieldRef> {
         t.map(|t| t.metadata.current_schema().as_struct().fields().to_vec())
             .unwrap_or_default()
     };
-    let (fa, fb) = (fields(a), fields(b));
-    match (a.is_some(), b.is_some()) {
-        (true, true) => fb
-            .iter()
-            .filter_map(|f| {
-                let old = fa.iter().find(|o| o.id == f.id)?;
-                let (ty, old_ty) = (duckdb_type(&f.field_type), duckdb_type(&old.field_type));
-                Some(Column {
-                    from: Some(old.name.clone()),
-                    to: Some(f.name.clone()),
-                    name: f.name.clone(),
-                    from_ty: (old_ty != ty).then_some(old_ty),
-                    ty,
+    let plain = |f: &NestedFieldRef| Column {
+        from: f.name.clone(),
+        to: f.name.clone(),
+        name: f.name.clone(),
+        ty: duckdb_type(&f.field_type),
+        cast: false,
+    };
+    if let Some(schema) = newer {
+        return schema.as_struct().fields().iter().map(plain).collect();
+    }
+    match (a, b) {
+        (Some(_), Some(_)) => {
+            let (fa, fb) = (fields(a), fields(b));
+            fb.iter()
+                .filter_map(|f| {
+                    let old = fa.iter().find(|o| o.name == f.name)?;
+                    let ty = duckdb_type(&f.field_type);
+                    Some(Column {
+                        cast: duckdb_type(&old.field_type) != ty,
+                        ..plain(f)
+                    })
                 })
-            })
-            .collect(),
-        (true, false) => fa
-            .iter()
-            .map(|f| Column {
-                from: Some(f.name.clone()),
-                to: None,
-                name: f.name.clone(),
-                ty: duckdb_type(&f.field_type),
-                from_ty: None,
-            })
-            .collect(),
-        _ => fb
-            .iter()
-            .map(|f| Column {
-                from: None,
-                to: Some(f.name.clone()),
-                name: f.name.clone(),
-                ty: duckdb_type(&f.field_type),
-                from_ty: None,
-            })
-            .collect(),
+                .collect()
+        }
+        (Some(_), None) => fields(a).iter().map(plain).collect(),
+        _ => fields(b).iter().map(plain).collect(),
     }
 }
 
@@ -367,161 +470,241 @@ pub fn schema_changes(a: &Schema, b: &Schema) -> Vec<SchemaChange> {
     out
 }
 
-/// Compares the views `__lh_from.v` and `__lh_to.v` (columns `c0..c{n-1}`) in `session`:
-/// the counts, and at most `limit` rows.
-fn compare(
-    session: &Session,
-    n: usize,
-    key: &[usize],
-    names: &[String],
-    limit: u64,
-    table: &str,
-) -> Result<(RowCounts, Vec<RowChange>, bool)> {
-    let conn = &session.conn;
-    let cols: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
-    let all = cols.join(", ");
-    conn.execute_batch(&format!(
-        "CREATE TABLE added AS SELECT {all} FROM __lh_to.v EXCEPT ALL SELECT {all} FROM __lh_from.v;\n\
-         CREATE TABLE removed AS SELECT {all} FROM __lh_from.v EXCEPT ALL SELECT {all} FROM __lh_to.v;"
-    ))
-    .map_err(|e| diff_error(table, e))?;
-    let count = |sql: &str| -> Result<u64> {
-        let v: i64 = conn
+/// The comparison of the views `__lh_from.v` and `__lh_to.v` (columns `c0..c{n-1}`),
+/// in a session of its own; no statement starts once the diff is cancelled.
+struct Compare<'a> {
+    session: &'a Session,
+    cancelled: &'a AtomicBool,
+    table: &'a str,
+    /// The rows' text is held to this, as a query's answer is.
+    max_bytes: u64,
+}
+
+impl Compare<'_> {
+    fn check(&self) -> Result<()> {
+        match self.cancelled.load(Ordering::SeqCst) {
+            true => Err(Error::new(
+                Kind::Timeout,
+                Code::Interrupted,
+                "the row diff was stopped",
+            )),
+            false => Ok(()),
+        }
+    }
+
+    fn execute(&self, sql: &str) -> Result<()> {
+        self.check()?;
+        self.session
+            .conn
+            .execute_batch(sql)
+            .map_err(|e| diff_error(self.table, e))
+    }
+
+    fn count(&self, sql: &str) -> Result<u64> {
+        self.check()?;
+        let v: i64 = self
+            .session
+            .conn
             .query_row(sql, [], |r| r.get(0))
-            .map_err(|e| diff_error(table, e))?;
+            .map_err(|e| diff_error(self.table, e))?;
         Ok(v as u64)
-    };
-    let added = count("SELECT count(*) FROM added")?;
-    let removed = count("SELECT count(*) FROM removed")?;
-    let fetch = |sql: &str| -> Result<Vec<RecordBatch>> {
-        let mut stmt = conn.prepare(sql).map_err(|e| diff_error(table, e))?;
+    }
+
+    fn fetch(&self, sql: &str) -> Result<Vec<RecordBatch>> {
+        self.check()?;
+        let mut stmt = self
+            .session
+            .conn
+            .prepare(sql)
+            .map_err(|e| diff_error(self.table, e))?;
         Ok(stmt
             .query_arrow([])
-            .map_err(|e| diff_error(table, e))?
+            .map_err(|e| diff_error(self.table, e))?
             .collect())
-    };
-    if key.is_empty() {
-        let rows = fetch(&format!(
-            "SELECT * FROM (SELECT 1 AS ord, {all} FROM added UNION ALL \
-             SELECT 2, {all} FROM removed) ORDER BY ALL LIMIT {}",
-            limit + 1
+    }
+
+    /// The counts, and at most `limit` rows.
+    fn run(
+        &self,
+        n: usize,
+        key: &[usize],
+        names: &[String],
+        limit: u64,
+    ) -> Result<(RowCounts, Vec<RowChange>, bool)> {
+        let all = (0..n)
+            .map(|i| format!("c{i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.execute(&format!(
+            "CREATE TABLE added AS SELECT {all} FROM __lh_to.v EXCEPT ALL SELECT {all} FROM __lh_from.v;"
         ))?;
+        self.execute(&format!(
+            "CREATE TABLE removed AS SELECT {all} FROM __lh_from.v EXCEPT ALL SELECT {all} FROM __lh_to.v;"
+        ))?;
+        let added = self.count("SELECT count(*) FROM added")?;
+        let removed = self.count("SELECT count(*) FROM removed")?;
+        if key.is_empty() {
+            let counts = RowCounts {
+                added,
+                removed,
+                changed: None,
+            };
+            if limit == 0 {
+                return Ok((counts, Vec::new(), added + removed > 0));
+            }
+            let batches = self.fetch(&format!(
+                "SELECT * FROM (SELECT 1 AS ord, {all} FROM added UNION ALL \
+                 SELECT 2, {all} FROM removed) ORDER BY ALL LIMIT {}",
+                limit + 1
+            ))?;
+            let mut out = Vec::new();
+            let mut bytes = 0u64;
+            for batch in &batches {
+                for row in cells(batch)? {
+                    bytes += row_bytes(&row);
+                    let change = match row[0].as_deref() {
+                        Some("1") => Change::Added,
+                        _ => Change::Removed,
+                    };
+                    out.push(RowChange {
+                        change,
+                        values: row[1..].to_vec(),
+                        before: None,
+                        changed_columns: Vec::new(),
+                    });
+                }
+                self.held(bytes)?;
+            }
+            let truncated = out.len() as u64 > limit;
+            out.truncate(limit as usize);
+            return Ok((counts, out, truncated));
+        }
+        // Rows pair by key, NULL matching NULL (as GROUP BY groups them).
+        let on = |l: &str, r: &str| -> String {
+            key.iter()
+                .map(|&i| format!("{l}.c{i} IS NOT DISTINCT FROM {r}.c{i}"))
+                .collect::<Vec<_>>()
+                .join(" AND ")
+        };
+        let k: Vec<String> = key.iter().map(|&i| format!("c{i}")).collect();
+        let group = k.join(", ");
+        // A key that repeats among the rows that changed cannot pair them.
+        let repeated = self.count(&format!(
+            "SELECT (SELECT count(*) FROM (SELECT {group} FROM added GROUP BY {group} HAVING count(*) > 1)) \
+             + (SELECT count(*) FROM (SELECT {group} FROM removed GROUP BY {group} HAVING count(*) > 1))"
+        ))?;
+        if repeated > 0 {
+            let key_names: Vec<&str> = key.iter().map(|&i| names[i].as_str()).collect();
+            return Err(Error::bad_request(
+                Code::BadKey,
+                format!(
+                    "the key ({}) is not unique among the rows that differ: {repeated} key \
+                     values repeat on one side",
+                    key_names.join(", ")
+                ),
+            )
+            .with_hint("name columns that identify a row, or diff without --key"));
+        }
+        let changed = self.count(&format!(
+            "SELECT count(*) FROM added n SEMI JOIN removed o ON {}",
+            on("n", "o")
+        ))?;
+        let counts = RowCounts {
+            added: added - changed,
+            removed: removed - changed,
+            changed: Some(changed),
+        };
+        if limit == 0 {
+            return Ok((counts, Vec::new(), added + removed > 0));
+        }
+        let list = |f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<Vec<_>>().join(", ");
+        let keys = |side: &str| {
+            key.iter()
+                .map(|&i| format!("{side}.c{i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let order: Vec<String> = (1..=key.len() + 1).map(|i| i.to_string()).collect();
+        let sql = format!(
+            "SELECT * FROM (\
+             SELECT 0 AS ord, {kn}, {new}, {old}, {differs} FROM added n JOIN removed o ON {on} \
+             UNION ALL SELECT 1, {kn}, {new}, {nulls}, {falses} FROM added n ANTI JOIN removed o ON {on} \
+             UNION ALL SELECT 2, {ko}, {nulls}, {old}, {falses} FROM removed o ANTI JOIN added n ON {on}\
+             ) ORDER BY {order} LIMIT {}",
+            limit + 1,
+            on = on("n", "o"),
+            kn = keys("n"),
+            ko = keys("o"),
+            new = list(&|i| format!("n.c{i}")),
+            old = list(&|i| format!("o.c{i}")),
+            nulls = list(&|_| "NULL".to_string()),
+            differs = list(&|i| format!("n.c{i} IS DISTINCT FROM o.c{i}")),
+            falses = list(&|_| "false".to_string()),
+            order = order.join(", "),
+        );
+        let batches = self.fetch(&sql)?;
         let mut out = Vec::new();
-        for batch in &rows {
-            let text = cells(batch)?;
-            for row in text {
-                let change = match row[0].as_deref() {
-                    Some("1") => Change::Added,
-                    _ => Change::Removed,
-                };
-                out.push(RowChange {
-                    change,
-                    values: row[1..].to_vec(),
-                    before: None,
-                    changed_columns: Vec::new(),
+        let skip = 1 + key.len();
+        let mut bytes = 0u64;
+        for batch in &batches {
+            for row in cells(batch)? {
+                bytes += row_bytes(&row);
+                let new = row[skip..skip + n].to_vec();
+                let old = row[skip + n..skip + 2 * n].to_vec();
+                let flags = &row[skip + 2 * n..];
+                out.push(match row[0].as_deref() {
+                    Some("0") => RowChange {
+                        change: Change::Changed,
+                        values: new,
+                        before: Some(old),
+                        changed_columns: flags
+                            .iter()
+                            .zip(names)
+                            .filter(|(f, _)| f.as_deref() == Some("true"))
+                            .map(|(_, n)| n.clone())
+                            .collect(),
+                    },
+                    Some("1") => RowChange {
+                        change: Change::Added,
+                        values: new,
+                        before: None,
+                        changed_columns: Vec::new(),
+                    },
+                    _ => RowChange {
+                        change: Change::Removed,
+                        values: old,
+                        before: None,
+                        changed_columns: Vec::new(),
+                    },
                 });
             }
+            self.held(bytes)?;
         }
         let truncated = out.len() as u64 > limit;
         out.truncate(limit as usize);
-        let counts = RowCounts {
-            added,
-            removed,
-            changed: None,
-        };
-        return Ok((counts, out, truncated));
+        Ok((counts, out, truncated))
     }
-    let k: Vec<String> = key.iter().map(|&i| format!("c{i}")).collect();
-    let using = k.join(", ");
-    // A key that repeats among the rows that changed cannot pair them.
-    let repeated = count(&format!(
-        "SELECT (SELECT count(*) FROM (SELECT {using} FROM added GROUP BY ALL HAVING count(*) > 1)) \
-         + (SELECT count(*) FROM (SELECT {using} FROM removed GROUP BY ALL HAVING count(*) > 1))"
-    ))?;
-    if repeated > 0 {
-        let key_names: Vec<&str> = key.iter().map(|&i| names[i].as_str()).collect();
-        return Err(Error::bad_request(
-            Code::BadKey,
-            format!(
-                "the key ({}) is not unique among the rows that differ: {repeated} key \
-                 values repeat on one side",
-                key_names.join(", ")
-            ),
-        )
-        .with_hint("name columns that identify a row, or diff without --key"));
-    }
-    let changed = count(&format!(
-        "SELECT count(*) FROM added SEMI JOIN removed USING ({using})"
-    ))?;
-    let counts = RowCounts {
-        added: added - changed,
-        removed: removed - changed,
-        changed: Some(changed),
-    };
-    let new: Vec<String> = (0..n).map(|i| format!("n.c{i}")).collect();
-    let old: Vec<String> = (0..n).map(|i| format!("o.c{i}")).collect();
-    let nulls: Vec<String> = (0..n).map(|_| "NULL".to_string()).collect();
-    let differs: Vec<String> = (0..n)
-        .map(|i| format!("n.c{i} IS DISTINCT FROM o.c{i}"))
-        .collect();
-    let falses: Vec<String> = (0..n).map(|_| "false".to_string()).collect();
-    let keys_n: Vec<String> = key.iter().map(|&i| format!("n.c{i}")).collect();
-    let keys_o: Vec<String> = key.iter().map(|&i| format!("o.c{i}")).collect();
-    let order: Vec<String> = (1..=key.len() + 1).map(|i| i.to_string()).collect();
-    let sql = format!(
-        "SELECT * FROM (\
-         SELECT 0 AS ord, {kn}, {new}, {old}, {differs} FROM added n JOIN removed o USING ({using}) \
-         UNION ALL SELECT 1, {kn}, {new}, {nulls}, {falses} FROM added n ANTI JOIN removed o USING ({using}) \
-         UNION ALL SELECT 2, {ko}, {nulls}, {old}, {falses} FROM removed o ANTI JOIN added n USING ({using})\
-         ) ORDER BY {order} LIMIT {}",
-        limit + 1,
-        kn = keys_n.join(", "),
-        ko = keys_o.join(", "),
-        new = new.join(", "),
-        old = old.join(", "),
-        nulls = nulls.join(", "),
-        differs = differs.join(", "),
-        falses = falses.join(", "),
-        order = order.join(", "),
-    );
-    let batches = fetch(&sql)?;
-    let mut out = Vec::new();
-    let skip = 1 + key.len();
-    for batch in &batches {
-        for row in cells(batch)? {
-            let new = row[skip..skip + n].to_vec();
-            let old = row[skip + n..skip + 2 * n].to_vec();
-            let flags = &row[skip + 2 * n..];
-            out.push(match row[0].as_deref() {
-                Some("0") => RowChange {
-                    change: Change::Changed,
-                    values: new,
-                    before: Some(old),
-                    changed_columns: flags
-                        .iter()
-                        .zip(names)
-                        .filter(|(f, _)| f.as_deref() == Some("true"))
-                        .map(|(_, n)| n.clone())
-                        .collect(),
-                },
-                Some("1") => RowChange {
-                    change: Change::Added,
-                    values: new,
-                    before: None,
-                    changed_columns: Vec::new(),
-                },
-                _ => RowChange {
-                    change: Change::Removed,
-                    values: old,
-                    before: None,
-                    changed_columns: Vec::new(),
-                },
-            });
+
+    fn held(&self, bytes: u64) -> Result<()> {
+        if bytes > self.max_bytes {
+            return Err(Error::new(
+                Kind::TooLarge,
+                Code::ResultTooLarge,
+                format!(
+                    "the rows of the diff are larger than the limit of {} bytes",
+                    self.max_bytes
+                ),
+            )
+            .with_hint("ask for fewer rows (--limit); the counts come whole"));
         }
+        Ok(())
     }
-    let truncated = out.len() as u64 > limit;
-    out.truncate(limit as usize);
-    Ok((counts, out, truncated))
+}
+
+fn row_bytes(row: &[Option<String>]) -> u64 {
+    row.iter()
+        .map(|c| c.as_ref().map_or(4, |s| s.len() as u64 + 3))
+        .sum()
 }
 
 /// A batch's values as text, as `lh query` prints them (null as None).

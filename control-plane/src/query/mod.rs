@@ -277,6 +277,102 @@ impl QueryEngine {
         .await
     }
 
+    /// DuckDB's parse tree of `sql` (`json_serialize_sql`), positions left out: two
+    /// statements that differ only in comments and layout have the same tree.
+    pub async fn parse_tree(&self, sql: &str) -> Result<serde_json::Value> {
+        let database = self.database.clone();
+        let text = sql.to_string();
+        let serialized: String = blocking(move || {
+            Ok(connect(&database)?
+                .prepare("SELECT json_serialize_sql(?::VARCHAR)")?
+                .query_row([&text], |r| r.get(0))?)
+        })
+        .await?;
+        let mut tree: serde_json::Value = serde_json::from_str(&serialized)
+            .map_err(|e| Error::internal(format!("DuckDB's parse tree is not JSON: {e}")))?;
+        fn strip(v: &mut serde_json::Value) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    m.remove("query_location");
+                    m.values_mut().for_each(strip);
+                }
+                serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+                _ => {}
+            }
+        }
+        strip(&mut tree);
+        if tree["error"] == serde_json::Value::Bool(true) {
+            return Err(Error::bad_request(
+                Code::SqlError,
+                format!(
+                    "SQL error: {}",
+                    tree["error_message"].as_str().unwrap_or("cannot parse")
+                ),
+            ));
+        }
+        Ok(tree)
+    }
+
+    /// The columns (name, DuckDB type) a SQL model's query gives at `commit`, its
+    /// input tables exposed as a run exposes them (`bare`: under the bare name too);
+    /// nothing is read but the files' footers.
+    pub async fn output_columns(
+        &self,
+        commit: &Commit,
+        inputs: &[(TableRef, bool)],
+        sql: &str,
+    ) -> Result<Vec<(String, String)>> {
+        let names: Vec<TableRef> = inputs.iter().map(|(n, _)| n.clone()).collect();
+        let missing = |name: &str| {
+            Error::not_found(
+                Code::TableNotFound,
+                format!("input table '{name}' is not on the branch"),
+            )
+        };
+        let (views, pins) = self
+            .views(commit, None, &names, &missing, &BTreeMap::new())
+            .await?;
+        let mut setup: Vec<View> = views;
+        for (parts, bare) in inputs {
+            if let (true, [_, table]) = (bare, parts.as_slice()) {
+                setup.push(View {
+                    name: format!("main.{}", quote_ident(table)),
+                    sql: format!(
+                        "CREATE OR REPLACE VIEW main.{} AS SELECT * FROM {};",
+                        quote_ident(table),
+                        view_name(parts)
+                    ),
+                });
+            }
+        }
+        let _permit = self.slot().await?;
+        let catalog = Arc::new(CommitCatalog::attach(&self.database)?);
+        let database = self.database.clone();
+        let text = format!(
+            "SELECT * FROM ({}\n) AS lh_plan_query LIMIT 0",
+            sql.trim().trim_end_matches(';')
+        );
+        let timeout = self.limits.timeout;
+        let task = async move {
+            blocking(move || {
+                let _pins = pins;
+                let session = Session::in_commit(&database, catalog)?;
+                session.ensure_views(&setup)?;
+                let mut stmt = session.conn.prepare(&text).map_err(sql_error)?;
+                let schema = stmt.stream_arrow([]).map_err(sql_error)?.get_schema();
+                Ok(schema
+                    .fields()
+                    .iter()
+                    .map(|f| (f.name().clone(), f.data_type().to_string()))
+                    .collect())
+            })
+            .await
+        };
+        tokio::time::timeout(timeout, task)
+            .await
+            .map_err(|_| fetch_timeout(timeout))?
+    }
+
     /// Runs `sql` on the commit `at` resolves to.
     pub async fn run(
         &self,

@@ -43,7 +43,13 @@ pub fn view_name(parts: &[String]) -> String {
 /// row carries its file's sequence number and partition for that test. Filters on the
 /// table's columns still reach the Parquet reader below the joins.
 pub fn view_sql(parts: &[String], table: &LoadedTable, files: &TableFiles) -> String {
-    let schema = table.metadata.current_schema();
+    view_sql_as(parts, table.metadata.current_schema(), files)
+}
+
+/// [`view_sql`] with the columns of `schema`, one of the table's schemas (a row diff
+/// reads both versions of a table through the newer one's): columns are matched by
+/// field id, so each file reads as that schema has it.
+pub fn view_sql_as(parts: &[String], schema: &iceberg::spec::Schema, files: &TableFiles) -> String {
     let mut sql = String::new();
     let [ns, _] = parts else {
         unreachable!("checked by the caller")

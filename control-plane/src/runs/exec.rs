@@ -1375,38 +1375,102 @@ fn fingerprint(
                 "table": i.table, "files": part.files, "partition": part.sql,
                 "columns": i.columns, "filter": i.filter, "arg": i.arg,
             }),
-            None => serde_json::json!({
-                "table": i.table, "metadata": read.pointer.metadata_location,
-                "snapshot": read.pointer.snapshot_id,
-                "columns": i.columns, "filter": i.filter, "arg": i.arg,
-            }),
+            None => whole_input(i, &read.pointer),
         })
         .collect();
-    let (lang, code, detail) = match &node.lang {
+    let (lang, code, detail) = code_of_node(node, &shared.code_hash);
+    let materialize = materialization(node);
+    let previous = appended_to(node, current);
+    let parts = key_parts(
+        node,
+        &shared.code_hash,
+        &inputs,
+        params,
+        env_key,
+        previous.as_deref(),
+        secrets,
+    );
+    let mut doc = serde_json::json!({
+        "v": 2, "lh": env!("CARGO_PKG_VERSION"), "node": node.display_name(), "lang": lang, "detail": detail, "code": code, "env": env_key,
+        "params": params, "inputs": inputs, "materialize": materialize, "previous": previous,
+    });
+    if !secrets.is_empty() {
+        doc["secrets"] = serde_json::json!(secrets);
+    }
+    if let Some(spec) = &node.partitioned_by {
+        doc["partitioned_by"] = serde_json::json!(spec);
+    }
+    Ok((
+        blake3::hash(doc.to_string().as_bytes())
+            .to_hex()
+            .to_string(),
+        parts,
+    ))
+}
+
+/// A node's language, code (a Python function's code snapshot) and what names its code
+/// in the snapshot (a SQL model: its text).
+pub(super) fn code_of_node<'a>(
+    node: &PlanNode,
+    code_hash: &'a str,
+) -> (&'static str, Option<&'a str>, serde_json::Value) {
+    match &node.lang {
         Lang::Python {
             function,
             memory_bytes,
             ..
         } => (
             "python",
-            Some(shared.code_hash.as_str()),
+            Some(code_hash),
             serde_json::json!({"file": node.file, "function": function, "memory": memory_bytes}),
         ),
         Lang::Sql { sql, .. } => ("sql", None, serde_json::json!({"sql": sql})),
-    };
-    let materialize = match node.kind {
+    }
+}
+
+fn materialization(node: &PlanNode) -> String {
+    match node.kind {
         NodeKind::Model { materialize } => format!("{materialize:?}"),
         NodeKind::Expectation { .. } => String::new(),
-    };
-    // What a model adds to (an append, a partition overwrite) is part of its output;
-    // not for an instance of a partitioned model, whose output is its partition alone.
-    let previous = match node.kind {
+    }
+}
+
+/// What a model adds to (an append, a partition overwrite) is part of its output; not
+/// for an instance of a partitioned model, whose output is its partition alone.
+fn appended_to(node: &PlanNode, current: Option<&lh_catalog::TablePointer>) -> Option<String> {
+    match node.kind {
         _ if node.partition.is_some() => None,
         NodeKind::Model {
             materialize: Materialize::Append | Materialize::OverwritePartitions,
         } => current.map(|p| p.metadata_location.clone()),
         _ => None,
-    };
+    }
+}
+
+/// An input as a node's key has it, read whole at `pointer`.
+pub(super) fn whole_input(
+    i: &super::project::PlanInput,
+    pointer: &lh_catalog::TablePointer,
+) -> serde_json::Value {
+    serde_json::json!({
+        "table": i.table, "metadata": pointer.metadata_location,
+        "snapshot": pointer.snapshot_id,
+        "columns": i.columns, "filter": i.filter, "arg": i.arg,
+    })
+}
+
+/// The parts of a node's key by name, a short hash each (see [`fingerprint`]): what a
+/// miss reports as changed, and what `lh run --plan` compares before running.
+pub(super) fn key_parts(
+    node: &PlanNode,
+    code_hash: &str,
+    inputs: &[serde_json::Value],
+    params: &BTreeMap<String, serde_json::Value>,
+    env_key: Option<&str>,
+    previous: Option<&str>,
+    secrets: &BTreeMap<String, i64>,
+) -> BTreeMap<String, String> {
+    let (_, code, detail) = code_of_node(node, code_hash);
     let short =
         |v: &serde_json::Value| blake3::hash(v.to_string().as_bytes()).to_hex()[..12].to_string();
     let mut parts = BTreeMap::from([
@@ -1427,7 +1491,7 @@ fn fingerprint(
             env_key.unwrap_or("-").to_string(),
         ),
         ("parameters".to_string(), short(&serde_json::json!(params))),
-        ("materialization".to_string(), materialize.clone()),
+        ("materialization".to_string(), materialization(node)),
         (
             "partitioned_by".to_string(),
             node.partitioned_by.clone().unwrap_or_default(),
@@ -1437,28 +1501,13 @@ fn fingerprint(
             short(&serde_json::json!(previous)),
         ),
     ]);
-    for (i, v) in node.inputs.iter().zip(&inputs) {
+    for (i, v) in node.inputs.iter().zip(inputs) {
         parts.insert(format!("input {}", i.table), short(v));
     }
     for (name, version) in secrets {
         parts.insert(format!("secret {name}"), format!("version {version}"));
     }
-    let mut doc = serde_json::json!({
-        "v": 2, "lh": env!("CARGO_PKG_VERSION"), "node": node.display_name(), "lang": lang, "detail": detail, "code": code, "env": env_key,
-        "params": params, "inputs": inputs, "materialize": materialize, "previous": previous,
-    });
-    if !secrets.is_empty() {
-        doc["secrets"] = serde_json::json!(secrets);
-    }
-    if let Some(spec) = &node.partitioned_by {
-        doc["partitioned_by"] = serde_json::json!(spec);
-    }
-    Ok((
-        blake3::hash(doc.to_string().as_bytes())
-            .to_hex()
-            .to_string(),
-        parts,
-    ))
+    parts
 }
 
 /// Why a model ran instead of reusing an output: the parts of its key that differ from

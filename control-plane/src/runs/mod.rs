@@ -9,6 +9,7 @@
 //! recorded (code snapshot, input commit, environment locks, parameters, per-node
 //! status, timings, rows and logs) and can be replayed exactly.
 
+mod changes;
 pub mod code;
 mod exec;
 pub mod limits;
@@ -751,13 +752,18 @@ impl RunService {
         at: &str,
         params: &BTreeMap<String, String>,
         partitions: Option<&str>,
+        changes: bool,
     ) -> Result<PlanResponse> {
         let resolved = self.catalog.resolve(at).await?;
         let plan = self
             .planner_plan(code_hash, &resolved.commit, at, params)
             .await?;
         let plan = partitions::apply(plan, partitions)?;
-        Ok(plan_response(&plan, at))
+        let changes = match changes {
+            true => self.changes(&plan, code_hash, &resolved.commit).await?,
+            false => BTreeMap::new(),
+        };
+        Ok(plan_response(&plan, at, changes))
     }
 
     /// Starts a run; it goes on in the background.
@@ -1098,7 +1104,11 @@ pub(crate) fn lang_name(l: &Lang) -> &'static str {
     }
 }
 
-fn plan_response(plan: &Plan, at: &str) -> PlanResponse {
+fn plan_response(
+    plan: &Plan,
+    at: &str,
+    mut changes: BTreeMap<usize, lh_api::PlannedChange>,
+) -> PlanResponse {
     let nodes = plan
         .order
         .iter()
@@ -1126,6 +1136,7 @@ fn plan_response(plan: &Plan, at: &str) -> PlanResponse {
                 output: n.output().map(String::from),
                 python,
                 packages,
+                change: changes.remove(&i),
             }
         })
         .collect();

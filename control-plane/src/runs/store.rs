@@ -569,6 +569,19 @@ impl RunStore {
         }))
     }
 
+    /// The newest succeeded run of `project`: its id and plan (JSON).
+    pub async fn last_plan(&self, project: &str) -> Result<Option<(String, String)>> {
+        let row = sqlx::query(
+            "SELECT id, plan FROM lh_runs WHERE project = $1 AND status = 'succeeded' \
+             ORDER BY created_at DESC, id DESC LIMIT 1",
+        )
+        .bind(project)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(row.map(|r| (r.get(0), r.get(1))))
+    }
+
     /// The key parts of the newest memoized output of `table` (JSON), if any.
     pub async fn memo_latest_parts(&self, table: &str) -> Result<Option<String>> {
         let row = sqlx::query(

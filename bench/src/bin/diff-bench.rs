@@ -248,7 +248,7 @@ fn diff(lh: &Path, server: &Server, data: &Path, scale: &str, rounds: usize) -> 
         version_a.len() + version_b.len(),
         f["scan"]["files_read"]
     );
-    println!("| comparison | time | against DuckDB's full EXCEPT ALL |");
+    println!("| comparison | time (ms) | against DuckDB's full EXCEPT ALL |");
     println!("|---|---:|---:|");
     println!(
         "| DuckDB: full `EXCEPT ALL` both ways, all files of both versions | {} | 1.00x |",
@@ -312,7 +312,9 @@ fn bisect(lh: &Path, server: &Server, commits: usize) -> Result<()> {
     let checks = v["checks"].as_array().map_or(0, |c| c.len());
     let bound = (commits as f64).log2().ceil() as usize + 1;
     println!("\n### Bisect over {commits} commits that changed one table\n");
-    println!("| commits | queries (checks) | bound ceil(log2 n) + 1 | wall time of `lh bisect` |");
+    println!(
+        "| commits | queries (checks) | bound ceil(log2 n) + 1 | wall time of `lh bisect` (ms) |"
+    );
     println!("|---:|---:|---:|---:|");
     println!("| {commits} | {checks} | {bound} | {} |", ms(took));
     println!(

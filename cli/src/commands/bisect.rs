@@ -250,9 +250,9 @@ pub async fn bisect(client: &Client, settings: &Settings, args: BisectArgs) -> C
         found.candidates
     );
     eprintln!(
-        "see the rows: lh diff @{} @{} --table {table}",
-        short(&found.last_good),
-        short(&c.id)
+        "see the rows: lh diff {} {} --table {table}",
+        on_ref(short(&found.last_good)),
+        on_ref(short(&c.id))
     );
     if let Some(r) = &found.run {
         eprintln!("replay that run with fixed code: lh rerun {r} --code DIR");

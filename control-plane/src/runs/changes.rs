@@ -153,7 +153,9 @@ impl RunService {
             None => reasons.push("no earlier output of this model".into()),
             Some(before) => {
                 for (k, v) in &now {
-                    if skip.contains(k) || k.starts_with("secret ") {
+                    // A SQL model's text is both its code and its function.
+                    let sql_function = k == "function" && !python;
+                    if skip.contains(k) || k.starts_with("secret ") || sql_function {
                         continue;
                     }
                     let old = before.get(k);

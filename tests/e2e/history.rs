@@ -453,7 +453,7 @@ fn bisect_finds_a_planted_bad_commit_among_1000() {
         "{}",
         text.both()
     );
-    assert!(text.both().contains("lh diff @"), "{}", text.both());
+    assert!(text.both().contains("lh diff main@"), "{}", text.both());
 
     // A reader of main alone bisects main: every commit is named on main.
     lh.run(&["role", "set", "main-reader", "--grant", "read on main"])
@@ -610,7 +610,7 @@ fn plans_say_what_a_run_would_change() {
         (
             "select amount, status from raw.orders\n",
             "non-breaking",
-            "removes column id: nothing downstream reads it",
+            "removes column id: nothing downstream in the project reads it",
         ),
         (
             "select id, cast(amount as varchar) as amount, status from raw.orders\n",
@@ -650,6 +650,66 @@ fn plans_say_what_a_run_would_change() {
         );
         assert!(t.get("category").is_none(), "totals did not change: {t}");
     }
+    // A change of its settings alone is no metadata-only change.
+    let dir = project("settings", &format!("-- lh.materialize: append\n{base}"));
+    let plan = json(&lh.run(&["run", dir.to_str().unwrap(), "--plan", "-o", "json"]));
+    let b = &planned(&plan, "p.base")["change"];
+    assert_eq!(b["category"], "non-breaking", "{b}");
+    assert!(b["details"].to_string().contains("settings"), "{b}");
+    // --no-cache: everything runs.
+    let plan = json(&lh.run(&[
+        "run",
+        v1.to_str().unwrap(),
+        "--plan",
+        "--no-cache",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(
+        planned(&plan, "p.counts")["change"]["action"],
+        "run",
+        "{plan}"
+    );
+
+    // A run of an edit, then the original again: its output is still memoized, so the
+    // plan says reuse, and the run does reuse it.
+    let filtered = project("filtered", cases[5].0);
+    lh.run(&["run", filtered.to_str().unwrap()]).ok();
+    let plan = json(&lh.run(&["run", v1.to_str().unwrap(), "--plan", "-o", "json"]));
+    let b = &planned(&plan, "p.base")["change"];
+    assert_eq!(b["action"], "reuse", "{b}");
+    // Against the last run (the filtered query): the same columns.
+    assert_eq!(b["category"], "non-breaking", "{b}");
+    assert!(b["compared_with"].is_string(), "{b}");
+    let run = json(&lh.run(&["run", v1.to_str().unwrap(), "-o", "json"]));
+    let node = run["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "p.base")
+        .unwrap();
+    assert_eq!(node["cached"], true, "{run}");
+
+    // A column read through USING is read.
+    let joined = crate::runs::project(
+        &lh,
+        "joined",
+        &[
+            ("lh_project.yml", "name: joined\nnamespace: q\n"),
+            ("b.sql", "select id, amount from raw.orders\n"),
+            (
+                "j.sql",
+                "select count(*) as n from q.b join raw.orders using (id)\n",
+            ),
+        ],
+    );
+    lh.run(&["run", joined.to_str().unwrap()]).ok();
+    std::fs::write(joined.join("b.sql"), "select amount from raw.orders\n").unwrap();
+    let plan = json(&lh.run(&["run", joined.to_str().unwrap(), "--plan", "-o", "json"]));
+    let b = &planned(&plan, "q.b")["change"];
+    assert_eq!(b["category"], "breaking", "{b}");
+    assert!(b["details"].to_string().contains("read by q.j"), "{b}");
+
     // The plan as text.
     let dir = project("edit-text", "select id, amount from raw.orders\n");
     let text = lh.run(&["run", dir.to_str().unwrap(), "--plan"]);

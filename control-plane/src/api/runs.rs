@@ -56,10 +56,10 @@ async fn plan_run(
         s.runs
             .plan(
                 &code,
-                &req.reference,
+                at,
                 &req.params,
                 req.partitions.as_deref(),
-                req.changes,
+                req.changes.then_some((req.no_cache, &identity)),
             )
             .await?,
     ))

@@ -314,14 +314,19 @@ impl QueryEngine {
     }
 
     /// The columns (name, DuckDB type) a SQL model's query gives at `commit`, its
-    /// input tables exposed as a run exposes them (`bare`: under the bare name too);
-    /// nothing is read but the files' footers.
+    /// input tables exposed as a run exposes them (`bare`: under the bare name too).
+    /// The query must be one read-only statement, as a model's is; it is planned, never
+    /// run (`LIMIT 0`), under a query slot and the query timeout.
     pub async fn output_columns(
         &self,
         commit: &Commit,
         inputs: &[(TableRef, bool)],
         sql: &str,
     ) -> Result<Vec<(String, String)>> {
+        // One read-only statement: the same check as every query's.
+        self.analyze(sql).await?;
+        let _permit = self.slot().await?;
+        let timeout = self.limits.timeout;
         let names: Vec<TableRef> = inputs.iter().map(|(n, _)| n.clone()).collect();
         let missing = |name: &str| {
             Error::not_found(
@@ -329,9 +334,12 @@ impl QueryEngine {
                 format!("input table '{name}' is not on the branch"),
             )
         };
-        let (views, pins) = self
-            .views(commit, None, &names, &missing, &BTreeMap::new())
-            .await?;
+        let (views, pins) = tokio::time::timeout(
+            timeout,
+            self.views(commit, None, &names, &missing, &BTreeMap::new()),
+        )
+        .await
+        .map_err(|_| fetch_timeout(timeout))??;
         let mut setup: Vec<View> = views;
         for (parts, bare) in inputs {
             if let (true, [_, table]) = (bare, parts.as_slice()) {
@@ -345,32 +353,32 @@ impl QueryEngine {
                 });
             }
         }
-        let _permit = self.slot().await?;
         let catalog = Arc::new(CommitCatalog::attach(&self.database)?);
         let database = self.database.clone();
+        let session = blocking(move || Session::in_commit(&database, catalog)).await?;
+        let handle = session.conn.interrupt_handle();
         let text = format!(
             "SELECT * FROM ({}\n) AS lh_plan_query LIMIT 0",
             sql.trim().trim_end_matches(';')
         );
-        let timeout = self.limits.timeout;
-        let task = async move {
-            blocking(move || {
-                let _pins = pins;
-                let session = Session::in_commit(&database, catalog)?;
-                session.ensure_views(&setup)?;
-                let mut stmt = session.conn.prepare(&text).map_err(sql_error)?;
-                let schema = stmt.stream_arrow([]).map_err(sql_error)?.get_schema();
-                Ok(schema
-                    .fields()
-                    .iter()
-                    .map(|f| (f.name().clone(), f.data_type().to_string()))
-                    .collect())
-            })
-            .await
-        };
-        tokio::time::timeout(timeout, task)
-            .await
-            .map_err(|_| fetch_timeout(timeout))?
+        let task = blocking(move || {
+            let _pins = pins;
+            session.ensure_views(&setup)?;
+            let mut stmt = session.conn.prepare(&text).map_err(sql_error)?;
+            let schema = stmt.stream_arrow([]).map_err(sql_error)?.get_schema();
+            Ok(schema
+                .fields()
+                .iter()
+                .map(|f| (f.name().clone(), f.data_type().to_string()))
+                .collect())
+        });
+        interruptible(handle, timeout, task, || {
+            format!(
+                "planning a model's query ran past the query timeout of {} ms",
+                timeout.as_millis()
+            )
+        })
+        .await
     }
 
     /// Runs `sql` on the commit `at` resolves to.

@@ -1337,7 +1337,7 @@ async fn built_env(
     Ok((env, built))
 }
 
-fn catalog_pointer(p: &TablePointer) -> lh_catalog::TablePointer {
+pub(super) fn catalog_pointer(p: &TablePointer) -> lh_catalog::TablePointer {
     lh_catalog::TablePointer {
         metadata_location: p.metadata_location.clone(),
         table_uuid: p.table_uuid.clone(),

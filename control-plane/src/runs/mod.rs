@@ -752,7 +752,7 @@ impl RunService {
         at: &str,
         params: &BTreeMap<String, String>,
         partitions: Option<&str>,
-        changes: bool,
+        changes: Option<(bool, &Identity)>,
     ) -> Result<PlanResponse> {
         let resolved = self.catalog.resolve(at).await?;
         let plan = self
@@ -760,8 +760,17 @@ impl RunService {
             .await?;
         let plan = partitions::apply(plan, partitions)?;
         let changes = match changes {
-            true => self.changes(&plan, code_hash, &resolved.commit).await?,
-            false => BTreeMap::new(),
+            Some((no_cache, by)) => {
+                let of = changes::ChangesOf {
+                    code_hash,
+                    head: &resolved.commit,
+                    target: at,
+                    no_cache,
+                    by,
+                };
+                self.changes(&plan, &of).await?
+            }
+            None => BTreeMap::new(),
         };
         Ok(plan_response(&plan, at, changes))
     }

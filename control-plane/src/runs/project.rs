@@ -227,7 +227,7 @@ pub enum Severity {
     Warn,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum NodeKind {
     Model { materialize: Materialize },

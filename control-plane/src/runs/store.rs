@@ -569,17 +569,50 @@ impl RunStore {
         }))
     }
 
-    /// The newest succeeded run of `project`: its id and plan (JSON).
-    pub async fn last_plan(&self, project: &str) -> Result<Option<(String, String)>> {
-        let row = sqlx::query(
-            "SELECT id, plan FROM lh_runs WHERE project = $1 AND status = 'succeeded' \
-             ORDER BY created_at DESC, id DESC LIMIT 1",
+    /// The newest succeeded runs of `project` on `target` (at most `limit`), newest
+    /// first: their ids and plans (JSON).
+    pub async fn last_plans(
+        &self,
+        project: &str,
+        target: &str,
+        limit: i64,
+    ) -> Result<Vec<(String, String)>> {
+        let rows = sqlx::query(
+            "SELECT id, plan FROM lh_runs WHERE project = $1 AND target = $2 \
+             AND status = 'succeeded' ORDER BY created_at DESC, id DESC LIMIT $3",
         )
         .bind(project)
-        .fetch_optional(&self.pool)
+        .bind(target)
+        .bind(limit)
+        .fetch_all(&self.pool)
         .await
         .map_err(db)?;
-        Ok(row.map(|r| (r.get(0), r.get(1))))
+        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    /// The memoized outputs of `table` a run may still reuse (made at `not_before` or
+    /// later), newest first: their key parts (JSON) and pointers.
+    pub async fn memo_outputs(
+        &self,
+        table: &str,
+        not_before: DateTime<Utc>,
+    ) -> Result<Vec<(String, TablePointer)>> {
+        let rows = sqlx::query(
+            "SELECT parts, pointer FROM lh_memo WHERE table_name = $1 AND parts IS NOT NULL \
+             AND created_at >= $2 ORDER BY created_at DESC LIMIT 1000",
+        )
+        .bind(table)
+        .bind(micros(not_before))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| {
+                let p: String = r.get(1);
+                Some((r.get(0), serde_json::from_str(&p).ok()?))
+            })
+            .collect())
     }
 
     /// The key parts of the newest memoized output of `table` (JSON), if any.

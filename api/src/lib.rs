@@ -814,6 +814,33 @@ pub struct PlannedChange {
     pub compared_with: Option<String>,
 }
 
+/// Column-level lineage of a table or column (`GET /api/v1/lineage`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LineageResponse {
+    #[serde(rename = "ref")]
+    pub reference: String,
+    pub table: String,
+    /// The column; absent: every column of the table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<String>,
+    /// The steps that lead to it, nearest first.
+    pub upstream: Vec<LineageEdge>,
+    /// The steps that lead from it, nearest first.
+    pub downstream: Vec<LineageEdge>,
+    /// Models whose lineage could not be read, with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unresolved: Vec<String>,
+}
+
+/// A model makes the column `to` (`namespace.table.column`) from the column `from`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LineageEdge {
+    pub from: String,
+    pub to: String,
+    pub node: String,
+    pub project: String,
+}
+
 /// Replay a run (`lh rerun`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct RerunRequest {

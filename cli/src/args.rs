@@ -68,6 +68,9 @@ pub enum Commands {
     /// Find the first commit where a table went bad: a binary search over the commits
     /// that changed it, one read-only query per step
     Bisect(BisectArgs),
+    /// Column-level lineage: which columns a table's column is made from, and what is
+    /// made from it, through the models of each project's last run on a branch
+    Lineage(LineageArgs),
     /// List, show, import and remove tables
     #[command(subcommand)]
     Table(TableCommand),
@@ -428,6 +431,16 @@ pub struct LogArgs {
     /// Only the commits where this table changed
     #[arg(long, value_name = "NAME")]
     pub table: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LineageArgs {
+    /// A table (namespace.table) or one of its columns (namespace.table.column)
+    #[arg(value_name = "TABLE[.COLUMN]")]
+    pub name: String,
+    /// The branch whose runs are read [default: the active branch]
+    #[arg(long = "ref", value_name = "BRANCH")]
+    pub reference: Option<String>,
 }
 
 #[derive(Debug, Args)]

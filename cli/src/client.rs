@@ -297,6 +297,11 @@ impl Client {
             .await
     }
 
+    /// Column-level lineage of a table or column on a branch.
+    pub async fn lineage(&self, name: &str, at: &str) -> CliResult<lh_api::LineageResponse> {
+        self.get("/lineage", &[("name", name), ("ref", at)]).await
+    }
+
     /// The rows of `table` that differ between two refs.
     pub async fn diff_rows(
         &self,

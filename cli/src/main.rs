@@ -74,6 +74,7 @@ async fn run(cli: Cli) -> CliResult<()> {
         Commands::Diff(args) => commands::refs::diff(&client, &settings, args).await,
         Commands::Merge(args) => commands::refs::merge(&client, &settings, args).await,
         Commands::Bisect(args) => commands::bisect::bisect(&client, &settings, args).await,
+        Commands::Lineage(args) => commands::runs::lineage(&client, &settings, args).await,
         Commands::Gc(args) => commands::tables::gc(&client, &settings, args).await,
         Commands::Table(cmd) => commands::tables::run(&client, &settings, cmd).await,
         Commands::Query(args) => commands::query::run(&client, &settings, args).await,

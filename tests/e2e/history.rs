@@ -733,6 +733,57 @@ fn plans_say_what_a_run_would_change() {
         b["reasons"].to_string().contains("input raw.orders moved"),
         "{b}"
     );
+    // Column-level lineage through the project's last run (v1).
+    let l = json(&lh.run(&["lineage", "p.totals.total", "-o", "json"]));
+    let steps: Vec<String> = l["upstream"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            format!(
+                "{} -> {}",
+                e["from"].as_str().unwrap(),
+                e["to"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "p.base.amount -> p.totals.total",
+            "raw.orders.amount -> p.base.amount"
+        ],
+        "{l}"
+    );
+    let l = json(&lh.run(&["lineage", "raw.orders.status", "-o", "json"]));
+    let to: Vec<&str> = l["downstream"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["to"].as_str().unwrap())
+        .collect();
+    assert!(
+        to.contains(&"p.base.status") && to.contains(&"p.totals.status"),
+        "{l}"
+    );
+    assert!(
+        !to.iter().any(|t| t.starts_with("p.counts")),
+        "count(*) reads no column: {l}"
+    );
+    let text = lh.run(&["lineage", "p.base"]);
+    assert!(
+        text.ok().contains("raw.orders.id -> p.base.id"),
+        "{}",
+        text.ok()
+    );
+    lh.run(&["lineage", "p.nope.x"]).fails(3);
+    // A reader of another namespace sees nothing of it.
+    lh.run(&["role", "set", "elsewhere", "--grant", "read on * in e"])
+        .ok();
+    lh.with_token(&server.token_for("eve", "elsewhere"))
+        .run(&["lineage", "p.totals.total"])
+        .fails(9);
+
     // A plan writes nothing.
     let before = lh.head("main");
     lh.run(&["run", dir.to_str().unwrap(), "--plan"]).ok();

@@ -648,6 +648,50 @@ fn the_examples_run_from_the_readme(runtime: &str) {
             .filter(|n| n["kind"] == "model")
             .all(|n| n["status"] == "cached")
     );
+    // Column-level lineage through the jaffle shop: SQL models from their queries (a
+    // CTE's sum of a staging column), the Python model from its declared columns.
+    let l: serde_json::Value = serde_json::from_str(
+        lh.run(&["lineage", "analytics.orders.amount", "-o", "json"])
+            .ok(),
+    )
+    .unwrap();
+    let steps: Vec<String> = l["upstream"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            format!(
+                "{} -> {}",
+                e["from"].as_str().unwrap(),
+                e["to"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "analytics.stg_payments.amount -> analytics.orders.amount",
+            "raw.payments.amount -> analytics.stg_payments.amount",
+        ],
+        "{l}"
+    );
+    let l: serde_json::Value = serde_json::from_str(
+        lh.run(&["lineage", "raw.payments.amount", "-o", "json"])
+            .ok(),
+    )
+    .unwrap();
+    let to: Vec<&str> = l["downstream"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["to"].as_str().unwrap())
+        .collect();
+    assert!(to.contains(&"analytics.orders.amount"), "{l}");
+    assert!(
+        to.contains(&"analytics.customers.customer_lifetime_value"),
+        "the Python model declares stg_payments.amount: {l}"
+    );
+    assert!(!to.contains(&"analytics.orders.status"), "{l}");
 
     // The story starts from an empty catalog: a server of its own.
     let server = self::server(runtime);

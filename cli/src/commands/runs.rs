@@ -574,3 +574,64 @@ pub async fn runs(client: &Client, settings: &Settings, cmd: RunsCommand) -> Cli
         }
     }
 }
+
+/// `lh lineage TABLE[.COLUMN]`: upstream, then downstream, one step a line.
+pub async fn lineage(
+    client: &Client,
+    settings: &Settings,
+    args: crate::args::LineageArgs,
+) -> CliResult<()> {
+    let at = client
+        .resolve_ref(settings.reference(&args.reference))
+        .await?;
+    let l = client.lineage(&args.name, &at).await?;
+    if settings.output != OutputFormat::Table {
+        let mut rows: Vec<(&str, &lh_api::LineageEdge)> =
+            l.upstream.iter().map(|e| ("upstream", e)).collect();
+        rows.extend(l.downstream.iter().map(|e| ("downstream", e)));
+        if settings.output == OutputFormat::Json {
+            return output::item(settings.output, &l, &[]);
+        }
+        return output::listing(
+            settings.output,
+            &["direction", "from", "to", "node", "project"],
+            &rows
+                .iter()
+                .map(|(d, e)| (d.to_string(), (*e).clone()))
+                .collect::<Vec<_>>(),
+            |(d, e)| {
+                vec![
+                    d.clone(),
+                    e.from.clone(),
+                    e.to.clone(),
+                    e.node.clone(),
+                    e.project.clone(),
+                ]
+            },
+        );
+    }
+    let what = match &l.column {
+        Some(c) => format!("{}.{c}", l.table),
+        None => l.table.clone(),
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for (title, edges) in [("made from", &l.upstream), ("used by", &l.downstream)] {
+        writeln!(out, "{what} is {title}:")?;
+        if edges.is_empty() {
+            writeln!(out, "  nothing a run on '{}' shows", l.reference)?;
+        }
+        for e in edges.iter() {
+            writeln!(
+                out,
+                "  {} -> {}  ({}, project {})",
+                e.from, e.to, e.node, e.project
+            )?;
+        }
+    }
+    for u in &l.unresolved {
+        eprintln!("note: lineage not read for {u}");
+    }
+    out.flush()?;
+    Ok(())
+}

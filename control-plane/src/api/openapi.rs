@@ -26,6 +26,7 @@ use crate::state::AppState;
         super::refs::get_commit,
         super::refs::diff,
         super::refs::diff_rows,
+        super::runs::lineage,
         super::refs::merge,
         super::tables::list_tables,
         super::tables::show_table,

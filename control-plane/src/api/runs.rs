@@ -17,6 +17,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/runs", get(list_runs).post(start_run))
         .route("/api/v1/runs/plan", post(plan_run))
+        .route("/api/v1/lineage", get(lineage))
         .route("/api/v1/runs/{id}", get(get_run))
         .route("/api/v1/runs/{id}/logs", get(run_logs))
         .route("/api/v1/runs/{id}/cancel", post(cancel_run))
@@ -63,6 +64,100 @@ async fn plan_run(
             )
             .await?,
     ))
+}
+
+/// Column-level lineage of `name` (a table, or `table.column`) on a branch: the steps
+/// up to it and down from it through the models of every project's last succeeded run
+/// there. Tables the caller may not read are left out.
+#[utoipa::path(get, path = "/api/v1/lineage",
+    params(("name" = String, Query), ("ref" = Option<String>, Query)),
+    responses((status = 200, body = lh_api::LineageResponse), (status = 404, body = lh_api::ErrorBody)))]
+async fn lineage(
+    State(s): State<AppState>,
+    identity: Identity,
+    axum::extract::RawQuery(q): axum::extract::RawQuery,
+) -> ApiResult<Json<lh_api::LineageResponse>> {
+    use std::collections::{BTreeSet, VecDeque};
+    let pairs = super::params::query_pairs(q.as_deref());
+    let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let at = get("ref").unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
+    let name = get("name")
+        .ok_or_else(|| Error::bad_request(Code::InvalidArgument, "'name' is required"))?;
+    identity.require_ref(Action::Read, &at, "reading its lineage")?;
+    let head = s.catalog.resolve(&at).await?.commit;
+    let (table, column) = match s.catalog.table_in(&head, &name).await {
+        Ok(Some(_)) => (name.clone(), None),
+        _ => match name.rsplit_once('.') {
+            Some((t, c)) if matches!(s.catalog.table_in(&head, t).await, Ok(Some(_))) => {
+                (t.to_string(), Some(c.to_string()))
+            }
+            _ => {
+                return Err(Error::not_found(
+                    Code::TableNotFound,
+                    format!("'{name}' is neither a table nor a table's column at '{at}'"),
+                )
+                .into());
+            }
+        },
+    };
+    identity.require_table(Action::Read, &at, &table, "reading its lineage")?;
+    let (edges, unresolved) = s.runs.lineage_edges(&at, &head).await?;
+    let edges: Vec<_> = edges
+        .into_iter()
+        .filter(|e| {
+            identity.can_table(Action::Read, &at, &e.from.0)
+                && identity.can_table(Action::Read, &at, &e.to.0)
+        })
+        .collect();
+    let starts = |e_side: &dyn Fn(&crate::runs::lineage::Edge) -> &(String, String)| {
+        edges
+            .iter()
+            .map(e_side)
+            .filter(|(t, c)| {
+                *t == table
+                    && column
+                        .as_ref()
+                        .is_none_or(|col| col.eq_ignore_ascii_case(c))
+            })
+            .cloned()
+            .collect::<BTreeSet<_>>()
+    };
+    let walk = |start: BTreeSet<(String, String)>, up: bool| {
+        let mut seen = start.clone();
+        let mut queue: VecDeque<(String, String)> = start.into_iter().collect();
+        let mut out = Vec::new();
+        while let Some(at_col) = queue.pop_front() {
+            for e in &edges {
+                let (here, next) = if up {
+                    (&e.to, &e.from)
+                } else {
+                    (&e.from, &e.to)
+                };
+                if *here == at_col {
+                    out.push(lh_api::LineageEdge {
+                        from: format!("{}.{}", e.from.0, e.from.1),
+                        to: format!("{}.{}", e.to.0, e.to.1),
+                        node: e.node.clone(),
+                        project: e.project.clone(),
+                    });
+                    if seen.insert(next.clone()) {
+                        queue.push_back(next.clone());
+                    }
+                }
+            }
+        }
+        out
+    };
+    let upstream = walk(starts(&|e| &e.to), true);
+    let downstream = walk(starts(&|e| &e.from), false);
+    Ok(Json(lh_api::LineageResponse {
+        reference: at,
+        table,
+        column,
+        upstream,
+        downstream,
+        unresolved,
+    }))
 }
 
 /// Starts a run of a project on a branch; it goes on in the background.

@@ -56,6 +56,7 @@ routes! {
     GET "/api/v1/runs" => Some(Read),
     POST "/api/v1/runs" => Some(Run),
     POST "/api/v1/runs/plan" => Some(Run),
+    GET "/api/v1/lineage" => Some(Read),
     GET "/api/v1/runs/{id}" => Some(Read),
     GET "/api/v1/runs/{id}/logs" => Some(Read),
     POST "/api/v1/runs/{id}/cancel" => Some(Run),

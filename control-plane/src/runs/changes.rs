@@ -100,7 +100,11 @@ impl RunService {
 
     /// The plan of the project's newest succeeded run on `target` that ran models (a
     /// merge check's runs only expectations).
-    async fn previous_plan(&self, project: &str, target: &str) -> Result<Option<(String, Plan)>> {
+    pub(super) async fn previous_plan(
+        &self,
+        project: &str,
+        target: &str,
+    ) -> Result<Option<(String, Plan)>> {
         for (run, json) in self.store.last_plans(project, target, 20).await? {
             if let Ok(plan) = serde_json::from_str::<Plan>(&json)
                 && plan

@@ -13,6 +13,7 @@ mod changes;
 pub mod code;
 mod exec;
 pub mod limits;
+pub mod lineage;
 pub mod partitions;
 pub mod project;
 pub mod store;

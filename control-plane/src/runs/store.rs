@@ -590,6 +590,19 @@ impl RunStore {
         Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
+    /// The projects with a succeeded run on `target`.
+    pub async fn projects_on(&self, target: &str) -> Result<Vec<String>> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT project FROM lh_runs WHERE target = $1 AND status = 'succeeded' \
+             ORDER BY project",
+        )
+        .bind(target)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(rows.into_iter().map(|r| r.get(0)).collect())
+    }
+
     /// The memoized outputs of `table` a run may still reuse (made at `not_before` or
     /// later), newest first: their key parts (JSON) and pointers.
     pub async fn memo_outputs(

@@ -84,30 +84,63 @@ async fn lineage(
     let name = get("name")
         .ok_or_else(|| Error::bad_request(Code::InvalidArgument, "'name' is required"))?;
     identity.require_ref(Action::Read, &at, "reading its lineage")?;
+    if at.contains(['@', '~', '^']) {
+        return Err(Error::bad_request(
+            Code::InvalidArgument,
+            format!("lineage reads the runs of a branch; '{at}' is no branch name"),
+        )
+        .into());
+    }
     let head = s.catalog.resolve(&at).await?.commit;
-    let (table, column) = match s.catalog.table_in(&head, &name).await {
-        Ok(Some(_)) => (name.clone(), None),
-        _ => match name.rsplit_once('.') {
-            Some((t, c)) if matches!(s.catalog.table_in(&head, t).await, Ok(Some(_))) => {
-                (t.to_string(), Some(c.to_string()))
-            }
-            _ => {
-                return Err(Error::not_found(
-                    Code::TableNotFound,
-                    format!("'{name}' is neither a table nor a table's column at '{at}'"),
-                )
-                .into());
-            }
-        },
+    // A table the caller may not read reads as one that is not there.
+    let not_found = || {
+        Error::not_found(
+            Code::TableNotFound,
+            format!("'{name}' is neither a table nor a table's column at '{at}'"),
+        )
     };
-    identity.require_table(Action::Read, &at, &table, "reading its lineage")?;
+    let readable_table = async |t: &str| -> Option<Vec<String>> {
+        if lh_catalog::names::validate_table_name(t).is_err()
+            || !identity.can_table(Action::Read, &at, t)
+        {
+            return None;
+        }
+        let loaded = s.tables.load(&head, t).await.ok()??;
+        Some(
+            loaded
+                .metadata
+                .current_schema()
+                .as_struct()
+                .fields()
+                .iter()
+                .map(|f| f.name.clone())
+                .collect(),
+        )
+    };
+    let (table, column) = match readable_table(&name).await {
+        Some(_) => (name.clone(), None),
+        None => {
+            let (t, c) = name.rsplit_once('.').ok_or_else(not_found)?;
+            let cols = readable_table(t).await.ok_or_else(not_found)?;
+            let c = cols
+                .iter()
+                .find(|x| x.eq_ignore_ascii_case(c))
+                .ok_or_else(not_found)?;
+            (t.to_string(), Some(c.clone()))
+        }
+    };
     let (edges, unresolved) = s.runs.lineage_edges(&at, &head).await?;
+    let readable = |t: &str| identity.can_table(Action::Read, &at, t);
+    let unresolved: Vec<String> = unresolved
+        .into_iter()
+        .filter(|u| u.tables.iter().all(|t| readable(t)))
+        .map(|u| format!("{}: {}", u.model, u.why))
+        .collect();
+    // Columns compared as DuckDB does: without regard to case.
+    let key = |(t, c): &(String, String)| (t.clone(), c.to_lowercase());
     let edges: Vec<_> = edges
         .into_iter()
-        .filter(|e| {
-            identity.can_table(Action::Read, &at, &e.from.0)
-                && identity.can_table(Action::Read, &at, &e.to.0)
-        })
+        .filter(|e| readable(&e.from.0) && readable(&e.to.0))
         .collect();
     let starts = |e_side: &dyn Fn(&crate::runs::lineage::Edge) -> &(String, String)| {
         edges
@@ -119,7 +152,7 @@ async fn lineage(
                         .as_ref()
                         .is_none_or(|col| col.eq_ignore_ascii_case(c))
             })
-            .cloned()
+            .map(key)
             .collect::<BTreeSet<_>>()
     };
     let walk = |start: BTreeSet<(String, String)>, up: bool| {
@@ -133,15 +166,15 @@ async fn lineage(
                 } else {
                     (&e.from, &e.to)
                 };
-                if *here == at_col {
+                if key(here) == at_col {
                     out.push(lh_api::LineageEdge {
                         from: format!("{}.{}", e.from.0, e.from.1),
                         to: format!("{}.{}", e.to.0, e.to.1),
                         node: e.node.clone(),
                         project: e.project.clone(),
                     });
-                    if seen.insert(next.clone()) {
-                        queue.push_back(next.clone());
+                    if seen.insert(key(next)) {
+                        queue.push_back(key(next));
                     }
                 }
             }

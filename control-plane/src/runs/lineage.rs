@@ -55,6 +55,18 @@ fn node(v: &Value, ctes: &HashMap<String, Vec<Sourced>>, table: &Tables) -> Opti
             let mut out = Vec::new();
             for item in v["select_list"].as_array()? {
                 if item["class"] == "STAR" {
+                    // `* EXCLUDE/REPLACE/RENAME` and `COLUMNS(...)` are not followed.
+                    let modified = [
+                        "exclude_list",
+                        "replace_list",
+                        "rename_list",
+                        "qualified_exclude_list",
+                    ]
+                    .iter()
+                    .any(|k| item[*k].as_array().is_some_and(|l| !l.is_empty()));
+                    if modified || item["columns"] == true || !item["expr"].is_null() {
+                        return None;
+                    }
                     let only = item["relation_name"].as_str().filter(|r| !r.is_empty());
                     for (alias, rel) in &scope {
                         if only.is_some_and(|o| !o.eq_ignore_ascii_case(alias)) {
@@ -78,17 +90,32 @@ fn node(v: &Value, ctes: &HashMap<String, Vec<Sourced>>, table: &Tables) -> Opti
             Some(out)
         }
         "SET_OPERATION_NODE" => {
-            let left = node(&v["left"], &ctes, table)?;
-            let right = node(&v["right"], &ctes, table)?;
-            Some(
-                left.into_iter()
-                    .zip(right)
-                    .map(|((n, mut a), (_, b))| {
-                        a.extend(b);
-                        (n, a)
-                    })
-                    .collect(),
-            )
+            // A union's values come from both sides, by position; EXCEPT and INTERSECT
+            // only filter the left side's rows. Other forms are not followed.
+            let (l, r) = match v.get("children").and_then(|c| c.as_array()) {
+                Some(c) if c.len() == 2 => (&c[0], &c[1]),
+                _ => (&v["left"], &v["right"]),
+            };
+            let left = node(l, &ctes, table)?;
+            match v["setop_type"].as_str()? {
+                "UNION" => {
+                    let right = node(r, &ctes, table)?;
+                    if right.len() != left.len() {
+                        return None;
+                    }
+                    Some(
+                        left.into_iter()
+                            .zip(right)
+                            .map(|((n, mut a), (_, b))| {
+                                a.extend(b);
+                                (n, a)
+                            })
+                            .collect(),
+                    )
+                }
+                "EXCEPT" | "INTERSECT" => Some(left),
+                _ => None,
+            }
         }
         _ => None,
     }
@@ -174,15 +201,20 @@ fn expression(
         Value::Object(m) => {
             match m.get("class").and_then(|c| c.as_str()) {
                 Some("COLUMN_REF") => {
-                    let parts: Vec<&str> = m["column_names"]
-                        .as_array()
+                    let mut parts: Vec<&str> = m
+                        .get("column_names")
+                        .and_then(|c| c.as_array())
                         .into_iter()
                         .flatten()
                         .filter_map(|p| p.as_str())
                         .collect();
+                    let named = |p: &str| scope.iter().any(|(a, _)| a.eq_ignore_ascii_case(p));
+                    // `schema.table.col`: the table's alias is its name.
+                    if parts.len() >= 3 && !named(parts[0]) && named(parts[1]) {
+                        parts.remove(0);
+                    }
                     // `rel.col` (or `rel.col.field`), else a column (or `col.field`).
-                    let qualified = parts.len() >= 2
-                        && scope.iter().any(|(a, _)| a.eq_ignore_ascii_case(parts[0]));
+                    let qualified = parts.len() >= 2 && named(parts[0]);
                     if qualified {
                         let named = scope
                             .iter()
@@ -202,10 +234,19 @@ fn expression(
                     return;
                 }
                 Some("SUBQUERY") => {
-                    if let Some(cols) = node(&m["subquery"]["node"], ctes, table) {
+                    // A scalar subquery's value is lineage; IN, ANY and EXISTS only
+                    // test (their left operand still is).
+                    if m.get("subquery_type").and_then(|t| t.as_str()) == Some("SCALAR")
+                        && let Some(cols) = m
+                            .get("subquery")
+                            .and_then(|q| node(&q["node"], ctes, table))
+                    {
                         for (_, s) in cols {
                             out.extend(s);
                         }
+                    }
+                    if let Some(child) = m.get("child") {
+                        expression(child, scope, ctes, table, out);
                     }
                     return;
                 }
@@ -288,9 +329,35 @@ mod tests {
                 ("status".to_string(), vec!["raw.orders.status".to_string()]),
             ]
         );
-        // A table function is not followed.
-        assert!(query_lineage(&tree("select * from range(3)"), &tables).is_none());
+        // A table function, `* EXCLUDE`, `UNION BY NAME` are not followed.
+        for sql in [
+            "select * from range(3)",
+            "select * exclude (status) from raw.orders",
+            "select id from raw.orders union by name select id from raw.customers",
+        ] {
+            assert!(query_lineage(&tree(sql), &tables).is_none(), "{sql}");
+        }
+        // EXCEPT only filters; an IN subquery only tests, its operand is lineage; a
+        // scalar subquery's value is; a column named schema.table.column.
+        let got = sources(
+            "select raw.orders.amount, status in (select name from raw.customers) as known,              (select max(name) from raw.customers) as top from raw.orders              except select amount, false, 'x' from raw.orders where id = 1",
+        );
+        assert_eq!(
+            got,
+            vec![
+                ("amount".to_string(), vec!["raw.orders.amount".to_string()]),
+                ("known".to_string(), vec!["raw.orders.status".to_string()]),
+                ("top".to_string(), vec!["raw.customers.name".to_string()]),
+            ]
+        );
     }
+}
+
+/// A model whose lineage could not be read: its table, the tables it reads, and why.
+pub struct Unresolved {
+    pub model: String,
+    pub tables: Vec<String>,
+    pub why: String,
 }
 
 /// One step of lineage: a column made from another by a model.
@@ -310,7 +377,7 @@ impl super::RunService {
         &self,
         target: &str,
         head: &lh_catalog::Commit,
-    ) -> crate::error::Result<(Vec<Edge>, Vec<String>)> {
+    ) -> crate::error::Result<(Vec<Edge>, Vec<Unresolved>)> {
         use super::project::{Lang, NodeKind};
         let mut edges = Vec::new();
         let mut unread = Vec::new();
@@ -324,32 +391,51 @@ impl super::RunService {
                 if !matches!(n.kind, NodeKind::Model { .. }) || !seen.insert(n.name.clone()) {
                     continue;
                 }
+                let tables: Vec<String> = n
+                    .inputs
+                    .iter()
+                    .map(|i| i.table.clone())
+                    .chain([n.name.clone()])
+                    .collect();
+                let unread_here = |why: String| Unresolved {
+                    model: n.name.clone(),
+                    tables: tables.clone(),
+                    why,
+                };
                 // The columns of the tables involved, as they are at the head.
-                for t in n.inputs.iter().map(|i| &i.table).chain([&n.name]) {
+                let mut missing = None;
+                for t in &tables {
                     if !columns.contains_key(t) {
-                        let cols = self.tables.load(head, t).await?.map(|t| {
-                            t.metadata
-                                .current_schema()
-                                .as_struct()
-                                .fields()
-                                .iter()
-                                .map(|f| f.name.clone())
-                                .collect()
-                        });
+                        let cols = match self.tables.load(head, t).await {
+                            Ok(t) => t.map(|t| {
+                                t.metadata
+                                    .current_schema()
+                                    .as_struct()
+                                    .fields()
+                                    .iter()
+                                    .map(|f| f.name.clone())
+                                    .collect()
+                            }),
+                            Err(_) => None,
+                        };
                         columns.insert(t.clone(), cols);
                     }
+                    if columns.get(t).is_none_or(|c| c.is_none()) {
+                        missing = Some(t.clone());
+                    }
+                }
+                if let Some(t) = missing {
+                    unread.push(unread_here(format!("table {t} cannot be read at the head")));
+                    continue;
                 }
                 let Some(Some(out_cols)) = columns.get(&n.name).cloned() else {
                     continue;
                 };
                 let sourced: Vec<Sourced> = match &n.lang {
                     Lang::Sql { sql, .. } => {
-                        let tree = match self.queries.parse_tree(sql).await {
-                            Ok(t) => t,
-                            Err(e) => {
-                                unread.push(format!("{}: {}", n.name, e.message));
-                                continue;
-                            }
+                        let Ok(tree) = self.queries.parse_tree(sql).await else {
+                            unread.push(unread_here("its query does not parse".into()));
+                            continue;
                         };
                         let mut by_name: HashMap<String, (String, Vec<String>)> = HashMap::new();
                         for i in &n.inputs {
@@ -370,19 +456,33 @@ impl super::RunService {
                         }
                         let lookup = |w: &str| by_name.get(&w.to_lowercase()).cloned();
                         match query_lineage(&tree, &lookup) {
-                            // Unnamed expressions take the output's names, by position.
+                            // Unnamed expressions take the output's names by position,
+                            // when every named one is where the output has it.
                             Some(mut s) => {
-                                if s.len() == out_cols.len() {
+                                let lined_up = s.len() == out_cols.len()
+                                    && s.iter().zip(&out_cols).all(|((n, _), real)| {
+                                        n.is_empty() || n.eq_ignore_ascii_case(real)
+                                    });
+                                if lined_up {
                                     for ((name, _), real) in s.iter_mut().zip(&out_cols) {
                                         *name = real.clone();
                                     }
                                 }
-                                s
+                                // Columns named as the table has them; others dropped.
+                                let known: Vec<Sourced> = s
+                                    .into_iter()
+                                    .filter_map(|(name, src)| {
+                                        let real = out_cols
+                                            .iter()
+                                            .find(|c| c.eq_ignore_ascii_case(&name))?;
+                                        Some((real.clone(), src))
+                                    })
+                                    .collect();
+                                known
                             }
                             None => {
-                                unread.push(format!(
-                                    "{}: its query has a shape lineage does not follow",
-                                    n.name
+                                unread.push(unread_here(
+                                    "its query has a shape lineage does not follow".into(),
                                 ));
                                 continue;
                             }
@@ -391,10 +491,18 @@ impl super::RunService {
                     Lang::Python { .. } => {
                         let mut from = BTreeSet::new();
                         for i in &n.inputs {
-                            let cols = match (&i.columns, columns.get(&i.table)) {
-                                (Some(c), _) => c.clone(),
-                                (None, Some(Some(c))) => c.clone(),
+                            let all = match columns.get(&i.table) {
+                                Some(Some(c)) => c.clone(),
                                 _ => Vec::new(),
+                            };
+                            // Declared columns, as the table names them.
+                            let cols: Vec<String> = match &i.columns {
+                                Some(declared) => all
+                                    .iter()
+                                    .filter(|c| declared.iter().any(|d| d.eq_ignore_ascii_case(c)))
+                                    .cloned()
+                                    .collect(),
+                                None => all,
                             };
                             from.extend(cols.into_iter().map(|c| (i.table.clone(), c)));
                         }
@@ -406,7 +514,7 @@ impl super::RunService {
                         edges.push(Edge {
                             from: s,
                             to: (n.name.clone(), col.clone()),
-                            node: n.display_name(),
+                            node: n.name.clone(),
                             project: project.clone(),
                         });
                     }

@@ -790,7 +790,28 @@ pub struct RunRequest {
     /// changed since the project's last run, what kind of change it is (`lh run --plan`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub changes: bool,
+    /// A check instead of a run (`lh bisect --expectation`): only the project's
+    /// expectations run, reading every table as it is at a commit of the branch;
+    /// nothing is written or published. The run is recorded like any other.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<RunCheck>,
 }
+
+/// What a check run reads and runs (`RunRequest.check`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct RunCheck {
+    /// The commit whose tables the expectations read: a ref expression on the run's
+    /// branch (`main`, `main@<hash>`, `main@<time>`).
+    pub at: String,
+    /// The expectations to run, each `function` or `file:function` (the file relative
+    /// to the project's folder); empty: every expectation of the project.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expectations: Vec<String>,
+}
+
+/// A failed expectation's error when it ran and answered false (any other error is
+/// the expectation failing to run: an exception, a missing table).
+pub const EXPECTATION_NOT_MET: &str = "the expectation is not met";
 
 /// What a run would do with a node, and what changed in it (`lh run --plan`).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

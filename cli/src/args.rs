@@ -66,7 +66,7 @@ pub enum Commands {
     /// Merge a ref into a branch, atomically
     Merge(MergeArgs),
     /// Find the first commit where a table went bad: a binary search over the commits
-    /// that changed it, one read-only query per step
+    /// that changed it, one read-only check per step (a query, or a project's expectation)
     Bisect(BisectArgs),
     /// Column-level lineage: which columns a table's column is made from, and what is
     /// made from it, through the models of each project's last run on a branch
@@ -444,6 +444,7 @@ pub struct LineageArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("how").required(true).args(["check", "expectation"])))]
 pub struct BisectArgs {
     /// The table whose history is searched
     #[arg(value_name = "TABLE")]
@@ -458,7 +459,12 @@ pub struct BisectArgs {
     /// SQL returning one row and one column: true where the table is good
     /// (e.g. 'SELECT count(*) = 0 FROM sales.orders WHERE amount < 0')
     #[arg(long, value_name = "SQL")]
-    pub check: String,
+    pub check: Option<String>,
+    /// A project's expectation as the check, `FILE:FUNCTION` (the file in a project's
+    /// folder, e.g. pipeline/expectations.py:orders_are_positive): it runs at each step
+    /// on the tables as they are at that commit, recorded as a run of --bad's branch
+    #[arg(long, value_name = "FILE:FUNCTION")]
+    pub expectation: Option<String>,
 }
 
 #[derive(Debug, Args)]

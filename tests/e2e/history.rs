@@ -522,6 +522,226 @@ fn bisect_finds_a_planted_bad_commit_among_1000() {
         lh.rows("SELECT count(*) AS n FROM h.t", "main")[0]["n"],
         1001
     );
+
+    // A project's expectation as the check: each step a check run of that expectation
+    // alone, on the tables as they are at the commit, publishing nothing.
+    let dir = crate::runs::project(
+        &lh,
+        "guard",
+        &[
+            (
+                "lh_project.yml",
+                "name: guard\nnamespace: h\npython: \"3.11\"\n",
+            ),
+            (
+                "checks/amounts.py",
+                "import lh\nimport pyarrow.compute as pc\n\n\n\
+                 @lh.expectation()\n\
+                 def amounts_are_positive(t=lh.Model(\"h.t\", columns=[\"amount\"])):\n    \
+                 n = pc.sum(pc.less(t.column(\"amount\"), 0)).as_py() or 0\n    \
+                 return n == 0, f\"{n} negative amounts\"\n\n\n\
+                 @lh.expectation()\n\
+                 def broken(t=lh.Model(\"h.t\", columns=[\"amount\"])):\n    \
+                 raise RuntimeError(\"this check is broken\")\n",
+            ),
+        ],
+    );
+    let file = dir.join("checks/amounts.py");
+    let expectation = format!("{}:amounts_are_positive", file.display());
+    let runs_before = json(&lh.run(&["runs", "ls", "-n", "1000", "-o", "json"]))
+        .as_array()
+        .unwrap()
+        .len();
+    let heads_before = lh.run(&["branch", "ls"]).ok().to_string();
+    let out = json(&lh.run(&[
+        "bisect",
+        "h.t",
+        "--good",
+        "good",
+        "--bad",
+        "main",
+        "--expectation",
+        &expectation,
+        "-o",
+        "json",
+    ]));
+    assert_eq!(out["first_bad"]["id"], planted_commit.as_str(), "{out}");
+    let checks = out["checks"].as_array().unwrap();
+    assert!(checks.len() <= 11, "{} checks: {out}", checks.len());
+    // Each check is a recorded run of the one expectation at its commit.
+    for c in checks {
+        let run = json(&lh.run(&["runs", "show", c["run"].as_str().unwrap(), "-o", "json"]));
+        assert_eq!(run["target"], "main");
+        assert_eq!(run["nodes"].as_array().unwrap().len(), 1, "{run}");
+        assert_eq!(run["nodes"][0]["name"], "amounts_are_positive");
+        let want = if c["good"] == true {
+            "passed"
+        } else {
+            "failed"
+        };
+        assert_eq!(run["nodes"][0]["status"], want, "{run}");
+        assert_eq!(run["input_commit"], c["commit"], "{run}");
+        assert!(
+            run["merge_commit"].is_null(),
+            "a check publishes nothing: {run}"
+        );
+    }
+    let runs_after = json(&lh.run(&["runs", "ls", "-n", "1000", "-o", "json"]))
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(runs_after - runs_before, checks.len());
+    assert_eq!(
+        lh.run(&["branch", "ls"]).ok(),
+        heads_before,
+        "no branch is left"
+    );
+    assert_eq!(
+        lh.rows("SELECT count(*) AS n FROM h.t", "main")[0]["n"],
+        1001
+    );
+    // The file named from inside its project's folder, relatively.
+    let inside = lh
+        .command(&[
+            "bisect",
+            "h.t",
+            "--good",
+            "good",
+            "--expectation",
+            "checks/amounts.py:amounts_are_positive",
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&inside.stdout);
+    assert!(
+        text.contains(&format!("first bad commit: {planted_commit}")),
+        "{text}{}",
+        String::from_utf8_lossy(&inside.stderr)
+    );
+
+    // An expectation that cannot run is an error, not a bad commit; an unknown one,
+    // a file outside any project, a wrong shape and a --bad that is no branch are
+    // refused before anything runs.
+    let broken = format!("{}:broken", file.display());
+    let err = lh
+        .run(&["bisect", "h.t", "--good", "good", "--expectation", &broken])
+        .fails(5)
+        .to_string();
+    assert!(
+        err.contains("the expectation could not run at commit"),
+        "{err}"
+    );
+    assert!(err.contains("this check is broken"), "{err}");
+    let unknown = format!("{}:nope", file.display());
+    let err = lh
+        .run(&["bisect", "h.t", "--good", "good", "--expectation", &unknown])
+        .fails(3)
+        .to_string();
+    assert!(
+        err.contains("the project has no expectation 'checks/amounts.py:nope'"),
+        "{err}"
+    );
+    assert!(
+        err.contains("checks/amounts.py:amounts_are_positive"),
+        "{err}"
+    );
+    let stray = lh.file("stray.py", "import lh\n");
+    let err = lh
+        .run(&[
+            "bisect",
+            "h.t",
+            "--good",
+            "good",
+            "--expectation",
+            &format!("{}:f", stray.display()),
+        ])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("no lh_project.yml"), "{err}");
+    let err = lh
+        .run(&[
+            "bisect",
+            "h.t",
+            "--good",
+            "good",
+            "--expectation",
+            "amounts.py",
+        ])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("FILE:FUNCTION"), "{err}");
+    let err = lh
+        .run(&[
+            "bisect",
+            "h.t",
+            "--good",
+            &format!("main@{good_id}"),
+            "--bad",
+            &format!("main@{planted_commit}"),
+            "--expectation",
+            &expectation,
+        ])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("names no branch"), "{err}");
+    lh.run(&["bisect", "h.t", "--good", "good"]).fails(2);
+    lh.run(&[
+        "bisect",
+        "h.t",
+        "--good",
+        "good",
+        "--check",
+        check,
+        "--expectation",
+        &expectation,
+    ])
+    .fails(2);
+    // A reader of the branch runs no code there.
+    let err = reader
+        .run(&[
+            "bisect",
+            "h.t",
+            "--good",
+            &format!("main@{good_id}"),
+            "--expectation",
+            &expectation,
+        ])
+        .fails(9)
+        .to_string();
+    assert!(err.contains("permission"), "{err}");
+
+    // The API: a check reads a commit of the branch it is recorded on, and is refused
+    // before the upload is taken.
+    lh.run(&["branch", "create", "other"]).ok();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let auth = format!("Bearer {}", server.token());
+    for (at, code) in [
+        (format!("other@{good_id}"), 400),
+        (format!("@{good_id}"), 400),
+        ("main; DROP TABLE h.t".to_string(), 400),
+        (format!("main@{good_id}"), 404),
+    ] {
+        let mut resp = agent
+            .post(&format!("{}/api/v1/runs", server.urls()[0]))
+            .header("Authorization", &auth)
+            .send_json(serde_json::json!({
+                "upload": "0".repeat(32),
+                "ref": "main",
+                "check": {"at": at, "expectations": ["amounts_are_positive"]},
+            }))
+            .unwrap();
+        let body = resp.body_mut().read_to_string().unwrap();
+        assert_eq!(resp.status(), code, "{at}: {body}");
+        let why = match code {
+            400 => "a check reads a commit of the branch it runs on",
+            _ => "upload '00000000000000000000000000000000' not found",
+        };
+        assert!(body.contains(why), "{at}: {body}");
+    }
 }
 
 /// The plan's entry for the node named `name` (a model's table).

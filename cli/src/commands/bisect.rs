@@ -3,8 +3,10 @@
 //! The candidates are the commits of `--bad`'s first-parent history, back to `--good`,
 //! where the table changed (the server's log, filtered by table): the table reads the
 //! same at every other commit, so only those can be the first bad one. A binary search
-//! runs the check at one candidate per step, as a read-only query at that commit;
-//! nothing is written. `--good` and `--bad` are taken at their word and checked only
+//! runs the check at one candidate per step: a read-only query at that commit, or a
+//! project's expectation run as a check (the server's check run: only that expectation,
+//! reading every table as it is at the commit, recorded as a run of --bad's branch,
+//! publishing nothing). No table is written. `--good` and `--bad` are taken at their word and checked only
 //! when the search ends next to one of them, so n candidates cost at most
 //! ceil(log2(n)) + 1 queries (2 for a single candidate). Commits are named on `--bad`'s
 //! ref (`main@<hash>`) when it is a ref, so that a user who may read that ref only can
@@ -12,8 +14,10 @@
 //! tables should read them as they are at each commit, and a change of theirs alone is
 //! not a candidate.
 
+use std::path::{Path, PathBuf};
+
 use arrow::array::Array;
-use lh_api::{CommitInfo, QueryRequest};
+use lh_api::{CommitInfo, NodeStatus, QueryRequest, RunCheck, RunRequest};
 use serde::Serialize;
 
 use crate::args::{BisectArgs, OutputFormat};
@@ -47,6 +51,22 @@ struct Found {
 struct Check {
     commit: String,
     good: bool,
+    /// The check's run, for an expectation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run: Option<String>,
+}
+
+/// What says whether the table is good at a commit.
+enum Checker {
+    /// A query returning one boolean.
+    Sql(String),
+    /// A project's expectation (`file:function`, the file relative to the project's
+    /// folder), run as a check on `branch`.
+    Expectation {
+        dir: PathBuf,
+        name: String,
+        branch: String,
+    },
 }
 
 pub async fn bisect(client: &Client, settings: &Settings, args: BisectArgs) -> CliResult<()> {
@@ -73,6 +93,31 @@ pub async fn bisect(client: &Client, settings: &Settings, args: BisectArgs) -> C
         false => format!("@{id}"),
     };
     let (bad_at, good_at) = (on_ref(&bad.id), on_ref(&good.id));
+    let checker = match (&args.check, &args.expectation) {
+        (Some(sql), None) => Checker::Sql(sql.clone()),
+        (None, Some(e)) => {
+            if !plain_ref {
+                return Err(CliError::invalid(
+                    format!(
+                        "--expectation runs checks on a branch; --bad '{bad_ref}' names no branch"
+                    ),
+                    Some("give --bad a branch: the first-parent history searched is its own"),
+                ));
+            }
+            let (dir, name) = expectation_of(e)?;
+            Checker::Expectation {
+                dir,
+                name,
+                branch: bad_ref.clone(),
+            }
+        }
+        _ => {
+            return Err(CliError::invalid(
+                "give one of --check SQL and --expectation FILE:FUNCTION",
+                None,
+            ));
+        }
+    };
     loop {
         let page = client
             .log_filtered(
@@ -119,10 +164,21 @@ pub async fn bisect(client: &Client, settings: &Settings, args: BisectArgs) -> C
 
     let mut checks: Vec<Check> = Vec::new();
     let mut run_check = async |commit: &str, label: &str| -> CliResult<bool> {
-        let good = check(client, &args.check, commit, &on_ref(commit)).await?;
+        let (good, run) = match &checker {
+            Checker::Sql(sql) => (check(client, sql, commit, &on_ref(commit)).await?, None),
+            Checker::Expectation { dir, name, branch } => {
+                let (good, run) =
+                    expectation(client, dir, name, branch, commit, &on_ref(commit)).await?;
+                (good, Some(run))
+            }
+        };
         if !quiet {
+            let by = match &run {
+                Some(r) => format!(" (run {})", short(r)),
+                None => String::new(),
+            };
             eprintln!(
-                "  {} {label}: {}",
+                "  {} {label}: {}{by}",
                 short(commit),
                 if good { "good" } else { "bad" }
             );
@@ -130,6 +186,7 @@ pub async fn bisect(client: &Client, settings: &Settings, args: BisectArgs) -> C
         checks.push(Check {
             commit: commit.to_string(),
             good,
+            run,
         });
         Ok(good)
     };
@@ -313,4 +370,113 @@ async fn check(client: &Client, sql: &str, commit: &str, at: &str) -> CliResult<
         ));
     }
     Ok(col.value(0))
+}
+
+/// `FILE:FUNCTION` as the project's folder (the nearest one above the file holding an
+/// `lh_project.yml`) and the expectation's name for the server (`file:function`, the
+/// file relative to that folder).
+fn expectation_of(arg: &str) -> CliResult<(PathBuf, String)> {
+    let bad = |why: String| {
+        CliError::invalid(
+            format!("--expectation '{arg}': {why}"),
+            Some("e.g. --expectation pipeline/expectations.py:orders_are_positive"),
+        )
+    };
+    let (file, function) = arg
+        .rsplit_once(':')
+        .filter(|(f, n)| !f.is_empty() && !n.is_empty())
+        .ok_or_else(|| bad("it must be FILE:FUNCTION".into()))?;
+    let file = std::fs::canonicalize(file).map_err(|e| bad(format!("cannot read {file}: {e}")))?;
+    let dir = file
+        .ancestors()
+        .skip(1)
+        .find(|d| d.join("lh_project.yml").is_file())
+        .ok_or_else(|| bad("no lh_project.yml in any folder above the file".into()))?
+        .to_path_buf();
+    let relative = file
+        .strip_prefix(&dir)
+        .map_err(|_| bad("the file is outside its project".into()))?
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join("/");
+    Ok((dir, format!("{relative}:{function}")))
+}
+
+/// Runs the expectation `name` of the project in `dir` as a check at a commit: whether
+/// it passed, and the check's run. An expectation that cannot run (an exception, a
+/// table missing at that commit) is an error, not a bad commit.
+async fn expectation(
+    client: &Client,
+    dir: &Path,
+    name: &str,
+    branch: &str,
+    commit: &str,
+    at: &str,
+) -> CliResult<(bool, String)> {
+    let at_commit = |e: CliError| match e {
+        CliError::Api { status, mut body } => {
+            body.error.message = format!(
+                "the expectation cannot run at commit {}: {}",
+                short(commit),
+                body.error.message
+            );
+            CliError::Api { status, body }
+        }
+        e => e,
+    };
+    let req = RunRequest {
+        upload: super::runs::upload_project(client, dir).await?,
+        reference: branch.to_string(),
+        params: Default::default(),
+        no_cache: true,
+        strict: false,
+        partitions: None,
+        changes: false,
+        check: Some(RunCheck {
+            at: at.to_string(),
+            expectations: vec![name.to_string()],
+        }),
+    };
+    let started = client.start_run(&req).await.map_err(at_commit)?;
+    let run = loop {
+        let run = client.run(&started.id).await?;
+        if run.status.is_final() {
+            break run;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let failed = |why: &str| {
+        CliError::invalid(
+            format!(
+                "the expectation could not run at commit {}: {why} (run {})",
+                short(commit),
+                short(&run.id)
+            ),
+            Some(&format!(
+                "see its log: lh runs logs {}; nothing was written",
+                short(&run.id)
+            )),
+        )
+    };
+    let [node] = run.nodes.as_slice() else {
+        return Err(failed(&format!(
+            "the check ran {} nodes, not one",
+            run.nodes.len()
+        )));
+    };
+    match node.status {
+        NodeStatus::Passed => Ok((true, run.id.clone())),
+        NodeStatus::Failed | NodeStatus::Warned
+            if node.error.as_deref() == Some(lh_api::EXPECTATION_NOT_MET) =>
+        {
+            Ok((false, run.id.clone()))
+        }
+        _ => Err(failed(
+            node.error
+                .as_deref()
+                .or(run.error.as_deref())
+                .unwrap_or(run.status.as_str()),
+        )),
+    }
 }

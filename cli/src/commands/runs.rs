@@ -110,6 +110,7 @@ pub async fn run(client: &Client, settings: &Settings, args: RunArgs) -> CliResu
         strict: args.strict,
         partitions: args.partition.or(args.partitions),
         changes: args.plan,
+        check: None,
     };
     if args.dry_run || args.plan {
         let plan = client.plan_run(&req).await?;

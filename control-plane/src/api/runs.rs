@@ -207,15 +207,44 @@ async fn start_run(
         req.reference.as_str()
     };
     identity.require_ref(Action::Run, target, "running a pipeline on it")?;
-    s.protected.check_publish(&identity, target).await?;
+    // A check reads a commit of the branch it is recorded on and publishes nothing.
+    let checked = match &req.check {
+        Some(check) => {
+            if crate::auth::ref_of(&check.at).as_deref() != Some(target) {
+                return Err(Error::bad_request(
+                    Code::InvalidArgument,
+                    format!(
+                        "a check reads a commit of the branch it runs on ('{target}'), not '{}'",
+                        check.at
+                    ),
+                )
+                .with_hint(format!("e.g. {target}@<hash>"))
+                .into());
+            }
+            if req.partitions.is_some() {
+                return Err(Error::bad_request(
+                    Code::InvalidArgument,
+                    "a check runs expectations on the tables as they are: it takes no partitions",
+                )
+                .into());
+            }
+            let at = s.catalog.resolve(&check.at).await?;
+            Some((at.commit.id.to_hex(), check.expectations.clone()))
+        }
+        None => {
+            s.protected.check_publish(&identity, target).await?;
+            None
+        }
+    };
     let code = code_of(&s, &req.upload).await?;
-    let start = RunStart {
+    let mut start = RunStart {
         code_hash: code,
         target: req.reference,
         params: req.params,
         by: identity.clone(),
         publish: true,
         expectations_only: false,
+        only: Vec::new(),
         no_cache: req.no_cache,
         strict: req.strict,
         rerun_of: None,
@@ -224,6 +253,13 @@ async fn start_run(
         param_values: None,
         partitions: req.partitions,
     };
+    if let Some((commit, only)) = checked {
+        start.publish = false;
+        start.expectations_only = true;
+        start.only = only;
+        start.no_cache = true;
+        start.input_commit = Some(commit);
+    }
     Ok((StatusCode::CREATED, Json(s.runs.start(start).await?)))
 }
 

@@ -340,6 +340,16 @@ impl Run {
                 if skipped == 1 { "" } else { "s" }
             ));
         }
+        // A check's run writes nothing: its branch, at the commit it read, goes
+        // whatever the outcome (a failed run that publishes keeps its for inspection).
+        if !self.publish
+            && let Err(e) = svc
+                .catalog
+                .delete_branch(&self.shared.run_branch, None)
+                .await
+        {
+            tracing::warn!("cannot delete the run branch: {e}");
+        }
         let (final_status, error, merge) = if cancelled {
             (
                 RunStatus::Cancelled,
@@ -353,13 +363,6 @@ impl Run {
                 None,
             )
         } else if !self.publish {
-            if let Err(e) = svc
-                .catalog
-                .delete_branch(&self.shared.run_branch, None)
-                .await
-            {
-                tracing::warn!("cannot delete the run branch: {e}");
-            }
             (RunStatus::Succeeded, None, None)
         } else if !self.still_ours().await {
             return;
@@ -588,7 +591,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
                     Severity::Error => NodeStatus::Failed,
                     Severity::Warn => NodeStatus::Warned,
                 };
-                rec.error = Some("the expectation is not met".into());
+                rec.error = Some(lh_api::EXPECTATION_NOT_MET.into());
                 rec.detail = (!detail.is_empty()).then_some(detail);
             }
             Outcome::Failed { error, traceback } => {

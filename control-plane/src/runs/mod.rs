@@ -122,6 +122,8 @@ pub struct RunStart {
     pub publish: bool,
     /// Only the project's expectations run, on the tables as they are (a check's run).
     pub expectations_only: bool,
+    /// With `expectations_only`: only these (`function` or `file:function`); empty: all.
+    pub only: Vec<String>,
     pub no_cache: bool,
     pub strict: bool,
     /// For a replay: the run replayed, the commit to read, the outputs to reuse.
@@ -146,6 +148,7 @@ impl RunStart {
             by,
             publish: false,
             expectations_only: true,
+            only: Vec::new(),
             no_cache: true,
             strict: false,
             rerun_of: None,
@@ -539,6 +542,7 @@ impl RunService {
             by,
             publish: start.publish,
             expectations_only: false,
+            only: Vec::new(),
             no_cache: info.no_cache,
             strict: info.strict,
             rerun_of: info.rerun_of.clone(),
@@ -792,7 +796,7 @@ impl RunService {
             plan.params = values.clone();
         }
         if start.expectations_only {
-            plan = plan.expectations_only();
+            plan = plan.expectations_only().select(&start.only)?;
         } else {
             plan = partitions::apply(plan, start.partitions.as_deref())?;
         }
@@ -1013,6 +1017,7 @@ impl RunService {
             by,
             publish: true,
             expectations_only: false,
+            only: Vec::new(),
             no_cache: old.no_cache,
             strict: old.strict,
             rerun_of: Some(old.id.clone()),

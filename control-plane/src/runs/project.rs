@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::limits::Ceilings;
 use super::partitions::{self, Partition, PartitionsDecl};
-use crate::error::{Code, Error, Result};
+use crate::error::{Code, Error, Kind, Result};
 use crate::query::QueryEngine;
 use crate::tables::Tables;
 
@@ -297,6 +297,43 @@ impl Plan {
         }
         self.order = (0..self.nodes.len()).collect();
         self
+    }
+
+    /// The nodes named in `only` (each `function` or `file:function`, the file relative
+    /// to the project's folder); all of them when it is empty. A name that matches no
+    /// node is an error that lists what there is.
+    pub fn select(mut self, only: &[String]) -> Result<Plan> {
+        if only.is_empty() {
+            return Ok(self);
+        }
+        let matches = |n: &PlanNode, want: &str| match want.rsplit_once(':') {
+            Some((file, name)) => {
+                let file = file.trim_start_matches("./");
+                n.name == name && n.file == file
+            }
+            None => n.name == want,
+        };
+        for want in only {
+            if !self.nodes.iter().any(|n| matches(n, want)) {
+                let there: Vec<String> = self
+                    .nodes
+                    .iter()
+                    .map(|n| format!("{}:{}", n.file, n.name))
+                    .collect();
+                return Err(Error::new(
+                    Kind::NotFound,
+                    Code::NodeNotFound,
+                    format!("the project has no expectation '{want}'"),
+                )
+                .with_hint(match there.is_empty() {
+                    true => "the project has no expectations".to_string(),
+                    false => format!("its expectations: {}", there.join(", ")),
+                }));
+            }
+        }
+        self.nodes.retain(|n| only.iter().any(|w| matches(n, w)));
+        self.order = (0..self.nodes.len()).collect();
+        Ok(self)
     }
 }
 

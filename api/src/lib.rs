@@ -479,6 +479,46 @@ pub struct MergeResponse {
     /// The checks a protected target required, each passed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<CheckResult>,
+    /// Columns (or tables) the merge dropped, renamed or retyped that the last runs of
+    /// other projects on the target read: they may fail on their next run. A warning:
+    /// the merge is made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub breaking: Vec<BreakingChange>,
+    /// Why breaking changes could not be looked for (the merge is made all the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaking_unknown: Option<String>,
+}
+
+/// A change a merge brought that readers elsewhere may not survive.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct BreakingChange {
+    pub table: String,
+    /// The column dropped, renamed or retyped; absent: the table itself was dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<SchemaChange>,
+    /// The models and expectations that read it, in the last succeeded run of each
+    /// project on the target (other than a project whose run on the merged branch
+    /// made the table).
+    pub readers: Vec<ColumnReader>,
+    /// Readers the caller may not see (they touch tables it may not read), counted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hidden_readers: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// A node of a project's run that reads a column.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ColumnReader {
+    pub project: String,
+    /// A model's table, or an expectation's function.
+    pub node: String,
+    /// `model` or `expectation`.
+    pub kind: String,
+    /// The run it was last part of.
+    pub run: String,
 }
 
 /// One check's verdict on a merge's would-be result.

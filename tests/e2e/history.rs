@@ -1018,3 +1018,131 @@ fn plans_say_what_a_run_would_change() {
     lh.run(&["run", dir.to_str().unwrap(), "--plan"]).ok();
     assert_eq!(lh.head("main"), before);
 }
+
+#[test]
+fn merges_warn_about_breaking_changes_that_other_projects_read() {
+    let server = Server::start();
+    let lh = server.lh();
+    let raw = lh.file(
+        "orders.csv",
+        "id,status,amount\n1,placed,10.0\n2,shipped,20.0\n",
+    );
+    lh.run(&["table", "import", "raw.orders", raw.to_str().unwrap()])
+        .ok();
+    let shop = |name: &str, sql: &str| {
+        crate::runs::project(
+            &lh,
+            name,
+            &[
+                ("lh_project.yml", "name: shop\nnamespace: analytics\n"),
+                ("orders_clean.sql", sql),
+            ],
+        )
+    };
+    let v1 = shop("shop1", "select id, status, amount from raw.orders\n");
+    lh.run(&["run", v1.to_str().unwrap()]).ok();
+    // Another project reads the shop's table: a sum of amounts, the ids alone, and an
+    // expectation that reads its status and, through a second input, its amount.
+    let finance = crate::runs::project(
+        &lh,
+        "finance",
+        &[
+            (
+                "lh_project.yml",
+                "name: finance\nnamespace: finance\npython: \"3.11\"\n",
+            ),
+            (
+                "revenue.sql",
+                "select status, sum(amount) as total from analytics.orders_clean group by status\n",
+            ),
+            ("ids.sql", "select id from analytics.orders_clean\n"),
+            (
+                "checks.py",
+                "import lh\n\n\n@lh.expectation()\ndef amounts_by_status(\n    \
+                 s=lh.Model(\"analytics.orders_clean\", columns=[\"status\"]),\n    \
+                 a=lh.Model(\"analytics.orders_clean\", columns=[\"amount\"]),\n):\n    \
+                 return s.num_rows == a.num_rows\n",
+            ),
+        ],
+    );
+    let finance_run = json(&lh.run(&["run", finance.to_str().unwrap(), "-o", "json"]));
+    let finance_run = finance_run["id"].as_str().unwrap().to_string();
+
+    // The shop drops a column on a branch, with a run there, and merges it.
+    lh.run(&["branch", "create", "dev"]).ok();
+    let v2 = shop("shop2", "select id, status from raw.orders\n");
+    lh.run(&["run", v2.to_str().unwrap(), "--ref", "dev"]).ok();
+    let m = json(&lh.run(&["merge", "dev", "--into", "main", "-o", "json"]));
+    let t = m["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["table"] == "analytics.orders_clean")
+        .unwrap_or_else(|| panic!("{m}"));
+    assert_eq!(
+        t["schema_changes"],
+        serde_json::json!([{"change": "dropped", "column": "amount"}]),
+        "{m}"
+    );
+    let reader = |node: &str, kind: &str| serde_json::json!({"project": "finance", "node": node, "kind": kind, "run": finance_run});
+    assert_eq!(
+        m["breaking"],
+        serde_json::json!([{
+            "table": "analytics.orders_clean",
+            "change": {"change": "dropped", "column": "amount"},
+            "readers": [reader("amounts_by_status", "expectation"), reader("finance.revenue", "model")],
+        }]),
+        "the ids model reads no amount, the shop made the change: {m}"
+    );
+    assert!(m.get("breaking_unknown").is_none(), "{m}");
+
+    // A table dropped by hand on a branch, merged by a user who may read the shop's
+    // namespace only: the readers in namespaces it may not read are counted, not named.
+    lh.run(&["branch", "create", "gone"]).ok();
+    lh.run(&["table", "rm", "analytics.orders_clean", "--ref", "gone"])
+        .ok();
+    lh.run(&[
+        "role",
+        "set",
+        "shop-owner",
+        "--grant",
+        "read on * in analytics",
+        "--grant",
+        "merge on main in analytics",
+    ])
+    .ok();
+    let ana = lh.with_token(&server.token_for("ana", "shop-owner"));
+    let out = ana.run(&["merge", "gone", "--into", "main"]);
+    out.ok();
+    let text = out.both();
+    assert!(
+        text.contains(&format!(
+            "warning: dropped table analytics.orders_clean, which other projects read: \
+             expectation amounts_by_status of project finance (run {}); 2 more readers you may \
+             not see",
+            &finance_run[..12]
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("finance.revenue"), "{text}");
+    let tables = lh.run(&["table", "ls", "--ref", "main"]).ok().to_string();
+    assert!(
+        !tables.contains("orders_clean"),
+        "the merge was made: {tables}"
+    );
+
+    // A merge nothing reads from warns of nothing.
+    lh.run(&["branch", "create", "quiet"]).ok();
+    let extra = lh.file("extra.csv", "k\n1\n");
+    lh.run(&[
+        "table",
+        "import",
+        "raw.extra",
+        extra.to_str().unwrap(),
+        "--ref",
+        "quiet",
+    ])
+    .ok();
+    let m = json(&lh.run(&["merge", "quiet", "--into", "main", "-o", "json"]));
+    assert!(m.get("breaking").is_none(), "{m}");
+}

@@ -409,10 +409,69 @@ pub async fn merge(client: &Client, settings: &Settings, args: MergeArgs) -> Cli
             lh_api::Change::Removed => "removed",
             lh_api::Change::Changed => "changed",
         };
-        eprintln!("  {change:<8} {}", t.table);
+        let schema: Vec<String> = t.schema_changes.iter().map(schema_change).collect();
+        match schema.is_empty() {
+            true => eprintln!("  {change:<8} {}", t.table),
+            false => eprintln!("  {change:<8} {} (columns: {})", t.table, schema.join(", ")),
+        }
     }
     for c in &m.checks {
         eprintln!("  check {} ({}): passed: {}", c.name, c.kind, c.message);
+    }
+    for b in &m.breaking {
+        let what = match &b.change {
+            None => format!("dropped table {}", b.table),
+            Some(c) => {
+                let or = |v: &Option<String>| v.clone().unwrap_or_default();
+                match c.change {
+                    lh_api::SchemaChangeKind::Renamed => format!(
+                        "renamed column {}.{} to {}",
+                        b.table,
+                        or(&c.from),
+                        or(&c.to)
+                    ),
+                    lh_api::SchemaChangeKind::Retyped => format!(
+                        "retyped column {}.{} ({} -> {})",
+                        b.table,
+                        c.column,
+                        or(&c.from),
+                        or(&c.to)
+                    ),
+                    _ => format!("dropped column {}.{}", b.table, c.column),
+                }
+            }
+        };
+        let mut readers: Vec<String> = b
+            .readers
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} of project {} (run {})",
+                    r.kind,
+                    r.node,
+                    r.project,
+                    short(&r.run)
+                )
+            })
+            .collect();
+        if b.hidden_readers > 0 {
+            readers.push(format!(
+                "{} you may not see",
+                output::count(b.hidden_readers, "more reader")
+            ));
+        }
+        eprintln!(
+            "warning: {what}, which other projects read: {}",
+            readers.join("; ")
+        );
+    }
+    if !m.breaking.is_empty() {
+        eprintln!(
+            "hint: their next runs may fail; `lh lineage TABLE.COLUMN` shows what reads a column"
+        );
+    }
+    if let Some(why) = &m.breaking_unknown {
+        eprintln!("warning: breaking changes were not looked for in full: {why}");
     }
     Ok(())
 }

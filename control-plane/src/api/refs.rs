@@ -576,6 +576,9 @@ async fn merge(
         )
         .await?;
     let out = merged.outcome;
+    let mut tables: Vec<lh_api::TableDiff> = out.tables.into_iter().map(table_diff).collect();
+    let (breaking, breaking_unknown) =
+        breaking_changes(&s, &identity, &req.from, &req.into, &mut tables).await;
     Ok(Json(MergeResponse {
         into: req.into,
         head: out.head.to_hex(),
@@ -584,7 +587,80 @@ async fn merge(
             lh_catalog::MergeKind::FastForward => MergeKind::FastForward,
             lh_catalog::MergeKind::MergeCommit => MergeKind::MergeCommit,
         },
-        tables: out.tables.into_iter().map(table_diff).collect(),
+        tables,
         checks: merged.checks,
+        breaking,
+        breaking_unknown,
     }))
+}
+
+/// At most this many changed tables have their schemas compared after a merge.
+const MAX_SCHEMAS_COMPARED: usize = 100;
+
+/// The schema changes of the tables a merge brought (set on them), and which of those
+/// (and of the tables it dropped) other projects' runs on the target read. The merge
+/// is made: whatever goes wrong here is said, never an error.
+async fn breaking_changes(
+    s: &AppState,
+    identity: &Identity,
+    from: &str,
+    into: &str,
+    tables: &mut [lh_api::TableDiff],
+) -> (Vec<lh_api::BreakingChange>, Option<String>) {
+    use crate::query::diff::{schema_changes, schema_changes_by_name};
+    use crate::runs::breaking::{Changed, breaks};
+    let mut changed = Vec::new();
+    let mut compared = 0;
+    let mut unknown = None;
+    for t in tables.iter_mut() {
+        match (&t.from, &t.to) {
+            (Some(_), None) => changed.push(Changed {
+                table: t.table.clone(),
+                columns: None,
+            }),
+            (Some(a), Some(b)) if a.metadata_location != b.metadata_location => {
+                if compared == MAX_SCHEMAS_COMPARED {
+                    unknown = Some(format!(
+                        "only the first {MAX_SCHEMAS_COMPARED} changed tables' schemas were compared"
+                    ));
+                    continue;
+                }
+                compared += 1;
+                let (ma, mb) = match (
+                    s.tables.metadata(&a.metadata_location).await,
+                    s.tables.metadata(&b.metadata_location).await,
+                ) {
+                    (Ok(ma), Ok(mb)) => (ma, mb),
+                    (Err(e), _) | (_, Err(e)) => {
+                        unknown = Some(format!(
+                            "cannot read the metadata of '{}': {}",
+                            t.table, e.message
+                        ));
+                        continue;
+                    }
+                };
+                t.schema_changes = match a.table_uuid == b.table_uuid {
+                    true => schema_changes(ma.current_schema(), mb.current_schema()),
+                    false => schema_changes_by_name(ma.current_schema(), mb.current_schema()),
+                };
+                let columns: Vec<_> = t
+                    .schema_changes
+                    .iter()
+                    .filter(|c| breaks(c))
+                    .cloned()
+                    .collect();
+                if !columns.is_empty() {
+                    changed.push(Changed {
+                        table: t.table.clone(),
+                        columns: Some(columns),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    match s.runs.breaking(into, from, &changed, identity).await {
+        Ok(b) => (b, unknown),
+        Err(e) => (Vec::new(), Some(e.message)),
+    }
 }

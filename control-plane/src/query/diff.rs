@@ -139,6 +139,9 @@ impl QueryEngine {
             (Some(a), Some(b)) if same_table => {
                 schema_changes(a.metadata.current_schema(), b.metadata.current_schema())
             }
+            (Some(a), Some(b)) => {
+                schema_changes_by_name(a.metadata.current_schema(), b.metadata.current_schema())
+            }
             _ => Vec::new(),
         };
         // The schema both sides are read through (see the module's doc).
@@ -462,6 +465,46 @@ pub fn schema_changes(a: &Schema, b: &Schema) -> Vec<SchemaChange> {
             out.push(SchemaChange {
                 change: SchemaChangeKind::Dropped,
                 column: name.clone(),
+                from: None,
+                to: None,
+            });
+        }
+    }
+    out
+}
+
+/// The top-level columns added, dropped and retyped from `a` to `b`, by name (ignoring
+/// case): for two tables of one name with different uuids, whose field ids say nothing.
+pub fn schema_changes_by_name(a: &Schema, b: &Schema) -> Vec<SchemaChange> {
+    let (fa, fb) = (a.as_struct().fields(), b.as_struct().fields());
+    let find = |fs: &[NestedFieldRef], name: &str| {
+        fs.iter()
+            .find(|f| f.name.eq_ignore_ascii_case(name))
+            .cloned()
+    };
+    let mut out = Vec::new();
+    for f in fb {
+        match find(fa, &f.name) {
+            None => out.push(SchemaChange {
+                change: SchemaChangeKind::Added,
+                column: f.name.clone(),
+                from: None,
+                to: Some(duckdb_type(&f.field_type)),
+            }),
+            Some(old) if old.field_type != f.field_type => out.push(SchemaChange {
+                change: SchemaChangeKind::Retyped,
+                column: f.name.clone(),
+                from: Some(duckdb_type(&old.field_type)),
+                to: Some(duckdb_type(&f.field_type)),
+            }),
+            Some(_) => {}
+        }
+    }
+    for f in fa {
+        if find(fb, &f.name).is_none() {
+            out.push(SchemaChange {
+                change: SchemaChangeKind::Dropped,
+                column: f.name.clone(),
                 from: None,
                 to: None,
             });

@@ -371,19 +371,10 @@ impl RunService {
         // (None: every column).
         let mut readers: Vec<(String, Option<BTreeSet<String>>)> = Vec::new();
         for d in &plan.nodes {
-            for inp in d.inputs.iter().filter(|i| i.table == node.name) {
-                let read = match (&d.lang, &inp.columns, &inp.filter) {
-                    (Lang::Sql { sql, .. }, _, _) => match self.queries.parse_tree(sql).await {
-                        Ok(tree) => columns_named(&tree, &node.name),
-                        Err(_) => None,
-                    },
-                    // A filter is SQL over any of its columns.
-                    (Lang::Python { .. }, Some(cols), None) => Some(cols.iter().cloned().collect()),
-                    (Lang::Python { .. }, _, _) => None,
-                };
-                if !readers.iter().any(|(n, _)| *n == d.display_name()) {
-                    readers.push((d.display_name(), read));
-                }
+            if d.inputs.iter().any(|i| i.table == node.name)
+                && !readers.iter().any(|(n, _)| *n == d.display_name())
+            {
+                readers.push((d.display_name(), self.columns_read(d, &node.name).await));
             }
         }
         let reads = |col: &str| -> Vec<String> {
@@ -429,6 +420,27 @@ impl RunService {
         }
         let category = if breaking { "breaking" } else { "non-breaking" };
         (category.into(), details)
+    }
+}
+
+impl RunService {
+    /// The columns of `table` that node `d` reads, over all its inputs of it (None:
+    /// every column): a SQL node's column references (see `columns_named`), a Python
+    /// node's declared columns; a Python input with no columns declared, or with a
+    /// filter (SQL over any of its columns), reads them all.
+    pub(super) async fn columns_read(&self, d: &PlanNode, table: &str) -> Option<BTreeSet<String>> {
+        let mut all = BTreeSet::new();
+        for inp in d.inputs.iter().filter(|i| i.table == table) {
+            let read = match (&d.lang, &inp.columns, &inp.filter) {
+                (Lang::Sql { sql, .. }, _, _) => {
+                    columns_named(&self.queries.parse_tree(sql).await.ok()?, table)
+                }
+                (Lang::Python { .. }, Some(cols), None) => Some(cols.iter().cloned().collect()),
+                (Lang::Python { .. }, _, _) => None,
+            };
+            all.extend(read?);
+        }
+        Some(all)
     }
 }
 

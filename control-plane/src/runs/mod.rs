@@ -9,6 +9,7 @@
 //! recorded (code snapshot, input commit, environment locks, parameters, per-node
 //! status, timings, rows and logs) and can be replayed exactly.
 
+pub mod breaking;
 mod changes;
 pub mod code;
 mod exec;

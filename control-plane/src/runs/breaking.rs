@@ -1,0 +1,148 @@
+//! What a merge may break elsewhere (`lh merge` warns): the columns it dropped, renamed
+//! or retyped and the tables it dropped, with the nodes of other projects that read
+//! them.
+//!
+//! The readers are the models and expectations of the last succeeded run (that ran
+//! models) of each project on the target; what a node reads is told as a plan's change
+//! category tells it (`RunService::columns_read`: a SQL node's column references, a
+//! Python node's declared columns, everything for `*`, whole rows or undeclared
+//! columns). A project whose own last run on the merged branch made the table is left
+//! out: its readers ran with the change there. A nested field's change counts for
+//! readers of its top-level column.
+
+use std::collections::{BTreeSet, HashMap};
+
+use lh_api::{BreakingChange, ColumnReader, SchemaChange, SchemaChangeKind};
+
+use super::RunService;
+use super::project::NodeKind;
+use crate::auth::{Action, Identity};
+use crate::error::Result;
+
+/// What a merge changed in one table that may break its readers.
+pub struct Changed {
+    pub table: String,
+    /// The columns dropped, renamed or retyped; None: the table was dropped.
+    pub columns: Option<Vec<SchemaChange>>,
+}
+
+/// Whether readers of the column may fail after the change.
+pub fn breaks(c: &SchemaChange) -> bool {
+    matches!(
+        c.change,
+        SchemaChangeKind::Dropped | SchemaChangeKind::Renamed | SchemaChangeKind::Retyped
+    )
+}
+
+/// The top-level column a reader names to read the changed one (a renamed column by
+/// its old name).
+fn read_as(c: &SchemaChange) -> &str {
+    let name = match c.change {
+        SchemaChangeKind::Renamed => c.from.as_deref().unwrap_or(&c.column),
+        _ => &c.column,
+    };
+    name.split('.').next().unwrap_or(name)
+}
+
+impl RunService {
+    /// The changes in `changed` (merged from `from` into `into`) that nodes of other
+    /// projects' last runs on `into` read; readers `by` may not see are counted only.
+    pub async fn breaking(
+        &self,
+        into: &str,
+        from: &str,
+        changed: &[Changed],
+        by: &Identity,
+    ) -> Result<Vec<BreakingChange>> {
+        if changed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut plans = Vec::new();
+        for p in self.store.projects_on(into).await? {
+            if let Some((run, plan)) = self.previous_plan(&p, into).await? {
+                plans.push((p, run, plan));
+            }
+        }
+        if plans.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The projects whose last run on the merged branch made each table.
+        let mut makers: HashMap<String, BTreeSet<String>> = HashMap::new();
+        if let Some(branch) = crate::auth::ref_of(from).filter(|b| b != into) {
+            for p in self.store.projects_on(&branch).await? {
+                if let Some((_, plan)) = self.previous_plan(&p, &branch).await? {
+                    for n in &plan.nodes {
+                        if matches!(n.kind, NodeKind::Model { .. }) {
+                            makers.entry(n.name.clone()).or_default().insert(p.clone());
+                        }
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for c in changed {
+            // Each reader of the table, the columns it reads (None: all), and whether
+            // `by` may see it.
+            let mut readers: Vec<(ColumnReader, Option<BTreeSet<String>>, bool)> = Vec::new();
+            for (project, run, plan) in &plans {
+                if makers.get(&c.table).is_some_and(|m| m.contains(project)) {
+                    continue;
+                }
+                for d in &plan.nodes {
+                    if !d.inputs.iter().any(|i| i.table == c.table)
+                        || readers
+                            .iter()
+                            .any(|(r, ..)| r.project == *project && r.node == d.name)
+                    {
+                        continue;
+                    }
+                    let model = matches!(d.kind, NodeKind::Model { .. });
+                    let visible = (!model || by.can_table(Action::Read, into, &d.name))
+                        && d.inputs
+                            .iter()
+                            .all(|i| by.can_table(Action::Read, into, &i.table));
+                    let reader = ColumnReader {
+                        project: project.clone(),
+                        node: d.name.clone(),
+                        kind: super::kind_name(&d.kind).into(),
+                        run: run.clone(),
+                    };
+                    readers.push((reader, self.columns_read(d, &c.table).await, visible));
+                }
+            }
+            if readers.is_empty() {
+                continue;
+            }
+            let changes: Vec<Option<&SchemaChange>> = match &c.columns {
+                None => vec![None],
+                Some(cs) => cs.iter().filter(|c| breaks(c)).map(Some).collect(),
+            };
+            for change in changes {
+                let hit = readers.iter().filter(|(_, cols, _)| match (change, cols) {
+                    (Some(ch), Some(cols)) => {
+                        let name = read_as(ch);
+                        cols.iter().any(|x| x.eq_ignore_ascii_case(name))
+                    }
+                    _ => true,
+                });
+                let (mut shown, mut hidden) = (Vec::new(), 0);
+                for (r, _, visible) in hit {
+                    match visible {
+                        true => shown.push(r.clone()),
+                        false => hidden += 1,
+                    }
+                }
+                if shown.is_empty() && hidden == 0 {
+                    continue;
+                }
+                out.push(BreakingChange {
+                    table: c.table.clone(),
+                    change: change.cloned(),
+                    readers: shown,
+                    hidden_readers: hidden,
+                });
+            }
+        }
+        Ok(out)
+    }
+}

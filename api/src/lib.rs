@@ -480,8 +480,8 @@ pub struct MergeResponse {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<CheckResult>,
     /// Columns (or tables) the merge dropped, renamed or retyped that the last runs of
-    /// other projects on the target read: they may fail on their next run. A warning:
-    /// the merge is made.
+    /// projects on the target read (a project whose run on the merged branch made the
+    /// table aside): they may fail on their next run. A warning: the merge is made.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub breaking: Vec<BreakingChange>,
     /// Why breaking changes could not be looked for (the merge is made all the same).
@@ -1041,6 +1041,10 @@ pub struct RunInfo {
     pub code_hash: String,
     /// The commit of the target the run read.
     pub input_commit: String,
+    /// A check's run: only expectations, on the tables at `input_commit`, publishing
+    /// nothing (a protected branch's merge check, `lh bisect --expectation`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub check: bool,
     pub params: BTreeMap<String, serde_json::Value>,
     pub status: RunStatus,
     #[serde(default)]

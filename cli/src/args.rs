@@ -465,6 +465,14 @@ pub struct BisectArgs {
     /// on the tables as they are at that commit, recorded as a run of --bad's branch
     #[arg(long, value_name = "FILE:FUNCTION")]
     pub expectation: Option<String>,
+    /// With --expectation: a parameter value of the project, KEY=VALUE (repeatable)
+    #[arg(
+        long = "param",
+        short = 'p',
+        value_name = "KEY=VALUE",
+        requires = "expectation"
+    )]
+    pub params: Vec<String>,
 }
 
 #[derive(Debug, Args)]

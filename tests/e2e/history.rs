@@ -542,7 +542,11 @@ fn bisect_finds_a_planted_bad_commit_among_1000() {
                  return n == 0, f\"{n} negative amounts\"\n\n\n\
                  @lh.expectation()\n\
                  def broken(t=lh.Model(\"h.t\", columns=[\"amount\"])):\n    \
-                 raise RuntimeError(\"this check is broken\")\n",
+                 raise RuntimeError(\"this check is broken\")\n\n\n\
+                 @lh.python(secrets=[\"API_KEY\"])\n\
+                 @lh.expectation()\n\
+                 def leaky(t=lh.Model(\"h.t\", columns=[\"amount\"])):\n    \
+                 return True\n",
             ),
         ],
     );
@@ -581,11 +585,18 @@ fn bisect_finds_a_planted_bad_commit_among_1000() {
         };
         assert_eq!(run["nodes"][0]["status"], want, "{run}");
         assert_eq!(run["input_commit"], c["commit"], "{run}");
+        assert_eq!(run["check"], true, "{run}");
         assert!(
             run["merge_commit"].is_null(),
             "a check publishes nothing: {run}"
         );
     }
+    // A check's run is not replayed (it would run the project at an old commit).
+    let err = lh
+        .run(&["rerun", checks[0]["run"].as_str().unwrap()])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("is a check"), "{err}");
     let runs_after = json(&lh.run(&["runs", "ls", "-n", "1000", "-o", "json"]))
         .as_array()
         .unwrap()
@@ -711,8 +722,39 @@ fn bisect_finds_a_planted_bad_commit_among_1000() {
         .to_string();
     assert!(err.contains("permission"), "{err}");
 
+    // On a protected main, a writer (who may not publish there) bisects with checks,
+    // but a check never hands it the branch's secrets.
+    let set = lh.run_with_input(&["secret", "set", "API_KEY", "--on", "main"], "sk_live_x\n");
+    assert_eq!(set.code, 0, "{}", set.both());
+    lh.run(&["branch", "protect", "main"]).ok();
+    let writer = lh.with_token(&server.token_for("wes", "writer"));
+    let out = json(&writer.run(&[
+        "bisect",
+        "h.t",
+        "--good",
+        "good",
+        "--expectation",
+        &expectation,
+        "-o",
+        "json",
+    ]));
+    assert_eq!(out["first_bad"]["id"], planted_commit.as_str(), "{out}");
+    let leaky = format!("{}:leaky", file.display());
+    let err = writer
+        .run(&["bisect", "h.t", "--good", "good", "--expectation", &leaky])
+        .fails(9)
+        .to_string();
+    assert!(err.contains("leaky reads secrets"), "{err}");
+    // An admin may (it may merge into main): the check passes everywhere.
+    let err = lh
+        .run(&["bisect", "h.t", "--good", "good", "--expectation", &leaky])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("passes at --bad"), "{err}");
+    lh.run(&["branch", "unprotect", "main"]).ok();
+
     // The API: a check reads a commit of the branch it is recorded on, and is refused
-    // before the upload is taken.
+    // before the upload is taken; a check is not planned.
     lh.run(&["branch", "create", "other"]).ok();
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -742,6 +784,18 @@ fn bisect_finds_a_planted_bad_commit_among_1000() {
         };
         assert!(body.contains(why), "{at}: {body}");
     }
+    let mut resp = agent
+        .post(&format!("{}/api/v1/runs/plan", server.urls()[0]))
+        .header("Authorization", &auth)
+        .send_json(serde_json::json!({
+            "upload": "0".repeat(32),
+            "ref": "main",
+            "check": {"at": "main"},
+        }))
+        .unwrap();
+    let body = resp.body_mut().read_to_string().unwrap();
+    assert_eq!(resp.status(), 400, "{body}");
+    assert!(body.contains("a check is run"), "{body}");
 }
 
 /// The plan's entry for the node named `name` (a model's table).
@@ -1036,11 +1090,14 @@ fn merges_warn_about_breaking_changes_that_other_projects_read() {
             &[
                 ("lh_project.yml", "name: shop\nnamespace: analytics\n"),
                 ("orders_clean.sql", sql),
+                // The shop's own reader of every column.
+                ("summary.sql", "select * from analytics.orders_clean\n"),
             ],
         )
     };
     let v1 = shop("shop1", "select id, status, amount from raw.orders\n");
-    lh.run(&["run", v1.to_str().unwrap()]).ok();
+    let shop_run = json(&lh.run(&["run", v1.to_str().unwrap(), "-o", "json"]));
+    let shop_run = shop_run["id"].as_str().unwrap().to_string();
     // Another project reads the shop's table: a sum of amounts, the ids alone, and an
     // expectation that reads its status and, through a second input, its amount.
     let finance = crate::runs::project(
@@ -1092,7 +1149,8 @@ fn merges_warn_about_breaking_changes_that_other_projects_read() {
             "change": {"change": "dropped", "column": "amount"},
             "readers": [reader("amounts_by_status", "expectation"), reader("finance.revenue", "model")],
         }]),
-        "the ids model reads no amount, the shop made the change: {m}"
+        "the ids model reads no amount; the shop made the change (its summary ran with \
+         it on the branch): {m}"
     );
     assert!(m.get("breaking_unknown").is_none(), "{m}");
 
@@ -1117,12 +1175,12 @@ fn merges_warn_about_breaking_changes_that_other_projects_read() {
     let text = out.both();
     assert!(
         text.contains(&format!(
-            "warning: dropped table analytics.orders_clean, which other projects read: \
-             expectation amounts_by_status of project finance (run {}); 2 more readers you may \
-             not see",
-            &finance_run[..12]
+            "warning: dropped table analytics.orders_clean, read by expectation amounts_by_status of project finance (run {}); model \
+             analytics.summary of project shop (run {}); 2 more readers you may not see",
+            &finance_run[..12],
+            &shop_run[..12]
         )),
-        "{text}"
+        "no run on that branch made the change, so the shop's own reader is told: {text}"
     );
     assert!(!text.contains("finance.revenue"), "{text}");
     let tables = lh.run(&["table", "ls", "--ref", "main"]).ok().to_string();

@@ -8,7 +8,8 @@
 //!   versions' data files both ways (in-process, the same DuckDB version as lh's), and
 //!   against lh's own `--full` comparison; the runs take turns, median of `--rounds`;
 //! - bisect: `--commits` appends to a table with a bad row planted in one of them, and
-//!   `lh bisect` over them: queries run (at most ceil(log2 n) + 1) and wall time.
+//!   `lh bisect` over them, with a SQL check and with a project's expectation: checks
+//!   run (at most ceil(log2 n) + 1) and wall time.
 //!
 //! ```text
 //! diff-bench [--scale 1] [--rounds 5] [--commits 1000]
@@ -27,10 +28,14 @@ fn main() -> Result<()> {
     let scale = arg("--scale", 1)?.to_string();
     let rounds = arg("--rounds", 5)?;
     let commits = arg("--commits", 1000)?;
+    // `--bisect-only`: the bisect part alone (no TPC-H data).
+    let bisect_only = std::env::args().any(|a| a == "--bisect-only");
     let lh = lh_bin()?;
-    let data = tpch_data(&scale)?;
     let server = Server::start(&lh, None, &[])?;
-    diff(&lh, &server, &data, &scale, rounds)?;
+    if !bisect_only {
+        let data = tpch_data(&scale)?;
+        diff(&lh, &server, &data, &scale, rounds)?;
+    }
     bisect(&lh, &server, commits)?;
     Ok(())
 }
@@ -310,13 +315,56 @@ fn bisect(lh: &Path, server: &Server, commits: usize) -> Result<()> {
     let took = start.elapsed();
     let v: Value = serde_json::from_str(&out)?;
     let checks = v["checks"].as_array().map_or(0, |c| c.len());
+    // The same search with a project's expectation as the check: one check run a step.
+    let project = scratch.path().join("guard");
+    std::fs::create_dir_all(&project)?;
+    std::fs::write(
+        project.join("lh_project.yml"),
+        "name: guard\nnamespace: b\npython: \"3.11\"\n",
+    )?;
+    std::fs::write(
+        project.join("checks.py"),
+        "import lh\nimport pyarrow.compute as pc\n\n\n@lh.expectation()\n\
+         def positive(t=lh.Model(\"b.t\", columns=[\"amount\"])):\n    \
+         return (pc.sum(pc.less(t.column(\"amount\"), 0)).as_py() or 0) == 0\n",
+    )?;
+    let expectation = format!("{}:positive", p(&project.join("checks.py"))?);
+    let start = Instant::now();
+    let out = run(
+        lh,
+        server,
+        &[
+            "bisect",
+            "b.t",
+            "--good",
+            "good",
+            "--expectation",
+            &expectation,
+            "-o",
+            "json",
+        ],
+    )?;
+    let took_e = start.elapsed();
+    let e: Value = serde_json::from_str(&out)?;
+    anyhow::ensure!(
+        e["first_bad"]["id"] == v["first_bad"]["id"],
+        "the expectation found another commit: {e}"
+    );
+    let checks_e = e["checks"].as_array().map_or(0, |c| c.len());
     let bound = (commits as f64).log2().ceil() as usize + 1;
     println!("\n### Bisect over {commits} commits that changed one table\n");
     println!(
-        "| commits | queries (checks) | bound ceil(log2 n) + 1 | wall time of `lh bisect` (ms) |"
+        "| commits | check | checks | bound ceil(log2 n) + 1 | wall time of `lh bisect` (ms) |"
     );
-    println!("|---:|---:|---:|---:|");
-    println!("| {commits} | {checks} | {bound} | {} |", ms(took));
+    println!("|---:|---|---:|---:|---:|");
+    println!(
+        "| {commits} | `--check SQL` | {checks} | {bound} | {} |",
+        ms(took)
+    );
+    println!(
+        "| {commits} | `--expectation` (a check run a step) | {checks_e} | {bound} | {} |",
+        ms(took_e)
+    );
     println!(
         "\n(the {commits} appends took {:.1} s; the planted commit was #{planted}, found: {})",
         made.as_secs_f64(),

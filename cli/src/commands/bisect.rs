@@ -66,6 +66,7 @@ enum Checker {
         dir: PathBuf,
         name: String,
         branch: String,
+        params: std::collections::BTreeMap<String, String>,
     },
 }
 
@@ -109,6 +110,7 @@ pub async fn bisect(client: &Client, settings: &Settings, args: BisectArgs) -> C
                 dir,
                 name,
                 branch: bad_ref.clone(),
+                params: super::runs::parse_params(&args.params)?,
             }
         }
         _ => {
@@ -166,9 +168,18 @@ pub async fn bisect(client: &Client, settings: &Settings, args: BisectArgs) -> C
     let mut run_check = async |commit: &str, label: &str| -> CliResult<bool> {
         let (good, run) = match &checker {
             Checker::Sql(sql) => (check(client, sql, commit, &on_ref(commit)).await?, None),
-            Checker::Expectation { dir, name, branch } => {
-                let (good, run) =
-                    expectation(client, dir, name, branch, commit, &on_ref(commit)).await?;
+            Checker::Expectation {
+                dir,
+                name,
+                branch,
+                params,
+            } => {
+                let place = Place {
+                    branch,
+                    commit,
+                    at: &on_ref(commit),
+                };
+                let (good, run) = expectation(client, dir, name, params, &place).await?;
                 (good, Some(run))
             }
         };
@@ -386,7 +397,22 @@ fn expectation_of(arg: &str) -> CliResult<(PathBuf, String)> {
         .rsplit_once(':')
         .filter(|(f, n)| !f.is_empty() && !n.is_empty())
         .ok_or_else(|| bad("it must be FILE:FUNCTION".into()))?;
-    let file = std::fs::canonicalize(file).map_err(|e| bad(format!("cannot read {file}: {e}")))?;
+    // The folder is made absolute, not the file: a link to an expectation elsewhere
+    // is the project's where the link is.
+    let path = Path::new(file);
+    if !path.is_file() {
+        return Err(bad(format!("{file} is not a file")));
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| bad(format!("{file} names no file")))?;
+    let file = std::fs::canonicalize(parent)
+        .map_err(|e| bad(format!("cannot read {}: {e}", parent.display())))?
+        .join(name);
     let dir = file
         .ancestors()
         .skip(1)
@@ -406,14 +432,21 @@ fn expectation_of(arg: &str) -> CliResult<(PathBuf, String)> {
 /// Runs the expectation `name` of the project in `dir` as a check at a commit: whether
 /// it passed, and the check's run. An expectation that cannot run (an exception, a
 /// table missing at that commit) is an error, not a bad commit.
+/// Where a check runs: on a branch, at one of its commits (named on it as `at`).
+struct Place<'a> {
+    branch: &'a str,
+    commit: &'a str,
+    at: &'a str,
+}
+
 async fn expectation(
     client: &Client,
     dir: &Path,
     name: &str,
-    branch: &str,
-    commit: &str,
-    at: &str,
+    params: &std::collections::BTreeMap<String, String>,
+    place: &Place<'_>,
 ) -> CliResult<(bool, String)> {
+    let Place { branch, commit, at } = *place;
     let at_commit = |e: CliError| match e {
         CliError::Api { status, mut body } => {
             body.error.message = format!(
@@ -428,7 +461,7 @@ async fn expectation(
     let req = RunRequest {
         upload: super::runs::upload_project(client, dir).await?,
         reference: branch.to_string(),
-        params: Default::default(),
+        params: params.clone(),
         no_cache: true,
         strict: false,
         partitions: None,

@@ -460,10 +460,7 @@ pub async fn merge(client: &Client, settings: &Settings, args: MergeArgs) -> Cli
                 output::count(b.hidden_readers, "more reader")
             ));
         }
-        eprintln!(
-            "warning: {what}, which other projects read: {}",
-            readers.join("; ")
-        );
+        eprintln!("warning: {what}, read by {}", readers.join("; "));
     }
     if !m.breaking.is_empty() {
         eprintln!(

@@ -77,7 +77,7 @@ fn pack(dir: &Path) -> CliResult<tempfile::TempDir> {
     Ok(tmp)
 }
 
-fn parse_params(raw: &[String]) -> CliResult<BTreeMap<String, String>> {
+pub(crate) fn parse_params(raw: &[String]) -> CliResult<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     for p in raw {
         let (k, v) = p.split_once('=').ok_or_else(|| {

@@ -594,13 +594,40 @@ async fn merge(
     }))
 }
 
-/// At most this many changed tables have their schemas compared after a merge.
-const MAX_SCHEMAS_COMPARED: usize = 100;
+/// At most this many changed tables are looked at for breaking changes after a merge.
+const MAX_TABLES_CHECKED: usize = 100;
+
+/// The most the search for readers of a merge's breaking changes may take (the merge is
+/// made: its answer waits only this long).
+const BREAKING_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The schema changes of the tables a merge brought (set on them), and which of those
 /// (and of the tables it dropped) other projects' runs on the target read. The merge
 /// is made: whatever goes wrong here is said, never an error.
 async fn breaking_changes(
+    s: &AppState,
+    identity: &Identity,
+    from: &str,
+    into: &str,
+    tables: &mut [lh_api::TableDiff],
+) -> (Vec<lh_api::BreakingChange>, Option<String>) {
+    let looked = tokio::time::timeout(
+        BREAKING_BUDGET,
+        look_for_breaking_changes(s, identity, from, into, tables),
+    )
+    .await;
+    looked.unwrap_or_else(|_| {
+        (
+            Vec::new(),
+            Some(format!(
+                "breaking changes and their readers were not all found within {} s",
+                BREAKING_BUDGET.as_secs()
+            )),
+        )
+    })
+}
+
+async fn look_for_breaking_changes(
     s: &AppState,
     identity: &Identity,
     from: &str,
@@ -613,19 +640,32 @@ async fn breaking_changes(
     let mut compared = 0;
     let mut unknown = None;
     for t in tables.iter_mut() {
-        match (&t.from, &t.to) {
-            (Some(_), None) => changed.push(Changed {
+        // Columns are told only to a reader of the table.
+        if !identity.can_table(Action::Read, into, &t.table) {
+            continue;
+        }
+        let (Some(a), to) = (&t.from, &t.to) else {
+            continue;
+        };
+        if to
+            .as_ref()
+            .is_some_and(|b| a.metadata_location == b.metadata_location)
+        {
+            continue;
+        }
+        if compared == MAX_TABLES_CHECKED {
+            unknown = Some(format!(
+                "only the first {MAX_TABLES_CHECKED} changed tables were looked at"
+            ));
+            break;
+        }
+        compared += 1;
+        match to {
+            None => changed.push(Changed {
                 table: t.table.clone(),
                 columns: None,
             }),
-            (Some(a), Some(b)) if a.metadata_location != b.metadata_location => {
-                if compared == MAX_SCHEMAS_COMPARED {
-                    unknown = Some(format!(
-                        "only the first {MAX_SCHEMAS_COMPARED} changed tables' schemas were compared"
-                    ));
-                    continue;
-                }
-                compared += 1;
+            Some(b) => {
                 let (ma, mb) = match (
                     s.tables.metadata(&a.metadata_location).await,
                     s.tables.metadata(&b.metadata_location).await,
@@ -656,7 +696,6 @@ async fn breaking_changes(
                     });
                 }
             }
-            _ => {}
         }
     }
     match s.runs.breaking(into, from, &changed, identity).await {

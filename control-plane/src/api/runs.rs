@@ -52,6 +52,13 @@ async fn plan_run(
         req.reference.as_str()
     };
     identity.require_ref(Action::Run, at, "planning a pipeline on it")?;
+    if req.check.is_some() {
+        return Err(Error::bad_request(
+            Code::InvalidArgument,
+            "a check is run (POST /api/v1/runs), not planned",
+        )
+        .into());
+    }
     let code = code_of(&s, &req.upload).await?;
     Ok(Json(
         s.runs
@@ -210,6 +217,9 @@ async fn start_run(
     // A check reads a commit of the branch it is recorded on and publishes nothing.
     let checked = match &req.check {
         Some(check) => {
+            // A check publishes nothing; whether its functions may have the branch's
+            // secrets is whether its starter may publish there.
+            let secrets = s.protected.check_publish(&identity, target).await.is_ok();
             if crate::auth::ref_of(&check.at).as_deref() != Some(target) {
                 return Err(Error::bad_request(
                     Code::InvalidArgument,
@@ -229,7 +239,7 @@ async fn start_run(
                 .into());
             }
             let at = s.catalog.resolve(&check.at).await?;
-            Some((at.commit.id.to_hex(), check.expectations.clone()))
+            Some((at.commit.id.to_hex(), check.expectations.clone(), secrets))
         }
         None => {
             s.protected.check_publish(&identity, target).await?;
@@ -245,6 +255,7 @@ async fn start_run(
         publish: true,
         expectations_only: false,
         only: Vec::new(),
+        secrets: true,
         no_cache: req.no_cache,
         strict: req.strict,
         rerun_of: None,
@@ -253,7 +264,8 @@ async fn start_run(
         param_values: None,
         partitions: req.partitions,
     };
-    if let Some((commit, only)) = checked {
+    if let Some((commit, only, secrets)) = checked {
+        start.secrets = secrets;
         start.publish = false;
         start.expectations_only = true;
         start.only = only;

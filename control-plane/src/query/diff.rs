@@ -491,12 +491,15 @@ pub fn schema_changes_by_name(a: &Schema, b: &Schema) -> Vec<SchemaChange> {
                 from: None,
                 to: Some(duckdb_type(&f.field_type)),
             }),
-            Some(old) if old.field_type != f.field_type => out.push(SchemaChange {
-                change: SchemaChangeKind::Retyped,
-                column: f.name.clone(),
-                from: Some(duckdb_type(&old.field_type)),
-                to: Some(duckdb_type(&f.field_type)),
-            }),
+            // By the type DuckDB reads: nested field ids, docs and nullability aside.
+            Some(old) if duckdb_type(&old.field_type) != duckdb_type(&f.field_type) => {
+                out.push(SchemaChange {
+                    change: SchemaChangeKind::Retyped,
+                    column: f.name.clone(),
+                    from: Some(duckdb_type(&old.field_type)),
+                    to: Some(duckdb_type(&f.field_type)),
+                })
+            }
             Some(_) => {}
         }
     }

@@ -1,5 +1,5 @@
 //! What a merge may break elsewhere (`lh merge` warns): the columns it dropped, renamed
-//! or retyped and the tables it dropped, with the nodes of other projects that read
+//! or retyped and the tables it dropped, with the nodes of projects' runs that read
 //! them.
 //!
 //! The readers are the models and expectations of the last succeeded run (that ran
@@ -45,7 +45,7 @@ fn read_as(c: &SchemaChange) -> &str {
 }
 
 impl RunService {
-    /// The changes in `changed` (merged from `from` into `into`) that nodes of other
+    /// The changes in `changed` (merged from `from` into `into`) that nodes of the
     /// projects' last runs on `into` read; readers `by` may not see are counted only.
     pub async fn breaking(
         &self,
@@ -107,15 +107,32 @@ impl RunService {
                         kind: super::kind_name(&d.kind).into(),
                         run: run.clone(),
                     };
-                    readers.push((reader, self.columns_read(d, &c.table).await, visible));
+                    // A dropped table breaks every reader, whatever it reads.
+                    let reads = match &c.columns {
+                        Some(_) => self.columns_read(d, &c.table).await,
+                        None => None,
+                    };
+                    readers.push((reader, reads, visible));
                 }
             }
             if readers.is_empty() {
                 continue;
             }
+            // A nested field's change is told once, with its top-level column's when
+            // that changed too (a struct dropped whole drops its fields).
             let changes: Vec<Option<&SchemaChange>> = match &c.columns {
                 None => vec![None],
-                Some(cs) => cs.iter().filter(|c| breaks(c)).map(Some).collect(),
+                Some(cs) => cs
+                    .iter()
+                    .filter(|c| breaks(c))
+                    .filter(|ch| {
+                        !ch.column.contains('.')
+                            || !cs.iter().any(|o| {
+                                breaks(o) && !o.column.contains('.') && read_as(o) == read_as(ch)
+                            })
+                    })
+                    .map(Some)
+                    .collect(),
             };
             for change in changes {
                 let hit = readers.iter().filter(|(_, cols, _)| match (change, cols) {

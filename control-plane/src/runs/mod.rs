@@ -125,6 +125,10 @@ pub struct RunStart {
     pub expectations_only: bool,
     /// With `expectations_only`: only these (`function` or `file:function`); empty: all.
     pub only: Vec<String>,
+    /// Whether its functions may be given secrets. A secret set on a branch reaches
+    /// only runs that may publish there; a check publishes nothing, so one started by
+    /// someone who may not publish to its (protected) branch may not read them.
+    pub secrets: bool,
     pub no_cache: bool,
     pub strict: bool,
     /// For a replay: the run replayed, the commit to read, the outputs to reuse.
@@ -150,6 +154,7 @@ impl RunStart {
             publish: false,
             expectations_only: true,
             only: Vec::new(),
+            secrets: true,
             no_cache: true,
             strict: false,
             rerun_of: None,
@@ -425,6 +430,7 @@ impl RunService {
         let finish = |status: RunStatus, error: Option<String>, merge: Option<String>| {
             let envs = info.environments.clone();
             let claim = claim.clone();
+            let check = info.check.then(|| info.run_branch.clone());
             async move {
                 self.store.skip_unfinished(id, &claim).await?;
                 let r = self
@@ -437,10 +443,15 @@ impl RunService {
                         merge.as_deref(),
                         &envs,
                     )
-                    .await
-                    .map(|_| ());
+                    .await;
+                // A check's run wrote nothing: its branch goes, once its end is ours.
+                if let Some(branch) = check
+                    && matches!(r, Ok(true))
+                {
+                    let _ = self.catalog.delete_branch(&branch, None).await;
+                }
                 self.forget(id);
-                r
+                r.map(|_| ())
             }
         };
         let Some(start) = start.and_then(|s| serde_json::from_str::<Resumable>(&s).ok()) else {
@@ -544,6 +555,7 @@ impl RunService {
             publish: start.publish,
             expectations_only: false,
             only: Vec::new(),
+            secrets: true,
             no_cache: info.no_cache,
             strict: info.strict,
             rerun_of: info.rerun_of.clone(),
@@ -739,6 +751,7 @@ impl RunService {
         commit: &lh_catalog::Commit,
         at: &str,
         params: &BTreeMap<String, String>,
+        expectations: Option<&[String]>,
     ) -> Result<Plan> {
         let root = self.code_path(code_hash).await?;
         let planner = Planner {
@@ -747,6 +760,7 @@ impl RunService {
             python: &self.config.planner_python,
             harness: &self.harness,
             ceilings: &self.config.ceilings,
+            expectations,
         };
         planner.plan(&root, commit, at, params).await
     }
@@ -762,7 +776,7 @@ impl RunService {
     ) -> Result<PlanResponse> {
         let resolved = self.catalog.resolve(at).await?;
         let plan = self
-            .planner_plan(code_hash, &resolved.commit, at, params)
+            .planner_plan(code_hash, &resolved.commit, at, params, None)
             .await?;
         let plan = partitions::apply(plan, partitions)?;
         let changes = match changes {
@@ -790,14 +804,43 @@ impl RunService {
             Some(c) => self.catalog.resolve(&format!("@{c}")).await?.commit,
             None => resolved.commit.clone(),
         };
+        // A check's plan reads the commit: its missing tables are named by it.
+        let at = match start.expectations_only {
+            true => format!("{}@{}", start.target, &input.id.to_hex()[..12]),
+            false => start.target.clone(),
+        };
         let mut plan = self
-            .planner_plan(&start.code_hash, &input, &start.target, &start.params)
+            .planner_plan(
+                &start.code_hash,
+                &input,
+                &at,
+                &start.params,
+                start.expectations_only.then_some(start.only.as_slice()),
+            )
             .await?;
         if let Some(values) = &start.param_values {
             plan.params = values.clone();
         }
         if start.expectations_only {
             plan = plan.expectations_only().select(&start.only)?;
+        }
+        if !start.secrets
+            && let Some(n) = plan
+                .nodes
+                .iter()
+                .find(|n| matches!(&n.lang, Lang::Python { secrets, .. } if !secrets.is_empty()))
+        {
+            return Err(Error::new(
+                Kind::Forbidden,
+                Code::PermissionDenied,
+                format!(
+                    "{} reads secrets, which reach only runs that may publish to '{}': a \
+                     protected branch, where that needs 'merge'",
+                    n.display_name(),
+                    start.target
+                ),
+            )
+            .with_hint("check with an expectation that reads no secret"));
         } else {
             plan = partitions::apply(plan, start.partitions.as_deref())?;
         }
@@ -847,6 +890,7 @@ impl RunService {
             run_branch: run_branch.clone(),
             code_hash: start.code_hash.clone(),
             input_commit: input.id.to_hex(),
+            check: start.expectations_only,
             params: plan.params.clone(),
             status: RunStatus::Running,
             error: None,
@@ -991,6 +1035,16 @@ impl RunService {
                 }
             }
         }
+        if old.check {
+            return Err(Error::bad_request(
+                Code::InvalidArgument,
+                format!(
+                    "run {} is a check (expectations at a commit, publishing nothing): it is not replayed",
+                    short(&id)
+                ),
+            )
+            .with_hint("run the check again: lh bisect, or the merge it guarded"));
+        }
         if old.status == RunStatus::Running {
             return Err(Error::new(
                 Kind::Conflict,
@@ -1019,6 +1073,7 @@ impl RunService {
             publish: true,
             expectations_only: false,
             only: Vec::new(),
+            secrets: true,
             no_cache: old.no_cache,
             strict: old.strict,
             rerun_of: Some(old.id.clone()),

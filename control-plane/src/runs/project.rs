@@ -306,35 +306,43 @@ impl Plan {
         if only.is_empty() {
             return Ok(self);
         }
-        let matches = |n: &PlanNode, want: &str| match want.rsplit_once(':') {
-            Some((file, name)) => {
-                let file = file.trim_start_matches("./");
-                n.name == name && n.file == file
-            }
-            None => n.name == want,
-        };
-        for want in only {
-            if !self.nodes.iter().any(|n| matches(n, want)) {
-                let there: Vec<String> = self
-                    .nodes
-                    .iter()
-                    .map(|n| format!("{}:{}", n.file, n.name))
-                    .collect();
-                return Err(Error::new(
-                    Kind::NotFound,
-                    Code::NodeNotFound,
-                    format!("the project has no expectation '{want}'"),
-                )
-                .with_hint(match there.is_empty() {
-                    true => "the project has no expectations".to_string(),
-                    false => format!("its expectations: {}", there.join(", ")),
-                }));
-            }
-        }
-        self.nodes.retain(|n| only.iter().any(|w| matches(n, w)));
+        select_nodes(&mut self.nodes, only)?;
         self.order = (0..self.nodes.len()).collect();
         Ok(self)
     }
+}
+
+/// Keeps the nodes named in `only` (see `Plan::select`), or says which it lacks.
+fn select_nodes(nodes: &mut Vec<PlanNode>, only: &[String]) -> Result<()> {
+    if only.is_empty() {
+        return Ok(());
+    }
+    let matches = |n: &PlanNode, want: &str| match want.rsplit_once(':') {
+        Some((file, name)) => {
+            let file = file.trim_start_matches("./");
+            n.name == name && n.file == file
+        }
+        None => n.name == want,
+    };
+    for want in only {
+        if !nodes.iter().any(|n| matches(n, want)) {
+            let there: Vec<String> = nodes
+                .iter()
+                .map(|n| format!("{}:{}", n.file, n.name))
+                .collect();
+            return Err(Error::new(
+                Kind::NotFound,
+                Code::NodeNotFound,
+                format!("the project has no expectation '{want}'"),
+            )
+            .with_hint(match there.is_empty() {
+                true => "the project has no expectations".to_string(),
+                false => format!("its expectations: {}", there.join(", ")),
+            }));
+        }
+    }
+    nodes.retain(|n| only.iter().any(|w| matches(n, w)));
+    Ok(())
 }
 
 /// A model or an expectation.
@@ -425,6 +433,9 @@ pub struct Planner<'a> {
     pub harness: &'a Path,
     /// What no function may exceed.
     pub ceilings: &'a Ceilings,
+    /// A check's plan: only these expectations (see `Plan::select`; empty: all of
+    /// them), every input read from the commit, and only their inputs need to exist.
+    pub expectations: Option<&'a [String]>,
 }
 
 fn loc(file: &str, line: u32, message: impl std::fmt::Display) -> String {
@@ -780,6 +791,11 @@ impl Planner<'_> {
         }
         if nodes.is_empty() && problems.is_empty() {
             problems.push("the project has no model and no expectation".into());
+        }
+
+        if let Some(only) = self.expectations {
+            nodes.retain(|n| matches!(n.kind, NodeKind::Expectation { .. }));
+            select_nodes(&mut nodes, only)?;
         }
 
         // Parameters are declared; inputs exist or are made by the project.

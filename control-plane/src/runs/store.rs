@@ -119,8 +119,8 @@ impl RunStore {
         lease_until: i64,
     ) -> Result<()> {
         sqlx::query(
-            "INSERT INTO lh_runs (id, project, author, target, run_branch, code_hash, input_commit, params, plan, no_cache, strict, status, error, merge_commit, environments, rerun_of, created_at, finished_at, start, owner, attempt, lease_until)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+            "INSERT INTO lh_runs (id, project, author, target, run_branch, code_hash, input_commit, params, plan, no_cache, strict, status, error, merge_commit, environments, rerun_of, created_at, finished_at, start, owner, attempt, lease_until, is_check)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)",
         )
         .bind(&run.id)
         .bind(&run.project)
@@ -144,6 +144,7 @@ impl RunStore {
         .bind(&claim.owner)
         .bind(claim.attempt)
         .bind(lease_until)
+        .bind(run.check as i64)
         .execute(&self.pool)
         .await
         .map_err(db)?;
@@ -400,7 +401,7 @@ impl RunStore {
     /// A run, with its nodes in plan order; also its stored plan (JSON).
     pub async fn get(&self, id: &str) -> Result<(RunInfo, String)> {
         let row = sqlx::query(
-            "SELECT id, project, author, target, run_branch, code_hash, input_commit, params, plan, no_cache, strict, status, error, merge_commit, environments, rerun_of, created_at, finished_at FROM lh_runs WHERE id = $1",
+            "SELECT id, project, author, target, run_branch, code_hash, input_commit, params, plan, no_cache, strict, status, error, merge_commit, environments, rerun_of, created_at, finished_at, is_check FROM lh_runs WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(&self.pool)
@@ -434,6 +435,7 @@ impl RunStore {
             run_branch: row.get(4),
             code_hash: row.get(5),
             input_commit: row.get(6),
+            check: row.get::<i64, _>(18) != 0,
             params: serde_json::from_str(&row.get::<String, _>(7)).unwrap_or_default(),
             no_cache: row.get::<i64, _>(9) != 0,
             strict: row.get::<i64, _>(10) != 0,
@@ -579,7 +581,7 @@ impl RunStore {
     ) -> Result<Vec<(String, String)>> {
         let rows = sqlx::query(
             "SELECT id, plan FROM lh_runs WHERE project = $1 AND target = $2 \
-             AND status = 'succeeded' ORDER BY created_at DESC, id DESC LIMIT $3",
+             AND status = 'succeeded' AND is_check = 0 ORDER BY created_at DESC, id DESC LIMIT $3",
         )
         .bind(project)
         .bind(target)
@@ -594,7 +596,7 @@ impl RunStore {
     pub async fn projects_on(&self, target: &str) -> Result<Vec<String>> {
         let rows = sqlx::query(
             "SELECT DISTINCT project FROM lh_runs WHERE target = $1 AND status = 'succeeded' \
-             ORDER BY project",
+             AND is_check = 0 ORDER BY project",
         )
         .bind(target)
         .fetch_all(&self.pool)

@@ -459,6 +459,10 @@ pub struct MergeRequest {
     pub no_fast_forward: bool,
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// Say what the merge would do (tables, conflicts, grants, breaking changes)
+    /// without moving the target; a protected target's checks do not run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -472,8 +476,12 @@ pub enum MergeKind {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct MergeResponse {
     pub into: String,
+    /// The target's head after the merge; for a dry run, the commit it would be.
     pub head: String,
     pub kind: MergeKind,
+    /// A dry run: nothing moved.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
     /// The tables the merge brought in.
     pub tables: Vec<TableDiff>,
     /// The checks a protected target required, each passed.

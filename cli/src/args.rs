@@ -512,6 +512,10 @@ pub struct MergeArgs {
     /// The merge commit's message
     #[arg(long, short = 'm', value_name = "TEXT")]
     pub message: Option<String>,
+    /// Say what the merge would do (tables, conflicts, permissions, the columns it
+    /// would break for other projects) without merging; required checks do not run
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Subcommand)]

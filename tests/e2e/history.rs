@@ -533,6 +533,9 @@ fn bisect_finds_a_planted_bad_commit_among_1000() {
                 "lh_project.yml",
                 "name: guard\nnamespace: h\npython: \"3.11\"\n",
             ),
+            // A model whose input is at no commit searched: a check plans only its
+            // expectation, so it is no matter.
+            ("models/later.sql", "select * from h.later\n"),
             (
                 "checks/amounts.py",
                 "import lh\nimport pyarrow.compute as pc\n\n\n\
@@ -630,6 +633,21 @@ fn bisect_finds_a_planted_bad_commit_among_1000() {
         "{text}{}",
         String::from_utf8_lossy(&inside.stderr)
     );
+
+    // A link to the file is the file, in its own project.
+    let link = lh.cwd.join("elsewhere.py");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    let out = json(&lh.run(&[
+        "bisect",
+        "h.t",
+        "--good",
+        "good",
+        "--expectation",
+        &format!("{}:amounts_are_positive", link.display()),
+        "-o",
+        "json",
+    ]));
+    assert_eq!(out["first_bad"]["id"], planted_commit.as_str(), "{out}");
 
     // An expectation that cannot run is an error, not a bad commit; an unknown one,
     // a file outside any project, a wrong shape and a --bad that is no branch are
@@ -1129,7 +1147,24 @@ fn merges_warn_about_breaking_changes_that_other_projects_read() {
     lh.run(&["branch", "create", "dev"]).ok();
     let v2 = shop("shop2", "select id, status from raw.orders\n");
     lh.run(&["run", v2.to_str().unwrap(), "--ref", "dev"]).ok();
+    // A dry run says the same before anything moves.
+    let before = lh.head("main");
+    let dry = json(&lh.run(&["merge", "dev", "--into", "main", "--dry-run", "-o", "json"]));
+    assert_eq!(dry["dry_run"], true, "{dry}");
+    assert_eq!(lh.head("main"), before, "a dry run moves nothing");
+    let text = lh.run(&["merge", "dev", "--into", "main", "--dry-run"]);
+    text.ok();
+    assert!(
+        text.both().contains("would fast-forward 'main'")
+            && text
+                .both()
+                .contains("warning: dropped column analytics.orders_clean.amount, read by"),
+        "{}",
+        text.both()
+    );
     let m = json(&lh.run(&["merge", "dev", "--into", "main", "-o", "json"]));
+    assert_eq!(m["breaking"], dry["breaking"], "{m}\n{dry}");
+    assert_eq!(m["head"], dry["head"], "{m}\n{dry}");
     let t = m["tables"]
         .as_array()
         .unwrap()
@@ -1170,6 +1205,13 @@ fn merges_warn_about_breaking_changes_that_other_projects_read() {
     ])
     .ok();
     let ana = lh.with_token(&server.token_for("ana", "shop-owner"));
+    // A dry run is held to the same grants as the merge.
+    lh.run(&["role", "set", "onlooker", "--grant", "read on *"])
+        .ok();
+    let onlooker = lh.with_token(&server.token_for("olga", "onlooker"));
+    onlooker
+        .run(&["merge", "gone", "--into", "main", "--dry-run"])
+        .fails(9);
     let out = ana.run(&["merge", "gone", "--into", "main"]);
     out.ok();
     let text = out.both();

@@ -397,22 +397,12 @@ fn expectation_of(arg: &str) -> CliResult<(PathBuf, String)> {
         .rsplit_once(':')
         .filter(|(f, n)| !f.is_empty() && !n.is_empty())
         .ok_or_else(|| bad("it must be FILE:FUNCTION".into()))?;
-    // The folder is made absolute, not the file: a link to an expectation elsewhere
-    // is the project's where the link is.
-    let path = Path::new(file);
-    if !path.is_file() {
-        return Err(bad(format!("{file} is not a file")));
+    // A link is followed: a project's upload holds files, not links, so an expectation
+    // is its real file's, in the project around that.
+    let file = std::fs::canonicalize(file).map_err(|e| bad(format!("cannot read {file}: {e}")))?;
+    if !file.is_file() {
+        return Err(bad(format!("{} is not a file", file.display())));
     }
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| bad(format!("{file} names no file")))?;
-    let file = std::fs::canonicalize(parent)
-        .map_err(|e| bad(format!("cannot read {}: {e}", parent.display())))?
-        .join(name);
     let dir = file
         .ancestors()
         .skip(1)
@@ -429,9 +419,6 @@ fn expectation_of(arg: &str) -> CliResult<(PathBuf, String)> {
     Ok((dir, format!("{relative}:{function}")))
 }
 
-/// Runs the expectation `name` of the project in `dir` as a check at a commit: whether
-/// it passed, and the check's run. An expectation that cannot run (an exception, a
-/// table missing at that commit) is an error, not a bad commit.
 /// Where a check runs: on a branch, at one of its commits (named on it as `at`).
 struct Place<'a> {
     branch: &'a str,
@@ -439,6 +426,9 @@ struct Place<'a> {
     at: &'a str,
 }
 
+/// Runs the expectation `name` of the project in `dir` as a check at a commit: whether
+/// it passed, and the check's run. An expectation that cannot run (an exception, a
+/// table missing at that commit) is an error, not a bad commit.
 async fn expectation(
     client: &Client,
     dir: &Path,

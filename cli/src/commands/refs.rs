@@ -382,25 +382,37 @@ pub async fn merge(client: &Client, settings: &Settings, args: MergeArgs) -> Cli
         expected_head: None,
         no_fast_forward: false,
         properties: Default::default(),
+        dry_run: args.dry_run,
     };
     let m = client.merge(&req).await?;
     if settings.output == OutputFormat::Json {
         return output::item(settings.output, &m, &[]);
     }
-    match m.kind {
-        MergeKind::UpToDate => eprintln!("'{}' is already up to date with '{}'", m.into, args.from),
-        MergeKind::FastForward => eprintln!(
-            "fast-forwarded '{}' to {} ({})",
+    let tables = output::count(m.tables.len(), "table");
+    match (m.kind, m.dry_run) {
+        (MergeKind::UpToDate, _) => {
+            eprintln!("'{}' is already up to date with '{}'", m.into, args.from)
+        }
+        (MergeKind::FastForward, false) => eprintln!(
+            "fast-forwarded '{}' to {} ({tables})",
             m.into,
-            short(&m.head),
-            output::count(m.tables.len(), "table")
+            short(&m.head)
         ),
-        MergeKind::MergeCommit => eprintln!(
-            "merged '{}' into '{}': commit {} ({})",
+        (MergeKind::FastForward, true) => eprintln!(
+            "would fast-forward '{}' to {} ({tables}); nothing changed (--dry-run)",
+            m.into,
+            short(&m.head)
+        ),
+        (MergeKind::MergeCommit, false) => eprintln!(
+            "merged '{}' into '{}': commit {} ({tables})",
             args.from,
             m.into,
-            short(&m.head),
-            output::count(m.tables.len(), "table")
+            short(&m.head)
+        ),
+        (MergeKind::MergeCommit, true) => eprintln!(
+            "would merge '{}' into '{}' with a merge commit ({tables}); nothing changed \
+             (--dry-run; required checks run only on a merge)",
+            args.from, m.into
         ),
     }
     for t in &m.tables {

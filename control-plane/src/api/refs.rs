@@ -559,22 +559,27 @@ async fn merge(
         req.message.clone().unwrap_or_default(),
     );
     meta.properties = req.properties.clone();
-    let merged = s
-        .merger
-        .merge(
-            &identity,
-            &req.from,
-            &req.into,
-            Via::Merge,
-            MergeOptions {
-                meta,
-                expected_head,
-                no_fast_forward: req.no_fast_forward,
-                prepare: false,
-                resolutions: Vec::new(),
-            },
-        )
-        .await?;
+    let options = MergeOptions {
+        meta,
+        expected_head,
+        no_fast_forward: req.no_fast_forward,
+        prepare: false,
+        resolutions: Vec::new(),
+    };
+    let merged = match req.dry_run {
+        true => crate::merges::Merged {
+            outcome: s
+                .merger
+                .preview(&identity, &req.from, &req.into, options)
+                .await?,
+            checks: Vec::new(),
+        },
+        false => {
+            s.merger
+                .merge(&identity, &req.from, &req.into, Via::Merge, options)
+                .await?
+        }
+    };
     let out = merged.outcome;
     let mut tables: Vec<lh_api::TableDiff> = out.tables.into_iter().map(table_diff).collect();
     let (breaking, breaking_unknown) =
@@ -587,6 +592,7 @@ async fn merge(
             lh_catalog::MergeKind::FastForward => MergeKind::FastForward,
             lh_catalog::MergeKind::MergeCommit => MergeKind::MergeCommit,
         },
+        dry_run: req.dry_run,
         tables,
         checks: merged.checks,
         breaking,
@@ -617,10 +623,14 @@ async fn breaking_changes(
     )
     .await;
     looked.unwrap_or_else(|_| {
+        // Half an answer would read as "no change" for the tables not reached.
+        for t in tables.iter_mut() {
+            t.schema_changes.clear();
+        }
         (
             Vec::new(),
             Some(format!(
-                "breaking changes and their readers were not all found within {} s",
+                "schema changes and their readers were not looked for in full within {} s",
                 BREAKING_BUDGET.as_secs()
             )),
         )

@@ -40,6 +40,14 @@ pub struct Merged {
     pub checks: Vec<CheckResult>,
 }
 
+/// A merge's caller, as `Merger::authorize` found it allowed.
+struct Authorized {
+    by: Identity,
+    action: Action,
+    what: String,
+    protected: bool,
+}
+
 pub struct Merger {
     pub catalog: Catalog,
     /// Combines two sides' appends to one table (see `tables::combine`).
@@ -122,14 +130,16 @@ impl Merger {
         Ok(now)
     }
 
-    pub async fn merge(
+    /// Who may merge `from` into `into` via `via`: the identity as it is now, the action
+    /// its grants are checked for, what the refusal calls the merge, and whether the
+    /// target is protected.
+    async fn authorize(
         &self,
         by: &Identity,
         from: &str,
         into: &str,
         via: Via,
-        options: MergeOptions,
-    ) -> Result<Merged> {
+    ) -> Result<Authorized> {
         let by = self.current(by).await?;
         if crate::tables::is_run_branch(into) {
             return Err(crate::tables::run_branch_refused(into, "merging into it"));
@@ -149,13 +159,82 @@ impl Merger {
             format!("merging into '{into}'")
         };
         by.require_ref(action, into, &what)?;
+        Ok(Authorized {
+            by,
+            action,
+            what,
+            protected,
+        })
+    }
+
+    /// Refuses a prepared merge that changes a table the identity may not change there,
+    /// or (`lh merge`) copies one past the grants that hide it.
+    fn require_tables(
+        a: &Authorized,
+        from: &str,
+        into: &str,
+        via: Via,
+        out: &MergeOutcome,
+    ) -> Result<()> {
+        let refused: Vec<&str> = out
+            .tables
+            .iter()
+            .map(|t| t.table.as_str())
+            .filter(|t| !a.by.can_table(a.action, into, t))
+            .collect();
+        if !refused.is_empty() {
+            return Err(crate::auth::roles::refused(
+                &a.by.user,
+                &a.by.access,
+                a.action,
+                &a.what,
+                &format!(" on table(s) {} of '{into}'", refused.join(", ")),
+            ));
+        }
+        if via == Via::Merge {
+            let incoming: Vec<String> = out.tables.iter().map(|t| t.table.clone()).collect();
+            require_no_widening(&a.by, from, into, &incoming)?;
+        }
+        Ok(())
+    }
+
+    /// What `lh merge` would do, made and held to the same grants, without moving the
+    /// target: no required check and no hook runs (`lh merge --dry-run`). The prepared
+    /// commit is an unreachable object.
+    pub async fn preview(
+        &self,
+        by: &Identity,
+        from: &str,
+        into: &str,
+        options: MergeOptions,
+    ) -> Result<MergeOutcome> {
+        let a = self.authorize(by, from, into, Via::Merge).await?;
+        let prepare = MergeOptions {
+            prepare: true,
+            ..options
+        };
+        let out = self.prepared(&a.by, a.action, from, into, prepare).await?;
+        Self::require_tables(&a, from, into, Via::Merge, &out)?;
+        Ok(out)
+    }
+
+    pub async fn merge(
+        &self,
+        by: &Identity,
+        from: &str,
+        into: &str,
+        via: Via,
+        options: MergeOptions,
+    ) -> Result<Merged> {
+        let a = self.authorize(by, from, into, via).await?;
+        let (by, action, protected) = (&a.by, a.action, a.protected);
         let prepare = MergeOptions {
             prepare: true,
             ..options.clone()
         };
         for attempt in 1..=ATTEMPTS {
             let out = self
-                .prepared(&by, action, from, into, prepare.clone())
+                .prepared(by, action, from, into, prepare.clone())
                 .await?;
             if out.kind == MergeKind::UpToDate {
                 return Ok(Merged {
@@ -163,27 +242,9 @@ impl Merger {
                     checks: Vec::new(),
                 });
             }
-            let refused: Vec<&str> = out
-                .tables
-                .iter()
-                .map(|t| t.table.as_str())
-                .filter(|t| !by.can_table(action, into, t))
-                .collect();
-            if !refused.is_empty() {
-                return Err(crate::auth::roles::refused(
-                    &by.user,
-                    &by.access,
-                    action,
-                    &what,
-                    &format!(" on table(s) {} of '{into}'", refused.join(", ")),
-                ));
-            }
-            if via == Via::Merge {
-                let incoming: Vec<String> = out.tables.iter().map(|t| t.table.clone()).collect();
-                require_no_widening(&by, from, into, &incoming)?;
-            }
+            Self::require_tables(&a, from, into, via, &out)?;
             let results = if protected {
-                self.checks.run_required(&by, from, into, &out).await?
+                self.checks.run_required(by, from, into, &out).await?
             } else {
                 Vec::new()
             };
@@ -193,7 +254,7 @@ impl Merger {
             let to = format!("@{}", out.head.to_hex());
             match self.catalog.assign_branch(into, out.base_head, &to).await {
                 Ok(_) => {
-                    self.hooks.merged(&by, from, into, &out);
+                    self.hooks.merged(by, from, into, &out);
                     return Ok(Merged {
                         outcome: out,
                         checks: results,

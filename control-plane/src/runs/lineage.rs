@@ -32,7 +32,7 @@ enum Rel {
 }
 
 /// The lineage of a parsed query's output columns, in order, or None when the query
-/// has a shape this does not follow (a table function, a recursive CTE). `table` gives
+/// has a shape this does not follow (a table function, `COLUMNS(...)`). `table` gives
 /// the name and columns of a table as the query names it (`raw.orders`, or a bare name).
 pub fn query_lineage(tree: &Value, table: &Tables) -> Option<Vec<Sourced>> {
     let statements = tree["statements"].as_array()?;
@@ -46,7 +46,15 @@ fn node(v: &Value, ctes: &HashMap<String, Vec<Sourced>>, table: &Tables) -> Opti
     let mut ctes = ctes.clone();
     for entry in v["cte_map"]["map"].as_array().into_iter().flatten() {
         let name = entry["key"].as_str()?.to_lowercase();
-        let cols = node(&entry["value"]["query"]["node"], &ctes, table)?;
+        let query = &entry["value"]["query"]["node"];
+        let mut cols = match query["type"].as_str()? {
+            "RECURSIVE_CTE_NODE" => {
+                recursive(query, &name, &entry["value"]["aliases"], &ctes, table)?
+            }
+            _ => node(query, &ctes, table)?,
+        };
+        // `name(a, b) AS (...)` names the CTE's first columns.
+        renamed(&mut cols, &entry["value"]["aliases"]);
         ctes.insert(name, cols);
     }
     match v["type"].as_str()? {
@@ -55,25 +63,11 @@ fn node(v: &Value, ctes: &HashMap<String, Vec<Sourced>>, table: &Tables) -> Opti
             let mut out = Vec::new();
             for item in v["select_list"].as_array()? {
                 if item["class"] == "STAR" {
-                    // `* EXCLUDE/REPLACE/RENAME` and `COLUMNS(...)` are not followed.
-                    let modified = [
-                        "exclude_list",
-                        "replace_list",
-                        "rename_list",
-                        "qualified_exclude_list",
-                    ]
-                    .iter()
-                    .any(|k| item[*k].as_array().is_some_and(|l| !l.is_empty()));
-                    if modified || item["columns"] == true || !item["expr"].is_null() {
+                    // `COLUMNS(...)` and `*` over an expression are not followed.
+                    if item["columns"] == true || !item["expr"].is_null() {
                         return None;
                     }
-                    let only = item["relation_name"].as_str().filter(|r| !r.is_empty());
-                    for (alias, rel) in &scope {
-                        if only.is_some_and(|o| !o.eq_ignore_ascii_case(alias)) {
-                            continue;
-                        }
-                        out.extend(columns_of(rel));
-                    }
+                    out.extend(star(item, &scope, &ctes, table)?);
                     continue;
                 }
                 let name = match item["alias"].as_str() {
@@ -113,12 +107,131 @@ fn node(v: &Value, ctes: &HashMap<String, Vec<Sourced>>, table: &Tables) -> Opti
                             .collect(),
                     )
                 }
+                // By name: the left side's columns, then the right side's others.
+                "UNION_BY_NAME" => {
+                    let mut out = left;
+                    for (n, b) in node(r, &ctes, table)? {
+                        match out.iter_mut().find(|(m, _)| m.eq_ignore_ascii_case(&n)) {
+                            Some((_, a)) => a.extend(b),
+                            None => out.push((n, b)),
+                        }
+                    }
+                    Some(out)
+                }
                 "EXCEPT" | "INTERSECT" => Some(left),
                 _ => None,
             }
         }
         _ => None,
     }
+}
+
+/// Names the first columns by a CTE's aliases (`c(a, b)`), positionally.
+fn renamed(cols: &mut [Sourced], aliases: &Value) {
+    for (c, a) in cols
+        .iter_mut()
+        .zip(aliases.as_array().into_iter().flatten())
+    {
+        if let Some(a) = a.as_str() {
+            c.0 = a.to_string();
+        }
+    }
+}
+
+/// A recursive CTE: its anchor's columns, each also made of what the recursive part
+/// makes it from (where that reads the CTE itself, from what the CTE is so far; twice,
+/// so that what the first pass added is followed too).
+fn recursive(
+    v: &Value,
+    name: &str,
+    aliases: &Value,
+    ctes: &HashMap<String, Vec<Sourced>>,
+    table: &Tables,
+) -> Option<Vec<Sourced>> {
+    let mut cols = node(&v["left"], ctes, table)?;
+    for _ in 0..2 {
+        let mut scope = ctes.clone();
+        let mut named = cols.clone();
+        renamed(&mut named, aliases);
+        scope.insert(name.to_string(), named);
+        let right = node(&v["right"], &scope, table)?;
+        if right.len() != cols.len() {
+            return None;
+        }
+        for ((_, a), (_, b)) in cols.iter_mut().zip(right) {
+            a.extend(b);
+        }
+    }
+    Some(cols)
+}
+
+/// The columns a `*` (or `rel.*`) gives: every column in scope (or of `rel`), less
+/// `EXCLUDE`d ones, `REPLACE`d ones made of their expression, `RENAME`d ones renamed.
+fn star(
+    item: &Value,
+    scope: &[(String, Rel)],
+    ctes: &HashMap<String, Vec<Sourced>>,
+    table: &Tables,
+) -> Option<Vec<Sourced>> {
+    let only = item["relation_name"].as_str().filter(|r| !r.is_empty());
+    let mut out = Vec::new();
+    for (alias, rel) in scope {
+        if only.is_some_and(|o| !o.eq_ignore_ascii_case(alias)) {
+            continue;
+        }
+        for (col, sources) in columns_of(rel) {
+            let excluded = item["exclude_list"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.as_str())
+                .any(|e| e.eq_ignore_ascii_case(&col))
+                || item["qualified_exclude_list"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|q| same_column(q, alias, &col));
+            if excluded {
+                continue;
+            }
+            let replaced = item["replace_list"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| {
+                    r["key"]
+                        .as_str()
+                        .is_some_and(|k| k.eq_ignore_ascii_case(&col))
+                });
+            let sources = match replaced {
+                Some(r) => {
+                    let mut s = BTreeSet::new();
+                    expression(&r["value"], scope, ctes, table, &mut s);
+                    s
+                }
+                None => sources,
+            };
+            let name = item["rename_list"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| same_column(&r["key"], alias, &col))
+                .and_then(|r| r["value"].as_str().map(String::from))
+                .unwrap_or(col);
+            out.push((name, sources));
+        }
+    }
+    Some(out)
+}
+
+/// Whether a qualified column name (`{"table", "column"}`, the table possibly empty)
+/// names column `col` of the relation `alias`.
+fn same_column(q: &Value, alias: &str, col: &str) -> bool {
+    let t = q["table"].as_str().unwrap_or_default();
+    q["column"]
+        .as_str()
+        .is_some_and(|c| c.eq_ignore_ascii_case(col))
+        && (t.is_empty() || t.eq_ignore_ascii_case(alias))
 }
 
 /// The relations a FROM clause puts in scope, by alias.
@@ -290,7 +403,7 @@ mod tests {
 
     fn sources(sql: &str) -> Vec<(String, Vec<String>)> {
         query_lineage(&tree(sql), &tables)
-            .unwrap()
+            .unwrap_or_else(|| panic!("not followed: {sql}"))
             .into_iter()
             .map(|(n, s)| (n, s.into_iter().map(|(t, c)| format!("{t}.{c}")).collect()))
             .collect()
@@ -329,14 +442,86 @@ mod tests {
                 ("status".to_string(), vec!["raw.orders.status".to_string()]),
             ]
         );
-        // A table function, `* EXCLUDE`, `UNION BY NAME` are not followed.
+        // A table function and COLUMNS(...) are not followed.
         for sql in [
             "select * from range(3)",
-            "select * exclude (status) from raw.orders",
-            "select id from raw.orders union by name select id from raw.customers",
+            "select columns('a.*') from raw.orders",
         ] {
             assert!(query_lineage(&tree(sql), &tables).is_none(), "{sql}");
         }
+        // `* EXCLUDE/REPLACE/RENAME`, qualified too; UNION BY NAME; a CTE's column
+        // aliases; a recursive CTE, whose recursive part adds what it reads.
+        let got = sources(
+            "select * exclude (status) replace (amount * 2 as amount) rename (id as order_id) \
+             from raw.orders",
+        );
+        assert_eq!(
+            got,
+            vec![
+                ("order_id".to_string(), vec!["raw.orders.id".to_string()]),
+                (
+                    "customer_id".to_string(),
+                    vec!["raw.orders.customer_id".to_string()]
+                ),
+                ("amount".to_string(), vec!["raw.orders.amount".to_string()]),
+            ]
+        );
+        let got = sources(
+            "select o.* exclude (o.status, o.amount), c.* exclude (id) rename (c.name as who) \
+             from raw.orders o join raw.customers c on c.id = o.customer_id",
+        );
+        assert_eq!(
+            got,
+            vec![
+                ("id".to_string(), vec!["raw.orders.id".to_string()]),
+                (
+                    "customer_id".to_string(),
+                    vec!["raw.orders.customer_id".to_string()]
+                ),
+                ("who".to_string(), vec!["raw.customers.name".to_string()]),
+            ]
+        );
+        let got = sources(
+            "select name, id from raw.customers union by name \
+             select status as name, amount as extra from raw.orders",
+        );
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "name".to_string(),
+                    vec![
+                        "raw.customers.name".to_string(),
+                        "raw.orders.status".to_string()
+                    ]
+                ),
+                ("id".to_string(), vec!["raw.customers.id".to_string()]),
+                ("extra".to_string(), vec!["raw.orders.amount".to_string()]),
+            ]
+        );
+        let got = sources("with c(total) as (select amount from raw.orders) select total from c");
+        assert_eq!(
+            got,
+            vec![("total".to_string(), vec!["raw.orders.amount".to_string()])]
+        );
+        let got = sources(
+            "with recursive r(n, who) as (select id, name from raw.customers \
+             union all select r.n + o.amount, r.who from r join raw.orders o on o.id = r.n \
+             where r.n < 10) select n, who from r",
+        );
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "n".to_string(),
+                    vec![
+                        "raw.customers.id".to_string(),
+                        "raw.orders.amount".to_string()
+                    ]
+                ),
+                ("who".to_string(), vec!["raw.customers.name".to_string()]),
+            ]
+        );
         // EXCEPT only filters; an IN subquery only tests, its operand is lineage; a
         // scalar subquery's value is; a column named schema.table.column.
         let got = sources(

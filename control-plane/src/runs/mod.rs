@@ -433,6 +433,10 @@ impl RunService {
             let check = info.check.then(|| info.run_branch.clone());
             async move {
                 self.store.skip_unfinished(id, &claim).await?;
+                // A check's run wrote nothing: its branch goes (before its end shows).
+                if let Some(branch) = &check {
+                    let _ = self.catalog.delete_branch(branch, None).await;
+                }
                 let r = self
                     .store
                     .finish_run(
@@ -444,12 +448,6 @@ impl RunService {
                         &envs,
                     )
                     .await;
-                // A check's run wrote nothing: its branch goes, once its end is ours.
-                if let Some(branch) = check
-                    && matches!(r, Ok(true))
-                {
-                    let _ = self.catalog.delete_branch(&branch, None).await;
-                }
                 self.forget(id);
                 r.map(|_| ())
             }
@@ -480,11 +478,17 @@ impl RunService {
         if claim.attempt > MAX_CLAIMS {
             return finish(
                 RunStatus::Failed,
-                Some(format!(
-                    "the servers driving the run stopped {} times while it ran; nothing was published (the run branch '{}' is kept)",
-                    claim.attempt - 1,
-                    info.run_branch
-                )),
+                Some(match info.check {
+                    true => format!(
+                        "the servers driving the check stopped {} times while it ran",
+                        claim.attempt - 1
+                    ),
+                    false => format!(
+                        "the servers driving the run stopped {} times while it ran; nothing was published (the run branch '{}' is kept)",
+                        claim.attempt - 1,
+                        info.run_branch
+                    ),
+                }),
                 None,
             )
             .await;
@@ -804,8 +808,11 @@ impl RunService {
             Some(c) => self.catalog.resolve(&format!("@{c}")).await?.commit,
             None => resolved.commit.clone(),
         };
-        // A check's plan reads the commit: its missing tables are named by it.
-        let at = match start.expectations_only {
+        // A check of some expectations (`lh bisect`) plans only them, so only their
+        // inputs must be at the commit, which its errors name. A merge check plans the
+        // whole project, as a run would, on the would-be result.
+        let some = start.expectations_only && !start.only.is_empty();
+        let at = match some {
             true => format!("{}@{}", start.target, &input.id.to_hex()[..12]),
             false => start.target.clone(),
         };
@@ -815,7 +822,7 @@ impl RunService {
                 &input,
                 &at,
                 &start.params,
-                start.expectations_only.then_some(start.only.as_slice()),
+                some.then_some(start.only.as_slice()),
             )
             .await?;
         if let Some(values) = &start.param_values {
@@ -823,6 +830,8 @@ impl RunService {
         }
         if start.expectations_only {
             plan = plan.expectations_only().select(&start.only)?;
+        } else {
+            plan = partitions::apply(plan, start.partitions.as_deref())?;
         }
         if !start.secrets
             && let Some(n) = plan
@@ -841,8 +850,6 @@ impl RunService {
                 ),
             )
             .with_hint("check with an expectation that reads no secret"));
-        } else {
-            plan = partitions::apply(plan, start.partitions.as_deref())?;
         }
         // Every table it reads, the starter may read.
         for n in &plan.nodes {

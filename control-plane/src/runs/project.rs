@@ -793,7 +793,10 @@ impl Planner<'_> {
             problems.push("the project has no model and no expectation".into());
         }
 
-        if let Some(only) = self.expectations {
+        // A check's plan: its expectations (a project that does not parse says so first).
+        if let Some(only) = self.expectations
+            && problems.is_empty()
+        {
             nodes.retain(|n| matches!(n.kind, NodeKind::Expectation { .. }));
             select_nodes(&mut nodes, only)?;
         }

@@ -902,7 +902,7 @@ fn plans_say_what_a_run_would_change() {
         (
             "select amount, status from raw.orders\n",
             "non-breaking",
-            "removes column id: nothing downstream in the project reads it",
+            "removes column id: nothing downstream reads it",
         ),
         (
             "select id, cast(amount as varchar) as amount, status from raw.orders\n",
@@ -1143,9 +1143,19 @@ fn merges_warn_about_breaking_changes_that_other_projects_read() {
     let finance_run = json(&lh.run(&["run", finance.to_str().unwrap(), "-o", "json"]));
     let finance_run = finance_run["id"].as_str().unwrap().to_string();
 
-    // The shop drops a column on a branch, with a run there, and merges it.
+    // The shop drops a column on a branch, with a run there, and merges it. A plan on
+    // main already says who reads it, in the project and in others.
     lh.run(&["branch", "create", "dev"]).ok();
     let v2 = shop("shop2", "select id, status from raw.orders\n");
+    let plan = json(&lh.run(&["run", v2.to_str().unwrap(), "--plan", "-o", "json"]));
+    let change = &planned(&plan, "analytics.orders_clean")["change"];
+    assert_eq!(change["category"], "breaking", "{plan}");
+    assert_eq!(
+        change["details"][0],
+        "removes column amount, read by analytics.summary, amounts_by_status (project \
+         finance), finance.revenue (project finance)",
+        "{plan}"
+    );
     lh.run(&["run", v2.to_str().unwrap(), "--ref", "dev"]).ok();
     // A dry run says the same before anything moves.
     let before = lh.head("main");

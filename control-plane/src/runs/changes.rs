@@ -14,10 +14,10 @@
 //! run on the same branch, a category: `metadata-only` when DuckDB parses both to the
 //! same tree and the settings in its comments are the same; otherwise the output
 //! columns of both queries on the branch are compared: `breaking` when a column is
-//! removed or retyped that a downstream node of the project reads (a SQL node naming
-//! it, or reading whole rows; a Python node declaring it in `lh.Model(columns=)`, or
-//! declaring no columns, or filtering), `non-breaking` otherwise. Only the project's
-//! own nodes are known readers.
+//! removed or retyped that a downstream node reads (a SQL node naming it, or reading
+//! whole rows; a Python node declaring it in `lh.Model(columns=)`, or declaring no
+//! columns, or filtering), `non-breaking` otherwise. The readers are the project's own
+//! nodes and those of other projects' last succeeded runs on the same branch.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -60,6 +60,17 @@ impl RunService {
         of: &ChangesOf<'_>,
     ) -> Result<BTreeMap<usize, PlannedChange>> {
         let previous = self.previous_plan(&plan.project.name, of.target).await?;
+        // Other projects' last runs on the branch: their nodes read this one's tables too.
+        let mut others = Vec::new();
+        if previous.is_some() {
+            for p in self.store.projects_on(of.target).await? {
+                if p != plan.project.name
+                    && let Some((_, other)) = self.previous_plan(&p, of.target).await?
+                {
+                    others.push((p, other));
+                }
+            }
+        }
         let mut outputs: HashMap<usize, Output> = HashMap::new();
         let mut out = BTreeMap::new();
         for &i in &plan.order {
@@ -87,7 +98,9 @@ impl RunService {
                     && let Lang::Sql { sql: old_sql, .. } = &before.lang
                     && (old_sql != sql || before.kind != node.kind)
                 {
-                    let (category, details) = self.category(plan, node, before, old_sql, of).await;
+                    let (category, details) = self
+                        .category(plan, &others, node, before, old_sql, of)
+                        .await;
                     change.category = Some(category);
                     change.details = details;
                     change.compared_with = Some(run.clone());
@@ -299,6 +312,7 @@ impl RunService {
     async fn category(
         &self,
         plan: &Plan,
+        others: &[(String, Plan)],
         node: &PlanNode,
         before: &PlanNode,
         old_sql: &str,
@@ -377,6 +391,27 @@ impl RunService {
                 readers.push((d.display_name(), self.columns_read(d, &node.name).await));
             }
         }
+        // And the nodes of other projects' last runs on the branch; those touching tables
+        // the caller may not read are not named.
+        for (project, other) in others {
+            for d in &other.nodes {
+                if !d.inputs.iter().any(|i| i.table == node.name) {
+                    continue;
+                }
+                let model = matches!(d.kind, NodeKind::Model { .. });
+                let visible = (!model || of.by.can_table(Action::Read, of.target, &d.name))
+                    && d.inputs
+                        .iter()
+                        .all(|i| of.by.can_table(Action::Read, of.target, &i.table));
+                let name = match visible {
+                    true => format!("{} (project {project})", d.name),
+                    false => format!("a node of project {project} you may not see"),
+                };
+                if !readers.iter().any(|(n, _)| *n == name) {
+                    readers.push((name, self.columns_read(d, &node.name).await));
+                }
+            }
+        }
         let reads = |col: &str| -> Vec<String> {
             readers
                 .iter()
@@ -398,9 +433,7 @@ impl RunService {
             };
             let by = reads(name);
             if by.is_empty() {
-                details.push(format!(
-                    "{what}: nothing downstream in the project reads it"
-                ));
+                details.push(format!("{what}: nothing downstream reads it"));
             } else {
                 breaking = true;
                 details.push(format!("{what}, read by {}", by.join(", ")));

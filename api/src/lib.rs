@@ -459,10 +459,6 @@ pub struct MergeRequest {
     pub no_fast_forward: bool,
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
-    /// Say what the merge would do (tables, conflicts, grants, breaking changes)
-    /// without moving the target; a protected target's checks do not run.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub dry_run: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -479,7 +475,7 @@ pub struct MergeResponse {
     /// The target's head after the merge; for a dry run, the commit it would be.
     pub head: String,
     pub kind: MergeKind,
-    /// A dry run: nothing moved.
+    /// A preview (`POST /api/v1/merge/preview`, `lh merge --dry-run`): nothing moved.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
     /// The tables the merge brought in.

@@ -332,6 +332,11 @@ impl Client {
         self.post("/merge", req).await
     }
 
+    /// What `merge` would do, nothing moved (a server without the route answers 404).
+    pub async fn merge_preview(&self, req: &MergeRequest) -> CliResult<MergeResponse> {
+        self.post("/merge/preview", req).await
+    }
+
     pub async fn tables(&self, at: &str, namespace: Option<&str>) -> CliResult<TableList> {
         let mut q = vec![("ref", at)];
         if let Some(ns) = namespace {

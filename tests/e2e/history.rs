@@ -605,6 +605,11 @@ fn bisect_finds_a_planted_bad_commit_among_1000() {
         .unwrap()
         .len();
     assert_eq!(runs_after - runs_before, checks.len());
+    // A check's branch goes just after its end is recorded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while lh.run(&["branch", "ls"]).ok() != heads_before && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     assert_eq!(
         lh.run(&["branch", "ls"]).ok(),
         heads_before,
@@ -1160,6 +1165,11 @@ fn merges_warn_about_breaking_changes_that_other_projects_read() {
     // A dry run says the same before anything moves.
     let before = lh.head("main");
     let dry = json(&lh.run(&["merge", "dev", "--into", "main", "--dry-run", "-o", "json"]));
+    let audit = lh.run(&["audit", "-n", "1000", "-o", "json"]);
+    assert!(
+        audit.ok().contains("/api/v1/merge/preview"),
+        "a preview has its own route (an older server refuses it), and is audited as one"
+    );
     assert_eq!(dry["dry_run"], true, "{dry}");
     assert_eq!(lh.head("main"), before, "a dry run moves nothing");
     let text = lh.run(&["merge", "dev", "--into", "main", "--dry-run"]);

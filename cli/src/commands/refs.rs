@@ -382,9 +382,11 @@ pub async fn merge(client: &Client, settings: &Settings, args: MergeArgs) -> Cli
         expected_head: None,
         no_fast_forward: false,
         properties: Default::default(),
-        dry_run: args.dry_run,
     };
-    let m = client.merge(&req).await?;
+    let m = match args.dry_run {
+        true => client.merge_preview(&req).await?,
+        false => client.merge(&req).await?,
+    };
     if settings.output == OutputFormat::Json {
         return output::item(settings.output, &m, &[]);
     }

@@ -28,6 +28,7 @@ use crate::state::AppState;
         super::refs::diff_rows,
         super::runs::lineage,
         super::refs::merge,
+        super::refs::merge_preview,
         super::tables::list_tables,
         super::tables::show_table,
         super::tables::drop_table,

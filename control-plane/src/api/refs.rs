@@ -33,6 +33,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/diff", get(diff))
         .route("/api/v1/diff/rows", get(diff_rows))
         .route("/api/v1/merge", post(merge))
+        .route("/api/v1/merge/preview", post(merge_preview))
 }
 
 pub(crate) fn ref_info(r: lh_catalog::Reference) -> RefInfo {
@@ -550,6 +551,30 @@ async fn merge(
     identity: Identity,
     Json(req): Json<MergeRequest>,
 ) -> ApiResult<Json<MergeResponse>> {
+    merge_or_preview(&s, &identity, req, false).await
+}
+
+/// What a merge would do, held to the same permissions, without moving the target: its
+/// tables, conflicts and breaking changes (`lh merge --dry-run`). A protected target's
+/// checks do not run; the prepared commit is an unreachable object. A route of its own,
+/// so that a server that does not know it answers 404 rather than merging.
+#[utoipa::path(post, path = "/api/v1/merge/preview", request_body = MergeRequest,
+    responses((status = 200, body = MergeResponse), (status = 409, body = lh_api::ErrorBody)))]
+async fn merge_preview(
+    State(s): State<AppState>,
+    identity: Identity,
+    Json(req): Json<MergeRequest>,
+) -> ApiResult<Json<MergeResponse>> {
+    merge_or_preview(&s, &identity, req, true).await
+}
+
+async fn merge_or_preview(
+    s: &AppState,
+    identity: &Identity,
+    req: MergeRequest,
+    dry_run: bool,
+) -> ApiResult<Json<MergeResponse>> {
+    let identity = identity.clone();
     let expected_head = match &req.expected_head {
         Some(e) => Some(s.catalog.resolve(&format!("@{e}")).await?.commit.id),
         None => None,
@@ -566,7 +591,7 @@ async fn merge(
         prepare: false,
         resolutions: Vec::new(),
     };
-    let merged = match req.dry_run {
+    let merged = match dry_run {
         true => crate::merges::Merged {
             outcome: s
                 .merger
@@ -583,7 +608,7 @@ async fn merge(
     let out = merged.outcome;
     let mut tables: Vec<lh_api::TableDiff> = out.tables.into_iter().map(table_diff).collect();
     let (breaking, breaking_unknown) =
-        breaking_changes(&s, &identity, &req.from, &req.into, &mut tables).await;
+        breaking_changes(s, &identity, &req.from, &req.into, &mut tables).await;
     Ok(Json(MergeResponse {
         into: req.into,
         head: out.head.to_hex(),
@@ -592,7 +617,7 @@ async fn merge(
             lh_catalog::MergeKind::FastForward => MergeKind::FastForward,
             lh_catalog::MergeKind::MergeCommit => MergeKind::MergeCommit,
         },
-        dry_run: req.dry_run,
+        dry_run,
         tables,
         checks: merged.checks,
         breaking,

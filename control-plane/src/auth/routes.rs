@@ -44,6 +44,7 @@ routes! {
     GET "/api/v1/diff" => Some(Read),
     GET "/api/v1/diff/rows" => Some(Read),
     POST "/api/v1/merge" => Some(Merge),
+    POST "/api/v1/merge/preview" => Some(Merge),
     GET "/api/v1/tables" => Some(Read),
     GET "/api/v1/tables/{name}" => Some(Read),
     DELETE "/api/v1/tables/{name}" => Some(Write),

@@ -60,17 +60,9 @@ impl RunService {
         of: &ChangesOf<'_>,
     ) -> Result<BTreeMap<usize, PlannedChange>> {
         let previous = self.previous_plan(&plan.project.name, of.target).await?;
-        // Other projects' last runs on the branch: their nodes read this one's tables too.
-        let mut others = Vec::new();
-        if previous.is_some() {
-            for p in self.store.projects_on(of.target).await? {
-                if p != plan.project.name
-                    && let Some((_, other)) = self.previous_plan(&p, of.target).await?
-                {
-                    others.push((p, other));
-                }
-            }
-        }
+        // Other projects' last runs on the branch (their nodes read this one's tables
+        // too), loaded for the first category.
+        let mut others: Option<Vec<(String, Plan)>> = None;
         let mut outputs: HashMap<usize, Output> = HashMap::new();
         let mut out = BTreeMap::new();
         for &i in &plan.order {
@@ -98,9 +90,20 @@ impl RunService {
                     && let Lang::Sql { sql: old_sql, .. } = &before.lang
                     && (old_sql != sql || before.kind != node.kind)
                 {
-                    let (category, details) = self
-                        .category(plan, &others, node, before, old_sql, of)
-                        .await;
+                    if others.is_none() {
+                        let mut all = Vec::new();
+                        for p in self.store.projects_on(of.target).await? {
+                            if p != plan.project.name
+                                && let Some((_, other)) = self.previous_plan(&p, of.target).await?
+                            {
+                                all.push((p, other));
+                            }
+                        }
+                        others = Some(all);
+                    }
+                    let others = others.as_deref().unwrap_or_default();
+                    let (category, details) =
+                        self.category(plan, others, node, before, old_sql, of).await;
                     change.category = Some(category);
                     change.details = details;
                     change.compared_with = Some(run.clone());
@@ -383,19 +386,27 @@ impl RunService {
         };
         // Who of the project reads this model's output, and which of its columns
         // (None: every column).
-        let mut readers: Vec<(String, Option<BTreeSet<String>>)> = Vec::new();
+        // Each reader: its key (project, node), its name as told (None: not told), and
+        // the columns it reads.
+        type Reader = ((String, String), Option<String>, Option<BTreeSet<String>>);
+        let mut readers: Vec<Reader> = Vec::new();
         for d in &plan.nodes {
+            let key = (String::new(), d.display_name());
             if d.inputs.iter().any(|i| i.table == node.name)
-                && !readers.iter().any(|(n, _)| *n == d.display_name())
+                && !readers.iter().any(|(k, ..)| *k == key)
             {
-                readers.push((d.display_name(), self.columns_read(d, &node.name).await));
+                let cols = self.columns_read(d, &node.name).await;
+                readers.push((key, Some(d.display_name()), cols));
             }
         }
         // And the nodes of other projects' last runs on the branch; those touching tables
-        // the caller may not read are not named.
+        // the caller may not read are counted, not named.
         for (project, other) in others {
             for d in &other.nodes {
-                if !d.inputs.iter().any(|i| i.table == node.name) {
+                let key = (project.clone(), d.name.clone());
+                if !d.inputs.iter().any(|i| i.table == node.name)
+                    || readers.iter().any(|(k, ..)| *k == key)
+                {
                     continue;
                 }
                 let model = matches!(d.kind, NodeKind::Model { .. });
@@ -403,24 +414,28 @@ impl RunService {
                     && d.inputs
                         .iter()
                         .all(|i| of.by.can_table(Action::Read, of.target, &i.table));
-                let name = match visible {
-                    true => format!("{} (project {project})", d.name),
-                    false => format!("a node of project {project} you may not see"),
-                };
-                if !readers.iter().any(|(n, _)| *n == name) {
-                    readers.push((name, self.columns_read(d, &node.name).await));
-                }
+                let name = visible.then(|| format!("{} (project {project})", d.name));
+                let cols = self.columns_read(d, &node.name).await;
+                readers.push((key, name, cols));
             }
         }
         let reads = |col: &str| -> Vec<String> {
-            readers
+            let hit: Vec<&Reader> = readers
                 .iter()
-                .filter(|(_, cols)| {
+                .filter(|(_, _, cols)| {
                     cols.as_ref()
                         .is_none_or(|c| c.iter().any(|x| x.eq_ignore_ascii_case(col)))
                 })
-                .map(|(n, _)| n.clone())
-                .collect()
+                .collect();
+            let mut names: Vec<String> = hit.iter().filter_map(|(_, n, _)| n.clone()).collect();
+            let hidden = hit.iter().filter(|(_, n, _)| n.is_none()).count();
+            if hidden > 0 {
+                names.push(format!(
+                    "{hidden} node{} you may not see",
+                    if hidden == 1 { "" } else { "s" }
+                ));
+            }
+            names
         };
         let mut breaking = false;
         let mut details = Vec::new();

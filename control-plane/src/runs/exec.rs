@@ -340,22 +340,6 @@ impl Run {
                 if skipped == 1 { "" } else { "s" }
             ));
         }
-        // A check's run wrote nothing: its branch, at the commit it read, goes whatever
-        // the outcome (a failed run that publishes keeps its own for inspection), before
-        // its end is recorded (whoever sees the end sees no branch), and only while the
-        // run is still this server's (a server that took it over may be using it).
-        if !self.publish {
-            if !self.still_ours().await {
-                return;
-            }
-            if let Err(e) = svc
-                .catalog
-                .delete_branch(&self.shared.run_branch, None)
-                .await
-            {
-                tracing::warn!("cannot delete the run branch: {e}");
-            }
-        }
         let (final_status, error, merge) = if cancelled {
             (
                 RunStatus::Cancelled,
@@ -463,7 +447,21 @@ impl Run {
             )
             .await
         {
-            Ok(true) => tracing::info!(status = final_status.as_str(), "run finished"),
+            Ok(true) => {
+                tracing::info!(status = final_status.as_str(), "run finished");
+                // A check's run wrote nothing: its branch, at the commit it read, goes
+                // whatever the outcome (a failed run that publishes keeps its own for
+                // inspection); once its end is recorded as this server's, so that no
+                // server takes it over and finds its branch gone.
+                if !self.publish
+                    && let Err(e) = svc
+                        .catalog
+                        .delete_branch(&self.shared.run_branch, None)
+                        .await
+                {
+                    tracing::warn!("cannot delete the run branch: {e}");
+                }
+            }
             Ok(false) => tracing::warn!(
                 "the run ended here but is no longer this server's; its end is not recorded here"
             ),

@@ -139,8 +139,8 @@ fn renamed(cols: &mut [Sourced], aliases: &Value) {
 }
 
 /// A recursive CTE: its anchor's columns, each also made of what the recursive part
-/// makes it from (where that reads the CTE itself, from what the CTE is so far; twice,
-/// so that what the first pass added is followed too).
+/// makes it from (where that reads the CTE itself, from what the CTE is so far, again
+/// until nothing grows: the sets only grow, and they are finite).
 fn recursive(
     v: &Value,
     name: &str,
@@ -149,7 +149,7 @@ fn recursive(
     table: &Tables,
 ) -> Option<Vec<Sourced>> {
     let mut cols = node(&v["left"], ctes, table)?;
-    for _ in 0..2 {
+    loop {
         let mut scope = ctes.clone();
         let mut named = cols.clone();
         renamed(&mut named, aliases);
@@ -158,11 +158,16 @@ fn recursive(
         if right.len() != cols.len() {
             return None;
         }
+        let mut grew = false;
         for ((_, a), (_, b)) in cols.iter_mut().zip(right) {
+            let before = a.len();
             a.extend(b);
+            grew |= a.len() > before;
+        }
+        if !grew {
+            return Some(cols);
         }
     }
-    Some(cols)
 }
 
 /// The columns a `*` (or `rel.*`) gives: every column in scope (or of `rel`), less
@@ -204,6 +209,14 @@ fn star(
                         .is_some_and(|k| k.eq_ignore_ascii_case(&col))
                 });
             let sources = match replaced {
+                // One column of that name comes out, the first (DuckDB drops the rest).
+                Some(_)
+                    if out
+                        .iter()
+                        .any(|(n, _): &Sourced| n.eq_ignore_ascii_case(&col)) =>
+                {
+                    continue;
+                }
                 Some(r) => {
                     let mut s = BTreeSet::new();
                     expression(&r["value"], scope, ctes, table, &mut s);
@@ -498,6 +511,24 @@ mod tests {
                 ("id".to_string(), vec!["raw.customers.id".to_string()]),
                 ("extra".to_string(), vec!["raw.orders.amount".to_string()]),
             ]
+        );
+        // A value that moves one column over per step: all of them, in the end.
+        let got = sources(
+            "with recursive r(a, b, c, d, k) as (select id, customer_id, amount, \
+             length(status), 0 from raw.orders union all select b, c, d, d, k + 1 from r \
+             where k < 3) select a from r",
+        );
+        assert_eq!(
+            got,
+            vec![(
+                "a".to_string(),
+                vec![
+                    "raw.orders.amount".to_string(),
+                    "raw.orders.customer_id".to_string(),
+                    "raw.orders.id".to_string(),
+                    "raw.orders.status".to_string(),
+                ]
+            )]
         );
         let got = sources("with c(total) as (select amount from raw.orders) select total from c");
         assert_eq!(

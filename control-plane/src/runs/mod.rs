@@ -433,10 +433,6 @@ impl RunService {
             let check = info.check.then(|| info.run_branch.clone());
             async move {
                 self.store.skip_unfinished(id, &claim).await?;
-                // A check's run wrote nothing: its branch goes (before its end shows).
-                if let Some(branch) = &check {
-                    let _ = self.catalog.delete_branch(branch, None).await;
-                }
                 let r = self
                     .store
                     .finish_run(
@@ -448,6 +444,12 @@ impl RunService {
                         &envs,
                     )
                     .await;
+                // A check's run wrote nothing: its branch goes, once its end is ours.
+                if let Some(branch) = &check
+                    && matches!(r, Ok(true))
+                {
+                    let _ = self.catalog.delete_branch(branch, None).await;
+                }
                 self.forget(id);
                 r.map(|_| ())
             }

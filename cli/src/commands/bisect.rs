@@ -328,6 +328,18 @@ pub async fn bisect(client: &Client, settings: &Settings, args: BisectArgs) -> C
     Ok(())
 }
 
+/// Prefixes the server's refusal of a check with what failed and at which commit.
+fn at_commit<'a>(what: &'a str, commit: &'a str) -> impl Fn(CliError) -> CliError + 'a {
+    move |e| match e {
+        CliError::Api { status, mut body } => {
+            body.error.message =
+                format!("{what} at commit {}: {}", short(commit), body.error.message);
+            CliError::Api { status, body }
+        }
+        e => e,
+    }
+}
+
 /// Runs the check at a commit: one row, one boolean column.
 async fn check(client: &Client, sql: &str, commit: &str, at: &str) -> CliResult<bool> {
     let req = QueryRequest {
@@ -336,17 +348,10 @@ async fn check(client: &Client, sql: &str, commit: &str, at: &str) -> CliResult<
         timeout_ms: None,
         max_rows: Some(2),
     };
-    let r = client.query(&req).await.map_err(|e| match e {
-        CliError::Api { status, mut body } => {
-            body.error.message = format!(
-                "the check failed at commit {}: {}",
-                short(commit),
-                body.error.message
-            );
-            CliError::Api { status, body }
-        }
-        e => e,
-    })?;
+    let r = client
+        .query(&req)
+        .await
+        .map_err(at_commit("the check failed", commit))?;
     let shape = || {
         CliError::invalid(
             format!(
@@ -437,17 +442,6 @@ async fn expectation(
     place: &Place<'_>,
 ) -> CliResult<(bool, String)> {
     let Place { branch, commit, at } = *place;
-    let at_commit = |e: CliError| match e {
-        CliError::Api { status, mut body } => {
-            body.error.message = format!(
-                "the expectation cannot run at commit {}: {}",
-                short(commit),
-                body.error.message
-            );
-            CliError::Api { status, body }
-        }
-        e => e,
-    };
     let req = RunRequest {
         upload: super::runs::upload_project(client, dir).await?,
         reference: branch.to_string(),
@@ -461,7 +455,10 @@ async fn expectation(
             expectations: vec![name.to_string()],
         }),
     };
-    let started = client.start_run(&req).await.map_err(at_commit)?;
+    let started = client
+        .start_run(&req)
+        .await
+        .map_err(at_commit("the expectation cannot run", commit))?;
     let run = loop {
         let run = client.run(&started.id).await?;
         if run.status.is_final() {

@@ -544,8 +544,14 @@ impl QueryEngine {
                         let _permit = _permit;
                         let _pins = _pins;
                         tokio::select! {
+                            // Waiting for room (a slow reader), not dropped: else
+                            // the stream ends as "stopped part-way".
                             out = &mut run => if let Err(e) = out {
-                                let _ = errors.try_send(Err(e));
+                                let _ = tokio::time::timeout(
+                                    Duration::from_secs(30),
+                                    errors.send(Err(e)),
+                                )
+                                .await;
                             },
                             _ = errors.closed() => {}
                         }
@@ -797,8 +803,10 @@ fn execute(
                     "add a LIMIT or aggregate, or write the result to a file with --out FILE.parquet",
                 )
             };
+            // The reason reaches the client even when the channel is full (a slow
+            // reader): dropped, the stream would end as "stopped part-way".
             if let Some((tx, _)) = &sending {
-                let _ = tx.try_send(Err(too_large()));
+                let _ = send_piece(tx, Err(too_large()), deadline);
             }
             return Err(too_large());
         }

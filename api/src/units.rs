@@ -5,6 +5,10 @@ use std::time::Duration;
 
 /// Splits `12.5gb` into its number (digits, at most one point, no sign or exponent) and
 /// its unit, lowercased.
+/// The longest duration any client may give the server (a grace period, a lifetime, a
+/// retention): 100 years. Beyond it, times computed from it would overflow.
+pub const MAX_CLIENT_SECS: u64 = 100 * 365 * 86400;
+
 pub fn split(s: &str) -> Option<(&str, String)> {
     let t = s.trim();
     let end = t

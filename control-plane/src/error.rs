@@ -347,3 +347,19 @@ pub fn collected(what: &str) -> Error {
         "commits past the server's retention (lh server --retain; main keeps 90 days, run/* 7, other branches 30) have their files freed by lh gc; read a ref or a newer commit",
     )
 }
+
+/// Whether a commit or snapshot property is one of lh's own (`lh.run`, `lh.node`,
+/// `lh.operation`, ...: provenance that run take-over, memoization and bisect read),
+/// which no client may set.
+pub fn is_reserved_property(key: &str) -> bool {
+    key.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("lh."))
+}
+
+/// A client set one of lh's own properties.
+pub fn reserved_property(key: &str) -> Error {
+    Error::bad_request(
+        Code::InvalidArgument,
+        format!("the property '{key}' is reserved: lh's own properties (lh.*) record provenance and are set by lh alone"),
+    )
+    .with_hint("name your own properties without the lh. prefix")
+}

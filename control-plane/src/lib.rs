@@ -11,6 +11,7 @@ pub mod db;
 pub mod duck;
 pub mod error;
 pub mod http;
+pub mod listen;
 pub mod maintenance;
 pub mod merges;
 pub mod namespaces;

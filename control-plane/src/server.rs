@@ -556,15 +556,71 @@ async fn runs_service(
     Ok(svc)
 }
 
+/// The name of the lock file that makes a data folder one running server's.
+const DATA_DIR_LOCK: &str = "server.lock";
+
+/// Makes the data folder this process's while the returned file is open (an exclusive
+/// lock the system drops when the process ends, however it ends), creating it (private
+/// to its user) if needed. Once: a second `lh server` on the same `--data-dir` started
+/// without a word, and starting and stopping it broke the first one's warm workers.
+fn claim_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    if !dir.exists() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+    }
+    let path = dir.join(DATA_DIR_LOCK);
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            let holder = holder.trim();
+            anyhow::bail!(
+                "the data directory {} is in use by another lh server{}: nothing was started\n\
+                 hint: stop that server, or give this one another --data-dir",
+                dir.display(),
+                if holder.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({holder})")
+                }
+            );
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("cannot lock {}", path.display()));
+        }
+    }
+    use std::io::{Seek, Write};
+    file.set_len(0)?;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    write!(file, "pid {}", std::process::id())?;
+    file.flush()?;
+    Ok(file)
+}
+
 /// Serves until `shutdown` resolves, then finishes the requests in flight.
 pub async fn serve(
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let state = state(&config).await?;
+    // Before anything is read or written: a data folder is one server's, and a server
+    // that cannot listen touches nothing.
+    let _claim = claim_data_dir(&config.data_dir)?;
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .with_context(|| format!("cannot listen on {}", config.bind))?;
+    let state = state(&config).await?;
     let addr = listener.local_addr()?;
     let auth = match &state.tokens {
         Some(tokens) => {
@@ -588,11 +644,12 @@ pub async fn serve(
     );
     let runtime = state.runs.runtime().clone();
     let runs = state.runs.clone();
-    axum::serve(
+    crate::listen::serve(
         listener,
-        app(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        app(state),
+        crate::listen::ConnLimits::default(),
+        shutdown,
     )
-    .with_graceful_shutdown(shutdown)
     .await
     .context("server failed")?;
     // Runs in flight go to another server (or to this one's next start), not failed.

@@ -14,6 +14,11 @@ use tokio::process::Command;
 use crate::error::RunnerError;
 use crate::protocol::HARNESS;
 
+/// The uid and gid that sandboxed processes (workers, environment builds) run as in
+/// their user namespace, the server's own uid mapped to it: as the Docker runtime's
+/// containers do, a function never sees itself as the server's user (root, say).
+pub(crate) const SANDBOX_ID: &str = "1000";
+
 /// The pyarrow every environment gets unless the project pins another (the harness
 /// needs it).
 pub const DEFAULT_PYARROW: &str = "22.0.0";
@@ -391,6 +396,14 @@ impl EnvCache {
                     "--unshare-all",
                     "--cap-drop",
                     "ALL",
+                    // A package's code runs here: PID 1 is the step itself, as an
+                    // unprivileged user, and bubblewrap holds none of the server's
+                    // variables (`env_clear` below).
+                    "--as-pid-1",
+                    "--uid",
+                    SANDBOX_ID,
+                    "--gid",
+                    SANDBOX_ID,
                 ]);
                 if net == Net::Index {
                     c.arg("--share-net");
@@ -433,6 +446,7 @@ impl EnvCache {
                     c.args(["--setenv", k, v]);
                 }
                 c.arg("--").arg(program).args(args);
+                c.env_clear();
                 vars.clear();
                 c
             }

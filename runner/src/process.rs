@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
-use crate::env::{Env, find_on_path};
+use crate::env::{Env, SANDBOX_ID, find_on_path};
 use crate::error::RunnerError;
 use crate::pool::PoolConfig;
 use crate::pooled::PooledRuntime;
@@ -97,6 +97,11 @@ impl ProcessLauncher {
                 // worker, reading its descriptors through /proc).
                 c.args(["--die-with-parent", "--new-session", "--unshare-all"]);
                 c.args(["--cap-drop", "ALL"]);
+                // The sandbox's PID 1 is the worker itself, not a forked bubblewrap:
+                // every process in the namespace can read PID 1's /proc entries
+                // (environ, cmdline). And as an unprivileged user: the server's uid
+                // (root, say) is not what a function sees itself as.
+                c.args(["--as-pid-1", "--uid", SANDBOX_ID, "--gid", SANDBOX_ID]);
                 c.args(["--size", &TMP_BYTES.to_string(), "--tmpfs", "/tmp"]);
                 for sys in ["/usr", "/bin", "/lib", "/lib64", "/sbin"] {
                     c.args(["--ro-bind-try", sys, sys]);
@@ -139,6 +144,10 @@ impl ProcessLauncher {
                 c.args(["--setenv", "LH_PRIVATE_TMP", "1"]);
                 c.args(["--setenv", "LANG", "C.UTF-8", "--"]);
                 c.args(&inner);
+                // Bubblewrap's own environment too, not only its child's: it is the
+                // server's, secrets included, and readable through /proc wherever a
+                // bubblewrap process is in view.
+                c.env_clear();
                 c
             }
             _ => {

@@ -18,6 +18,7 @@ crate::both_runtimes!(
     a_hostile_package_runs_nothing_on_the_host_and_sees_no_secret,
     planted_links_and_runaway_filters_fail_cleanly,
     a_function_cannot_fill_its_folder_without_bound,
+    nothing_of_the_server_reaches_a_function_through_proc,
 );
 
 fn value(lh: &lh_e2e::Lh, sql: &str) -> serde_json::Value {
@@ -890,4 +891,103 @@ def after(f=lh.Model("fills"), o=lh.Model("raw.orders", columns=["id"])):
     );
     let (code, run) = run_json(&lh, &[ok.to_str().unwrap()]);
     assert_eq!(code, 0, "{run}");
+}
+
+/// Once (the third review's finding 1, critical): on the process runtime bubblewrap
+/// kept the server's whole environment and was the sandbox's PID 1, so a model reading
+/// `/proc/1/environ` got `LH_SECRET_KEY` and the warehouse's `AWS_SECRET_ACCESS_KEY`;
+/// `/proc/1/cmdline` showed bubblewrap's command line and the function ran as uid 0.
+/// A model here reads every file under `/proc` it can open (and every link it can
+/// read) with markers in the server's environment; none may appear, nor bubblewrap.
+fn nothing_of_the_server_reaches_a_function_through_proc(runtime: &str) {
+    const MARKER: &str = "lh-proc-marker-7f3a9c";
+    let cache = crate::runs::env_cache();
+    let server = lh_e2e::Server::start_with_env(
+        &["--env-cache", cache.as_str(), "--runtime", runtime],
+        &[
+            ("LH_TEST_PROC_MARKER", MARKER),
+            ("AWS_SECRET_ACCESS_KEY", &format!("{MARKER}-aws")),
+        ],
+    );
+    let lh = server.lh();
+    orders(&lh);
+    let models = r#"
+import os
+import lh
+import pyarrow as pa
+
+MARKERS = [b"MARKER", b"bwrap", b"LH_SECRET_KEY", b"AWS_SECRET_ACCESS_KEY"]
+# Files that are endless or that read the machine's memory, not a process's state.
+SKIP = {"kcore", "kmsg", "kpagecount", "kpageflags", "kpagecgroup", "mem", "pagemap",
+        "clear_refs", "sysrq-trigger", "breaks", "timer_list"}
+
+def scan():
+    found, opened = set(), 0
+    for root, dirs, files in os.walk("/proc", followlinks=False):
+        # Other tasks' copies of the same files, and the kernel's tunables.
+        dirs[:] = [d for d in dirs if d not in ("task", "sys", "net", "irq", "bus", "tty",
+                                                "self", "thread-self", "fs", "driver")]
+        for name in files + dirs:
+            path = os.path.join(root, name)
+            try:
+                target = os.readlink(path).encode()
+                for m in MARKERS:
+                    if m in target:
+                        found.add(f"{m.decode()} in link {path}")
+            except OSError:
+                pass
+            # A descriptor opened would read another process's pipe (and wait on it).
+            if name in SKIP or name in dirs or os.path.basename(root) in ("fd", "map_files"):
+                continue
+            try:
+                with open(path, "rb") as f:
+                    data = f.read(1 << 20)
+                opened += 1
+            except OSError:
+                continue
+            for m in MARKERS:
+                if m in data:
+                    found.add(f"{m.decode()} in {path}")
+    return sorted(found), opened
+
+@lh.model()
+def probe(o=lh.Model("raw.orders", columns=["id"])):
+    found, opened = scan()
+    return pa.table({
+        "found": ["; ".join(found)],
+        "opened": [opened],
+        "uid": [os.getuid()],
+        "pid1": [open("/proc/1/cmdline", "rb").read().split(b"\0")[0].decode()],
+        "env": [" ".join(sorted(os.environ))],
+    })
+"#
+    .replace("MARKER\"", &format!("{MARKER}\""));
+    let dir = project(
+        &lh,
+        "procscan",
+        &[("lh_project.yml", PROJECT), ("m.py", &models)],
+    );
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+    let rows = lh.rows(
+        "select found, opened, uid, pid1, env from analytics.probe",
+        "main",
+    );
+    let row = &rows[0];
+    assert_eq!(row["found"], "", "the sandbox showed the server: {row}");
+    assert!(
+        row["opened"].as_i64().unwrap() > 20,
+        "the probe read /proc: {row}"
+    );
+    assert_ne!(row["uid"], 0, "the function does not run as root: {row}");
+    let pid1 = row["pid1"].as_str().unwrap();
+    assert!(
+        !pid1.contains("bwrap") && !pid1.is_empty(),
+        "the sandbox's PID 1 is the worker: {row}"
+    );
+    let env = row["env"].as_str().unwrap();
+    assert!(
+        !env.contains("AWS") && !env.contains("LH_SECRET") && !env.contains("LH_TEST"),
+        "{env}"
+    );
 }

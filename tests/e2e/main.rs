@@ -7,6 +7,7 @@ mod basics;
 mod console;
 mod gc;
 mod history;
+mod holes;
 mod interop;
 mod isolation;
 mod oidc_keys;

@@ -258,6 +258,18 @@ fn the_sandbox_refuses_escapes() {
         "show all tables".to_string(),
         "show databases".to_string(),
         "select * from orders.parquet".to_string(),
+        // DuckDB's macros over its catalog, and the server's settings (the third
+        // review's finding 3): refused by the functions' allow-list.
+        "select pg_get_viewdef(oid) from range(100000) t(oid) where pg_get_viewdef(oid) is not null".to_string(),
+        "select pg_catalog.pg_get_viewdef(1)".to_string(),
+        "select current_setting('temp_directory')".to_string(),
+        "select current_setting('allowed_directories')".to_string(),
+        "select getvariable('x')".to_string(),
+        "select \"system\".main.current_database()".to_string(),
+        "select current_schemas(true)".to_string(),
+        "select get_block_size('memory')".to_string(),
+        "select format_type(1, 1)".to_string(),
+        "select id from raw.orders where current_setting('threads') is not null".to_string(),
     ];
     for sql in &escapes {
         let run = lh.run(&["query", sql]);

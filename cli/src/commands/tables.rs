@@ -269,7 +269,17 @@ async fn import(client: &Client, settings: &Settings, args: ImportArgs) -> CliRe
         },
         uploads,
         format,
-        file_names: args.files.iter().map(|f| f.display().to_string()).collect(),
+        // Names only: the server puts them in the commit message.
+        file_names: args
+            .files
+            .iter()
+            .map(|f| {
+                f.file_name().map_or_else(
+                    || f.display().to_string(),
+                    |n| n.to_string_lossy().into_owned(),
+                )
+            })
+            .collect(),
         partition_by: args.partition_by.clone(),
     };
     let result = client.import(&args.name, &req).await;

@@ -583,6 +583,13 @@ async fn merge_or_preview(
         identity.user.clone(),
         req.message.clone().unwrap_or_default(),
     );
+    if let Some(key) = req
+        .properties
+        .keys()
+        .find(|k| crate::error::is_reserved_property(k))
+    {
+        return Err(crate::error::reserved_property(key).into());
+    }
     meta.properties = req.properties.clone();
     let options = MergeOptions {
         meta,

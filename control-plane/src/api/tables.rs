@@ -152,7 +152,15 @@ async fn expire(
     let at = req
         .reference
         .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
-    let older_than = std::time::Duration::from_secs(req.older_than_secs.unwrap_or(30 * 86400));
+    let older_than = req.older_than_secs.unwrap_or(30 * 86400);
+    if older_than > lh_api::units::MAX_CLIENT_SECS {
+        return Err(crate::error::Error::bad_request(
+            crate::error::Code::InvalidArgument,
+            format!("older_than_secs {older_than} is longer than 100 years"),
+        )
+        .into());
+    }
+    let older_than = std::time::Duration::from_secs(older_than);
     let r = crate::maintenance::expire(&s.tables, &at, &name, older_than, &identity).await?;
     Ok(Json(r))
 }
@@ -285,8 +293,18 @@ async fn import_files(
             }
         }
     }
-    let names = if req.file_names.len() == files.len() {
-        req.file_names.clone()
+    // A file's name, never the client's path to it: names go into the commit message,
+    // which every reader of the branch's log sees.
+    let names: Vec<String> = if req.file_names.len() == files.len() {
+        req.file_names
+            .iter()
+            .map(|n| {
+                n.rsplit(['/', '\\'])
+                    .find(|p| !p.is_empty())
+                    .unwrap_or("?")
+                    .to_string()
+            })
+            .collect()
     } else {
         files
             .iter()
@@ -327,11 +345,12 @@ async fn import_files(
         partition_by: req.partition_by.clone(),
     };
     let (branch, table) = (job.branch.clone(), job.table.clone());
-    let result = import::import(&s.tables, &s.import, job).await;
+    // A refused or failed import keeps its uploads (for a retry, by someone allowed,
+    // or with other options); unused ones go after a day.
+    let result = import::import(&s.tables, &s.import, job).await?;
     for id in &req.uploads {
         s.uploads.remove(&s.tables.warehouse, id).await;
     }
-    let result = result?;
     crate::maintenance::after_write(&s.tables, &s.import, &branch, &table, &identity);
     Ok(Json(result))
 }

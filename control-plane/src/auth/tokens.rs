@@ -108,9 +108,10 @@ impl Tokens {
         let now = Utc::now();
         let expires = match t.expires_in {
             Some(d) => {
-                let d = chrono::Duration::from_std(d)
-                    .ok()
-                    .filter(|d| *d > chrono::Duration::zero());
+                let d = chrono::Duration::from_std(d).ok().filter(|d| {
+                    *d > chrono::Duration::zero()
+                        && d.num_seconds() < lh_api::units::MAX_CLIENT_SECS as i64
+                });
                 Some(
                     now + d.ok_or_else(|| {
                         Error::bad_request(

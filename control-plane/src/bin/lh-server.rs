@@ -244,8 +244,13 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
+    // Parse trees of DuckDB's SQL are walked recursively, up to `query::sql::MAX_TREE_DEPTH`
+    // levels: 16 MiB of stack per thread (address space; only what is used is
+    // touched) where Rust's default of 2 MiB would overflow on the deepest SQL DuckDB
+    // parses.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(16 << 20)
         .build()
     {
         Ok(rt) => rt,

@@ -288,8 +288,7 @@ impl QueryEngine {
                 .query_row([&text], |r| r.get(0))?)
         })
         .await?;
-        let mut tree: serde_json::Value = serde_json::from_str(&serialized)
-            .map_err(|e| Error::internal(format!("DuckDB's parse tree is not JSON: {e}")))?;
+        let mut tree = sql::parse_tree(&serialized)?;
         fn strip(v: &mut serde_json::Value) {
             match v {
                 serde_json::Value::Object(m) => {

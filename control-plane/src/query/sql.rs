@@ -73,10 +73,62 @@ pub enum Constant {
 /// An `IN` list longer than this prunes nothing (its cost would grow with the files).
 const MAX_IN_VALUES: usize = 256;
 
+/// The deepest parse tree read. DuckDB's own `max_expression_depth` (1000) keeps every
+/// tree it serializes far below this (about 2,100 levels at its limit); the bound is what
+/// keeps a tree from outgrowing the stack of the threads that walk it (`lh-server` gives
+/// them 16 MiB, see its `main`).
+pub const MAX_TREE_DEPTH: usize = 8_000;
+
+/// DuckDB's parse tree (`json_serialize_sql`) as JSON: any depth DuckDB serializes is
+/// read (serde_json's recursion limit of 128 is lifted: `select 1+1+...` with 60 terms
+/// once answered 500), bounded by [`MAX_TREE_DEPTH`], checked before parsing.
+pub fn parse_tree(serialized: &str) -> Result<Value> {
+    let depth = json_depth(serialized.as_bytes());
+    if depth > MAX_TREE_DEPTH {
+        return Err(Error::bad_request(
+            Code::SqlError,
+            format!(
+                "the statement nests {depth} levels deep, more than the {MAX_TREE_DEPTH} lh checks"
+            ),
+        ));
+    }
+    let mut de = serde_json::Deserializer::from_str(serialized);
+    de.disable_recursion_limit();
+    let v = <Value as serde::Deserialize>::deserialize(&mut de)
+        .and_then(|v| de.end().map(|()| v))
+        .map_err(|e| Error::internal(format!("cannot read DuckDB's parse of the query: {e}")))?;
+    Ok(v)
+}
+
+/// The nesting depth of JSON text: brackets outside strings.
+fn json_depth(text: &[u8]) -> usize {
+    let (mut depth, mut max, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in text {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b'[' | b'{' => {
+                    depth += 1;
+                    max = max.max(depth);
+                }
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+    }
+    max
+}
+
 /// Checks the parse of a query and returns what it reads.
 pub fn analyze(serialized: &str) -> Result<Analysis> {
-    let v: Value = serde_json::from_str(serialized)
-        .map_err(|e| Error::internal(format!("cannot read DuckDB's parse of the query: {e}")))?;
+    let v = parse_tree(serialized)?;
     if v.get("error").and_then(Value::as_bool) == Some(true) {
         let kind = v.get("error_type").and_then(Value::as_str).unwrap_or("");
         let msg = v
@@ -117,9 +169,66 @@ pub fn analyze(serialized: &str) -> Result<Analysis> {
     Ok(out)
 }
 
+/// The functions a query may call (`functions.txt`): an allow-list, so that a function
+/// or macro DuckDB adds, or one it expands into catalog reads (`pg_get_viewdef` is
+/// `SELECT sql FROM duckdb_views() ...`, listing every commit's views the server holds
+/// open), is refused until someone has looked at it.
+/// Names are DuckDB's, compared without regard to case (as DuckDB binds them).
+static ALLOWED_FUNCTIONS: std::sync::LazyLock<std::collections::HashSet<String>> =
+    std::sync::LazyLock::new(|| {
+        include_str!("functions.txt")
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(str::to_ascii_lowercase)
+            .collect()
+    });
+
+/// Whether a query may call the function `name` of `schema` in `catalog`, as DuckDB's
+/// parser gives them.
+pub fn function_allowed(catalog: &str, schema: &str, name: &str) -> bool {
+    let catalog_ok = catalog.is_empty() || catalog.eq_ignore_ascii_case("system");
+    let schema_ok = schema.is_empty()
+        || schema.eq_ignore_ascii_case("main")
+        || schema.eq_ignore_ascii_case("pg_catalog");
+    catalog_ok && schema_ok && ALLOWED_FUNCTIONS.contains(&name.to_ascii_lowercase())
+}
+
 fn walk(v: &Value, out: &mut Analysis) -> Result<()> {
+    walk_node(v, out, false)
+}
+
+/// `table_function`: `v` is the call of a table function (checked by its own list).
+fn walk_node(v: &Value, out: &mut Analysis, table_function: bool) -> Result<()> {
     match v {
         Value::Object(m) => {
+            if !table_function
+                && matches!(
+                    m.get("class").and_then(Value::as_str),
+                    Some("FUNCTION" | "WINDOW")
+                )
+            {
+                let text = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or("");
+                let name = text("function_name");
+                if !function_allowed(text("catalog"), text("schema"), name) {
+                    let shown = [text("catalog"), text("schema"), name]
+                        .into_iter()
+                        .filter(|p| !p.is_empty())
+                        .collect::<Vec<_>>()
+                        .join(".");
+                    return Err(Error::bad_request(
+                        Code::Forbidden,
+                        format!(
+                            "not allowed: the function {shown}() is not one lh queries may call"
+                        ),
+                    )
+                    .with_hint(
+                        "lh queries call DuckDB's functions of values (arithmetic, text, dates, \
+                         lists, JSON, aggregates, windows); those that read the server's \
+                         settings, session or catalog, or run SQL text, are left out",
+                    ));
+                }
+            }
             if m.get("type").and_then(Value::as_str) == Some("VALUE_PARAMETER")
                 && let Some(id) = m.get("identifier").and_then(Value::as_str)
             {
@@ -136,21 +245,9 @@ fn walk(v: &Value, out: &mut Analysis) -> Result<()> {
                     }
                 }
             }
+            let is_table_function = m.get("type").and_then(Value::as_str) == Some("TABLE_FUNCTION");
             match m.get("type").and_then(Value::as_str) {
                 Some("TABLE_FUNCTION") => check_table_function(m.get("function"))?,
-                // json_serialize_plan plans SQL text of its own, unseen here.
-                Some("FUNCTION") => {
-                    let name = m
-                        .get("function_name")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_ascii_lowercase();
-                    if SQL_TEXT_FUNCTIONS.contains(&name.as_str()) {
-                        return Err(files_refused(&format!(
-                            "{name}() works on SQL text that is not checked"
-                        )));
-                    }
-                }
                 // SHOW TABLES / SHOW DATABASES list every commit the server holds open.
                 Some("SHOW_REF")
                     if matches!(
@@ -196,13 +293,13 @@ fn walk(v: &Value, out: &mut Analysis) -> Result<()> {
                 }
                 out.tables.push(parts);
             }
-            for x in m.values() {
-                walk(x, out)?;
+            for (k, x) in m {
+                walk_node(x, out, is_table_function && k == "function")?;
             }
         }
         Value::Array(a) => {
             for x in a {
-                walk(x, out)?;
+                walk_node(x, out, false)?;
             }
         }
         _ => {}
@@ -477,13 +574,6 @@ fn check_table_function(f: Option<&Value>) -> Result<()> {
         "the table function {name}() is not allowed in lh queries"
     )))
 }
-
-/// Scalar functions that parse, plan or run SQL text given as a value.
-const SQL_TEXT_FUNCTIONS: &[&str] = &[
-    "json_serialize_plan",
-    "json_serialize_sql",
-    "json_execute_serialized_sql",
-];
 
 fn is_system_name(parts: &[String]) -> bool {
     const SCHEMAS: &[&str] = &["information_schema", "pg_catalog", "system", "temp"];

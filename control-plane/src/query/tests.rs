@@ -862,3 +862,156 @@ async fn compaction_applies_deletes_and_never_outruns_one() {
     let live = tables.live_files(&t).await.unwrap();
     assert!(live.equality_deletes.is_empty() && live.position_deletes.is_empty());
 }
+
+/// DuckDB's parse of `sql` through the same library the engine links.
+fn parse_with(conn: &duckdb::Connection, sql: &str) -> String {
+    conn.query_row("SELECT json_serialize_sql(?::VARCHAR)", [sql], |r| r.get(0))
+        .unwrap()
+}
+
+/// Once (the third review's finding 3): `pg_get_viewdef(oid)`, a macro of
+/// `SELECT sql FROM duckdb_views()`, passed the check as a scalar call and listed every
+/// commit's views the server held open; `current_setting('temp_directory')` gave its
+/// folders. What a query may call is an allow-list now: every function and macro
+/// DuckDB ships is tried here, and only the listed ones pass; each listed macro expands
+/// into listed functions and reads no table; the list names nothing DuckDB lacks.
+#[test]
+fn only_listed_functions_pass_and_listed_macros_read_nothing() {
+    let conn = duckdb::Connection::open_in_memory().unwrap();
+    let shipped: Vec<(String, String, String, String)> = conn
+        .prepare(
+            "SELECT DISTINCT schema_name, function_name, function_type, \
+             coalesce(macro_definition, '') FROM duckdb_functions() \
+             WHERE function_type IN ('scalar', 'aggregate', 'macro', 'table', 'table_macro', 'pragma')",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(shipped.len() > 800, "{}", shipped.len());
+    let listed: std::collections::BTreeSet<String> = include_str!("functions.txt")
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_ascii_lowercase)
+        .collect();
+    let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+    let mut passed = 0;
+    for (schema, original, kind, definition) in &shipped {
+        let name = &original.to_ascii_lowercase();
+        // Called by its bare name and by its qualified one: the arguments do not
+        // matter, nothing is bound.
+        for sql in [
+            format!("SELECT {}()", quote(original)),
+            format!("SELECT {}.{}()", quote(schema), quote(original)),
+            format!("SELECT \"system\".{}.{}()", quote(schema), quote(original)),
+        ] {
+            let out = sql::analyze(&parse_with(&conn, &sql));
+            let callable = matches!(kind.as_str(), "scalar" | "aggregate" | "macro")
+                && listed.contains(name.as_str());
+            // A table function's name may also be a listed scalar's (range).
+            match (&out, callable || listed.contains(name.as_str())) {
+                (Ok(_), true) => passed += 1,
+                (Err(e), false) => assert!(e.message.contains("not allowed"), "{sql}: {e}"),
+                (Ok(_), false) => panic!("{sql} passed: {kind} {schema}.{name} is not listed"),
+                (Err(e), true) => panic!("{sql} was refused: {e}"),
+            }
+        }
+        if kind == "macro" && listed.contains(name.as_str()) && !definition.is_empty() {
+            let body = format!("SELECT {definition}");
+            let analysis = sql::analyze(&parse_with(&conn, &body)).unwrap_or_else(|e| {
+                panic!("the listed macro {schema}.{name} expands into {body}: {e}")
+            });
+            assert!(
+                analysis.tables.is_empty(),
+                "the listed macro {name} reads {:?}",
+                analysis.tables
+            );
+        }
+    }
+    assert!(passed > 700, "{passed}");
+    let names: std::collections::BTreeSet<String> = shipped
+        .iter()
+        .map(|(_, n, _, _)| n.to_ascii_lowercase())
+        .collect();
+    for name in &listed {
+        assert!(
+            names.contains(name) || ["unnest", "unlist"].contains(&name.as_str()),
+            "{name} is listed but DuckDB does not ship it"
+        );
+    }
+    // Settings and the session, by name: refused, whatever their arguments.
+    for sql in [
+        "SELECT current_setting('temp_directory')",
+        "SELECT getvariable('x')",
+        "SELECT pg_get_viewdef(1)",
+        "SELECT pg_catalog.pg_get_viewdef(oid) FROM range(3) t(oid)",
+        "SELECT current_schemas(true)",
+        "SELECT current_database()",
+        "SELECT current_catalog()",
+        "SELECT in_search_path('c_1', 'main')",
+        "SELECT get_block_size('memory')",
+        "SELECT format_type(1, 1)",
+        "SELECT json_serialize_plan('select 1')",
+        "SELECT 1 WHERE current_setting('threads') = '1'",
+        "SELECT list_transform([1], x -> current_setting('memory_limit'))",
+        "SELECT sum(1) OVER (ORDER BY current_query())",
+        "SELECT c_0.main.f(1)",
+    ] {
+        let out = sql::analyze(&parse_with(&conn, sql));
+        assert!(
+            out.as_ref()
+                .is_err_and(|e| e.message.contains("not allowed")),
+            "{sql}: {:?}",
+            out.map(|_| ())
+        );
+    }
+}
+
+/// Once (the third review's finding 6): `select 1+1+...` with 60 terms answered 500,
+/// serde_json's recursion limit of 128 on DuckDB's parse tree. The deepest SQL DuckDB
+/// parses (at its own expression depth limit) is checked, and deeper is DuckDB's error.
+#[test]
+fn the_deepest_sql_duckdb_parses_is_checked() {
+    let conn = duckdb::Connection::open_in_memory().unwrap();
+    // Rust's test threads have 2 MiB of stack; the server's 16 MiB. The walk is the
+    // server's, so it runs on a thread like the server's.
+    let run = move || {
+        for n in [60, 500, 900] {
+            for sql in [
+                format!("SELECT {}", vec!["1"; n].join("+")),
+                format!("SELECT {}", vec!["'a'"; n].join("||")),
+                format!("SELECT {}1{}", "coalesce(".repeat(n), ")".repeat(n)),
+                format!(
+                    "SELECT * FROM {}range(1){}",
+                    "(SELECT * FROM ".repeat(n / 4),
+                    ") t".repeat(n / 4)
+                ),
+            ] {
+                let parsed = parse_with(&conn, &sql);
+                match sql::analyze(&parsed) {
+                    Ok(_) => {}
+                    Err(e) => assert!(
+                        e.message.contains("Max expression depth") && n > 500,
+                        "{n}: {}",
+                        e.message
+                    ),
+                }
+            }
+        }
+        // Beyond the bound, told before parsing.
+        let deep = format!(
+            "{}{}",
+            "[".repeat(sql::MAX_TREE_DEPTH + 1),
+            "]".repeat(sql::MAX_TREE_DEPTH + 1)
+        );
+        let e = sql::parse_tree(&deep).unwrap_err();
+        assert!(e.message.contains("nests"), "{}", e.message);
+    };
+    std::thread::Builder::new()
+        .stack_size(16 << 20)
+        .spawn(run)
+        .unwrap()
+        .join()
+        .unwrap();
+}

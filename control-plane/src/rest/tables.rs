@@ -189,6 +189,17 @@ async fn stage(
         if let TableUpdate::SetLocation { location } = u {
             chosen_location(s, identity, name, location)?;
         }
+        // lh's provenance (the run and node that made a snapshot) is lh's to write:
+        // reuse of memoized outputs and bisect's attribution read it.
+        if let TableUpdate::AddSnapshot { snapshot } = u
+            && let Some(key) = snapshot
+                .summary()
+                .additional_properties
+                .keys()
+                .find(|k| crate::error::is_reserved_property(k))
+        {
+            return Err(crate::error::reserved_property(key).into());
+        }
     }
     let current = s.tables.load(&a.commit, name).await?;
     let what = describe(current.is_none(), &change.updates, name);

@@ -459,16 +459,58 @@ fn invalid(problems: Vec<String>) -> Error {
     Error::bad_request(Code::InvalidProject, msg)
 }
 
-/// Reads `lh_project.yml` of the project at `root`.
+/// The largest `lh_project.yml` read: a project file names a project, its parameters,
+/// packages and limits, in a few hundred bytes.
+pub const MAX_PROJECT_FILE_BYTES: u64 = 64 << 10;
+
+/// The deepest nesting of `[` and `{` read in `lh_project.yml`. Once (the third
+/// review): 100,000 nested `[` cost libyaml 43 s of CPU, and two such plans froze the
+/// API. Counted on the raw text before parsing, quotes and comments included, so no
+/// quoting can hide brackets from the count.
+const MAX_PROJECT_FILE_NESTING: usize = 32;
+
+/// Reads `lh_project.yml` of the project at `root`. Blocking: call it off the async
+/// threads.
 pub fn read_project_file(root: &Path) -> Result<ProjectFile> {
     let path = root.join(PROJECT_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|_| {
+    let not_a_project = || {
         Error::bad_request(
             Code::InvalidProject,
             format!("not an lh project: there is no {PROJECT_FILE}"),
         )
         .with_hint("a project folder holds lh_project.yml, Python files and SQL files")
-    })?;
+    };
+    let size = std::fs::metadata(&path).map_err(|_| not_a_project())?.len();
+    if size > MAX_PROJECT_FILE_BYTES {
+        return Err(invalid(vec![loc(
+            PROJECT_FILE,
+            0,
+            format!(
+                "the file is {size} bytes, more than the {MAX_PROJECT_FILE_BYTES} a project file may be"
+            ),
+        )]));
+    }
+    let text = std::fs::read_to_string(&path).map_err(|_| not_a_project())?;
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for b in text.bytes() {
+        match b {
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    if deepest > MAX_PROJECT_FILE_NESTING {
+        return Err(invalid(vec![loc(
+            PROJECT_FILE,
+            0,
+            format!(
+                "brackets nest {deepest} deep, more than the {MAX_PROJECT_FILE_NESTING} a project file may"
+            ),
+        )]));
+    }
     let p: ProjectFile = serde_yaml_ng::from_str(&text).map_err(|e| {
         let line = e.location().map_or(0, |l| l.line() as u32);
         invalid(vec![loc(
@@ -727,7 +769,13 @@ impl Planner<'_> {
         at: &str,
         given: &BTreeMap<String, String>,
     ) -> Result<Plan> {
-        let project = read_project_file(root)?;
+        // Parsing is CPU work on the client's text: off the async threads.
+        let project = {
+            let root = root.to_path_buf();
+            tokio::task::spawn_blocking(move || read_project_file(&root))
+                .await
+                .map_err(|e| Error::internal(format!("reading the project file failed: {e}")))??
+        };
         let params = resolve_params(&project, given)?;
         let (py_files, sql_files) = project_files(root)?;
         let mut problems = Vec::new();

@@ -74,6 +74,15 @@ pub async fn collect(
     let older_than = req
         .older_than_secs
         .map_or(DEFAULT_OLDER_THAN, Duration::from_secs);
+    if older_than.as_secs() > lh_api::units::MAX_CLIENT_SECS {
+        return Err(Error::bad_request(
+            Code::InvalidArgument,
+            format!(
+                "a grace period of {} s is longer than 100 years",
+                older_than.as_secs()
+            ),
+        ));
+    }
     if older_than < MIN_OLDER_THAN {
         return Err(Error::bad_request(
             Code::GraceTooShort,
@@ -91,7 +100,9 @@ pub async fn collect(
             "a garbage collection is already running on this server",
         )
     })?;
-    let cutoff = SystemTime::now() - older_than;
+    let cutoff = SystemTime::now()
+        .checked_sub(older_than)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
     let root = match tables.warehouse.local_root() {
         Some(r) => std::fs::canonicalize(r)?,
         None => PathBuf::from("/"),

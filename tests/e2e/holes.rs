@@ -1,0 +1,408 @@
+//! The third review's findings (issue 33) that are not the sandbox's or the query
+//! check's (those are in `isolation.rs` and `query.rs`): each attack as it was found,
+//! with its variants, against a running server.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use lh_e2e::Server;
+use serde_json::json;
+
+use crate::auth::call;
+
+/// A file staged for an import through the API; its upload id.
+fn upload(server: &Server, token: &str, name: &str, body: &str) -> String {
+    let url = format!("{}/api/v1/uploads?name={name}", server.url);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut res = agent
+        .post(&url)
+        .header("Authorization", format!("Bearer {token}"))
+        .header("content-type", "application/octet-stream")
+        .send(body.as_bytes())
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 201);
+    let v: serde_json::Value =
+        serde_json::from_str(&res.body_mut().read_to_string().unwrap()).unwrap();
+    v["id"].as_str().unwrap().to_string()
+}
+
+/// Once: `POST /api/v1/gc` with `older_than_secs = 2^64-1` panicked (500), and so could
+/// a token's lifetime or a snapshot expiry past what a time can hold. Every duration a
+/// client gives is bounded: 400 with the bound, and the server goes on.
+#[test]
+fn durations_from_clients_are_bounded() {
+    let server = Server::start();
+    let token = server.token();
+    let lh = crate::query::orders(&server);
+    let huge = u64::MAX;
+    for (path, body) in [
+        (
+            "/api/v1/gc",
+            json!({"older_than_secs": huge, "dry_run": true}),
+        ),
+        (
+            "/api/v1/gc",
+            json!({"older_than_secs": 100u64 * 366 * 86400, "dry_run": true}),
+        ),
+        (
+            "/api/v1/tables/raw.orders/expire",
+            json!({"older_than_secs": huge}),
+        ),
+        (
+            "/api/v1/tokens",
+            json!({"user": "x", "role": "reader", "expires_in_secs": huge}),
+        ),
+        (
+            "/api/v1/tokens",
+            json!({"user": "x", "role": "reader", "expires_in_secs": 200u64 * 365 * 86400}),
+        ),
+    ] {
+        let (status, body, _) = call(&server, "POST", path, Some(&token), &[], Some(body));
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("100 years"),
+            "{path}: {body}"
+        );
+    }
+    // A sane one still works, and the server is whole.
+    let (status, body, _) = call(
+        &server,
+        "POST",
+        "/api/v1/gc",
+        Some(&token),
+        &[],
+        Some(json!({"older_than_secs": 3 * 86400, "dry_run": true})),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        lh.rows("select count(*) as n from raw.orders", "main")[0]["n"],
+        3
+    );
+}
+
+/// Once: `select 1+1+...` with 60 terms, or 80 `||`, answered 500 (serde_json's
+/// recursion limit on DuckDB's parse tree). Any SQL DuckDB parses is checked: a query,
+/// a plan's SQL model and its run, at DuckDB's own depth limit; past that limit it is
+/// DuckDB's error (exit 5), never a 500.
+#[test]
+fn the_deepest_sql_duckdb_parses_is_checked() {
+    let server = Server::start();
+    let lh = crate::query::orders(&server);
+    for n in [60, 80, 400, 900] {
+        let sum = format!("select {} as v", vec!["1"; n].join("+"));
+        let rows = lh.rows(&sum, "main");
+        assert_eq!(rows[0]["v"], n as i64, "{n}");
+        let cat = format!("select {} as v", vec!["'a'"; n].join("||"));
+        assert_eq!(lh.rows(&cat, "main")[0]["v"], "a".repeat(n));
+    }
+    let nested = format!(
+        "select * from {}raw.orders{}",
+        "(select * from ".repeat(200),
+        ") t".repeat(200)
+    );
+    assert_eq!(lh.rows(&nested, "main").len(), 3);
+    let too_deep = format!("select {}", vec!["1"; 5000].join("+"));
+    let err = lh.run(&["query", &too_deep]).fails(5).to_string();
+    assert!(err.contains("depth"), "{err}");
+    // A SQL model that deep: planned (its lineage and category read the same tree)
+    // and run.
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(
+        project.path().join("lh_project.yml"),
+        "name: deep\nnamespace: analytics\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.path().join("deep_sum.sql"),
+        format!(
+            "select id, {} as v from raw.orders",
+            vec!["id"; 400].join("+")
+        ),
+    )
+    .unwrap();
+    let dir = project.path().to_str().unwrap();
+    lh.run(&["run", dir, "--plan"]).ok();
+    lh.run(&["run", dir]).ok();
+    let rows = lh.rows("select v from analytics.deep_sum order by id", "main");
+    assert_eq!(rows[0]["v"], 400);
+}
+
+/// Once: a 200 KB `lh_project.yml` of nested `[` cost libyaml 43 s of CPU per plan on
+/// the async threads; two such plans made `GET /api/v1/refs` take 82 s. The file is
+/// bounded in size and nesting before it is parsed (off the async threads), and the
+/// API answers meanwhile.
+#[test]
+fn a_hostile_project_file_is_refused_before_it_is_parsed() {
+    let server = Server::start();
+    let lh = crate::query::orders(&server);
+    let big = tempfile::tempdir().unwrap();
+    std::fs::write(
+        big.path().join("lh_project.yml"),
+        format!(
+            "name: big\nnamespace: analytics\n#{}\n",
+            "x".repeat(200 << 10)
+        ),
+    )
+    .unwrap();
+    let deep = tempfile::tempdir().unwrap();
+    std::fs::write(
+        deep.path().join("lh_project.yml"),
+        format!(
+            "name: deep\nnamespace: analytics\nparameters: {}{}\n",
+            "[".repeat(30_000),
+            "]".repeat(30_000)
+        ),
+    )
+    .unwrap();
+    // Quoted, so that no reading of quotes can hide the brackets.
+    let quoted = tempfile::tempdir().unwrap();
+    std::fs::write(
+        quoted.path().join("lh_project.yml"),
+        format!("name: 'q\nnamespace: analytics\nx: {}\n", "[".repeat(1000)),
+    )
+    .unwrap();
+    let plans: Vec<_> = [&big, &deep, &quoted, &deep]
+        .into_iter()
+        .map(|d| {
+            let cmd = lh.command(&["run", d.path().to_str().unwrap(), "--plan"]);
+            std::thread::spawn(move || {
+                let mut cmd = cmd;
+                cmd.output().unwrap()
+            })
+        })
+        .collect();
+    // The probe: answered while the plans are refused.
+    lh.run(&["branch", "ls"]).ok();
+    let outs: Vec<_> = plans.into_iter().map(|p| p.join().unwrap()).collect();
+    for (i, out) in outs.iter().enumerate() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(5), "{i}: {err}");
+        let why = if i == 0 { "bytes" } else { "nest" };
+        assert!(
+            err.contains(why) && err.contains("lh_project.yml"),
+            "{i}: {err}"
+        );
+    }
+    assert!(server.log().contains("lh server"), "the server is up");
+}
+
+/// Once: a client could set lh's own provenance properties (`lh.run`, `lh.node`,
+/// `lh.operation`) on a merge commit, which run take-over and bisect's attribution
+/// trust. Clients cannot set `lh.*`, in any case.
+#[test]
+fn clients_cannot_set_lh_properties() {
+    let server = Server::start();
+    let token = server.token();
+    let lh = crate::query::orders(&server);
+    lh.run(&["branch", "create", "dev"]).ok();
+    let csv = lh.file("more.csv", "id,customer,amount\n4,dan,1\n");
+    lh.run(&[
+        "table",
+        "import",
+        "raw.orders",
+        csv.to_str().unwrap(),
+        "--mode",
+        "append",
+        "--ref",
+        "dev",
+    ])
+    .ok();
+    let head = lh.head("main");
+    for key in ["lh.run", "lh.node", "lh.operation", "LH.Run", "lh."] {
+        let (status, body, _) = call(
+            &server,
+            "POST",
+            "/api/v1/merge",
+            Some(&token),
+            &[],
+            Some(json!({"from": "dev", "into": "main", "properties": {key: "forged"}})),
+        );
+        assert_eq!(status, 400, "{key}: {body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("reserved"),
+            "{body}"
+        );
+        assert_eq!(lh.head("main"), head, "nothing was merged");
+    }
+    // Properties of one's own are kept.
+    let (status, body, _) = call(
+        &server,
+        "POST",
+        "/api/v1/merge",
+        Some(&token),
+        &[],
+        Some(json!({"from": "dev", "into": "main", "properties": {"ticket": "T-1"}})),
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Once: an import refused with 403 (a protected branch) consumed its staged upload,
+/// so an admin's retry of the same upload id got 404; and the commit message named the
+/// client's path ("create raw.x from /data/exports/salaries.csv") to every reader of
+/// the log. A refused or failed import keeps its upload; messages carry a file's name.
+#[test]
+fn refused_imports_keep_their_uploads_and_messages_name_no_paths() {
+    let server = Server::start();
+    let admin = server.token();
+    let lh = crate::query::orders(&server);
+    lh.run(&["branch", "protect", "main"]).ok();
+    let writer = server.token_for("wanda", "writer");
+    let id = upload(&server, &writer, "salaries.csv", "id,pay\n1,10\n");
+    let import = |token: &str, reference: &str| {
+        call(
+            &server,
+            "POST",
+            "/api/v1/tables/hr.salaries/import",
+            Some(token),
+            &[],
+            Some(json!({
+                "ref": reference,
+                "mode": "create",
+                "uploads": [id],
+                "file_names": ["/data/exports/salaries.csv"],
+            })),
+        )
+    };
+    let (status, body, _) = import(&writer, "main");
+    assert_eq!(status, 403, "{body}");
+    // A bad request keeps it too.
+    let (status, body, _) = import(&writer, "no-such-branch");
+    assert!(status == 404 || status == 400, "{body}");
+    lh.run(&["branch", "create", "fix"]).ok();
+    let (status, body, _) = import(&admin, "fix");
+    assert_eq!(status, 200, "the upload was kept: {body}");
+    let log = lh.run(&["log", "fix", "-o", "json"]).ok().to_string();
+    assert!(log.contains("from salaries.csv"), "{log}");
+    assert!(!log.contains("/data/exports"), "{log}");
+    // The CLI sends names only.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bonus.csv");
+    std::fs::write(&file, "id,bonus\n1,5\n").unwrap();
+    lh.run(&[
+        "table",
+        "import",
+        "hr.bonus",
+        file.to_str().unwrap(),
+        "--ref",
+        "fix",
+    ])
+    .ok();
+    let log = lh.run(&["log", "fix", "-o", "json"]).ok().to_string();
+    assert!(log.contains("from bonus.csv"), "{log}");
+    assert!(!log.contains(dir.path().to_str().unwrap()), "{log}");
+    let _ = admin;
+}
+
+/// Once: 400 connections trickling a header byte every 10 s stayed open past 70 s,
+/// and idle connections were never closed. A request's head must arrive within 20 s
+/// of the connection waiting for it; an idle connection is closed as well.
+#[test]
+fn slow_and_idle_connections_are_closed() {
+    let server = Server::start();
+    let addr = server.url.trim_start_matches("http://").to_string();
+    let start = Instant::now();
+    let mut trickle = std::net::TcpStream::connect(&addr).unwrap();
+    let mut idle = std::net::TcpStream::connect(&addr).unwrap();
+    trickle.write_all(b"GET /api/v1/info HTTP/1.1\r\n").unwrap();
+    trickle
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut closed = false;
+    // Far past the bound: the server, not this loop, must end it.
+    while start.elapsed() < Duration::from_secs(90) {
+        if trickle.write_all(b"X-Slow: y\r\n").is_err() {
+            closed = true;
+            break;
+        }
+        let mut buf = [0u8; 512];
+        match trickle.read(&mut buf) {
+            Ok(0) => {
+                closed = true;
+                break;
+            }
+            // hyper answers 408 before closing.
+            Ok(n) => {
+                let text = String::from_utf8_lossy(&buf[..n]).to_string();
+                assert!(text.contains("408") || text.is_empty(), "{text}");
+                closed = true;
+                break;
+            }
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => {
+                closed = true;
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert!(closed, "a trickling client was kept past 90 s");
+    // The idle one too: nothing was ever sent on it.
+    idle.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = idle.read(&mut buf).unwrap_or(0);
+    let text = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert!(n == 0 || text.contains("408"), "{text}");
+    // And the server answers the next one.
+    server.lh().run(&["info"]).ok();
+}
+
+/// Once: a second `lh server` on the same `--data-dir` (another port) started without
+/// a word, even one that then failed on "Address already in use" initialized first;
+/// starting and stopping it broke the first server's warm workers. A data folder in use
+/// is refused at once, before anything is touched; so is a bind that fails.
+#[test]
+fn a_data_folder_in_use_is_refused_before_anything_is_touched() {
+    let server = Server::start();
+    let lh = crate::query::orders(&server);
+    let data = server.data_dir();
+    let listing = |d: &std::path::Path| {
+        let mut names: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing(&data);
+    let out = std::process::Command::new(lh_e2e::lh_bin())
+        .args(["server", "--bind", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("in use by another lh server"), "{err}");
+    assert_eq!(listing(&data), before);
+    // A bind that fails starts nothing either, in a fresh folder.
+    let fresh = tempfile::tempdir().unwrap();
+    let taken = server.url.trim_start_matches("http://").to_string();
+    let out = std::process::Command::new(lh_e2e::lh_bin())
+        .args(["server", "--bind", &taken, "--data-dir"])
+        .arg(fresh.path().join("d"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("cannot listen"), "{err}");
+    assert!(
+        !fresh.path().join("d").join("catalog.db").exists(),
+        "nothing was initialized"
+    );
+    // The first server is untouched.
+    assert_eq!(
+        lh.rows("select count(*) as n from raw.orders", "main")[0]["n"],
+        3
+    );
+}

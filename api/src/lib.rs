@@ -1067,6 +1067,9 @@ pub struct RunInfo {
     #[serde(default)]
     pub environments: BTreeMap<String, String>,
     pub nodes: Vec<RunNode>,
+    /// Nodes left out of `nodes` because they touch tables the caller may not read.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hidden_nodes: usize,
     /// For a partitioned run: each partition and the state of its nodes (`failed` when
     /// one failed, `running`, `waiting`, `skipped`, `cached` when every one was reused,
     /// `done`).

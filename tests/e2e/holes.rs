@@ -406,3 +406,143 @@ fn a_data_folder_in_use_is_refused_before_anything_is_touched() {
         3
     );
 }
+
+/// Once: a reader limited to some namespaces read in `lh log` the messages of commits
+/// that changed hidden tables ("create hr.salaries from salaries.csv"), and in runs the
+/// names, inputs and edges of nodes that touch them. Such a commit's message and
+/// properties are replaced (the readable tables it changed are named); such nodes are
+/// left out of a run, counted in `hidden_nodes`.
+#[test]
+fn a_limited_reader_sees_nothing_of_hidden_tables_in_logs_and_runs() {
+    let server = crate::runs::server("process");
+    let lh = server.lh();
+    let ledger = lh.file("ledger.csv", "id,amount\n1,10\n2,20\n");
+    let salaries = lh.file("salaries.csv", "id,pay\n1,100\n");
+    lh.run(&[
+        "table",
+        "import",
+        "finance.ledger",
+        ledger.to_str().unwrap(),
+    ])
+    .ok();
+    lh.run(&["table", "import", "hr.salaries", salaries.to_str().unwrap()])
+        .ok();
+    let dir = crate::runs::project(
+        &lh,
+        "mixed",
+        &[
+            ("lh_project.yml", "name: mixed\nnamespace: analytics\n"),
+            (
+                "ledger_total.sql",
+                "select sum(amount) as total from finance.ledger",
+            ),
+            ("pay_total.sql", "select sum(pay) as total from hr.salaries"),
+            (
+                "both.sql",
+                "select l.total + p.total as t from analytics.ledger_total l, analytics.pay_total p",
+            ),
+        ],
+    );
+    let (code, run) = crate::runs::run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+    let id = run["id"].as_str().unwrap().to_string();
+    lh.run(&[
+        "role",
+        "set",
+        "fin",
+        "--grant",
+        "read on main in finance",
+        "--grant",
+        "read on main in analytics",
+    ])
+    .ok();
+    let fin = lh.with_token(&server.token_for("fiona", "fin"));
+    let log = fin.run(&["log", "main", "-o", "json"]).ok().to_string();
+    assert!(!log.contains("hr.") && !log.contains("salaries"), "{log}");
+    assert!(log.contains("finance.ledger"), "{log}");
+    assert!(log.contains("you may not read"), "{log}");
+    // The admin sees every message.
+    let all = lh.run(&["log", "main", "-o", "json"]).ok().to_string();
+    assert!(
+        all.contains("create hr.salaries from salaries.csv"),
+        "{all}"
+    );
+    for args in [vec!["runs", "show", id.as_str()], vec!["runs", "ls"]] {
+        let mut args = args.clone();
+        args.extend(["-o", "json"]);
+        let shown = fin.run(&args).ok().to_string();
+        assert!(
+            !shown.contains("hr.") && !shown.contains("salaries"),
+            "{shown}"
+        );
+        assert!(shown.contains("ledger_total"), "{shown}");
+    }
+    // pay_total reads hr.salaries: left out, though its output is a table fiona may
+    // read (`both` reads that table, and still shows).
+    let shown: serde_json::Value =
+        serde_json::from_str(fin.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
+    assert_eq!(shown["hidden_nodes"], 1, "{shown}");
+    let names: Vec<&str> = shown["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["analytics.ledger_total", "analytics.both"],
+        "{shown}"
+    );
+    assert_eq!(
+        shown["nodes"][1]["depends_on"],
+        json!(["analytics.ledger_total"])
+    );
+    let logs = fin.run(&["runs", "logs", &id]).ok().to_string();
+    assert!(
+        !logs.contains("salaries") && !logs.contains("=== analytics.pay_total"),
+        "{logs}"
+    );
+}
+
+/// Once: one reader's 12 slow queries made another's 1-row query wait 8 s: every slot
+/// was theirs, and the queue behind them was one. A caller holds at most all but one
+/// slot, and its own queries queue for its share: another caller's query runs while
+/// the first one's are all still running.
+#[test]
+fn one_caller_cannot_hold_every_query_slot() {
+    let server = Server::start_with(&["--max-concurrent-queries", "2", "--query-timeout", "6"]);
+    let lh = crate::query::orders(&server);
+    let slow = lh.with_token(&server.token_for("sam", "reader"));
+    let quick = lh.with_token(&server.token_for("quinn", "reader"));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let hogs: Vec<_> = (0..3)
+        .map(|_| {
+            let mut cmd = slow.command(&["query", "select count(*) from range(100000000000) a"]);
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let out = cmd.output().unwrap();
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                out
+            })
+        })
+        .collect();
+    // The hogs have started (one holds its slot, two wait for their share).
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(done.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let rows = quick.rows("select count(*) as n from raw.orders", "main");
+    assert_eq!(rows[0]["n"], 3);
+    assert_eq!(
+        done.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the other caller's query ran while every slow one was still running"
+    );
+    for h in hogs {
+        let out = h.join().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(7),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -51,6 +51,7 @@ async fn query(
             &readable,
             !identity.access.covers(crate::auth::Role::Reader),
             !json,
+            Some(&identity.user),
         )
         .await?;
     if json {

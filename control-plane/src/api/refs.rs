@@ -360,10 +360,56 @@ async fn log(
         query.until = Some(s.catalog.resolve(&u).await?.commit.id);
     }
     let page = s.catalog.log(&at, &query).await?;
+    let mut commits = Vec::with_capacity(page.commits.len());
+    for c in page.commits {
+        commits.push(commit_as_seen(&s, &identity, &at, c).await?);
+    }
     Ok(Json(LogPage {
-        commits: page.commits.into_iter().map(commit_info).collect(),
+        commits,
         next_page_token: page.next_page_token,
     }))
+}
+
+/// A commit as `identity` sees it through `at`: one that changed a table it may not
+/// read (against its first parent) has its message and properties replaced, since
+/// they may name that table or its source ("create hr.salaries from ..."); the tables
+/// it may read are named instead. Whoever reads every namespace of the ref sees all.
+async fn commit_as_seen(
+    s: &AppState,
+    identity: &Identity,
+    at: &str,
+    c: lh_catalog::Commit,
+) -> Result<CommitInfo, Error> {
+    let whole =
+        match crate::auth::ref_of(at) {
+            Some(name) => identity.access.on_ref_every_namespace(Action::Read, &name),
+            None => identity.access.grants.iter().any(|g| {
+                g.actions.contains(&Action::Read) && g.refs.is_any() && g.namespaces.is_any()
+            }),
+        };
+    let Some(parent) = c.parents.first().copied().filter(|_| !whole) else {
+        return Ok(commit_info(c));
+    };
+    let parent = s.catalog.get_commit(parent).await?;
+    let changed = s.catalog.diff_commits(&parent, &c).await?;
+    let (seen, hidden): (Vec<_>, Vec<_>) = changed
+        .iter()
+        .map(|d| d.table.as_str())
+        .partition(|t| identity.can_table(Action::Read, at, t));
+    if hidden.is_empty() {
+        return Ok(commit_info(c));
+    }
+    let mut info = commit_info(c);
+    info.message = match seen.is_empty() {
+        true => format!("(changes {} table(s) you may not read)", hidden.len()),
+        false => format!(
+            "(changes {} and {} table(s) you may not read)",
+            seen.join(", "),
+            hidden.len()
+        ),
+    };
+    info.properties.clear();
+    Ok(info)
 }
 
 /// One commit, by full hash or unique prefix.
@@ -374,10 +420,10 @@ async fn get_commit(
     identity: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<Json<CommitInfo>> {
-    identity.require_ref(Action::Read, &format!("@{id}"), "reading a commit")?;
-    Ok(Json(commit_info(
-        s.catalog.resolve(&format!("@{id}")).await?.commit,
-    )))
+    let at = format!("@{id}");
+    identity.require_ref(Action::Read, &at, "reading a commit")?;
+    let commit = s.catalog.resolve(&at).await?.commit;
+    Ok(Json(commit_as_seen(&s, &identity, &at, commit).await?))
 }
 
 /// The tables that differ between two refs; with `rows=true`, each changed table's

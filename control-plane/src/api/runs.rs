@@ -286,20 +286,37 @@ fn node_visible(identity: &Identity, target: &str, n: &lh_api::RunNode) -> bool 
             .all(|t| identity.can_table(Action::Read, target, t))
 }
 
-/// A run as `identity` sees it: of nodes touching tables it may not read, the output
-/// pointer (it names the table's files), errors, tracebacks and details (they may hold
-/// its data) are left out.
+/// A run as `identity` sees it: nodes touching tables it may not read are left out
+/// (their names are tables', their errors may hold data), counted in `hidden_nodes`;
+/// so are the edges to them, the partitions' lists of them, and a run error that names
+/// one of them.
 fn visible(identity: &Identity, mut run: RunInfo) -> RunInfo {
     let target = run.target.clone();
-    for n in &mut run.nodes {
-        if !node_visible(identity, &target, n) {
-            n.output = None;
-            n.detail = None;
-            n.traceback = None;
-            if n.error.is_some() {
-                n.error = Some("(hidden: it touches tables you may not read)".into());
-            }
-        }
+    let (shown, hidden): (Vec<_>, Vec<_>) = std::mem::take(&mut run.nodes)
+        .into_iter()
+        .partition(|n| node_visible(identity, &target, n));
+    if hidden.is_empty() {
+        run.nodes = shown;
+        return run;
+    }
+    let gone: std::collections::BTreeSet<&str> = hidden.iter().map(|n| n.name.as_str()).collect();
+    run.nodes = shown
+        .into_iter()
+        .map(|mut n| {
+            n.depends_on.retain(|d| !gone.contains(d.as_str()));
+            n
+        })
+        .collect();
+    run.hidden_nodes = hidden.len();
+    if !run.partitions.is_empty() {
+        run.partitions = lh_api::RunPartition::of(&run.nodes);
+    }
+    if run.error.as_deref().is_some_and(|e| {
+        hidden
+            .iter()
+            .any(|n| e.contains(crate::runs::partitions::table_of(&n.name)))
+    }) {
+        run.error = Some("the run failed in a node that touches tables you may not read".into());
     }
     run
 }

@@ -911,6 +911,7 @@ impl RunService {
             finished_at: None,
             environments: BTreeMap::new(),
             partitions: lh_api::RunPartition::of(&nodes),
+            hidden_nodes: 0,
             nodes,
         };
         let plan_json = serde_json::to_string(&plan).map_err(|e| Error::internal(e.to_string()))?;

@@ -447,6 +447,7 @@ impl RunStore {
             created_at: time(Some(row.get(16))).unwrap_or_default(),
             finished_at: time(row.get(17)),
             partitions: lh_api::RunPartition::of(&nodes),
+            hidden_nodes: 0,
             nodes,
         };
         Ok((info, plan))

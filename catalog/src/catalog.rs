@@ -339,6 +339,22 @@ impl Catalog {
                 })
             }
             RefExpr::NamedAtTime(name, at) => {
+                // What this ref held, not what an earlier ref of the same name did: a
+                // deleted ref has no past, nor has a name re-created since `at`.
+                let gone = || {
+                    Error::new(
+                        ErrorKind::RefNotFound,
+                        format!(
+                            "'{name}' did not exist at {} as the ref that has the name now",
+                            at.to_rfc3339()
+                        ),
+                    )
+                };
+                if self.store().reference(&name).await?.is_none()
+                    || self.store().deleted_since(&name, at).await?
+                {
+                    return Err(gone());
+                }
                 let found = self.store().reference_at(&name, at).await?;
                 let Some((kind, Some(head))) = found else {
                     return Err(Error::new(
@@ -728,6 +744,13 @@ impl Catalog {
                 Err(WriteError::Other(e)) => return Err(e),
             }
         }
+    }
+
+    /// Whether commit `a` is `b` or one of its ancestors (through any parent).
+    pub async fn is_ancestor(&self, a: CommitId, b: CommitId) -> Result<bool> {
+        let a = self.objects.commit_by_id(a).await?;
+        let b = self.objects.commit_by_id(b).await?;
+        is_ancestor(&self.objects, &a, &b).await
     }
 
     /// The best common ancestor of two commits (the one with the largest generation).

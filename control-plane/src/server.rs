@@ -324,6 +324,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         routes: crate::auth::routes::all(),
         max_request_bytes: config.max_request_bytes,
         audit: Some(audit.clone()),
+        catalog: Some(catalog.clone()),
     });
     let key = Arc::new(crate::auth::key::ServerKey::load(
         &config

@@ -546,3 +546,143 @@ fn one_caller_cannot_hold_every_query_slot() {
         );
     }
 }
+
+/// Once (the third review's finding 2, high): role `mixed` (`read on main in finance`,
+/// `read,write,run,merge on team-b.*`) branched `team-b.y` from main after the admin
+/// dropped `hr.pii`, then read every row of it at `team-b.y@<commit before the drop>`;
+/// the same through a tag, the REST prefix, a maintainer's merge of main into a branch,
+/// and time travel by a name deleted or made again. A read grant limited to some
+/// namespaces limits what its holder reads of every commit in the history of the refs
+/// it matches, by any route (`auth/history.rs`).
+#[test]
+fn a_limited_grant_holds_on_history_by_every_route() {
+    let server = Server::start();
+    let lh = server.lh();
+    let ledger = lh.file("ledger.csv", "id,amount\n1,10\n");
+    let pii = lh.file("pii.csv", "id,ssn\n1,123-45-6789\n");
+    lh.run(&[
+        "table",
+        "import",
+        "finance.ledger",
+        ledger.to_str().unwrap(),
+    ])
+    .ok();
+    lh.run(&["table", "import", "hr.pii", pii.to_str().unwrap()])
+        .ok();
+    let before_drop = lh.head("main");
+    // A branch of the admin's, made while hr.pii was there, and its time.
+    lh.run(&["branch", "create", "team-b.old", "--from", "main"])
+        .ok();
+    std::thread::sleep(Duration::from_millis(20));
+    let old_time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    std::thread::sleep(Duration::from_millis(20));
+    lh.run(&["table", "rm", "hr.pii"]).ok();
+    lh.run(&[
+        "role",
+        "set",
+        "mixed",
+        "--grant",
+        "read on main in finance",
+        "--grant",
+        "read,write,run,merge on team-b.*",
+    ])
+    .ok();
+    let token = server.token_for("mia", "mixed");
+    let mixed = lh.with_token(&token);
+    let pii_rows = |at: &str| mixed.run(&["query", "select * from hr.pii", "--ref", at]);
+
+    // A branch of one's own from main: main's history stays main's.
+    mixed
+        .run(&["branch", "create", "team-b.y", "--from", "main"])
+        .ok();
+    let through_branch = format!("team-b.y@{before_drop}");
+    let run = pii_rows(&through_branch);
+    assert!(!run.stdout.contains("123-45"), "{}", run.stdout);
+    run.fails(3);
+    // What the grant allows still reads there.
+    let rows = mixed.rows("select count(*) as n from finance.ledger", &through_branch);
+    assert_eq!(rows[0]["n"], 1);
+    let listed = mixed
+        .run(&["table", "ls", "--ref", &through_branch, "-o", "json"])
+        .ok()
+        .to_string();
+    assert!(
+        listed.contains("finance.ledger") && !listed.contains("hr.pii"),
+        "{listed}"
+    );
+    mixed
+        .run(&["table", "show", "hr.pii", "--ref", &through_branch])
+        .fails(3);
+    // Through the admin's branch made before the drop, and a tag of the admin's.
+    pii_rows("team-b.old").fails(3);
+    lh.run(&[
+        "tag",
+        "create",
+        "team-b.t1",
+        "--from",
+        &format!("main@{before_drop}"),
+    ])
+    .ok();
+    pii_rows("team-b.t1").fails(3);
+    // A diff of it names no hidden table.
+    let diff = mixed
+        .run(&["diff", "team-b.y", "team-b.old", "-o", "json"])
+        .ok()
+        .to_string();
+    assert!(!diff.contains("hr.pii"), "{diff}");
+    // The REST prefix: no metadata, no file locations.
+    for prefix in [through_branch.as_str(), "team-b.old", "team-b.t1"] {
+        let (status, body, _) = call(
+            &server,
+            "GET",
+            &format!(
+                "/iceberg/v1/{}/namespaces/hr/tables/pii",
+                prefix.replace('@', "%40")
+            ),
+            Some(&token),
+            &[],
+            None,
+        );
+        assert!(status == 403 || status == 404, "{prefix}: {status} {body}");
+        assert!(!body.to_string().contains("metadata-location"), "{body}");
+    }
+    let (status, body, _) = call(
+        &server,
+        "GET",
+        "/iceberg/v1/team-b.old/namespaces/finance/tables/ledger",
+        Some(&token),
+        &[],
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    // A maintainer's merge of main into a branch brings main's history as a second
+    // parent: still main's.
+    lh.run(&["branch", "create", "team-b.z", "--from", "main"])
+        .ok();
+    let note = lh.file("note.csv", "id\n1\n");
+    lh.run(&[
+        "table",
+        "import",
+        "teamb.note",
+        note.to_str().unwrap(),
+        "--ref",
+        "team-b.z",
+    ])
+    .ok();
+    lh.run(&["merge", "team-b.old", "--into", "team-b.z"]).ok();
+    pii_rows(&format!("team-b.z@{before_drop}")).fails(3);
+    // What a team-b branch holds of its own reads in full.
+    let rows = mixed.rows("select count(*) as n from teamb.note", "team-b.z");
+    assert_eq!(rows[0]["n"], 1);
+    // Time travel by a name deleted, then made again by someone else: the old
+    // branch's past is no one's.
+    lh.run(&["branch", "rm", "team-b.old"]).ok();
+    pii_rows(&format!("team-b.old@{old_time}")).fails(3);
+    mixed
+        .run(&["branch", "create", "team-b.old", "--from", "main"])
+        .ok();
+    pii_rows(&format!("team-b.old@{old_time}")).fails(3);
+    // The admin reads it all, as before.
+    let rows = lh.rows("select ssn from hr.pii", &format!("main@{before_drop}"));
+    assert_eq!(rows[0]["ssn"], "123-45-6789");
+}

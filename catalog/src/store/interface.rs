@@ -71,6 +71,8 @@ pub trait Store: Send + Sync + 'static {
         name: &str,
         at: DateTime<Utc>,
     ) -> Result<Option<(RefKind, Option<Hash>)>>;
+    /// Whether ref `name` was deleted after `at` (its ref log holds a deletion since).
+    async fn deleted_since(&self, name: &str, at: DateTime<Utc>) -> Result<bool>;
     /// Writes the objects and applies every ref update, or nothing.
     async fn write(&self, batch: WriteBatch) -> Result<(), WriteError>;
     /// A short description for logs and `lh info` (never a password).

@@ -176,6 +176,18 @@ where
         Ok(Some((kind, head.map(|h| hash_from_bytes(&h)).transpose()?)))
     }
 
+    async fn deleted_since(&self, name: &str, at: DateTime<Utc>) -> Result<bool> {
+        let row = sqlx::query(
+            "SELECT 1 FROM ref_log WHERE name = $1 AND at > $2 AND head IS NULL LIMIT 1",
+        )
+        .bind(name)
+        .bind(at.timestamp_micros())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(storage_err)?;
+        Ok(row.is_some())
+    }
+
     /// Moves each ref by a conditional statement (compare-and-swap: a ref that is not
     /// where the update expects it matches no row) in the transaction that stores the
     /// objects. On SQLite the transaction holds the write lock from its first statement;

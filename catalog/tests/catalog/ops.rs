@@ -454,7 +454,9 @@ async fn ref_expressions_resolve_hashes_and_times(db: &TestDb) {
             .id,
         s1.id
     );
-    // A deleted branch existed before its deletion, not after.
+    // A deleted branch has no past: what it held is no ref's to read by time (the
+    // third review: `gone@TIME` read a deleted branch, and a name re-created by
+    // someone else read what the old branch of that name held).
     let before_delete = chrono::Utc::now();
     tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     cat.delete_branch("side", None).await.unwrap();
@@ -464,20 +466,26 @@ async fn ref_expressions_resolve_hashes_and_times(db: &TestDb) {
             t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
         )
     };
+    for t in [before_delete, chrono::Utc::now()] {
+        assert_eq!(
+            cat.resolve(&side_at(t)).await.unwrap_err().kind(),
+            ErrorKind::RefNotFound
+        );
+    }
+    // Made again: its own past only.
+    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    cat.create_branch("side", &format!("@{}", c1.id.to_hex()))
+        .await
+        .unwrap();
+    let err = cat.resolve(&side_at(before_delete)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RefNotFound, "{err}");
     assert_eq!(
-        cat.resolve(&side_at(before_delete))
+        cat.resolve(&side_at(chrono::Utc::now()))
             .await
             .unwrap()
             .commit
             .id,
-        s1.id
-    );
-    assert_eq!(
-        cat.resolve(&side_at(chrono::Utc::now()))
-            .await
-            .unwrap_err()
-            .kind(),
-        ErrorKind::RefNotFound
+        c1.id
     );
 
     // A long first-parent history still resolves old hashes (skip pointers).

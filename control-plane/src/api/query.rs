@@ -39,6 +39,7 @@ async fn query(
         .clone()
         .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
     identity.require_ref(Action::Read, &at, "querying it")?;
+    let identity = crate::auth::history::scoped(&s.catalog, &identity, &at).await?;
     let readable = |table: &str| identity.can_table(Action::Read, &at, table);
     let json = wants_json(&headers);
     let out = s

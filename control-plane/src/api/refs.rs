@@ -380,13 +380,16 @@ async fn commit_as_seen(
     at: &str,
     c: lh_catalog::Commit,
 ) -> Result<CommitInfo, Error> {
-    let whole =
-        match crate::auth::ref_of(at) {
-            Some(name) => identity.access.on_ref_every_namespace(Action::Read, &name),
-            None => identity.access.grants.iter().any(|g| {
-                g.actions.contains(&Action::Read) && g.refs.is_any() && g.namespaces.is_any()
-            }),
-        };
+    // What history allows of this commit, read through `at`'s ref.
+    let through = match crate::auth::ref_of(at) {
+        Some(name) => format!("{name}@{}", c.id.to_hex()),
+        None => format!("@{}", c.id.to_hex()),
+    };
+    let identity = &crate::auth::history::scoped(&s.catalog, identity, &through).await?;
+    let whole = match crate::auth::ref_of(at) {
+        Some(name) => identity.access.on_ref_every_namespace(Action::Read, &name),
+        None => identity.access.covers(crate::auth::Role::Reader),
+    };
     let Some(parent) = c.parents.first().copied().filter(|_| !whole) else {
         return Ok(commit_info(c));
     };
@@ -395,7 +398,7 @@ async fn commit_as_seen(
     let (seen, hidden): (Vec<_>, Vec<_>) = changed
         .iter()
         .map(|d| d.table.as_str())
-        .partition(|t| identity.can_table(Action::Read, at, t));
+        .partition(|t| identity.can_table(Action::Read, &through, t));
     if hidden.is_empty() {
         return Ok(commit_info(c));
     }
@@ -442,6 +445,10 @@ async fn diff(
     let rows = flag(&pairs, "rows")?;
     identity.require_ref(Action::Read, &from, "diffing it")?;
     identity.require_ref(Action::Read, &to, "diffing it")?;
+    let (on_from, on_to) = (
+        crate::auth::history::scoped(&s.catalog, &identity, &from).await?,
+        crate::auth::history::scoped(&s.catalog, &identity, &to).await?,
+    );
     let a = s.catalog.resolve(&from).await?;
     let b = s.catalog.resolve(&to).await?;
     let tables = s.catalog.diff_commits(&a.commit, &b.commit).await?;
@@ -449,8 +456,8 @@ async fn diff(
     let tables: Vec<lh_catalog::TableDiff> = tables
         .into_iter()
         .filter(|d| {
-            identity.can_table(Action::Read, &from, &d.table)
-                && identity.can_table(Action::Read, &to, &d.table)
+            on_from.can_table(Action::Read, &from, &d.table)
+                && on_to.can_table(Action::Read, &to, &d.table)
         })
         .collect();
     let mut out: Vec<lh_api::TableDiff> = tables.into_iter().map(table_diff).collect();
@@ -560,6 +567,18 @@ async fn diff_rows(
     let full = flag(&pairs, "full")?;
     identity.require_table(Action::Read, &from, &table, "diffing it")?;
     identity.require_table(Action::Read, &to, &table, "diffing it")?;
+    for side in [&from, &to] {
+        if !crate::auth::history::scoped(&s.catalog, &identity, side)
+            .await?
+            .can_table(Action::Read, side, &table)
+        {
+            return Err(Error::not_found(
+                Code::TableNotFound,
+                format!("table '{table}' not found at '{side}'"),
+            )
+            .into());
+        }
+    }
     let a = s.catalog.resolve(&from).await?;
     let b = s.catalog.resolve(&to).await?;
     let req = RowDiffRequest {

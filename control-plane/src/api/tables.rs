@@ -55,6 +55,7 @@ async fn list_tables(
 ) -> ApiResult<Json<TableList>> {
     let at = ref_param(&q);
     identity.require_ref(Action::Read, &at, "listing its tables")?;
+    let identity = crate::auth::history::scoped(&s.catalog, &identity, &at).await?;
     let ns = param(&q, "namespace");
     if let Some(ns) = &ns {
         lh_catalog::names::validate_namespace(ns)?;
@@ -86,6 +87,18 @@ async fn show_table(
 ) -> ApiResult<Json<TableDetail>> {
     let at = ref_param(&q);
     identity.require_table(Action::Read, &at, &name, "reading it")?;
+    // What history allows of the commit read: a table of another namespace than its
+    // ceilings is as missing as one that is not there.
+    if !crate::auth::history::scoped(&s.catalog, &identity, &at)
+        .await?
+        .can_table(Action::Read, &at, &name)
+    {
+        return Err(Error::not_found(
+            Code::TableNotFound,
+            format!("table '{name}' not found at '{at}'"),
+        )
+        .into());
+    }
     Ok(Json(s.tables.detail(&at, &name).await?))
 }
 

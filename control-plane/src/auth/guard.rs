@@ -37,6 +37,9 @@ pub struct Guard {
     pub max_request_bytes: usize,
     /// Where requests that change something are recorded (none in unit tests).
     pub audit: Option<Arc<super::audit::AuditLog>>,
+    /// The catalog whose history limits reads through a REST prefix
+    /// (`auth::history`); none in unit tests.
+    pub catalog: Option<lh_catalog::Catalog>,
 }
 
 impl Guard {
@@ -265,7 +268,7 @@ pub async fn guard(State(g): State<Arc<Guard>>, mut req: Request, next: Next) ->
     let mut identity_seen: Option<Identity> = None;
     // The token exchange authenticates with the credentials in its body.
     if !matches!(declared, Some(Ok(None))) {
-        let identity = match g.identify(req.headers()).await {
+        let mut identity = match g.identify(req.headers()).await {
             Ok(i) => i,
             Err(e) => {
                 let r = g.refuse(&path, e);
@@ -279,6 +282,17 @@ pub async fn guard(State(g): State<Arc<Guard>>, mut req: Request, next: Next) ->
                 let (mut parts, body) = req.into_parts();
                 let params = RawPathParams::from_request_parts(&mut parts, &()).await;
                 req = Request::from_parts(parts, body);
+                // A REST prefix's commit may lie in the history of refs on which the
+                // identity reads less: those limits hold for the whole request.
+                if let (Ok(p), Some(catalog)) = (&params, &g.catalog)
+                    && path.starts_with("/iceberg/")
+                    && let Some((_, prefix)) = p.iter().find(|(k, _)| *k == "prefix")
+                {
+                    match super::history::scoped(catalog, &identity, prefix).await {
+                        Ok(i) => identity = i,
+                        Err(e) => return g.refuse(&path, e),
+                    }
+                }
                 let scoped = match &params {
                     Ok(p) => scope_check(&identity, action, &path, p, &what),
                     Err(_) => Ok(()),

@@ -20,6 +20,7 @@
 pub mod audit;
 pub mod bootstrap;
 pub mod guard;
+pub mod history;
 pub mod key;
 pub mod oidc;
 pub mod protected;

@@ -67,7 +67,7 @@ impl Pattern {
     }
 
     /// Whether namespace `ns` or a namespace it is inside matches.
-    fn covers_namespace(&self, ns: &str) -> bool {
+    pub fn covers_namespace(&self, ns: &str) -> bool {
         if self.matches(ns) {
             return true;
         }
@@ -178,6 +178,10 @@ pub struct Access {
     /// grants as they are then).
     pub roles: Vec<String>,
     pub grants: Vec<Grant>,
+    /// Limits on reading that history puts on this access for one request
+    /// (`auth::history::scoped`): a namespace is readable only when, besides a grant,
+    /// each of these lists has a pattern covering it. Empty: none.
+    pub ceilings: Vec<Vec<Pattern>>,
 }
 
 impl Access {
@@ -193,6 +197,7 @@ impl Access {
             name: role.as_str().to_string(),
             roles: vec![role.as_str().to_string()],
             grants: vec![Grant::every(actions)],
+            ceilings: Vec::new(),
         }
     }
 
@@ -211,9 +216,35 @@ impl Access {
     /// Whether `action` is granted on ref `name` in every namespace (what deleting a
     /// branch, which takes all its tables away, needs).
     pub fn on_ref_every_namespace(&self, action: Action, name: &str) -> bool {
+        self.under_ceilings(action, None)
+            && self.grants.iter().any(|g| {
+                g.actions.contains(&action) && g.refs.matches(name) && g.namespaces.is_any()
+            })
+    }
+
+    /// Whether the ceilings history put on this access let `action` reach namespace
+    /// `ns` (`None`: every namespace). They bound reading only.
+    fn under_ceilings(&self, action: Action, ns: Option<&str>) -> bool {
+        action != Action::Read
+            || self.ceilings.iter().all(|c| match ns {
+                Some(ns) => c.iter().any(|p| p.covers_namespace(ns)),
+                None => c.iter().any(Pattern::is_any),
+            })
+    }
+
+    /// The namespace patterns of the grants giving `action` on ref `name`.
+    pub fn namespaces_on(&self, action: Action, name: Option<&str>) -> Vec<Pattern> {
         self.grants
             .iter()
-            .any(|g| g.actions.contains(&action) && g.refs.matches(name) && g.namespaces.is_any())
+            .filter(|g| {
+                g.actions.contains(&action)
+                    && match name {
+                        Some(n) => g.refs.matches(n),
+                        None => g.refs.is_any(),
+                    }
+            })
+            .map(|g| g.namespaces.clone())
+            .collect()
     }
 
     /// Whether `action` is granted on every ref (what reading a bare commit needs).
@@ -225,16 +256,20 @@ impl Access {
 
     /// Whether `action` is granted on namespace `ns` of ref `name`.
     pub fn on_namespace(&self, action: Action, name: &str, ns: &str) -> bool {
-        self.grants.iter().any(|g| {
-            g.actions.contains(&action) && g.refs.matches(name) && g.namespaces.covers_namespace(ns)
-        })
+        self.under_ceilings(action, Some(ns))
+            && self.grants.iter().any(|g| {
+                g.actions.contains(&action)
+                    && g.refs.matches(name)
+                    && g.namespaces.covers_namespace(ns)
+            })
     }
 
     /// Whether `action` is granted on namespace `ns` of every ref.
     pub fn on_every_ref_namespace(&self, action: Action, ns: &str) -> bool {
-        self.grants.iter().any(|g| {
-            g.actions.contains(&action) && g.refs.is_any() && g.namespaces.covers_namespace(ns)
-        })
+        self.under_ceilings(action, Some(ns))
+            && self.grants.iter().any(|g| {
+                g.actions.contains(&action) && g.refs.is_any() && g.namespaces.covers_namespace(ns)
+            })
     }
 
     /// Whether `action` is granted on table `table` (`ns.name`) of ref `name`.
@@ -245,9 +280,11 @@ impl Access {
     /// Whether this access has everything `role` has, everywhere.
     pub fn covers(&self, role: Role) -> bool {
         Access::builtin(role).grants[0].actions.iter().all(|a| {
-            self.grants
-                .iter()
-                .any(|g| g.actions.contains(a) && g.refs.is_any() && g.namespaces.is_any())
+            self.under_ceilings(*a, None)
+                && self
+                    .grants
+                    .iter()
+                    .any(|g| g.actions.contains(a) && g.refs.is_any() && g.namespaces.is_any())
         })
     }
 }
@@ -316,6 +353,7 @@ impl Roles {
             name: names.join("+"),
             roles: names.to_vec(),
             grants: Vec::new(),
+            ceilings: Vec::new(),
         };
         for name in names {
             match self.get(name).await? {
@@ -356,6 +394,7 @@ impl Roles {
                 .iter()
                 .map(|t| Grant::parse(t))
                 .collect::<Result<_>>()?,
+            ceilings: Vec::new(),
         }))
     }
 
@@ -500,6 +539,7 @@ mod tests {
             name: "t".into(),
             roles: vec![],
             grants: vec![g],
+            ceilings: Vec::new(),
         };
         assert!(a.on_table(Action::Write, "main", "sales.orders"));
         assert!(a.on_table(Action::Write, "main", "sales.eu.orders"));
@@ -544,6 +584,7 @@ mod tests {
             .iter()
             .map(|t| Grant::parse(t).unwrap())
             .collect(),
+            ceilings: Vec::new(),
         };
         assert!(a.anywhere(Action::Merge));
         assert!(!a.anywhere(Action::Admin));

@@ -1,0 +1,94 @@
+//! What a grant on a ref means for its history. A grant's ref pattern names where an
+//! identity may act; history is not bounded by refs, though: a commit of `main` is
+//! also a commit of every branch and tag made from it, of every branch `main` was
+//! merged into, and of `team-b.y@<hash>`. So a read grant limited to some namespaces
+//! limits what its holder reads of **every commit in the history of the refs it
+//! matches, by any route**: reading commit C through ref X, an identity reads namespace
+//! N only if it may read N at X and, for every ref R whose history holds C and on which
+//! its read is limited (some read grant on R, not on every namespace, narrower than at
+//! X), it may read N at R. (A ref the identity has no grant on limits nothing: its
+//! history is no more its business than any other ref's.)
+//!
+//! [`scoped`] applies this to one request: it resolves the ref expression the request
+//! reads, finds the limited refs whose history holds the commit (an ancestry check per
+//! ref, O(log n) commit reads along first parents), and returns the identity with those
+//! refs' namespace patterns as ceilings on its reads (`Access::ceilings`), which every
+//! check of the request then meets. Time travel by name reads only the ref that has the
+//! name now (`lh_catalog`: a deleted ref has no past, a re-created one only its own).
+
+use std::sync::Arc;
+
+use lh_catalog::Catalog;
+
+use super::roles::Pattern;
+use super::{Action, Identity, ref_of};
+use crate::error::Result;
+
+/// More limited refs than this are not checked one by one: their ceilings all apply.
+const MAX_CHECKED_REFS: usize = 256;
+
+/// `identity` as it may read the commit `expr` resolves to (see the module's text). An
+/// expression that does not resolve is left to the caller, which reports it.
+pub async fn scoped(catalog: &Catalog, identity: &Identity, expr: &str) -> Result<Identity> {
+    let access = &identity.access;
+    // Reads everything everywhere: history limits nothing.
+    if access
+        .grants
+        .iter()
+        .any(|g| g.actions.contains(&Action::Read) && g.refs.is_any() && g.namespaces.is_any())
+    {
+        return Ok(identity.clone());
+    }
+    let route = ref_of(expr);
+    let at_route = access.namespaces_on(Action::Read, route.as_deref());
+    if at_route.is_empty() {
+        // Nothing readable there: every check refuses anyway.
+        return Ok(identity.clone());
+    }
+    // The refs on which the identity reads less than at the route.
+    let mut limited: Vec<(lh_catalog::Reference, Vec<Pattern>)> = Vec::new();
+    for r in catalog.list_refs().await? {
+        if route.as_deref() == Some(r.name.as_str()) {
+            continue;
+        }
+        let there = access.namespaces_on(Action::Read, Some(&r.name));
+        if there.is_empty() || there.iter().any(Pattern::is_any) {
+            continue;
+        }
+        let narrower = at_route.iter().any(|p| {
+            !there
+                .iter()
+                .any(|q| q.as_str() == p.as_str() || q.covers_namespace(p.as_str()))
+        });
+        if narrower {
+            limited.push((r, there));
+        }
+    }
+    if limited.is_empty() {
+        return Ok(identity.clone());
+    }
+    let Ok(resolved) = catalog.resolve(expr).await else {
+        return Ok(identity.clone());
+    };
+    let commit = resolved.commit.id;
+    let mut ceilings: Vec<Vec<Pattern>> = Vec::new();
+    let check_each = limited.len() <= MAX_CHECKED_REFS;
+    for (r, there) in limited {
+        if ceilings.contains(&there) {
+            continue;
+        }
+        if !check_each || catalog.is_ancestor(commit, r.head).await? {
+            ceilings.push(there);
+        }
+    }
+    if ceilings.is_empty() {
+        return Ok(identity.clone());
+    }
+    let mut narrowed = (**access).clone();
+    narrowed.ceilings.extend(ceilings);
+    Ok(Identity {
+        user: identity.user.clone(),
+        access: Arc::new(narrowed),
+        token_id: identity.token_id.clone(),
+    })
+}

@@ -853,10 +853,17 @@ impl RunService {
             )
             .with_hint("check with an expectation that reads no secret"));
         }
-        // Every table it reads, the starter may read.
+        // Every table it reads, the starter may read, at the commit it reads (a check
+        // or a replay reads an older one, whose history may bound the starter more).
+        let reader = crate::auth::history::scoped(
+            &self.catalog,
+            &start.by,
+            &format!("{}@{}", start.target, input.id.to_hex()),
+        )
+        .await?;
         for n in &plan.nodes {
             for i in n.inputs.iter().filter(|i| i.producer.is_none()) {
-                start.by.require_table(
+                reader.require_table(
                     crate::auth::Action::Read,
                     &start.target,
                     &i.table,

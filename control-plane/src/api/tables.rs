@@ -358,12 +358,22 @@ async fn import_files(
         partition_by: req.partition_by.clone(),
     };
     let (branch, table) = (job.branch.clone(), job.table.clone());
-    // A refused or failed import keeps its uploads (for a retry, by someone allowed,
-    // or with other options); unused ones go after a day.
-    let result = import::import(&s.tables, &s.import, job).await?;
-    for id in &req.uploads {
-        s.uploads.remove(&s.tables.warehouse, id).await;
+    // An import refused to this identity (its role, a protected branch) or stopped by
+    // something passing (a timeout, a server shutting down) keeps its uploads, for a
+    // retry by someone allowed or later; one the request itself dooms (bad data, a
+    // table that exists, a ref that is no branch) drops them, as a success does.
+    // Unused uploads go after a day.
+    let result = import::import(&s.tables, &s.import, job).await;
+    let keep = result.as_ref().is_err_and(|e| {
+        matches!(e.code, Code::PermissionDenied | Code::BranchProtected)
+            || matches!(e.kind, Kind::Timeout | Kind::Unavailable)
+    });
+    if !keep {
+        for id in &req.uploads {
+            s.uploads.remove(&s.tables.warehouse, id).await;
+        }
     }
+    let result = result?;
     crate::maintenance::after_write(&s.tables, &s.import, &branch, &table, &identity);
     Ok(Json(result))
 }

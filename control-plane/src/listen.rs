@@ -3,9 +3,14 @@
 //! (the third review): 400 connections trickling a header byte every 10 s stayed open
 //! past 70 s, and 13,000 idle connections were accepted.
 //!
+//! - HTTP/1.1 only: no client of lh speaks HTTP/2 without TLS, and hyper bounds an
+//!   HTTP/2 connection's silence by nothing.
 //! - A request's head must arrive within [`ConnLimits::header_read_timeout`] of the
 //!   connection starting to wait for it (hyper's timer: on a kept-alive connection this
-//!   is also how long it may sit idle between requests).
+//!   is also how long it may sit idle between requests); a connection that never sends
+//!   a request is closed after as long.
+//! - A request's body must keep coming: by 20 s after the request plus 1 ms for each
+//!   KiB ([`MinRate`]), so a large upload goes at its pace and a trickle is cut off.
 //! - A connection on which no byte moved for [`ConnLimits::idle_timeout`] while no
 //!   request of it is being answered is closed (HTTP/2 included).
 //! - At most [`ConnLimits::max_connections`] are open at once: past it the server stops
@@ -53,12 +58,12 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut builder =
+        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new()).http1_only();
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
-    builder.http2().timer(TokioTimer::new());
     let builder = Arc::new(builder);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -89,9 +94,10 @@ pub async fn serve(
         });
         let service = hyper_util::service::TowerToHyperService::new(
             app.clone()
-                .map_request(move |mut req: axum::http::Request<hyper::body::Incoming>| {
-                    req.extensions_mut().insert(ConnectInfo::<SocketAddr>(addr));
-                    req
+                .map_request(move |req: axum::http::Request<hyper::body::Incoming>| {
+                    let (mut parts, body) = req.into_parts();
+                    parts.extensions.insert(ConnectInfo::<SocketAddr>(addr));
+                    axum::http::Request::from_parts(parts, MinRate::new(body))
                 })
                 .map_future({
                     let activity = activity.clone();
@@ -122,7 +128,9 @@ pub async fn serve(
                         break;
                     }
                     _ = tick.tick() => {
-                        if activity.idle_for() > limits.idle_timeout {
+                        let silent = !activity.seen.load(Ordering::Relaxed)
+                            && activity.start.elapsed() > limits.header_read_timeout;
+                        if silent || activity.idle_for() > limits.idle_timeout {
                             tracing::debug!(%addr, "closing an idle connection");
                             break;
                         }
@@ -142,6 +150,8 @@ struct Activity {
     start: Instant,
     last_ms: AtomicU64,
     busy: AtomicUsize,
+    /// Whether a request has come.
+    seen: std::sync::atomic::AtomicBool,
 }
 
 impl Activity {
@@ -150,6 +160,7 @@ impl Activity {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
             busy: AtomicUsize::new(0),
+            seen: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -175,6 +186,7 @@ struct Busy(Arc<Activity>);
 impl Busy {
     fn new(a: Arc<Activity>) -> Busy {
         a.busy.fetch_add(1, Ordering::Relaxed);
+        a.seen.store(true, Ordering::Relaxed);
         Busy(a)
     }
 }
@@ -242,5 +254,80 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A request body that must keep coming: by [`MinRate::GRACE`] after the request plus
+/// 1 ms per KiB received, else it ends in an error (the handler's read fails, the
+/// connection goes).
+pub struct MinRate<B> {
+    inner: B,
+    start: Instant,
+    bytes: u64,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<B> MinRate<B> {
+    const GRACE: Duration = Duration::from_secs(20);
+
+    fn new(inner: B) -> MinRate<B> {
+        let start = Instant::now();
+        MinRate {
+            inner,
+            start,
+            bytes: 0,
+            sleep: Box::pin(tokio::time::sleep(Self::GRACE)),
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        self.start + Self::GRACE + Duration::from_millis(self.bytes / 1024)
+    }
+}
+
+impl<B> hyper::body::Body for MinRate<B>
+where
+    B: hyper::body::Body + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Data = B::Data;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        use hyper::body::Buf;
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(d) = frame.data_ref() {
+                    self.bytes += d.remaining() as u64;
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => loop {
+                let deadline = tokio::time::Instant::from_std(self.deadline());
+                if self.sleep.deadline() != deadline {
+                    self.sleep.as_mut().reset(deadline);
+                }
+                match self.sleep.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(()) if Instant::now() >= self.deadline() => {
+                        return Poll::Ready(Some(Err("the request body came too slowly".into())));
+                    }
+                    Poll::Ready(()) => {}
+                }
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }

@@ -617,7 +617,9 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     // Before anything is read or written: a data folder is one server's, and a server
     // that cannot listen touches nothing.
-    let _claim = claim_data_dir(&config.data_dir)?;
+    // Held until the process ends, not only until serving stops: work still finishing
+    // (a DuckDB statement that does not stop at once) must not meet a new server.
+    std::mem::forget(claim_data_dir(&config.data_dir)?);
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .with_context(|| format!("cannot listen on {}", config.bind))?;

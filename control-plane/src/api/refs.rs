@@ -353,7 +353,9 @@ async fn log(
     }
     identity.require_ref(Action::Read, &at, "reading its history")?;
     if let Some(t) = &query.table {
-        identity.require_table(Action::Read, &at, t, "reading its history")?;
+        crate::auth::history::scoped(&s.catalog, &identity, &at)
+            .await?
+            .require_table(Action::Read, &at, t, "reading its history")?;
     }
     if let Some(u) = until {
         identity.require_ref(Action::Read, &u, "reading its history")?;
@@ -489,6 +491,7 @@ async fn diff(
                 limit: 0,
                 full: false,
                 timeout: left,
+                caller: Some(&identity.user),
             };
             match s.queries.row_diff(req).await {
                 Ok(d) => {
@@ -589,6 +592,7 @@ async fn diff_rows(
         limit,
         full,
         timeout: s.queries.limits().timeout,
+        caller: Some(&identity.user),
     };
     let d = s.queries.row_diff(req).await?;
     Ok(Json(RowDiffResponse {

@@ -9,11 +9,17 @@
 //! X), it may read N at R. (A ref the identity has no grant on limits nothing: its
 //! history is no more its business than any other ref's.)
 //!
+//! History also travels inside commits: a branch made from `main` and given one more
+//! commit still holds `main`'s tables. So the limit holds on what a commit carries of a
+//! limited ref's history: where the commit's history meets the ref's (their merge
+//! base), the namespaces the commit holds that were there then are bounded by the
+//! ref's grants; only namespaces that came after are the commit's own (a commit in the
+//! ref's history is its own merge base: all of it is bounded).
+//!
 //! [`scoped`] applies this to one request: it resolves the ref expression the request
-//! reads, finds the limited refs whose history holds the commit (an ancestry check per
-//! ref, O(log n) commit reads along first parents), and returns the identity with those
-//! refs' namespace patterns as ceilings on its reads (`Access::ceilings`), which every
-//! check of the request then meets. Time travel by name reads only the ref that has the
+//! reads, finds for each limited ref the merge base with the commit and the namespaces
+//! since, and returns the identity with those ceilings on its reads
+//! (`Access::ceilings`), which every check of the request then meets. Time travel by name reads only the ref that has the
 //! name now (`lh_catalog`: a deleted ref has no past, a re-created one only its own).
 
 use std::sync::Arc;
@@ -70,15 +76,40 @@ pub async fn scoped(catalog: &Catalog, identity: &Identity, expr: &str) -> Resul
     let Ok(resolved) = catalog.resolve(expr).await else {
         return Ok(identity.clone());
     };
-    let commit = resolved.commit.id;
+    let commit = resolved.commit;
+    let mut namespaces_here: Option<std::collections::BTreeSet<String>> = None;
     let mut ceilings: Vec<Vec<Pattern>> = Vec::new();
     let check_each = limited.len() <= MAX_CHECKED_REFS;
     for (r, there) in limited {
-        if ceilings.contains(&there) {
+        if !check_each {
+            ceilings.push(there);
             continue;
         }
-        if !check_each || catalog.is_ancestor(commit, r.head).await? {
-            ceilings.push(there);
+        // Where the commit's history meets the ref's: what the commit holds of the
+        // namespaces there then is the ref's history, carried along (a branch made
+        // from it, a merge of it, or new commits on top of either); only namespaces
+        // that came after are the commit's own.
+        let Some(base) = catalog.merge_base_of(commit.id, r.head).await? else {
+            continue;
+        };
+        let mut ceiling = there;
+        if base.id != commit.id {
+            let here = match &namespaces_here {
+                Some(n) => n.clone(),
+                None => {
+                    let n = namespaces(catalog, &commit).await?;
+                    namespaces_here = Some(n.clone());
+                    n
+                }
+            };
+            let then = namespaces(catalog, &base).await?;
+            ceiling.extend(
+                here.difference(&then)
+                    .filter_map(|ns| Pattern::parse(ns, "namespace").ok()),
+            );
+        }
+        if !ceilings.contains(&ceiling) {
+            ceilings.push(ceiling);
         }
     }
     if ceilings.is_empty() {
@@ -91,4 +122,17 @@ pub async fn scoped(catalog: &Catalog, identity: &Identity, expr: &str) -> Resul
         access: Arc::new(narrowed),
         token_id: identity.token_id.clone(),
     })
+}
+
+/// The namespaces of the tables `commit` holds.
+async fn namespaces(
+    catalog: &Catalog,
+    commit: &lh_catalog::Commit,
+) -> Result<std::collections::BTreeSet<String>> {
+    Ok(catalog
+        .tables_in(commit, None)
+        .await?
+        .into_iter()
+        .map(|t| super::roles::namespace_of(&t.name).to_string())
+        .collect())
 }

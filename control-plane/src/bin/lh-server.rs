@@ -259,10 +259,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(lh_control_plane::serve(
+    let out = runtime.block_on(lh_control_plane::serve(
         config(args),
         lh_control_plane::shutdown_signal(),
-    )) {
+    ));
+    // Stopped serving: what still runs on the blocking threads (a DuckDB statement its
+    // interrupt has not reached) is not waited for past a few seconds.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    match out {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

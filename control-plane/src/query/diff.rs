@@ -56,6 +56,8 @@ pub struct RowDiffRequest<'a> {
     pub full: bool,
     /// The whole diff's: reading the files, comparing, formatting.
     pub timeout: Duration,
+    /// Who asks, held to its share of the query slots.
+    pub caller: Option<&'a str>,
 }
 
 /// A row diff's answer, before the API adds the refs' names.
@@ -87,7 +89,13 @@ impl QueryEngine {
     /// it (reading files included), the request's timeout.
     pub async fn row_diff(&self, req: RowDiffRequest<'_>) -> Result<RowDiff> {
         let started = Instant::now();
-        let permit = self.slot().await?;
+        let permit = match req.caller {
+            Some(c) => self.slot_for(c).await?,
+            None => super::Slot {
+                _share: None,
+                _slot: self.slot().await?,
+            },
+        };
         let cancelled = Arc::new(AtomicBool::new(false));
         let timeout = req.timeout;
         let table = req.table.to_string();
@@ -119,7 +127,7 @@ impl QueryEngine {
     async fn row_diff_within(
         &self,
         req: RowDiffRequest<'_>,
-        permit: tokio::sync::OwnedSemaphorePermit,
+        permit: super::Slot,
         cancelled: Arc<AtomicBool>,
         started: Instant,
     ) -> Result<RowDiff> {

@@ -222,7 +222,7 @@ impl QueryEngine {
         )
         .await
         .map_err(|_| fetch_timeout(timeout))??;
-        let _permit = self.slot().await?;
+        let _permit = Arc::new(self.slot().await?);
         let database = self.database.clone();
         let session = blocking(move || {
             let session = Session::in_commit(&database, catalog)?;
@@ -233,7 +233,9 @@ impl QueryEngine {
         let handle = session.conn.interrupt_handle();
         let out = path.to_path_buf();
         let label = table.to_string();
+        let held = _permit.clone();
         let task = blocking(move || {
+            let _held = held;
             let mut stmt = session
                 .conn
                 .prepare(&sql)
@@ -327,7 +329,7 @@ impl QueryEngine {
     ) -> Result<Vec<(String, String)>> {
         // One read-only statement: the same check as every query's.
         self.analyze(sql).await?;
-        let _permit = self.slot().await?;
+        let _permit = Arc::new(self.slot().await?);
         let timeout = self.limits.timeout;
         let names: Vec<TableRef> = inputs.iter().map(|(n, _)| n.clone()).collect();
         let missing = |name: &str| {
@@ -363,7 +365,9 @@ impl QueryEngine {
             "SELECT * FROM ({}\n) AS lh_plan_query LIMIT 0",
             sql.trim().trim_end_matches(';')
         );
+        let held = _permit.clone();
         let task = blocking(move || {
+            let _held = held;
             let _pins = pins;
             session.ensure_views(&setup)?;
             let mut stmt = session.conn.prepare(&text).map_err(sql_error)?;
@@ -444,13 +448,13 @@ impl QueryEngine {
         caller: Option<&str>,
     ) -> Result<QueryOutput> {
         let timeout = timeout.map_or(self.limits.timeout, |t| t.min(self.limits.timeout));
-        let _permit = match caller {
+        let _permit = Arc::new(match caller {
             Some(c) => self.slot_for(c).await?,
             None => Slot {
                 _share: None,
                 _slot: self.slot().await?,
             },
-        };
+        });
         let resolved = self.tables.catalog.resolve(at).await?;
         let analysis = self.analyze(sql).await?;
         // The tables whose filters leave files out, and the files the views read.
@@ -533,7 +537,12 @@ impl QueryEngine {
         let (started_tx, mut started_rx) = tokio::sync::oneshot::channel();
         let early = (ipc && max_rows.is_none()).then_some(started_tx);
         let deadline = std::time::Instant::now() + timeout;
+        // The slot is held until DuckDB returns, not only until the caller stops
+        // waiting: a statement DuckDB cannot interrupt at once (its optimizer) keeps
+        // its slot while it runs.
+        let held = _permit.clone();
         let task = blocking(move || {
+            let _held = held;
             execute(
                 session, &views, &text, max_bytes, max_rows, ipc, early, deadline,
             )
@@ -620,7 +629,7 @@ impl QueryEngine {
     /// many slow queries leave a slot to everyone else, whose queries do not wait
     /// behind its queue. Once (the third review): one reader's 12 slow queries made
     /// another's 1-row query wait 8 s.
-    async fn slot_for(&self, caller: &str) -> Result<Slot> {
+    pub(crate) async fn slot_for(&self, caller: &str) -> Result<Slot> {
         let share_size = self.limits.max_concurrent.saturating_sub(1).max(1);
         let share = {
             let mut shares = self.shares.lock().unwrap_or_else(|e| e.into_inner());
@@ -721,7 +730,7 @@ impl QueryEngine {
 }
 
 /// A query slot, and the share of its caller it came through.
-struct Slot {
+pub(crate) struct Slot {
     _share: Option<tokio::sync::OwnedSemaphorePermit>,
     _slot: tokio::sync::OwnedSemaphorePermit,
 }

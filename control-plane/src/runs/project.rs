@@ -797,7 +797,11 @@ impl Planner<'_> {
                     String::from_utf8_lossy(&out.stderr)
                 )));
             }
-            let plan: PyPlan = serde_json::from_slice(&out.stdout).map_err(|e| {
+            // Literals nest as deep as Python's own limit lets them (about 1,000): past
+            // serde_json's 128, read on the server's deep stacks.
+            let mut de = serde_json::Deserializer::from_slice(&out.stdout);
+            de.disable_recursion_limit();
+            let plan: PyPlan = serde::Deserialize::deserialize(&mut de).map_err(|e| {
                 Error::internal(format!("cannot read the Python planner's answer: {e}"))
             })?;
             for e in plan.errors {

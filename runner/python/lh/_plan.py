@@ -169,7 +169,16 @@ def plan_file(path, functions, errors):
 def main(paths):
     functions, errors = [], []
     for p in paths:
-        plan_file(p, functions, errors)
+        found = []
+        try:
+            plan_file(p, found, errors)
+            # What goes to the server must be writable as JSON too (a literal nested
+            # past Python's recursion limit is not).
+            json.dumps(found)
+        except (RecursionError, MemoryError):
+            errors.append({"file": p, "line": 0, "message": "the file nests too deeply to plan"})
+            continue
+        functions.extend(found)
     json.dump({"functions": functions, "errors": errors}, sys.stdout)
 
 

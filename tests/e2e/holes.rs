@@ -503,6 +503,22 @@ fn a_limited_reader_sees_nothing_of_hidden_tables_in_logs_and_runs() {
     assert!(!log.contains("hr.") && !log.contains("salaries"), "{log}");
     assert!(log.contains("finance.ledger"), "{log}");
     assert!(log.contains("you may not read"), "{log}");
+    // Nor are such commits found by their hidden properties.
+    let fin_token = server.token_for("fred", "fin");
+    let (status, body, _) = call(
+        &server,
+        "GET",
+        "/api/v1/log?ref=main&property=lh.operation%3Dimport-create",
+        Some(&fin_token),
+        &[],
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        !body.to_string().contains("hr.") && body.to_string().contains("finance.ledger"),
+        "{body}"
+    );
+    assert_eq!(body["commits"].as_array().unwrap().len(), 1, "{body}");
     // The admin sees every message.
     let all = lh.run(&["log", "main", "-o", "json"]).ok().to_string();
     assert!(

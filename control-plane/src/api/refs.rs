@@ -363,8 +363,15 @@ async fn log(
     }
     let page = s.catalog.log(&at, &query).await?;
     let mut commits = Vec::with_capacity(page.commits.len());
+    let filtered = !query.properties.is_empty();
     for c in page.commits {
-        commits.push(commit_as_seen(&s, &identity, &at, c).await?);
+        let had = c.properties.len();
+        let seen = commit_as_seen(&s, &identity, &at, c).await?;
+        // A commit whose properties are hidden is not found by them either.
+        if filtered && had > 0 && seen.properties.is_empty() {
+            continue;
+        }
+        commits.push(seen);
     }
     Ok(Json(LogPage {
         commits,

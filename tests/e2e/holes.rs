@@ -10,6 +10,13 @@ use serde_json::json;
 
 use crate::auth::call;
 
+/// Imports `csv` as `table` on main (through a file named `file`).
+fn import(lh: &lh_e2e::Lh, table: &str, file: &str, csv: &str) {
+    let path = lh.file(file, csv);
+    lh.run(&["table", "import", table, path.to_str().unwrap()])
+        .ok();
+}
+
 /// A file staged for an import through the API; its upload id.
 fn upload(server: &Server, token: &str, name: &str, body: &str) -> String {
     let url = format!("{}/api/v1/uploads?name={name}", server.url);
@@ -458,17 +465,13 @@ fn a_data_folder_in_use_is_refused_before_anything_is_touched() {
 fn a_limited_reader_sees_nothing_of_hidden_tables_in_logs_and_runs() {
     let server = crate::runs::server("process");
     let lh = server.lh();
-    let ledger = lh.file("ledger.csv", "id,amount\n1,10\n2,20\n");
-    let salaries = lh.file("salaries.csv", "id,pay\n1,100\n");
-    lh.run(&[
-        "table",
-        "import",
+    import(
+        &lh,
         "finance.ledger",
-        ledger.to_str().unwrap(),
-    ])
-    .ok();
-    lh.run(&["table", "import", "hr.salaries", salaries.to_str().unwrap()])
-        .ok();
+        "ledger.csv",
+        "id,amount\n1,10\n2,20\n",
+    );
+    import(&lh, "hr.salaries", "salaries.csv", "id,pay\n1,100\n");
     let dir = crate::runs::project(
         &lh,
         "mixed",
@@ -616,17 +619,8 @@ fn one_caller_cannot_hold_every_query_slot() {
 fn a_limited_grant_holds_on_history_by_every_route() {
     let server = Server::start();
     let lh = server.lh();
-    let ledger = lh.file("ledger.csv", "id,amount\n1,10\n");
-    let pii = lh.file("pii.csv", "id,ssn\n1,123-45-6789\n");
-    lh.run(&[
-        "table",
-        "import",
-        "finance.ledger",
-        ledger.to_str().unwrap(),
-    ])
-    .ok();
-    lh.run(&["table", "import", "hr.pii", pii.to_str().unwrap()])
-        .ok();
+    import(&lh, "finance.ledger", "ledger.csv", "id,amount\n1,10\n");
+    import(&lh, "hr.pii", "pii.csv", "id,ssn\n1,123-45-6789\n");
     let before_drop = lh.head("main");
     // A branch of the admin's, made while hr.pii was there, and its time.
     lh.run(&["branch", "create", "team-b.old", "--from", "main"])

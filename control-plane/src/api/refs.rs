@@ -364,9 +364,15 @@ async fn log(
     let page = s.catalog.log(&at, &query).await?;
     let mut commits = Vec::with_capacity(page.commits.len());
     let filtered = !query.properties.is_empty();
+    let limits = crate::auth::history::Limits::of(
+        &s.catalog,
+        &identity,
+        crate::auth::ref_of(&at).as_deref(),
+    )
+    .await?;
     for c in page.commits {
         let had = c.properties.len();
-        let seen = commit_as_seen(&s, &identity, &at, c).await?;
+        let seen = commit_as_seen(&s, &identity, limits.as_ref(), &at, c).await?;
         // A commit whose properties are hidden is not found by them either.
         if filtered && had > 0 && seen.properties.is_empty() {
             continue;
@@ -386,15 +392,15 @@ async fn log(
 async fn commit_as_seen(
     s: &AppState,
     identity: &Identity,
+    limits: Option<&crate::auth::history::Limits>,
     at: &str,
     c: lh_catalog::Commit,
 ) -> Result<CommitInfo, Error> {
     // What history allows of this commit, read through `at`'s ref.
-    let through = match crate::auth::ref_of(at) {
-        Some(name) => format!("{name}@{}", c.id.to_hex()),
-        None => format!("@{}", c.id.to_hex()),
+    let identity = &match limits {
+        Some(l) => l.at(&s.catalog, &c).await?,
+        None => identity.clone(),
     };
-    let identity = &crate::auth::history::scoped(&s.catalog, identity, &through).await?;
     let whole = match crate::auth::ref_of(at) {
         Some(name) => identity.access.on_ref_every_namespace(Action::Read, &name),
         None => identity.access.covers(crate::auth::Role::Reader),
@@ -407,7 +413,7 @@ async fn commit_as_seen(
     let (seen, hidden): (Vec<_>, Vec<_>) = changed
         .iter()
         .map(|d| d.table.as_str())
-        .partition(|t| identity.can_table(Action::Read, &through, t));
+        .partition(|t| identity.can_table(Action::Read, at, t));
     if hidden.is_empty() {
         return Ok(commit_info(c));
     }
@@ -435,7 +441,10 @@ async fn get_commit(
     let at = format!("@{id}");
     identity.require_ref(Action::Read, &at, "reading a commit")?;
     let commit = s.catalog.resolve(&at).await?.commit;
-    Ok(Json(commit_as_seen(&s, &identity, &at, commit).await?))
+    let limits = crate::auth::history::Limits::of(&s.catalog, &identity, None).await?;
+    Ok(Json(
+        commit_as_seen(&s, &identity, limits.as_ref(), &at, commit).await?,
+    ))
 }
 
 /// The tables that differ between two refs; with `rows=true`, each changed table's

@@ -36,92 +36,110 @@ const MAX_CHECKED_REFS: usize = 256;
 /// `identity` as it may read the commit `expr` resolves to (see the module's text). An
 /// expression that does not resolve is left to the caller, which reports it.
 pub async fn scoped(catalog: &Catalog, identity: &Identity, expr: &str) -> Result<Identity> {
-    let access = &identity.access;
-    // Reads everything everywhere: history limits nothing.
-    if access
-        .grants
-        .iter()
-        .any(|g| g.actions.contains(&Action::Read) && g.refs.is_any() && g.namespaces.is_any())
-    {
-        return Ok(identity.clone());
-    }
-    let route = ref_of(expr);
-    let at_route = access.namespaces_on(Action::Read, route.as_deref());
-    if at_route.is_empty() {
-        // Nothing readable there: every check refuses anyway.
-        return Ok(identity.clone());
-    }
-    // The refs on which the identity reads less than at the route.
-    let mut limited: Vec<(lh_catalog::Reference, Vec<Pattern>)> = Vec::new();
-    for r in catalog.list_refs().await? {
-        if route.as_deref() == Some(r.name.as_str()) {
-            continue;
-        }
-        let there = access.namespaces_on(Action::Read, Some(&r.name));
-        if there.is_empty() || there.iter().any(Pattern::is_any) {
-            continue;
-        }
-        let narrower = at_route.iter().any(|p| {
-            !there
-                .iter()
-                .any(|q| q.as_str() == p.as_str() || q.covers_namespace(p.as_str()))
-        });
-        if narrower {
-            limited.push((r, there));
-        }
-    }
-    if limited.is_empty() {
-        return Ok(identity.clone());
-    }
-    let Ok(resolved) = catalog.resolve(expr).await else {
+    let Some(limits) = Limits::of(catalog, identity, ref_of(expr).as_deref()).await? else {
         return Ok(identity.clone());
     };
-    let commit = resolved.commit;
-    let mut namespaces_here: Option<std::collections::BTreeSet<String>> = None;
-    let mut ceilings: Vec<Vec<Pattern>> = Vec::new();
-    let check_each = limited.len() <= MAX_CHECKED_REFS;
-    for (r, there) in limited {
-        if !check_each {
-            ceilings.push(there);
-            continue;
+    match catalog.resolve(expr).await {
+        Ok(resolved) => limits.at(catalog, &resolved.commit).await,
+        Err(_) => Ok(identity.clone()),
+    }
+}
+
+/// The refs that limit an identity reading through one route (a ref, or none for a
+/// bare commit): those on which it reads less than there. Found once per request, then
+/// applied to each commit it reads ([`Limits::at`]), as a log page does.
+pub struct Limits {
+    identity: Identity,
+    refs: Vec<(lh_catalog::Reference, Vec<Pattern>)>,
+}
+
+impl Limits {
+    /// `None`: history limits nothing on this route.
+    pub async fn of(
+        catalog: &Catalog,
+        identity: &Identity,
+        route: Option<&str>,
+    ) -> Result<Option<Limits>> {
+        let access = &identity.access;
+        // Reads everything everywhere: history limits nothing.
+        if access
+            .grants
+            .iter()
+            .any(|g| g.actions.contains(&Action::Read) && g.refs.is_any() && g.namespaces.is_any())
+        {
+            return Ok(None);
         }
-        // Where the commit's history meets the ref's: what the commit holds of the
-        // namespaces there then is the ref's history, carried along (a branch made
-        // from it, a merge of it, or new commits on top of either); only namespaces
-        // that came after are the commit's own.
-        let Some(base) = catalog.merge_base_of(commit.id, r.head).await? else {
-            continue;
-        };
-        let mut ceiling = there;
-        if base.id != commit.id {
-            let here = match &namespaces_here {
-                Some(n) => n.clone(),
-                None => {
-                    let n = namespaces(catalog, &commit).await?;
-                    namespaces_here = Some(n.clone());
-                    n
+        let at_route = access.namespaces_on(Action::Read, route);
+        if at_route.is_empty() {
+            // Nothing readable there: every check refuses anyway.
+            return Ok(None);
+        }
+        let mut refs = Vec::new();
+        for r in catalog.list_refs().await? {
+            if route == Some(r.name.as_str()) {
+                continue;
+            }
+            let there = access.namespaces_on(Action::Read, Some(&r.name));
+            if there.is_empty() || there.iter().any(Pattern::is_any) {
+                continue;
+            }
+            let narrower = at_route.iter().any(|p| {
+                !there
+                    .iter()
+                    .any(|q| q.as_str() == p.as_str() || q.covers_namespace(p.as_str()))
+            });
+            if narrower {
+                refs.push((r, there));
+            }
+        }
+        Ok((!refs.is_empty()).then(|| Limits {
+            identity: identity.clone(),
+            refs,
+        }))
+    }
+
+    /// The identity as it may read `commit`.
+    pub async fn at(&self, catalog: &Catalog, commit: &lh_catalog::Commit) -> Result<Identity> {
+        let mut namespaces_here: Option<std::collections::BTreeSet<String>> = None;
+        let mut ceilings: Vec<Vec<Pattern>> = Vec::new();
+        let check_each = self.refs.len() <= MAX_CHECKED_REFS;
+        for (r, there) in &self.refs {
+            let mut ceiling = there.clone();
+            if check_each {
+                // Where the commit's history meets the ref's: what the commit holds of
+                // the namespaces there then is the ref's history, carried along (a
+                // branch made from it, a merge of it, or new commits on top of either);
+                // only namespaces that came after are the commit's own.
+                let Some(base) = catalog.merge_base_of(commit.id, r.head).await? else {
+                    continue;
+                };
+                if base.id != commit.id {
+                    if namespaces_here.is_none() {
+                        namespaces_here = Some(namespaces(catalog, commit).await?);
+                    }
+                    let here = namespaces_here.as_ref().into_iter().flatten();
+                    let then = namespaces(catalog, &base).await?;
+                    ceiling.extend(
+                        here.filter(|ns| !then.contains(*ns))
+                            .filter_map(|ns| Pattern::parse(ns, "namespace").ok()),
+                    );
                 }
-            };
-            let then = namespaces(catalog, &base).await?;
-            ceiling.extend(
-                here.difference(&then)
-                    .filter_map(|ns| Pattern::parse(ns, "namespace").ok()),
-            );
+            }
+            if !ceilings.contains(&ceiling) {
+                ceilings.push(ceiling);
+            }
         }
-        if !ceilings.contains(&ceiling) {
-            ceilings.push(ceiling);
+        if ceilings.is_empty() {
+            return Ok(self.identity.clone());
         }
+        let mut narrowed = (*self.identity.access).clone();
+        narrowed.ceilings.extend(ceilings);
+        Ok(Identity {
+            user: self.identity.user.clone(),
+            access: Arc::new(narrowed),
+            token_id: self.identity.token_id.clone(),
+        })
     }
-    if ceilings.is_empty() {
-        return Ok(identity.clone());
-    }
-    let mut narrowed = (**access).clone();
-    narrowed.ceilings.extend(ceilings);
-    Ok(Identity {
-        user: identity.user.clone(),
-        access: Arc::new(narrowed),
-        token_id: identity.token_id.clone(),
-    })
 }
 
 /// The namespaces of the tables `commit` holds.

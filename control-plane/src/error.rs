@@ -52,6 +52,7 @@ codes! {
     AlreadyExists = "already_exists",
     AmbiguousRef = "ambiguous_ref",
     AmbiguousRun = "ambiguous_run",
+    AnswerMemoryFull = "answer_memory_full",
     BranchProtected = "branch_protected",
     BadEnvironment = "bad_environment",
     BadFilter = "bad_filter",
@@ -353,6 +354,12 @@ pub fn collected(what: &str) -> Error {
 /// which no client may set.
 pub fn is_reserved_property(key: &str) -> bool {
     key.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("lh."))
+}
+
+/// Whether a client may set this table property: any but lh's own (`lh.*`), except the
+/// settings lh documents for users (`lh.rebase-appends`).
+pub fn client_table_property(key: &str) -> bool {
+    !is_reserved_property(key) || key.eq_ignore_ascii_case(crate::tables::snapshot::REBASE_APPENDS)
 }
 
 /// A client set one of lh's own properties.

@@ -42,6 +42,9 @@ pub struct ServerConfig {
     pub duckdb_threads: usize,
     /// DuckDB memory limit per query or import, e.g. `4GB`.
     pub duckdb_memory: String,
+    /// The bytes every query answer the server holds at once may take together
+    /// (`query/memory.rs`).
+    pub answer_memory: u64,
     /// Pipeline nodes running at once.
     pub run_parallelism: usize,
     /// How long a failed run's branch is kept.
@@ -129,6 +132,7 @@ impl ServerConfig {
             max_concurrent_queries: 4,
             duckdb_threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             duckdb_memory: "4GB".into(),
+            answer_memory: 2 << 30,
             run_parallelism: std::thread::available_parallelism().map_or(2, |n| n.get()),
             run_branch_ttl: Duration::from_secs(7 * 24 * 3600),
             run_lease: Duration::from_secs(15),
@@ -262,6 +266,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
                 max_result_bytes: config.max_result_bytes,
                 max_concurrent: config.max_concurrent_queries,
                 duck: duck.clone(),
+                answer_memory: config.answer_memory,
             },
             spill.join("query"),
         )

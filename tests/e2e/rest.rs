@@ -779,7 +779,7 @@ fn duckdb_attaches_a_branch_reads_lh_tables_and_writes() {
 
 // ------------------------------------------------------------------ raw protocol
 
-struct Http {
+pub(crate) struct Http {
     agent: ureq::Agent,
     base: String,
     /// `Authorization: Bearer` of every request (none: sent without).
@@ -788,11 +788,11 @@ struct Http {
 
 impl Http {
     /// With the server's admin token.
-    fn new(server: &Server) -> Http {
+    pub(crate) fn new(server: &Server) -> Http {
         Http::with_token(server, Some(server.token()))
     }
 
-    fn with_token(server: &Server, token: Option<String>) -> Http {
+    pub(crate) fn with_token(server: &Server, token: Option<String>) -> Http {
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .build()
@@ -824,7 +824,7 @@ impl Http {
         serde_json::from_str(&res.into_body().read_to_string().unwrap()).unwrap()
     }
 
-    fn send(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub(crate) fn send(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         let url = format!("{}{path}", self.base);
         let auth = self.auth();
         let res = match (method, body) {
@@ -855,7 +855,7 @@ impl Http {
 
     /// Asserts an error in the spec's model: status, type, and the code in the body.
     #[track_caller]
-    fn error(
+    pub(crate) fn error(
         &self,
         method: &str,
         path: &str,

@@ -46,7 +46,8 @@ async fn query(
         .queries
         .run_as(
             &req.sql,
-            &at,
+            // The commit the history check found its limits for, not the ref again.
+            &identity.reads(&at),
             req.timeout_ms.map(Duration::from_millis),
             req.max_rows,
             &readable,
@@ -57,9 +58,13 @@ async fn query(
         .await?;
     if json {
         let limit = s.queries.limits().max_result_bytes;
-        let body = tokio::task::spawn_blocking(move || json_answer(&out, started, limit))
+        let charge = s.queries.answer_memory().charge_for(Some(&identity.user));
+        // The batches (and their charge) go once the text is made; the text's pieces
+        // give theirs back as they are sent.
+        let pieces = tokio::task::spawn_blocking(move || json_answer(out, started, limit, charge))
             .await
             .map_err(|e| Error::internal(format!("cannot format the result: {e}")))??;
+        let body = axum::body::Body::new(crate::query::ipc::IpcBody::from_pieces(pieces));
         let mut resp = body.into_response();
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -150,11 +155,14 @@ fn wants_json(headers: &HeaderMap) -> bool {
 /// formatted as text the way `lh query` prints it (nulls stay null). Written straight
 /// into the body and held to the same `max_bytes` as the Arrow answer: text can be far
 /// larger than the Arrow it comes from (a boolean is one bit there, `"false"` here).
+/// The text is written in pieces of about a megabyte, each charged to the server's
+/// answer memory (`charge`) as it is written, and handed back with its part of it.
 fn json_answer(
-    out: &crate::query::QueryOutput,
+    out: crate::query::QueryOutput,
     started: std::time::Instant,
     max_bytes: u64,
-) -> Result<Vec<u8>, Error> {
+    charge: crate::query::memory::Charge,
+) -> Result<Vec<bytes::Bytes>, Error> {
     use std::io::Write;
     let too_large = || {
         Error::new(
@@ -174,7 +182,7 @@ fn json_answer(
             r#type: f.data_type().to_string(),
         })
         .collect();
-    let mut buf = Vec::new();
+    let mut buf = Pieces::new(charge);
     buf.extend_from_slice(b"{\"columns\":");
     serde_json::to_writer(&mut buf, &columns).map_err(|e| failed(e.into()))?;
     buf.extend_from_slice(b",\"rows\":[");
@@ -209,9 +217,10 @@ fn json_answer(
                 }
             }
             buf.push(b']');
-            if buf.len() as u64 > max_bytes {
+            if buf.len() > max_bytes {
                 return Err(too_large());
             }
+            buf.cut()?;
         }
     }
     write!(
@@ -223,7 +232,75 @@ fn json_answer(
         started.elapsed().as_millis()
     )
     .map_err(failed)?;
-    Ok(buf)
+    drop(out);
+    buf.finish()
+}
+
+/// Text written in pieces of about [`Pieces::SIZE`] bytes (never one large buffer that
+/// doubles as it grows), charged to the answer memory as it is written.
+struct Pieces {
+    done: Vec<bytes::Bytes>,
+    done_len: u64,
+    current: Vec<u8>,
+    charge: crate::query::memory::Charge,
+}
+
+impl Pieces {
+    const SIZE: usize = 1 << 20;
+
+    fn new(charge: crate::query::memory::Charge) -> Pieces {
+        Pieces {
+            done: Vec::new(),
+            done_len: 0,
+            current: Vec::with_capacity(Self::SIZE),
+            charge,
+        }
+    }
+
+    fn push(&mut self, b: u8) {
+        self.current.push(b);
+    }
+
+    fn extend_from_slice(&mut self, b: &[u8]) {
+        self.current.extend_from_slice(b);
+    }
+
+    /// The bytes written.
+    fn len(&self) -> u64 {
+        self.done_len + self.current.len() as u64
+    }
+
+    /// Ends the current piece once it is full, and charges what is held (or fails: the
+    /// server's answer memory has no room).
+    fn cut(&mut self) -> Result<(), Error> {
+        if self.current.len() >= Self::SIZE {
+            let mut piece = std::mem::replace(&mut self.current, Vec::with_capacity(Self::SIZE));
+            piece.shrink_to_fit();
+            self.done_len += piece.len() as u64;
+            self.done.push(piece.into());
+        }
+        self.charge
+            .set(self.done_len + self.current.capacity() as u64)
+    }
+
+    fn finish(mut self) -> Result<Vec<bytes::Bytes>, Error> {
+        let last = std::mem::take(&mut self.current);
+        self.done_len += last.len() as u64;
+        self.done.push(last.into());
+        self.charge.set(self.done_len)?;
+        Ok(crate::query::memory::attach_each(self.charge, self.done))
+    }
+}
+
+impl std::io::Write for Pieces {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.current.extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -352,16 +352,18 @@ async fn log(
         }
     }
     identity.require_ref(Action::Read, &at, "reading its history")?;
+    // With a table: the history of the commit checked, not of the ref again.
+    let mut log_at = at.clone();
     if let Some(t) = &query.table {
-        crate::auth::history::scoped(&s.catalog, &identity, &at)
-            .await?
-            .require_table(Action::Read, &at, t, "reading its history")?;
+        let scoped = crate::auth::history::scoped(&s.catalog, &identity, &at).await?;
+        scoped.require_table(Action::Read, &at, t, "reading its history")?;
+        log_at = scoped.reads(&at);
     }
     if let Some(u) = until {
         identity.require_ref(Action::Read, &u, "reading its history")?;
         query.until = Some(s.catalog.resolve(&u).await?.commit.id);
     }
-    let page = s.catalog.log(&at, &query).await?;
+    let page = s.catalog.log(&log_at, &query).await?;
     let mut commits = Vec::with_capacity(page.commits.len());
     let filtered = !query.properties.is_empty();
     let limits = crate::auth::history::Limits::of(
@@ -467,8 +469,8 @@ async fn diff(
         crate::auth::history::scoped(&s.catalog, &identity, &from).await?,
         crate::auth::history::scoped(&s.catalog, &identity, &to).await?,
     );
-    let a = s.catalog.resolve(&from).await?;
-    let b = s.catalog.resolve(&to).await?;
+    let a = s.catalog.resolve(&on_from.reads(&from)).await?;
+    let b = s.catalog.resolve(&on_to.reads(&to)).await?;
     let tables = s.catalog.diff_commits(&a.commit, &b.commit).await?;
     // Tables the identity may not read on both sides are not listed.
     let tables: Vec<lh_catalog::TableDiff> = tables
@@ -586,20 +588,21 @@ async fn diff_rows(
     let full = flag(&pairs, "full")?;
     identity.require_table(Action::Read, &from, &table, "diffing it")?;
     identity.require_table(Action::Read, &to, &table, "diffing it")?;
+    let mut reads = Vec::with_capacity(2);
     for side in [&from, &to] {
-        if !crate::auth::history::scoped(&s.catalog, &identity, side)
-            .await?
-            .can_table(Action::Read, side, &table)
-        {
+        let scoped = crate::auth::history::scoped(&s.catalog, &identity, side).await?;
+        if !scoped.can_table(Action::Read, side, &table) {
             return Err(Error::not_found(
                 Code::TableNotFound,
                 format!("table '{table}' not found at '{side}'"),
             )
             .into());
         }
+        // The commit checked, not the ref again: it may have moved since.
+        reads.push(scoped.reads(side));
     }
-    let a = s.catalog.resolve(&from).await?;
-    let b = s.catalog.resolve(&to).await?;
+    let a = s.catalog.resolve(&reads[0]).await?;
+    let b = s.catalog.resolve(&reads[1]).await?;
     let req = RowDiffRequest {
         from: &a.commit,
         to: &b.commit,

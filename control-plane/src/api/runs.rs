@@ -67,7 +67,8 @@ async fn plan_run(
                 at,
                 &req.params,
                 req.partitions.as_deref(),
-                req.changes.then_some((req.no_cache, &identity)),
+                &identity,
+                req.changes.then_some(req.no_cache),
             )
             .await?,
     ))

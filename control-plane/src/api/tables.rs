@@ -60,7 +60,7 @@ async fn list_tables(
     if let Some(ns) = &ns {
         lh_catalog::names::validate_namespace(ns)?;
     }
-    let resolved = s.catalog.resolve(&at).await?;
+    let resolved = s.catalog.resolve(&identity.reads(&at)).await?;
     let tables = s.catalog.tables_in(&resolved.commit, ns.as_deref()).await?;
     Ok(Json(TableList {
         commit: resolved.commit.id.to_hex(),
@@ -89,17 +89,16 @@ async fn show_table(
     identity.require_table(Action::Read, &at, &name, "reading it")?;
     // What history allows of the commit read: a table of another namespace than its
     // ceilings is as missing as one that is not there.
-    if !crate::auth::history::scoped(&s.catalog, &identity, &at)
-        .await?
-        .can_table(Action::Read, &at, &name)
-    {
+    let scoped = crate::auth::history::scoped(&s.catalog, &identity, &at).await?;
+    if !scoped.can_table(Action::Read, &at, &name) {
         return Err(Error::not_found(
             Code::TableNotFound,
             format!("table '{name}' not found at '{at}'"),
         )
         .into());
     }
-    Ok(Json(s.tables.detail(&at, &name).await?))
+    // The commit checked, not the ref again: it may have moved since.
+    Ok(Json(s.tables.detail(&scoped.reads(&at), &name).await?))
 }
 
 /// Removes a table from a branch (one commit; its files stay for other refs).

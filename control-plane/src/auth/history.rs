@@ -40,7 +40,15 @@ pub async fn scoped(catalog: &Catalog, identity: &Identity, expr: &str) -> Resul
         return Ok(identity.clone());
     };
     match catalog.resolve(expr).await {
-        Ok(resolved) => limits.at(catalog, &resolved.commit).await,
+        Ok(resolved) => {
+            let scoped = limits.at(catalog, &resolved.commit).await?;
+            let mut access = (*scoped.access).clone();
+            access.ceilings_at = Some(resolved.commit.id.to_hex());
+            Ok(Identity {
+                access: Arc::new(access),
+                ..scoped
+            })
+        }
         Err(_) => Ok(identity.clone()),
     }
 }

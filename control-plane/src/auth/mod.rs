@@ -137,6 +137,17 @@ pub fn ref_of(expr: &str) -> Option<String> {
 }
 
 impl Identity {
+    /// The ref expression a request reads after `auth::history::scoped` checked `expr`
+    /// for this identity: the very commit the check found its limits for, when history
+    /// limits it (the ref may have moved since), else `expr` itself. Grants still go
+    /// by `expr`'s ref.
+    pub fn reads(&self, expr: &str) -> String {
+        match &self.access.ceilings_at {
+            Some(hash) => format!("@{hash}"),
+            None => expr.to_string(),
+        }
+    }
+
     /// An identity with every permission: `--no-auth`, and lh's own work.
     pub fn admin(user: impl Into<String>) -> Identity {
         Identity {

@@ -182,6 +182,10 @@ pub struct Access {
     /// (`auth::history::scoped`): a namespace is readable only when, besides a grant,
     /// each of these lists has a pattern covering it. Empty: none.
     pub ceilings: Vec<Vec<Pattern>>,
+    /// The commit (full hex hash) those limits were found for: the request reads that
+    /// commit, never its ref expression again (`Identity::reads`), so a ref moved in
+    /// between cannot hand it a commit its limits were not found for.
+    pub ceilings_at: Option<String>,
 }
 
 impl Access {
@@ -198,6 +202,7 @@ impl Access {
             roles: vec![role.as_str().to_string()],
             grants: vec![Grant::every(actions)],
             ceilings: Vec::new(),
+            ceilings_at: None,
         }
     }
 
@@ -354,6 +359,7 @@ impl Roles {
             roles: names.to_vec(),
             grants: Vec::new(),
             ceilings: Vec::new(),
+            ceilings_at: None,
         };
         for name in names {
             match self.get(name).await? {
@@ -395,6 +401,7 @@ impl Roles {
                 .map(|t| Grant::parse(t))
                 .collect::<Result<_>>()?,
             ceilings: Vec::new(),
+            ceilings_at: None,
         }))
     }
 
@@ -540,6 +547,7 @@ mod tests {
             roles: vec![],
             grants: vec![g],
             ceilings: Vec::new(),
+            ceilings_at: None,
         };
         assert!(a.on_table(Action::Write, "main", "sales.orders"));
         assert!(a.on_table(Action::Write, "main", "sales.eu.orders"));
@@ -585,6 +593,7 @@ mod tests {
             .map(|t| Grant::parse(t).unwrap())
             .collect(),
             ceilings: Vec::new(),
+            ceilings_at: None,
         };
         assert!(a.anywhere(Action::Merge));
         assert!(!a.anywhere(Action::Admin));

@@ -89,6 +89,11 @@ pub struct ServerArgs {
     /// DuckDB's memory limit per query or import
     #[arg(long, default_value = "4GB", value_name = "SIZE")]
     pub duckdb_memory: String,
+    /// The memory all query answers the server holds at once may take together (rows
+    /// read out of DuckDB, their Arrow or JSON encoding not yet sent); an answer that
+    /// would pass it is refused (503) until others are sent
+    #[arg(long, default_value = "2g", value_name = "SIZE", value_parser = parse_size)]
+    pub answer_memory: u64,
     /// Where Python environments are built and kept [default: DATA_DIR/envs]
     #[arg(long, env = env_vars::LH_ENV_CACHE, value_name = "DIR")]
     pub env_cache: Option<PathBuf>,
@@ -313,6 +318,7 @@ fn config(args: ServerArgs) -> ServerConfig {
     config.max_result_bytes = args.max_result_bytes;
     config.max_concurrent_queries = args.max_concurrent_queries.max(1);
     config.duckdb_memory = args.duckdb_memory;
+    config.answer_memory = args.answer_memory;
     config.max_concurrent_writes = args.max_concurrent_writes.max(1);
     config.auto_compact_files = args.auto_compact_files.map(|n| n.max(2));
     config.retention = Retention::parse(&args.retain).unwrap_or_default();

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use crate::error::{Error, Result};
+use crate::query::memory::{Charge, attach_each};
 
 /// An Arrow IPC stream being written: the schema, then each batch.
 pub struct IpcStream {
@@ -31,6 +32,10 @@ pub struct IpcStream {
     dictionaries: DictionaryTracker,
     options: IpcWriteOptions,
     compression: CompressionContext,
+    /// What the stream holds, charged to the server's answer memory: the batches not
+    /// yet encoded and the pieces not yet handed over. A piece handed over takes its
+    /// part along, given back once it is sent.
+    charge: Option<Charge>,
 }
 
 /// Rows per encoded batch (DuckDB's Python package hands over a million at a time).
@@ -43,8 +48,10 @@ fn failed(e: arrow::error::ArrowError) -> Error {
 }
 
 impl IpcStream {
-    pub fn new(schema: &Schema) -> Result<IpcStream> {
+    /// A stream whose held bytes are charged to `charge` (none: uncharged).
+    pub fn new(schema: &Schema, charge: Option<Charge>) -> Result<IpcStream> {
         let mut s = IpcStream {
+            charge,
             pieces: Vec::new(),
             pending: Vec::new(),
             pending_rows: 0,
@@ -72,7 +79,17 @@ impl IpcStream {
         if self.pending_rows >= BATCH_ROWS || self.pending_bytes >= BATCH_BYTES {
             self.flush()?;
         }
-        Ok(())
+        self.recharge()
+    }
+
+    /// Sets the charge to what the stream holds now (or fails: no room in the budget).
+    fn recharge(&mut self) -> Result<()> {
+        let held =
+            self.pending_bytes as u64 + self.pieces.iter().map(|p| p.len() as u64).sum::<u64>();
+        match &mut self.charge {
+            Some(c) => c.set(held),
+            None => Ok(()),
+        }
     }
 
     /// Encodes the pending batches as one.
@@ -129,7 +146,14 @@ impl IpcStream {
 
     /// The pieces written so far, handed over (a stream sent as it is written).
     pub fn drain(&mut self) -> Vec<Bytes> {
-        std::mem::take(&mut self.pieces)
+        let pieces = std::mem::take(&mut self.pieces);
+        match &mut self.charge {
+            Some(c) => {
+                let part = c.split(pieces.iter().map(|p| p.len() as u64).sum());
+                attach_each(part, pieces)
+            }
+            None => pieces,
+        }
     }
 
     /// Ends the stream: what is pending, then the end-of-stream marker.
@@ -139,24 +163,35 @@ impl IpcStream {
         end.extend_from_slice(&[0xff; 4]);
         end.extend_from_slice(&0i32.to_le_bytes());
         self.add(end);
-        Ok(())
+        self.recharge()
     }
 
     /// The stream, ended, as a response body.
     pub fn finish(mut self) -> Result<IpcBody> {
         self.end()?;
+        let remaining = self.len;
         Ok(IpcBody {
-            remaining: self.len,
-            pieces: self.pieces.into(),
+            remaining,
+            pieces: self.drain().into(),
         })
     }
 }
 
 /// A finished stream as an HTTP body of known length (a `Content-Length` answer that
-/// clients can read into one buffer).
+/// clients can read into one buffer); any answer made of pieces, too (the JSON one).
 pub struct IpcBody {
     pieces: VecDeque<Bytes>,
     remaining: u64,
+}
+
+impl IpcBody {
+    /// A body of these pieces, in order.
+    pub fn from_pieces(pieces: Vec<Bytes>) -> IpcBody {
+        IpcBody {
+            remaining: pieces.iter().map(|p| p.len() as u64).sum(),
+            pieces: pieces.into(),
+        }
+    }
 }
 
 impl Body for IpcBody {
@@ -205,7 +240,7 @@ mod tests {
             ("d", Arc::new(dict) as ArrayRef),
         ])
         .unwrap();
-        let mut s = IpcStream::new(&batch.schema()).unwrap();
+        let mut s = IpcStream::new(&batch.schema(), None).unwrap();
         s.push(&batch).unwrap();
         s.push(&batch.slice(1, 2)).unwrap();
         let body = s.finish().unwrap();

@@ -20,6 +20,7 @@
 mod commits;
 pub mod diff;
 pub mod ipc;
+pub mod memory;
 pub mod prune;
 pub mod sql;
 #[cfg(test)]
@@ -53,6 +54,8 @@ pub struct QueryLimits {
     pub max_result_bytes: u64,
     pub max_concurrent: usize,
     pub duck: DuckLimits,
+    /// The bytes every answer the server holds may take together (`memory.rs`).
+    pub answer_memory: u64,
 }
 
 pub struct QueryEngine {
@@ -65,6 +68,8 @@ pub struct QueryEngine {
     database: Arc<std::sync::Mutex<Connection>>,
     /// The catalogs of recently queried commits, with the views made in them.
     commits: quick_cache::sync::Cache<CommitId, Arc<CommitCatalog>>,
+    /// What the answers held at once may take.
+    memory: memory::AnswerMemory,
 }
 
 /// How many commits keep their catalog of views between queries.
@@ -76,6 +81,8 @@ pub struct QueryOutput {
     pub schema: SchemaRef,
     /// The rows, unless they were asked for as an Arrow IPC stream (`ipc`).
     pub batches: Vec<RecordBatch>,
+    /// The answer memory `batches` hold, given back when the output is dropped.
+    pub charge: Option<memory::Charge>,
     /// The rows already encoded as an Arrow IPC stream, as DuckDB handed them over.
     pub ipc: Option<ipc::IpcStream>,
     /// A large answer without `max_rows`, being sent as DuckDB produces it.
@@ -137,14 +144,20 @@ impl QueryEngine {
             tables,
             permits: Arc::new(Semaphore::new(limits.max_concurrent.max(1))),
             shares: Default::default(),
-            limits,
             database: Arc::new(std::sync::Mutex::new(conn)),
             commits: quick_cache::sync::Cache::new(CACHED_COMMITS),
+            memory: memory::AnswerMemory::new(limits.answer_memory),
+            limits,
         })
     }
 
     pub fn limits(&self) -> &QueryLimits {
         &self.limits
+    }
+
+    /// The server's answer memory, which every answer it holds is charged to.
+    pub fn answer_memory(&self) -> &memory::AnswerMemory {
+        &self.memory
     }
 
     /// Writes the rows of `table` in `commit` (only `columns`, only the rows matching
@@ -541,10 +554,11 @@ impl QueryEngine {
         // waiting: a statement DuckDB cannot interrupt at once (its optimizer) keeps
         // its slot while it runs.
         let held = _permit.clone();
+        let charge = self.memory.charge_for(caller);
         let task = blocking(move || {
             let _held = held;
             execute(
-                session, &views, &text, max_bytes, max_rows, ipc, early, deadline,
+                session, &views, &text, max_bytes, max_rows, ipc, early, deadline, charge,
             )
         });
         let mut run = Box::pin(interruptible(handle, timeout, task, move || {
@@ -582,6 +596,7 @@ impl QueryEngine {
                         commit: resolved.commit.id,
                         schema,
                         batches: Vec::new(),
+                        charge: None,
                         ipc: None,
                         streaming: Some(Streaming { first, rest, done }),
                         truncated: false,
@@ -597,9 +612,9 @@ impl QueryEngine {
             Some(out) => out?,
             None => run.await?,
         };
-        let (batches, ipc) = match rows {
-            Rows::Batches(b) => (b, None),
-            Rows::Ipc(s) => (Vec::new(), Some(s)),
+        let (batches, charge, ipc) = match rows {
+            Rows::Batches(b, c) => (b, Some(c), None),
+            Rows::Ipc(s) => (Vec::new(), None, Some(s)),
             Rows::Streamed => {
                 return Err(Error::internal("a streamed answer ended without its start"));
             }
@@ -608,6 +623,7 @@ impl QueryEngine {
             commit: resolved.commit.id,
             schema,
             batches,
+            charge,
             ipc,
             streaming: None,
             truncated,
@@ -751,7 +767,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 
 /// What a query's rows were collected as.
 enum Rows {
-    Batches(Vec<RecordBatch>),
+    Batches(Vec<RecordBatch>, memory::Charge),
     Ipc(ipc::IpcStream),
     /// Sent as they came (see [`Started`]).
     Streamed,
@@ -819,6 +835,7 @@ fn execute(
     ipc: bool,
     mut early: Option<tokio::sync::oneshot::Sender<Started>>,
     deadline: std::time::Instant,
+    mut charge: memory::Charge,
 ) -> Result<(SchemaRef, Rows, bool)> {
     session.ensure_views(views)?;
     let conn = &session.conn;
@@ -827,8 +844,11 @@ fn execute(
     // an error part-way (a failed cast, an interrupt) is an error, not a short result.
     let schema = stmt.stream_arrow([]).map_err(sql_error)?.get_schema();
     let mut batches = Vec::new();
+    // Everything the answer holds is charged to the server's answer memory: the
+    // stream's held bytes (its pieces take their part along when handed over), or the
+    // batches.
     let mut stream = if ipc {
-        Some(ipc::IpcStream::new(&schema)?)
+        Some(ipc::IpcStream::new(&schema, Some(charge.another()))?)
     } else {
         None
     };
@@ -869,7 +889,10 @@ fn execute(
         }
         match &mut stream {
             Some(s) => s.push(&batch)?,
-            None => batches.push(batch),
+            None => {
+                charge.grow(batch.get_array_memory_size() as u64)?;
+                batches.push(batch);
+            }
         }
         if let (Some(s), Some((tx, _))) = (&mut stream, &sending) {
             for piece in s.drain() {
@@ -907,7 +930,7 @@ fn execute(
             Rows::Streamed
         }
         (Some(s), None) => Rows::Ipc(s),
-        (None, _) => Rows::Batches(batches),
+        (None, _) => Rows::Batches(batches, charge),
     };
     Ok((schema, rows, truncated))
 }

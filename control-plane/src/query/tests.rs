@@ -25,6 +25,7 @@ pub(crate) async fn setup(dir: &std::path::Path) -> (Arc<Tables>, QueryEngine, I
             threads: 1,
             memory_limit: "1GB".into(),
         },
+        answer_memory: 64 << 20,
     };
     let engine = QueryEngine::new(tables.clone(), limits.clone(), dir.join("spill")).unwrap();
     let ctx = ImportContext::new(

@@ -4,7 +4,7 @@
 use axum::Json;
 use axum::extract::State;
 
-use super::names::at;
+use super::names::named;
 use super::types::{ConfigQuery, Params};
 use crate::auth::{Action, Identity};
 use crate::http::IcebergResult;
@@ -19,7 +19,7 @@ pub async fn config(
         .warehouse
         .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
     identity.require_ref(Action::Read, &warehouse, "reading its catalog")?;
-    at(&s, &warehouse).await?;
+    named(&s, &warehouse).await?;
     let prefix = url::form_urlencoded::byte_serialize(warehouse.as_bytes()).collect::<String>();
     let endpoints = [
         "GET /v1/{prefix}/namespaces",

@@ -5,6 +5,7 @@
 use lh_catalog::Commit;
 
 use super::types::{TableIdent, bad_request};
+use crate::auth::Identity;
 use crate::error::{Code, Error, Kind};
 use crate::http::IcebergResult;
 use crate::state::AppState;
@@ -16,9 +17,21 @@ pub struct At {
     writable: bool,
 }
 
-pub async fn at(s: &AppState, prefix: &str) -> IcebergResult<At> {
+/// The commit a prefix names, for a read by `identity`: the very commit the guard found
+/// its history limits for (`Identity::reads`), not the prefix resolved again.
+pub async fn at(s: &AppState, prefix: &str, identity: &Identity) -> IcebergResult<At> {
+    resolve(s, prefix, &identity.reads(prefix)).await
+}
+
+/// The ref a prefix names as it is now (the catalog's configuration; writes, which go
+/// to a branch's head).
+pub async fn named(s: &AppState, prefix: &str) -> IcebergResult<At> {
+    resolve(s, prefix, prefix).await
+}
+
+async fn resolve(s: &AppState, prefix: &str, read: &str) -> IcebergResult<At> {
     let expr = prefix.to_string();
-    let resolved = s.catalog.resolve(&expr).await.map_err(|e| {
+    let resolved = s.catalog.resolve(read).await.map_err(|e| {
         let message = format!("{} (the catalog prefix is an lh ref)", e.message());
         match e.kind() {
             lh_catalog::ErrorKind::RefNotFound => Error::not_found(Code::PrefixNotFound, message),
@@ -34,7 +47,7 @@ pub async fn at(s: &AppState, prefix: &str) -> IcebergResult<At> {
 
 /// The branch a prefix names, for a write: a tag or a fixed commit is refused.
 pub async fn branch(s: &AppState, prefix: &str) -> IcebergResult<At> {
-    let a = at(s, prefix).await?;
+    let a = named(s, prefix).await?;
     if !a.writable {
         return Err(Error::new(
             Kind::Forbidden,

@@ -21,7 +21,7 @@ pub async fn list_namespaces(
     Path(prefix): Path<String>,
     Params(q): Params<ParentQuery>,
 ) -> IcebergResult<Json<serde_json::Value>> {
-    let a = at(&s, &prefix).await?;
+    let a = at(&s, &prefix, &identity).await?;
     let all = s.namespaces.at(&a.commit).await?;
     let parent: Vec<String> = match &q.parent {
         Some(p) if !p.is_empty() => namespace(p)?,
@@ -71,9 +71,10 @@ pub async fn create_namespace(
 
 pub async fn load_namespace(
     State(s): State<AppState>,
+    identity: Identity,
     Path((prefix, ns)): Path<(String, String)>,
 ) -> IcebergResult<Json<serde_json::Value>> {
-    let a = at(&s, &prefix).await?;
+    let a = at(&s, &prefix, &identity).await?;
     let parts = namespace(&ns)?;
     let props = s.namespaces.get(&a.commit, &parts.join(".")).await?;
     Ok(Json(
@@ -83,9 +84,10 @@ pub async fn load_namespace(
 
 pub async fn namespace_exists(
     State(s): State<AppState>,
+    identity: Identity,
     Path((prefix, ns)): Path<(String, String)>,
 ) -> IcebergResult<StatusCode> {
-    let a = at(&s, &prefix).await?;
+    let a = at(&s, &prefix, &identity).await?;
     let parts = namespace(&ns)?;
     s.namespaces.get(&a.commit, &parts.join(".")).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -24,10 +24,11 @@ use crate::tables::commit::{Base, Change, Committed, NewTable, Put, Transaction}
 
 pub async fn list_tables(
     State(s): State<AppState>,
+    identity: Identity,
     Path((prefix, ns)): Path<(String, String)>,
     Params(page): Params<Page>,
 ) -> IcebergResult<Json<serde_json::Value>> {
-    let a = at(&s, &prefix).await?;
+    let a = at(&s, &prefix, &identity).await?;
     let parts = namespace(&ns)?;
     let name = parts.join(".");
     s.namespaces.get(&a.commit, &name).await?;
@@ -60,7 +61,7 @@ pub async fn load_table(
     headers: HeaderMap,
     identity: Identity,
 ) -> IcebergResult<Json<LoadTableResult>> {
-    let a = at(&s, &prefix).await?;
+    let a = at(&s, &prefix, &identity).await?;
     let name = table_name(&namespace(&ns)?, &table)?;
     let t = s
         .tables
@@ -76,9 +77,10 @@ pub async fn load_table(
 
 pub async fn table_exists(
     State(s): State<AppState>,
+    identity: Identity,
     Path((prefix, ns, table)): Path<(String, String, String)>,
 ) -> IcebergResult<StatusCode> {
-    let a = at(&s, &prefix).await?;
+    let a = at(&s, &prefix, &identity).await?;
     let name = table_name(&namespace(&ns)?, &table)?;
     match s.catalog.table_in(&a.commit, &name).await? {
         Some(_) => Ok(StatusCode::NO_CONTENT),
@@ -90,10 +92,11 @@ pub async fn table_exists(
 /// for the table at the ref.
 pub async fn report_metrics(
     State(s): State<AppState>,
+    identity: Identity,
     Path((prefix, ns, table)): Path<(String, String, String)>,
     Body(report): Body<MetricsReport>,
 ) -> IcebergResult<StatusCode> {
-    let a = at(&s, &prefix).await?;
+    let a = at(&s, &prefix, &identity).await?;
     let name = table_name(&namespace(&ns)?, &table)?;
     if s.catalog.table_in(&a.commit, &name).await?.is_none() {
         return Err(no_table(&name, &a.expr).into());
@@ -188,6 +191,13 @@ async fn stage(
     for u in &change.updates {
         if let TableUpdate::SetLocation { location } = u {
             chosen_location(s, identity, name, location)?;
+        }
+        if let TableUpdate::SetProperties { updates } = u
+            && let Some(key) = updates
+                .keys()
+                .find(|k| !crate::error::client_table_property(k))
+        {
+            return Err(crate::error::reserved_property(key).into());
         }
         // lh's provenance (the run and node that made a snapshot) is lh's to write:
         // reuse of memoized outputs and bisect's attribution read it.
@@ -531,6 +541,13 @@ pub async fn create_table(
     }
     if let Some(l) = &req.location {
         chosen_location(&s, &identity, &name, l)?;
+    }
+    if let Some(key) = req
+        .properties
+        .keys()
+        .find(|k| !crate::error::client_table_property(k))
+    {
+        return Err(crate::error::reserved_property(key).into());
     }
     let metadata = s.tables.new_table(
         &name,

@@ -758,6 +758,7 @@ impl RunService {
         at: &str,
         params: &BTreeMap<String, String>,
         expectations: Option<&[String]>,
+        readable: &(dyn Fn(&str) -> bool + Sync),
     ) -> Result<Plan> {
         let root = self.code_path(code_hash).await?;
         let planner = Planner {
@@ -767,23 +768,30 @@ impl RunService {
             harness: &self.harness,
             ceilings: &self.config.ceilings,
             expectations,
+            readable,
         };
         planner.plan(&root, commit, at, params).await
     }
 
-    /// Plans a project against a ref without running anything (`lh run --dry-run`).
+    /// Plans a project against a ref without running anything (`lh run --dry-run`),
+    /// for `by`: an input it may not read (at that commit, through its history) is
+    /// planned as a table that is not there.
     pub async fn plan(
         &self,
         code_hash: &str,
         at: &str,
         params: &BTreeMap<String, String>,
         partitions: Option<&str>,
-        changes: Option<(bool, &Identity)>,
+        by: &Identity,
+        changes: Option<bool>,
     ) -> Result<PlanResponse> {
-        let resolved = self.catalog.resolve(at).await?;
+        let reader = crate::auth::history::scoped(&self.catalog, by, at).await?;
+        let resolved = self.catalog.resolve(&reader.reads(at)).await?;
+        let readable = |t: &str| reader.can_table(crate::auth::Action::Read, at, t);
         let plan = self
-            .planner_plan(code_hash, &resolved.commit, at, params, None)
+            .planner_plan(code_hash, &resolved.commit, at, params, None, &readable)
             .await?;
+        let changes = changes.map(|no_cache| (no_cache, by));
         let plan = partitions::apply(plan, partitions)?;
         let changes = match changes {
             Some((no_cache, by)) => {
@@ -818,6 +826,16 @@ impl RunService {
             true => format!("{}@{}", start.target, &input.id.to_hex()[..12]),
             false => start.target.clone(),
         };
+        // Every table it reads, the starter may read, at the commit it reads (a check
+        // or a replay reads an older one, whose history may bound the starter more); a
+        // table it may not read is planned as one that is not there.
+        let reader = crate::auth::history::scoped(
+            &self.catalog,
+            &start.by,
+            &format!("{}@{}", start.target, input.id.to_hex()),
+        )
+        .await?;
+        let readable = |t: &str| reader.can_table(crate::auth::Action::Read, &start.target, t);
         let mut plan = self
             .planner_plan(
                 &start.code_hash,
@@ -825,6 +843,7 @@ impl RunService {
                 &at,
                 &start.params,
                 some.then_some(start.only.as_slice()),
+                &readable,
             )
             .await?;
         if let Some(values) = &start.param_values {
@@ -853,14 +872,6 @@ impl RunService {
             )
             .with_hint("check with an expectation that reads no secret"));
         }
-        // Every table it reads, the starter may read, at the commit it reads (a check
-        // or a replay reads an older one, whose history may bound the starter more).
-        let reader = crate::auth::history::scoped(
-            &self.catalog,
-            &start.by,
-            &format!("{}@{}", start.target, input.id.to_hex()),
-        )
-        .await?;
         for n in &plan.nodes {
             for i in n.inputs.iter().filter(|i| i.producer.is_none()) {
                 reader.require_table(

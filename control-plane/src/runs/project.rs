@@ -436,6 +436,9 @@ pub struct Planner<'a> {
     /// A check's plan: only these expectations (see `Plan::select`; empty: all of
     /// them), every input read from the commit, and only their inputs need to exist.
     pub expectations: Option<&'a [String]>,
+    /// The tables the one who plans may read: any other input is "neither a table nor
+    /// made by the project", as a table that is not there (its existence is not told).
+    pub readable: &'a (dyn Fn(&str) -> bool + Sync),
 }
 
 fn loc(file: &str, line: u32, message: impl std::fmt::Display) -> String {
@@ -885,12 +888,13 @@ impl Planner<'_> {
                     )),
                     Some(&p) => nodes[i].inputs[j].producer = Some(p),
                     None => {
-                        if self
-                            .tables
-                            .catalog
-                            .table_in(commit, &table)
-                            .await?
-                            .is_none()
+                        if !(self.readable)(&table)
+                            || self
+                                .tables
+                                .catalog
+                                .table_in(commit, &table)
+                                .await?
+                                .is_none()
                         {
                             problems.push(loc(
                                 &nodes[i].file,

@@ -840,11 +840,49 @@ fn next_metadata(
     previous: Option<String>,
     updates: Vec<TableUpdate>,
 ) -> Result<TableMetadata> {
+    let mut last = base.last_sequence_number();
     let mut b = TableMetadataBuilder::new_from_metadata(base, previous);
     for u in updates {
+        if let TableUpdate::AddSnapshot { snapshot } = &u {
+            check_snapshot_bounds(snapshot, last)?;
+            last = last.max(snapshot.sequence_number());
+        }
         b = u.apply(b).map_err(invalid_update)?;
     }
     Ok(b.build().map_err(invalid_update)?.metadata)
+}
+
+/// How far ahead of the server's clock a client's snapshot may be dated (clocks differ).
+const MAX_SNAPSHOT_CLOCK_SKEW_MS: i64 = 3_600_000;
+
+/// A client's snapshot takes the table's next sequence number and is dated no later
+/// than now (give or take clocks): one numbered or dated far ahead (`i64::MAX`) would
+/// leave every later writer unable to number or date its own snapshot after it.
+fn check_snapshot_bounds(snapshot: &iceberg::spec::Snapshot, last_sequence: i64) -> Result<()> {
+    let next = last_sequence.saturating_add(1);
+    if snapshot.sequence_number() > next {
+        return Err(Error::bad_request(
+            Code::InvalidUpdate,
+            format!(
+                "snapshot {} has sequence number {}; the table's next is {next}",
+                snapshot.snapshot_id(),
+                snapshot.sequence_number()
+            ),
+        ));
+    }
+    let now = chrono::Utc::now().timestamp_millis();
+    if snapshot.timestamp_ms() > now.saturating_add(MAX_SNAPSHOT_CLOCK_SKEW_MS) {
+        return Err(Error::bad_request(
+            Code::InvalidUpdate,
+            format!(
+                "snapshot {} is dated {} ms after the epoch, more than an hour past the \
+                 server's clock ({now})",
+                snapshot.snapshot_id(),
+                snapshot.timestamp_ms()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The format a new table asks for with the reserved `format-version` property (default 2).

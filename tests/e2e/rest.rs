@@ -505,6 +505,7 @@ fn stale_appends_lh_may_not_rebase_stay_conflicts() {
     let (_, now) = http.send("GET", path, None);
     let current = now["metadata"]["current-snapshot-id"].clone();
     let at = now["metadata"]["last-updated-ms"].as_i64().unwrap() + 1;
+    let next = now["metadata"]["last-sequence-number"].as_i64().unwrap() + 1;
     for (why, g, names) in [
         (
             "a fresh list naming another table's manifests",
@@ -523,7 +524,7 @@ fn stale_appends_lh_may_not_rebase_stay_conflicts() {
         "updates": [
             {"action": "add-snapshot", "snapshot": {
                 "snapshot-id": g["snapshot_id"], "parent-snapshot-id": current,
-                "sequence-number": 99, "timestamp-ms": at,
+                "sequence-number": next, "timestamp-ms": at,
                 "manifest-list": g["manifest_list"],
                 "summary": {"operation": "append"}, "schema-id": 0}},
             {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch",

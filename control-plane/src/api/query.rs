@@ -11,8 +11,9 @@ use axum::{Json, Router};
 use lh_api::{QueryColumn, QueryRequest};
 
 use crate::auth::{Action, Identity};
-use crate::error::{Code, Error, Kind};
+use crate::error::Error;
 use crate::http::ApiResult;
+use crate::query::memory::{JsonText, Pieces};
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -152,11 +153,12 @@ fn wants_json(headers: &HeaderMap) -> bool {
 }
 
 /// A result as JSON ([`QueryJson`]): the columns with their Arrow types, and each value
-/// formatted as text the way `lh query` prints it (nulls stay null). Written straight
-/// into the body and held to the same `max_bytes` as the Arrow answer: text can be far
-/// larger than the Arrow it comes from (a boolean is one bit there, `"false"` here).
-/// The text is written in pieces of about a megabyte, each charged to the server's
-/// answer memory (`charge`) as it is written, and handed back with its part of it.
+/// formatted as text the way `lh query` prints it (nulls stay null). Held to the same
+/// `max_bytes` as the Arrow answer, and charged to the server's answer memory
+/// (`charge`), as it is written, byte by byte: text can be far larger than the Arrow it
+/// comes from (a boolean is one bit there, `"false"` here, and one list value can
+/// print as gigabytes). The text is handed back in pieces of about a megabyte, each
+/// with its part of the charge.
 fn json_answer(
     out: crate::query::QueryOutput,
     started: std::time::Instant,
@@ -164,15 +166,6 @@ fn json_answer(
     charge: crate::query::memory::Charge,
 ) -> Result<Vec<bytes::Bytes>, Error> {
     use std::io::Write;
-    let too_large = || {
-        Error::new(
-            Kind::TooLarge,
-            Code::ResultTooLarge,
-            format!("the result as JSON is larger than the limit of {max_bytes} bytes"),
-        )
-        .with_hint("add a LIMIT or aggregate, or ask for Arrow (the CLI and lh.Client do)")
-    };
-    let failed = |e: std::io::Error| Error::internal(format!("cannot write the result: {e}"));
     let columns: Vec<QueryColumn> = out
         .schema
         .fields()
@@ -182,12 +175,12 @@ fn json_answer(
             r#type: f.data_type().to_string(),
         })
         .collect();
-    let mut buf = Pieces::new(charge);
-    buf.extend_from_slice(b"{\"columns\":");
-    serde_json::to_writer(&mut buf, &columns).map_err(|e| failed(e.into()))?;
-    buf.extend_from_slice(b",\"rows\":[");
+    let mut buf = Pieces::new(charge, max_bytes, "the result as JSON")
+        .with_hint("add a LIMIT or aggregate, or ask for Arrow (the CLI and lh.Client do)");
+    buf.put(b"{\"columns\":")?;
+    serde_json::to_writer(&mut buf, &columns).map_err(|e| buf.failed(e.into()))?;
+    buf.put(b",\"rows\":[")?;
     let options = FormatOptions::default();
-    let mut cell = String::new();
     let mut first_row = true;
     for batch in &out.batches {
         let formatters = batch
@@ -200,27 +193,28 @@ fn json_answer(
         let nulls: Vec<_> = batch.columns().iter().map(|c| c.logical_nulls()).collect();
         for i in 0..batch.num_rows() {
             if !std::mem::take(&mut first_row) {
-                buf.push(b',');
+                buf.put(b",")?;
             }
-            buf.push(b'[');
+            buf.put(b"[")?;
             for (j, f) in formatters.iter().enumerate() {
                 if j > 0 {
-                    buf.push(b',');
+                    buf.put(b",")?;
                 }
                 if nulls[j].as_ref().is_some_and(|n| n.is_null(i)) {
-                    buf.extend_from_slice(b"null");
+                    buf.put(b"null")?;
                 } else {
-                    cell.clear();
-                    std::fmt::Write::write_fmt(&mut cell, format_args!("{}", f.value(i)))
-                        .map_err(|e| Error::internal(format!("cannot format the result: {e}")))?;
-                    serde_json::to_writer(&mut buf, &cell).map_err(|e| failed(e.into()))?;
+                    // Formatted straight into the text, escaped as it comes.
+                    buf.put(b"\"")?;
+                    let written = std::fmt::Write::write_fmt(
+                        &mut JsonText(&mut buf),
+                        format_args!("{}", f.value(i)),
+                    );
+                    written
+                        .map_err(|_| buf.failed(std::io::Error::other("cannot format a value")))?;
+                    buf.put(b"\"")?;
                 }
             }
-            buf.push(b']');
-            if buf.len() > max_bytes {
-                return Err(too_large());
-            }
-            buf.cut()?;
+            buf.put(b"]")?;
         }
     }
     write!(
@@ -231,86 +225,67 @@ fn json_answer(
         out.files_read,
         started.elapsed().as_millis()
     )
-    .map_err(failed)?;
+    .map_err(|e| buf.failed(e))?;
     drop(out);
     buf.finish()
-}
-
-/// Text written in pieces of about [`Pieces::SIZE`] bytes (never one large buffer that
-/// doubles as it grows), charged to the answer memory as it is written.
-struct Pieces {
-    done: Vec<bytes::Bytes>,
-    done_len: u64,
-    current: Vec<u8>,
-    charge: crate::query::memory::Charge,
-}
-
-impl Pieces {
-    const SIZE: usize = 1 << 20;
-
-    fn new(charge: crate::query::memory::Charge) -> Pieces {
-        Pieces {
-            done: Vec::new(),
-            done_len: 0,
-            current: Vec::with_capacity(Self::SIZE),
-            charge,
-        }
-    }
-
-    fn push(&mut self, b: u8) {
-        self.current.push(b);
-    }
-
-    fn extend_from_slice(&mut self, b: &[u8]) {
-        self.current.extend_from_slice(b);
-    }
-
-    /// The bytes written.
-    fn len(&self) -> u64 {
-        self.done_len + self.current.len() as u64
-    }
-
-    /// Ends the current piece once it is full, and charges what is held (or fails: the
-    /// server's answer memory has no room).
-    fn cut(&mut self) -> Result<(), Error> {
-        if self.current.len() >= Self::SIZE {
-            let mut piece = std::mem::replace(&mut self.current, Vec::with_capacity(Self::SIZE));
-            piece.shrink_to_fit();
-            self.done_len += piece.len() as u64;
-            self.done.push(piece.into());
-        }
-        self.charge
-            .set(self.done_len + self.current.capacity() as u64)
-    }
-
-    fn finish(mut self) -> Result<Vec<bytes::Bytes>, Error> {
-        let last = std::mem::take(&mut self.current);
-        self.done_len += last.len() as u64;
-        self.done.push(last.into());
-        self.charge.set(self.done_len)?;
-        Ok(crate::query::memory::attach_each(self.charge, self.done))
-    }
-}
-
-impl std::io::Write for Pieces {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.current.extend_from_slice(b);
-        Ok(b.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Code;
 
     fn accept(v: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
         h.insert(header::ACCEPT, HeaderValue::from_str(v).unwrap());
         h
+    }
+
+    /// Text escaped into the pieces reads back as serde_json's own escaping does.
+    #[test]
+    fn json_text_escapes_as_serde_json() {
+        let memory = crate::query::memory::AnswerMemory::new(64 << 20);
+        let mut p = Pieces::new(memory.charge(), 1 << 30, "the text");
+        let text = "a\"b\\c\nd\re\tf\u{8}g\u{c}h\u{1}i\u{1f}j\u{7f}k\u{e9}l";
+        p.put(b"\"").unwrap();
+        std::fmt::Write::write_str(&mut JsonText(&mut p), text).unwrap();
+        p.put(b"\"").unwrap();
+        let pieces = p.finish().unwrap();
+        let got: Vec<u8> = pieces.iter().flat_map(|b| b.to_vec()).collect();
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            serde_json::to_string(text).unwrap()
+        );
+    }
+
+    /// One value's text is held to the limit and charged as it is written, however
+    /// small its Arrow: past the answer memory, or past `max_bytes`, it stops.
+    #[test]
+    fn one_huge_value_is_bounded_as_it_is_written() {
+        let memory = crate::query::memory::AnswerMemory::new(8 << 20);
+        let mut p = Pieces::new(memory.charge(), 1 << 30, "the text");
+        let chunk = "false, ".repeat(1000);
+        let mut written = 0usize;
+        let e = loop {
+            let r = std::fmt::Write::write_str(&mut JsonText(&mut p), &chunk);
+            match r {
+                Ok(()) => written += chunk.len(),
+                Err(_) => break p.failed(std::io::Error::other("x")),
+            }
+            assert!(written < 64 << 20, "never stopped");
+        };
+        assert_eq!(e.code, Code::AnswerMemoryFull, "{}", e.message);
+        assert!(memory.used() <= 8 << 20);
+        drop(p);
+        assert_eq!(memory.used(), 0);
+        let mut p = Pieces::new(memory.charge(), 3 << 20, "the text");
+        let e = loop {
+            let r = std::fmt::Write::write_str(&mut JsonText(&mut p), &chunk);
+            if r.is_err() {
+                break p.failed(std::io::Error::other("x"));
+            }
+        };
+        assert_eq!(e.code, Code::ResultTooLarge, "{}", e.message);
     }
 
     #[test]

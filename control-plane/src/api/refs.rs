@@ -2,6 +2,7 @@
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use lh_api::{
@@ -564,7 +565,7 @@ async fn diff_rows(
     State(s): State<AppState>,
     identity: Identity,
     RawQuery(q): RawQuery,
-) -> ApiResult<Json<RowDiffResponse>> {
+) -> ApiResult<axum::response::Response> {
     let pairs = query_pairs(q.as_deref());
     let get = |key: &str| required(&pairs, key);
     let (from, to, table) = (get("from")?, get("to")?, get("table")?);
@@ -614,7 +615,11 @@ async fn diff_rows(
         caller: Some(&identity.user),
     };
     let d = s.queries.row_diff(req).await?;
-    Ok(Json(RowDiffResponse {
+    // The answer's JSON is written in pieces charged to the answer memory, as a query's
+    // is, while the rows' text (charged too) is still held.
+    let pieces = d.charge.another();
+    let max_bytes = s.queries.limits().max_result_bytes;
+    let answer = RowDiffResponse {
         from,
         to,
         from_commit: a.commit.id.to_hex(),
@@ -628,7 +633,24 @@ async fn diff_rows(
         truncated: d.truncated,
         scan: d.scan,
         elapsed_ms: d.elapsed_ms,
-    }))
+    };
+    let charge = d.charge;
+    let body = tokio::task::spawn_blocking(move || {
+        let mut text = crate::query::memory::Pieces::new(pieces, 2 * max_bytes, "the diff as JSON")
+            .with_hint("ask for fewer rows (--limit); the counts come whole");
+        serde_json::to_writer(&mut text, &answer).map_err(|e| text.failed(e.into()))?;
+        drop((answer, charge));
+        text.finish()
+    })
+    .await
+    .map_err(|e| Error::internal(format!("cannot write the diff: {e}")))??;
+    let mut resp =
+        axum::body::Body::new(crate::query::ipc::IpcBody::from_pieces(body)).into_response();
+    resp.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    Ok(resp)
 }
 
 /// Merges a ref into a branch, atomically; conflicts are listed and nothing changes.

@@ -34,7 +34,10 @@ use crate::error::Result;
 const MAX_CHECKED_REFS: usize = 256;
 
 /// `identity` as it may read the commit `expr` resolves to (see the module's text). An
-/// expression that does not resolve is left to the caller, which reports it.
+/// expression that does not resolve is left to the caller, which reports it; meanwhile
+/// the identity reads nothing its history could limit through it (the ref may be made
+/// before the caller reads it: once, a query queued behind the caller's own slow ones
+/// read a branch made meanwhile from an old commit, with no limit at all).
 pub async fn scoped(catalog: &Catalog, identity: &Identity, expr: &str) -> Result<Identity> {
     let Some(limits) = Limits::of(catalog, identity, ref_of(expr).as_deref()).await? else {
         return Ok(identity.clone());
@@ -49,7 +52,15 @@ pub async fn scoped(catalog: &Catalog, identity: &Identity, expr: &str) -> Resul
                 ..scoped
             })
         }
-        Err(_) => Ok(identity.clone()),
+        Err(_) => {
+            let mut access = (*identity.access).clone();
+            // A ceiling no namespace is under.
+            access.ceilings.push(Vec::new());
+            Ok(Identity {
+                access: Arc::new(access),
+                ..identity.clone()
+            })
+        }
     }
 }
 

@@ -70,6 +70,8 @@ pub struct RowDiff {
     pub truncated: bool,
     pub scan: DiffScan,
     pub elapsed_ms: u64,
+    /// The answer memory the rows' text holds, given back when the diff is dropped.
+    pub charge: super::memory::Charge,
 }
 
 /// A compared column: its name in each side's view, and the name it is shown by.
@@ -298,9 +300,10 @@ impl QueryEngine {
         let key_idx = key.clone();
         let table = req.table.to_string();
         let max_bytes = self.limits.max_result_bytes;
+        let charge = self.memory.charge_for(req.caller);
         // The slot and the read cache's pins go with the work: a diff stopped by its
         // timeout holds both until DuckDB has stopped.
-        let (counts, rows, truncated) = blocking(move || {
+        let (counts, rows, truncated, charge) = blocking(move || {
             let _permit = permit;
             let _pins = pins;
             let cmp = Compare {
@@ -308,8 +311,10 @@ impl QueryEngine {
                 cancelled: &cancelled,
                 table: &table,
                 max_bytes,
+                charge: std::cell::RefCell::new(charge),
             };
-            cmp.run(n, &key_idx, &names, limit)
+            let (counts, rows, truncated) = cmp.run(n, &key_idx, &names, limit)?;
+            Ok((counts, rows, truncated, cmp.charge.into_inner()))
         })
         .await?;
         Ok(RowDiff {
@@ -327,6 +332,7 @@ impl QueryEngine {
             truncated,
             scan,
             elapsed_ms: started.elapsed().as_millis() as u64,
+            charge,
         })
     }
 }
@@ -532,6 +538,8 @@ struct Compare<'a> {
     table: &'a str,
     /// The rows' text is held to this, as a query's answer is.
     max_bytes: u64,
+    /// The answer memory the rows (read out of DuckDB, then as text) hold.
+    charge: std::cell::RefCell<super::memory::Charge>,
 }
 
 impl Compare<'_> {
@@ -564,17 +572,39 @@ impl Compare<'_> {
         Ok(v as u64)
     }
 
-    fn fetch(&self, sql: &str) -> Result<Vec<RecordBatch>> {
+    /// The rows of `sql`, charged to the answer memory batch by batch as they come.
+    fn fetch(&self, sql: &str) -> Result<Fetched<'_>> {
         self.check()?;
         let mut stmt = self
             .session
             .conn
             .prepare(sql)
             .map_err(|e| diff_error(self.table, e))?;
-        Ok(stmt
+        let mut fetched = Fetched {
+            batches: Vec::new(),
+            bytes: 0,
+            charge: &self.charge,
+        };
+        for batch in stmt
             .query_arrow([])
             .map_err(|e| diff_error(self.table, e))?
-            .collect())
+        {
+            let size = batch.get_array_memory_size() as u64;
+            self.charge.borrow_mut().grow(size)?;
+            fetched.bytes += size;
+            fetched.batches.push(batch);
+        }
+        Ok(fetched)
+    }
+
+    /// A batch's values as text (null as None), each value held to the rows' limit and
+    /// charged as it is written.
+    fn cells(&self, batch: &RecordBatch) -> Result<Vec<Vec<Option<String>>>> {
+        let too_large = || self.too_large();
+        let mut charge = self.charge.borrow_mut();
+        cells(batch, &mut |v| {
+            super::memory::text_of(v, self.max_bytes, &mut charge, &too_large)
+        })
     }
 
     /// The counts, and at most `limit` rows.
@@ -613,8 +643,8 @@ impl Compare<'_> {
             ))?;
             let mut out = Vec::new();
             let mut bytes = 0u64;
-            for batch in &batches {
-                for row in cells(batch)? {
+            for batch in batches.iter() {
+                for row in self.cells(batch)? {
                     bytes += row_bytes(&row);
                     let change = match row[0].as_deref() {
                         Some("1") => Change::Added,
@@ -700,8 +730,8 @@ impl Compare<'_> {
         let mut out = Vec::new();
         let skip = 1 + key.len();
         let mut bytes = 0u64;
-        for batch in &batches {
-            for row in cells(batch)? {
+        for batch in batches.iter() {
+            for row in self.cells(batch)? {
                 bytes += row_bytes(&row);
                 let new = row[skip..skip + n].to_vec();
                 let old = row[skip + n..skip + 2 * n].to_vec();
@@ -741,17 +771,44 @@ impl Compare<'_> {
 
     fn held(&self, bytes: u64) -> Result<()> {
         if bytes > self.max_bytes {
-            return Err(Error::new(
-                Kind::TooLarge,
-                Code::ResultTooLarge,
-                format!(
-                    "the rows of the diff are larger than the limit of {} bytes",
-                    self.max_bytes
-                ),
-            )
-            .with_hint("ask for fewer rows (--limit); the counts come whole"));
+            return Err(self.too_large());
         }
         Ok(())
+    }
+
+    fn too_large(&self) -> Error {
+        Error::new(
+            Kind::TooLarge,
+            Code::ResultTooLarge,
+            format!(
+                "the rows of the diff are larger than the limit of {} bytes",
+                self.max_bytes
+            ),
+        )
+        .with_hint("ask for fewer rows (--limit); the counts come whole")
+    }
+}
+
+/// Batches read out of DuckDB and what they are charged; the charge goes with them.
+struct Fetched<'a> {
+    batches: Vec<RecordBatch>,
+    bytes: u64,
+    charge: &'a std::cell::RefCell<super::memory::Charge>,
+}
+
+impl std::ops::Deref for Fetched<'_> {
+    type Target = Vec<RecordBatch>;
+
+    fn deref(&self) -> &Vec<RecordBatch> {
+        &self.batches
+    }
+}
+
+impl Drop for Fetched<'_> {
+    fn drop(&mut self) {
+        let mut c = self.charge.borrow_mut();
+        let now = c.bytes();
+        let _ = c.set(now.saturating_sub(self.bytes));
     }
 }
 
@@ -761,8 +818,12 @@ fn row_bytes(row: &[Option<String>]) -> u64 {
         .sum()
 }
 
-/// A batch's values as text, as `lh query` prints them (null as None).
-fn cells(batch: &RecordBatch) -> Result<Vec<Vec<Option<String>>>> {
+/// A batch's values as text, as `lh query` prints them (null as None), each made by
+/// `text`.
+fn cells(
+    batch: &RecordBatch,
+    text: &mut dyn FnMut(&dyn std::fmt::Display) -> Result<String>,
+) -> Result<Vec<Vec<Option<String>>>> {
     let options = FormatOptions::default();
     let formatters = batch
         .columns()
@@ -771,18 +832,18 @@ fn cells(batch: &RecordBatch) -> Result<Vec<Vec<Option<String>>>> {
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| Error::internal(format!("cannot format the diff: {e}")))?;
     let nulls: Vec<_> = batch.columns().iter().map(|c| c.logical_nulls()).collect();
-    Ok((0..batch.num_rows())
-        .map(|i| {
-            formatters
-                .iter()
-                .enumerate()
-                .map(|(j, f)| {
-                    (!nulls[j].as_ref().is_some_and(|n| n.is_null(i)))
-                        .then(|| f.value(i).to_string())
-                })
-                .collect()
-        })
-        .collect())
+    let mut rows = Vec::with_capacity(batch.num_rows());
+    for i in 0..batch.num_rows() {
+        let mut row = Vec::with_capacity(formatters.len());
+        for (j, f) in formatters.iter().enumerate() {
+            row.push(match nulls[j].as_ref().is_some_and(|n| n.is_null(i)) {
+                true => None,
+                false => Some(text(&f.value(i))?),
+            });
+        }
+        rows.push(row);
+    }
+    Ok(rows)
 }
 
 fn diff_error(table: &str, e: duckdb::Error) -> Error {

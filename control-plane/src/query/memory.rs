@@ -237,6 +237,217 @@ pub fn attach_each(mut charge: Charge, pieces: Vec<Bytes>) -> Vec<Bytes> {
         .collect()
 }
 
+/// Text written in pieces of [`Pieces::SIZE`] bytes (never one large buffer that doubles
+/// as it grows), held to a size and charged to the answer memory as it is written.
+pub struct Pieces {
+    done: Vec<Bytes>,
+    done_len: u64,
+    current: Vec<u8>,
+    charge: Charge,
+    max_bytes: u64,
+    /// What the text is, for the error past `max_bytes` ("the result as JSON").
+    what: &'static str,
+    hint: &'static str,
+    /// Why a write through `io::Write` failed (the size, or the answer memory).
+    failure: Option<Error>,
+}
+
+impl Pieces {
+    const SIZE: usize = 1 << 20;
+
+    pub fn new(charge: Charge, max_bytes: u64, what: &'static str) -> Pieces {
+        Pieces {
+            done: Vec::new(),
+            done_len: 0,
+            current: Vec::new(),
+            charge,
+            max_bytes,
+            what,
+            hint: "",
+            failure: None,
+        }
+    }
+
+    /// The hint of the error past `max_bytes`.
+    pub fn with_hint(mut self, hint: &'static str) -> Pieces {
+        self.hint = hint;
+        self
+    }
+
+    /// Appends `b`, or fails: past `max_bytes`, or no room in the answer memory.
+    pub fn put(&mut self, mut b: &[u8]) -> Result<()> {
+        if self.done_len + (self.current.len() + b.len()) as u64 > self.max_bytes {
+            let e = Error::new(
+                Kind::TooLarge,
+                Code::ResultTooLarge,
+                format!(
+                    "{} is larger than the limit of {} bytes",
+                    self.what, self.max_bytes
+                ),
+            );
+            return Err(match self.hint {
+                "" => e,
+                hint => e.with_hint(hint),
+            });
+        }
+        while !b.is_empty() {
+            if self.current.capacity() == 0 {
+                // A new piece: charged whole before it is written into.
+                self.charge.grow(Self::SIZE as u64)?;
+                self.current.reserve_exact(Self::SIZE);
+            }
+            let n = (Self::SIZE - self.current.len()).min(b.len());
+            self.current.extend_from_slice(&b[..n]);
+            b = &b[n..];
+            if self.current.len() == Self::SIZE {
+                let piece = std::mem::take(&mut self.current);
+                self.done_len += piece.len() as u64;
+                self.done.push(piece.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The error behind a failed `io::Write`.
+    pub fn failed(&mut self, e: std::io::Error) -> Error {
+        self.failure
+            .take()
+            .unwrap_or_else(|| Error::internal(format!("cannot write the result: {e}")))
+    }
+
+    pub fn finish(mut self) -> Result<Vec<Bytes>> {
+        let last = std::mem::take(&mut self.current);
+        self.done_len += last.len() as u64;
+        if !last.is_empty() {
+            self.done.push(last.into());
+        }
+        // What the last piece did not fill is given back.
+        self.charge.set(self.done_len)?;
+        Ok(attach_each(self.charge, self.done))
+    }
+}
+
+impl std::io::Write for Pieces {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self.put(b) {
+            Ok(()) => Ok(b.len()),
+            Err(e) => {
+                let message = e.message.clone();
+                self.failure = Some(e);
+                Err(std::io::Error::other(message))
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Text as the inside of a JSON string, escaped as serde_json escapes it, written into
+/// the pieces as it is formatted.
+pub struct JsonText<'a>(pub &'a mut Pieces);
+
+impl std::fmt::Write for JsonText<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let bytes = s.as_bytes();
+        let mut start = 0;
+        for (i, &c) in bytes.iter().enumerate() {
+            let escaped: &[u8] = match c {
+                b'"' => b"\\\"",
+                b'\\' => b"\\\\",
+                b'\n' => b"\\n",
+                b'\r' => b"\\r",
+                b'\t' => b"\\t",
+                0x08 => b"\\b",
+                0x0c => b"\\f",
+                0..=0x1f => b"",
+                _ => continue,
+            };
+            self.write_raw(&bytes[start..i])?;
+            if escaped.is_empty() {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let u = [
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[(c >> 4) as usize],
+                    HEX[(c & 0xf) as usize],
+                ];
+                self.write_raw(&u)?;
+            } else {
+                self.write_raw(escaped)?;
+            }
+            start = i + 1;
+        }
+        self.write_raw(&bytes[start..])
+    }
+}
+
+impl JsonText<'_> {
+    fn write_raw(&mut self, b: &[u8]) -> std::fmt::Result {
+        if b.is_empty() {
+            return Ok(());
+        }
+        self.0.put(b).map_err(|e| {
+            self.0.failure = Some(e);
+            std::fmt::Error
+        })
+    }
+}
+
+/// `value` as text, held to `limit` bytes and charged to `charge` as it grows (one value
+/// can print as gigabytes); `too_large` is the error past the limit.
+pub fn text_of(
+    value: impl std::fmt::Display,
+    limit: u64,
+    charge: &mut Charge,
+    too_large: &dyn Fn() -> Error,
+) -> Result<String> {
+    struct Bounded<'a> {
+        text: String,
+        limit: u64,
+        charge: &'a mut Charge,
+        charged: u64,
+        failure: Option<Error>,
+        too_large: &'a dyn Fn() -> Error,
+    }
+    impl std::fmt::Write for Bounded<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            if (self.text.len() + s.len()) as u64 > self.limit {
+                self.failure = Some((self.too_large)());
+                return Err(std::fmt::Error);
+            }
+            self.text.push_str(s);
+            let held = self.text.capacity() as u64;
+            if held > self.charged {
+                if let Err(e) = self.charge.grow(held - self.charged) {
+                    self.failure = Some(e);
+                    return Err(std::fmt::Error);
+                }
+                self.charged = held;
+            }
+            Ok(())
+        }
+    }
+    let mut b = Bounded {
+        text: String::new(),
+        limit,
+        charge,
+        charged: 0,
+        failure: None,
+        too_large,
+    };
+    match std::fmt::Write::write_fmt(&mut b, format_args!("{value}")) {
+        Ok(()) => Ok(b.text),
+        Err(_) => Err(b
+            .failure
+            .take()
+            .unwrap_or_else(|| Error::internal("cannot format a value"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

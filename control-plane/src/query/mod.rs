@@ -83,6 +83,8 @@ pub struct QueryOutput {
     pub batches: Vec<RecordBatch>,
     /// The answer memory `batches` hold, given back when the output is dropped.
     pub charge: Option<memory::Charge>,
+    /// The query slot, held while the answer is made into its body (its JSON text).
+    pub(crate) _slot: Option<Arc<Slot>>,
     /// The rows already encoded as an Arrow IPC stream, as DuckDB handed them over.
     pub ipc: Option<ipc::IpcStream>,
     /// A large answer without `max_rows`, being sent as DuckDB produces it.
@@ -597,6 +599,7 @@ impl QueryEngine {
                         schema,
                         batches: Vec::new(),
                         charge: None,
+                        _slot: None,
                         ipc: None,
                         streaming: Some(Streaming { first, rest, done }),
                         truncated: false,
@@ -624,6 +627,7 @@ impl QueryEngine {
             schema,
             batches,
             charge,
+            _slot: Some(_permit),
             ipc,
             streaming: None,
             truncated,

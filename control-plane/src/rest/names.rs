@@ -23,8 +23,7 @@ pub async fn at(s: &AppState, prefix: &str, identity: &Identity) -> IcebergResul
     resolve(s, prefix, &identity.reads(prefix)).await
 }
 
-/// The ref a prefix names as it is now (the catalog's configuration; writes, which go
-/// to a branch's head).
+/// The ref a prefix names as it is now (the catalog's configuration).
 pub async fn named(s: &AppState, prefix: &str) -> IcebergResult<At> {
     resolve(s, prefix, prefix).await
 }
@@ -45,9 +44,26 @@ async fn resolve(s: &AppState, prefix: &str, read: &str) -> IcebergResult<At> {
     })
 }
 
-/// The branch a prefix names, for a write: a tag or a fixed commit is refused.
-pub async fn branch(s: &AppState, prefix: &str) -> IcebergResult<At> {
+/// The branch a prefix names, for a write by `identity`: a tag or a fixed commit is
+/// refused. A write goes to the branch's head as it is now; when history limits what
+/// the identity reads there, that head must be the commit the limits were found for
+/// (a branch moved since is a conflict the client retries), so that what the write
+/// reads and answers (a table's metadata, whether it exists) is held to them.
+pub async fn branch(s: &AppState, prefix: &str, identity: &Identity) -> IcebergResult<At> {
     let a = named(s, prefix).await?;
+    if let Some(checked) = &identity.access.ceilings_at
+        && *checked != a.commit.id.to_hex()
+    {
+        return Err(Error::new(
+            Kind::Conflict,
+            Code::CommitFailed,
+            format!(
+                "'{}' moved while the request was being checked; try again",
+                a.expr
+            ),
+        )
+        .into());
+    }
     if !a.writable {
         return Err(Error::new(
             Kind::Forbidden,

@@ -56,7 +56,7 @@ pub async fn create_namespace(
 ) -> IcebergResult<Json<serde_json::Value>> {
     let name = req.namespace.join(".");
     identity.require_namespace_everywhere(Action::Write, &name, "creating a namespace")?;
-    let a = branch(&s, &prefix).await?;
+    let a = branch(&s, &prefix, &identity).await?;
     if req.namespace.is_empty() {
         return Err(bad_request("a namespace has at least one level").into());
     }
@@ -100,7 +100,7 @@ pub async fn drop_namespace(
 ) -> IcebergResult<StatusCode> {
     let name = namespace(&ns)?.join(".");
     identity.require_namespace_everywhere(Action::Write, &name, "dropping a namespace")?;
-    let a = branch(&s, &prefix).await?;
+    let a = branch(&s, &prefix, &identity).await?;
     s.namespaces.remove(&a.commit, &a.expr, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -117,7 +117,7 @@ pub async fn update_properties(
         &name,
         "changing a namespace's properties",
     )?;
-    let a = branch(&s, &prefix).await?;
+    let a = branch(&s, &prefix, &identity).await?;
     let mut props = s.namespaces.get(&a.commit, &name).await?;
     if let Some(k) = req.removals.iter().find(|k| req.updates.contains_key(*k)) {
         return Err(Error::new(

@@ -297,7 +297,7 @@ pub async fn commit_table(
     let name = table_name(&namespace(&ns)?, &table)?;
     // The answer is the table's metadata: for who may read it too.
     identity.require_table(Action::Read, &prefix, &name, "committing to a table")?;
-    let a = branch(&s, &prefix).await?;
+    let a = branch(&s, &prefix, &identity).await?;
     let append = plain_append(&change);
     // The transaction (and its hold on the commit gate) ends with this block.
     let tried: IcebergResult<Committed> = async {
@@ -496,7 +496,7 @@ pub async fn commit_transaction(
     identity: Identity,
     Body(req): Body<CommitTransaction>,
 ) -> IcebergResult<StatusCode> {
-    let a = branch(&s, &prefix).await?;
+    let a = branch(&s, &prefix, &identity).await?;
     let mut tx = s.tables.begin().await;
     let mut names = Vec::new();
     let mut whats = Vec::new();
@@ -506,8 +506,11 @@ pub async fn commit_transaction(
             .as_ref()
             .ok_or_else(|| bad_request("every table change of a transaction names its table"))?;
         let name = ident_name(id)?;
-        // Before the table is read: a refusal tells nothing of what exists.
+        // Before the table is read: a refusal tells nothing of what exists. Its
+        // requirements and changes read the table: for who may read it, as a single
+        // table's commit is (history's limits included).
         identity.require_table(Action::Write, &prefix, &name, "changing a table")?;
+        identity.require_table(Action::Read, &prefix, &name, "changing a table")?;
         if names.contains(&name) {
             return Err(bad_request(format!("table '{name}' appears twice")).into());
         }
@@ -527,7 +530,7 @@ pub async fn create_table(
     identity: Identity,
     Body(req): Body<CreateTable>,
 ) -> IcebergResult<Json<LoadTableResult>> {
-    let a = branch(&s, &prefix).await?;
+    let a = branch(&s, &prefix, &identity).await?;
     let parts = namespace(&ns)?;
     s.namespaces.get(&a.commit, &parts.join(".")).await?;
     let name = table_name(&parts, &req.name)?;
@@ -600,8 +603,10 @@ pub async fn drop_table(
     identity: Identity,
     Params(q): Params<DropQuery>,
 ) -> IcebergResult<StatusCode> {
-    let a = branch(&s, &prefix).await?;
     let name = table_name(&namespace(&ns)?, &table)?;
+    // Before the table is looked up: whether it is there is for who may read it.
+    identity.require_table(Action::Read, &prefix, &name, "dropping a table")?;
+    let a = branch(&s, &prefix, &identity).await?;
     let p = s
         .catalog
         .table_in(&a.commit, &name)
@@ -654,7 +659,7 @@ pub async fn rename_table(
     }
     // Renamed into a namespace the caller reads, the table must have been readable.
     identity.require_table(Action::Read, &prefix, &from, "renaming a table")?;
-    let a = branch(&s, &prefix).await?;
+    let a = branch(&s, &prefix, &identity).await?;
     let p = s
         .catalog
         .table_in(&a.commit, &from)
@@ -701,7 +706,7 @@ pub async fn register_table(
         Action::Admin,
         "registering a table from an existing metadata file",
     )?;
-    let a = branch(&s, &prefix).await?;
+    let a = branch(&s, &prefix, &identity).await?;
     let name = table_name(&namespace(&ns)?, &req.name)?;
     let change = Change::Register {
         table: name.clone(),

@@ -446,6 +446,19 @@ impl Tables {
             })?;
         }
         self.check_updates(name, &p.updates)?;
+        // Whatever the base (the table as read, one made for this change, or none: a
+        // staged create's updates make it), each snapshot added takes the next number.
+        let mut last = match (&p.base, &p.current) {
+            (Base::Made(m), _) => m.last_sequence_number(),
+            (Base::AsRead, Some(t)) => t.metadata.last_sequence_number(),
+            (Base::AsRead, None) => 0,
+        };
+        for u in &p.updates {
+            if let TableUpdate::AddSnapshot { snapshot } = u {
+                check_snapshot_bounds(snapshot, last)?;
+                last = last.max(snapshot.sequence_number());
+            }
+        }
         // The snapshots a client adds (their lists and parents), and what lh made itself
         // for this put (its own files).
         let added: Vec<(String, Option<i64>)> = p
@@ -840,23 +853,20 @@ fn next_metadata(
     previous: Option<String>,
     updates: Vec<TableUpdate>,
 ) -> Result<TableMetadata> {
-    let mut last = base.last_sequence_number();
     let mut b = TableMetadataBuilder::new_from_metadata(base, previous);
     for u in updates {
-        if let TableUpdate::AddSnapshot { snapshot } = &u {
-            check_snapshot_bounds(snapshot, last)?;
-            last = last.max(snapshot.sequence_number());
-        }
         b = u.apply(b).map_err(invalid_update)?;
     }
     Ok(b.build().map_err(invalid_update)?.metadata)
 }
 
-/// How far ahead of the server's clock a client's snapshot may be dated (clocks differ).
-const MAX_SNAPSHOT_CLOCK_SKEW_MS: i64 = 3_600_000;
+/// How far ahead of the server's clock a client's snapshot may be dated: Iceberg's own
+/// tolerance (a snapshot may not be older than the table's last update less a minute),
+/// so that one dated ahead holds other writers back no longer than that.
+const MAX_SNAPSHOT_CLOCK_SKEW_MS: i64 = 60_000;
 
 /// A client's snapshot takes the table's next sequence number and is dated no later
-/// than now (give or take clocks): one numbered or dated far ahead (`i64::MAX`) would
+/// than now (give or take a minute): one numbered or dated far ahead (`i64::MAX`) would
 /// leave every later writer unable to number or date its own snapshot after it.
 fn check_snapshot_bounds(snapshot: &iceberg::spec::Snapshot, last_sequence: i64) -> Result<()> {
     let next = last_sequence.saturating_add(1);
@@ -875,7 +885,7 @@ fn check_snapshot_bounds(snapshot: &iceberg::spec::Snapshot, last_sequence: i64)
         return Err(Error::bad_request(
             Code::InvalidUpdate,
             format!(
-                "snapshot {} is dated {} ms after the epoch, more than an hour past the \
+                "snapshot {} is dated {} ms after the epoch, more than a minute past the \
                  server's clock ({now})",
                 snapshot.snapshot_id(),
                 snapshot.timestamp_ms()

@@ -1640,3 +1640,169 @@ fn one_huge_value_and_row_diffs_are_held_to_the_answer_memory() {
     let (status, _) = query_status(&server, &token, "select 1 AS n", true, None);
     assert_eq!(status, 200);
 }
+
+/// The second review of the fixes: history limited what a reader read, but not what it
+/// changed or took. Eve (read on main in finance; everything on team-b.*) merged
+/// `team-b.x@<a commit of main's that still held hr.pii>` into a branch of her own (the
+/// preview listed hr.pii's metadata file, uuid and snapshot); on a team-b.* branch the
+/// admin made from that commit, her import into hr.pii showed its columns and appended
+/// to it, her drop dropped it, and the REST catalog's create and rename said "already
+/// exists". Merges, assignments and branches take nothing history hides at their
+/// source; a change to a table history hides is refused whether or not it exists, in
+/// a namespace that holds tables there; a namespace of one's own stays free.
+#[test]
+fn history_limits_hold_on_changes_merges_and_assignments() {
+    let server = Server::start();
+    let lh = server.lh();
+    import(&lh, "finance.ledger", "ledger.csv", "id,amount\n1,10\n");
+    let before_pii = lh.head("main");
+    import(&lh, "hr.pii", "pii.csv", "id,ssn\n1,123-45-6789\n");
+    let old = lh.head("main");
+    lh.run(&["table", "rm", "hr.pii"]).ok();
+    lh.run(&[
+        "role",
+        "set",
+        "mixed",
+        "--grant",
+        "read on main in finance",
+        "--grant",
+        "read,write,run,merge on team-b.*",
+    ])
+    .ok();
+    let token = server.token_for("eve", "mixed");
+    let eve = lh.with_token(&token);
+    eve.run(&["branch", "create", "team-b.x", "--from", "main"])
+        .ok();
+    eve.run(&[
+        "branch",
+        "create",
+        "team-b.x2",
+        "--from",
+        &format!("main@{before_pii}"),
+    ])
+    .ok();
+    let x2 = lh.head("team-b.x2");
+    let through = format!("team-b.x@{old}");
+    for path in ["/api/v1/merge/preview", "/api/v1/merge"] {
+        let (status, body, _) = call(
+            &server,
+            "POST",
+            path,
+            Some(&token),
+            &[],
+            Some(json!({"from": through, "into": "team-b.x2", "no_fast_forward": true})),
+        );
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(!body.to_string().contains("metadata"), "{body}");
+    }
+    let (status, body, _) = call(
+        &server,
+        "POST",
+        "/api/v1/refs/team-b.x2/assign",
+        Some(&token),
+        &[],
+        Some(json!({"expected": x2, "to": through})),
+    );
+    assert_eq!(status, 403, "{body}");
+    eve.run(&["branch", "create", "team-b.y", "--from", &through])
+        .fails(9);
+    assert_eq!(lh.head("team-b.x2"), x2, "nothing was merged or assigned");
+
+    // A branch of the admin's that holds the hidden table.
+    lh.run(&[
+        "branch",
+        "create",
+        "team-b.adm",
+        "--from",
+        &format!("@{old}"),
+    ])
+    .ok();
+    let adm = lh.head("team-b.adm");
+    let z = eve.file("z.csv", "zz\n1\n");
+    for table in ["hr.pii", "hr.nosuch"] {
+        for mode in ["append", "replace", "create"] {
+            let err = eve
+                .run(&[
+                    "table",
+                    "import",
+                    table,
+                    z.to_str().unwrap(),
+                    "--ref",
+                    "team-b.adm",
+                    "--mode",
+                    mode,
+                ])
+                .fails(9)
+                .to_string();
+            assert!(
+                !err.contains("ssn") && !err.contains("exists"),
+                "{table} {mode}: {err}"
+            );
+        }
+        let (status, body, _) = call(
+            &server,
+            "DELETE",
+            &format!("/api/v1/tables/{table}?ref=team-b.adm"),
+            Some(&token),
+            &[],
+            None,
+        );
+        assert_eq!(status, 403, "{table}: {body}");
+        eve.run(&["table", "compact", table, "--ref", "team-b.adm"])
+            .fails(9);
+        let name = table.strip_prefix("hr.").unwrap();
+        let (status, body, _) = call(
+            &server,
+            "POST",
+            "/iceberg/v1/team-b.adm/namespaces/hr/tables",
+            Some(&token),
+            &[],
+            Some(
+                json!({"name": name, "stage-create": true, "schema": {"type": "struct",
+                "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": false}]}}),
+            ),
+        );
+        assert_eq!(status, 403, "{table}: {body}");
+        let (status, body, _) = call(
+            &server,
+            "POST",
+            "/iceberg/v1/team-b.adm/tables/rename",
+            Some(&token),
+            &[],
+            Some(
+                json!({"source": {"namespace": ["finance"], "name": "ledger"},
+                        "destination": {"namespace": ["hr"], "name": name}}),
+            ),
+        );
+        assert_eq!(status, 403, "{table}: {body}");
+    }
+    assert_eq!(lh.head("team-b.adm"), adm, "nothing changed there");
+
+    // Her own namespaces, on her own branches, stay hers: made, changed and merged.
+    let fresh = eve.file("fresh.csv", "id\n1\n");
+    eve.run(&[
+        "table",
+        "import",
+        "team.fresh",
+        fresh.to_str().unwrap(),
+        "--ref",
+        "team-b.x",
+    ])
+    .ok();
+    eve.run(&[
+        "table",
+        "import",
+        "team.fresh",
+        fresh.to_str().unwrap(),
+        "--ref",
+        "team-b.x",
+        "--mode",
+        "append",
+    ])
+    .ok();
+    eve.run(&["merge", "team-b.x", "--into", "team-b.x2"]).ok();
+    assert_eq!(
+        eve.rows("select count(*) AS n from team.fresh", "team-b.x2")[0]["n"],
+        2
+    );
+}

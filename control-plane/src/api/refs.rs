@@ -123,12 +123,15 @@ async fn create_ref(
         &format!("creating the {} '{}'", req.kind.as_str(), req.name),
     )?;
     // A new ref holds every table of its source: none the identity could read there
-    // and not here.
-    if !identity.access.on_ref_every_namespace(
+    // and not here (history's limits on the source included), and it is made from the
+    // very commit that was checked.
+    let reads = crate::auth::history::scoped(&s.catalog, &identity, &from).await?;
+    let pinned = reads.reads(&from);
+    if !reads.access.on_ref_every_namespace(
         Action::Read,
         &crate::auth::ref_of(&from).unwrap_or_default(),
     ) {
-        let source = s.catalog.resolve(&from).await?.commit;
+        let source = s.catalog.resolve(&pinned).await?.commit;
         let tables: Vec<String> = s
             .catalog
             .tables_in(&source, None)
@@ -136,11 +139,11 @@ async fn create_ref(
             .into_iter()
             .map(|t| t.name)
             .collect();
-        crate::merges::require_no_widening(&identity, &from, &req.name, &tables)?;
+        crate::merges::require_no_widening(&identity, &reads, &from, &req.name, &tables)?;
     }
     let r = match req.kind {
-        RefKind::Branch => s.catalog.create_branch(&req.name, &from).await?,
-        RefKind::Tag => s.catalog.create_tag(&req.name, &from).await?,
+        RefKind::Branch => s.catalog.create_branch(&req.name, &pinned).await?,
+        RefKind::Tag => s.catalog.create_tag(&req.name, &pinned).await?,
     };
     Ok((StatusCode::CREATED, Json(ref_info(r))))
 }
@@ -299,7 +302,8 @@ async fn assign_ref(
         )
         .into());
     }
-    crate::merges::require_no_widening(&identity, &req.to, &name, &changed)?;
+    let reads = crate::auth::history::scoped(&s.catalog, &identity, &req.to).await?;
+    crate::merges::require_no_widening(&identity, &reads, &req.to, &name, &changed)?;
     s.protected
         .check_direct(&name, "pointing it at another commit")
         .await?;

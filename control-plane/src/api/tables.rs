@@ -44,6 +44,20 @@ fn ref_param(raw: &Option<String>) -> String {
     param(raw, "ref").unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string())
 }
 
+/// Refuses a change to `name` at `at` that history hides from `identity` there
+/// (`auth::history::require_unhidden`), before anything of the table is read.
+async fn unhidden(
+    s: &AppState,
+    identity: &Identity,
+    at: &str,
+    name: &str,
+    what: &str,
+) -> Result<(), Error> {
+    let scoped = crate::auth::history::scoped(&s.catalog, identity, at).await?;
+    crate::auth::history::require_unhidden(&s.catalog, &scoped, at, name, what).await?;
+    Ok(())
+}
+
 /// The tables at a ref (`?ref=&namespace=`).
 #[utoipa::path(get, path = "/api/v1/tables",
     params(("ref" = Option<String>, Query), ("namespace" = Option<String>, Query)),
@@ -111,6 +125,7 @@ async fn drop_table(
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<DropResponse>> {
     identity.require_table(Action::Write, &ref_param(&q), &name, "dropping it")?;
+    unhidden(&s, &identity, &ref_param(&q), &name, "dropping it").await?;
     let commit = s
         .tables
         .drop_table(&ref_param(&q), &name, &identity)
@@ -144,6 +159,7 @@ async fn compact(
             Error::bad_request(Code::BadInput, "the target file size is at least 1 MiB").into(),
         );
     }
+    unhidden(&s, &identity, &at, &name, "compacting it").await?;
     let r =
         crate::maintenance::compact(&s.tables, &s.import, &at, &name, target, &identity).await?;
     Ok(Json(r))
@@ -173,6 +189,7 @@ async fn expire(
         .into());
     }
     let older_than = std::time::Duration::from_secs(older_than);
+    unhidden(&s, &identity, &at, &name, "expiring its snapshots").await?;
     let r = crate::maintenance::expire(&s.tables, &at, &name, older_than, &identity).await?;
     Ok(Json(r))
 }
@@ -291,6 +308,7 @@ async fn import_files(
 ) -> ApiResult<Json<ImportResponse>> {
     // Refused before any file is read (the commit checks again).
     identity.require_table(Action::Write, &req.reference, &name, "importing into it")?;
+    unhidden(&s, &identity, &req.reference, &name, "importing into it").await?;
     let mut files = Vec::new();
     for id in &req.uploads {
         let file: Option<PathBuf> = s.uploads.file(&s.tables.warehouse, id).await?;

@@ -64,6 +64,52 @@ pub async fn scoped(catalog: &Catalog, identity: &Identity, expr: &str) -> Resul
     }
 }
 
+/// Refuses a change to `table` at `expr` by `scoped` (an identity as [`scoped`] made it
+/// for `expr`) when history hides the table there and its namespace holds tables at that
+/// commit: the change would tell of them (its errors, "already exists") or change them.
+/// A namespace that holds nothing there is the change's own to fill; an identity whose
+/// grants never let it read the table is not history's to limit.
+pub async fn require_unhidden(
+    catalog: &Catalog,
+    scoped: &Identity,
+    expr: &str,
+    table: &str,
+    what: &str,
+) -> Result<()> {
+    if scoped.access.ceilings.is_empty() || scoped.can_table(Action::Read, expr, table) {
+        return Ok(());
+    }
+    let mut granted = (*scoped.access).clone();
+    granted.ceilings.clear();
+    let granted = Identity {
+        access: Arc::new(granted),
+        ..scoped.clone()
+    };
+    if !granted.can_table(Action::Read, expr, table) {
+        return Ok(());
+    }
+    let Ok(resolved) = catalog.resolve(&scoped.reads(expr)).await else {
+        return Ok(());
+    };
+    let ns = super::roles::namespace_of(table);
+    if catalog
+        .tables_in(&resolved.commit, Some(ns))
+        .await?
+        .is_empty()
+    {
+        return Ok(());
+    }
+    Err(super::roles::refused(
+        &scoped.user,
+        &scoped.access,
+        Action::Read,
+        what,
+        &format!(
+            " on namespace '{ns}' at '{expr}' (the history of a ref limits what you read there)"
+        ),
+    ))
+}
+
 /// The refs that limit an identity reading through one route (a ref, or none for a
 /// bare commit): those on which it reads less than there. Found once per request, then
 /// applied to each commit it reads ([`Limits::at`]), as a log page does.

@@ -43,6 +43,8 @@ pub struct Merged {
 /// A merge's caller, as `Merger::authorize` found it allowed.
 struct Authorized {
     by: Identity,
+    /// `by` as history lets it read the source (`lh merge`; a run's publish: `by`).
+    source: Identity,
     action: Action,
     what: String,
     protected: bool,
@@ -150,9 +152,14 @@ impl Merger {
             Via::RunPublish if protected => Action::Merge,
             Via::RunPublish => Action::Write,
         };
-        if via == Via::Merge {
-            by.require_ref(Action::Read, from, "merging from it")?;
-        }
+        // What history lets it read of the source: a merge takes nothing it hides.
+        let source = match via {
+            Via::Merge => {
+                by.require_ref(Action::Read, from, "merging from it")?;
+                crate::auth::history::scoped(&self.catalog, &by, from).await?
+            }
+            Via::RunPublish => by.clone(),
+        };
         let what = if protected {
             format!("merging into the protected branch '{into}'")
         } else {
@@ -161,6 +168,7 @@ impl Merger {
         by.require_ref(action, into, &what)?;
         Ok(Authorized {
             by,
+            source,
             action,
             what,
             protected,
@@ -193,7 +201,7 @@ impl Merger {
         }
         if via == Via::Merge {
             let incoming: Vec<String> = out.tables.iter().map(|t| t.table.clone()).collect();
-            require_no_widening(&a.by, from, into, &incoming)?;
+            require_no_widening(&a.by, &a.source, from, into, &incoming)?;
         }
         Ok(())
     }
@@ -276,10 +284,12 @@ impl Merger {
 }
 
 /// Refuses when `tables`, taken from `source` into `dest`, include one the identity
-/// could read at `dest` but not at `source`: no branch, assignment or merge copies a
-/// table past the grants that hide it.
+/// could read at `dest` but not at `source` (as `reads_source`, the identity as history
+/// lets it read `source`: `auth::history::scoped`): no branch, assignment or merge
+/// copies a table past the grants, or the history, that hide it.
 pub fn require_no_widening(
     by: &Identity,
+    reads_source: &Identity,
     source: &str,
     dest: &str,
     tables: &[String],
@@ -287,7 +297,9 @@ pub fn require_no_widening(
     let widened: Vec<&str> = tables
         .iter()
         .map(String::as_str)
-        .filter(|t| by.can_table(Action::Read, dest, t) && !by.can_table(Action::Read, source, t))
+        .filter(|t| {
+            by.can_table(Action::Read, dest, t) && !reads_source.can_table(Action::Read, source, t)
+        })
         .collect();
     if widened.is_empty() {
         return Ok(());

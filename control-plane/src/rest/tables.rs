@@ -530,10 +530,19 @@ pub async fn create_table(
     identity: Identity,
     Body(req): Body<CreateTable>,
 ) -> IcebergResult<Json<LoadTableResult>> {
-    let a = branch(&s, &prefix, &identity).await?;
     let parts = namespace(&ns)?;
-    s.namespaces.get(&a.commit, &parts.join(".")).await?;
     let name = table_name(&parts, &req.name)?;
+    // Before anything is looked up: "already exists" would tell of a table history hides.
+    crate::auth::history::require_unhidden(
+        &s.catalog,
+        &identity,
+        &prefix,
+        &name,
+        "creating a table",
+    )
+    .await?;
+    let a = branch(&s, &prefix, &identity).await?;
+    s.namespaces.get(&a.commit, &parts.join(".")).await?;
     if s.catalog.table_in(&a.commit, &name).await?.is_some() {
         return Err(Error::new(
             Kind::Conflict,
@@ -659,6 +668,8 @@ pub async fn rename_table(
     }
     // Renamed into a namespace the caller reads, the table must have been readable.
     identity.require_table(Action::Read, &prefix, &from, "renaming a table")?;
+    crate::auth::history::require_unhidden(&s.catalog, &identity, &prefix, &to, "renaming a table")
+        .await?;
     let a = branch(&s, &prefix, &identity).await?;
     let p = s
         .catalog

@@ -1787,6 +1787,53 @@ fn history_limits_hold_on_changes_merges_and_assignments() {
         );
         assert_eq!(status, 403, "{table}: {body}");
     }
+    // The third review: a run's outputs, and a merge or an assignment of her own
+    // branch holding a table of the same name, replaced the hidden table there (and
+    // told its columns).
+    for materialize in ["", "-- lh.materialize: append\n"] {
+        let dir = crate::runs::project(
+            &eve,
+            &format!("evil{}", materialize.len()),
+            &[
+                ("lh_project.yml", "name: evil\nnamespace: hr\n"),
+                ("pii.sql", &format!("{materialize}select 42 AS zz")),
+            ],
+        );
+        let err = eve
+            .run(&["run", dir.to_str().unwrap(), "--ref", "team-b.adm"])
+            .fails(9)
+            .to_string();
+        assert!(!err.contains("ssn"), "{err}");
+    }
+    eve.run(&["branch", "create", "team-b.mine", "--from", "main"])
+        .ok();
+    let own = eve.file("own.csv", "id,x\n9,mine\n");
+    eve.run(&[
+        "table",
+        "import",
+        "hr.pii",
+        own.to_str().unwrap(),
+        "--ref",
+        "team-b.mine",
+    ])
+    .ok();
+    for dry in [true, false] {
+        let mut args = vec!["merge", "team-b.mine", "--into", "team-b.adm"];
+        if dry {
+            args.push("--dry-run");
+        }
+        let err = eve.run(&args).fails(9).to_string();
+        assert!(!err.contains("ssn"), "{err}");
+    }
+    let (status, body, _) = call(
+        &server,
+        "POST",
+        "/api/v1/refs/team-b.adm/assign",
+        Some(&token),
+        &[],
+        Some(json!({"expected": adm, "to": "team-b.mine"})),
+    );
+    assert_eq!(status, 403, "{body}");
     assert_eq!(lh.head("team-b.adm"), adm, "nothing changed there");
 
     // Her own namespaces, on her own branches, stay hers: made, changed and merged.

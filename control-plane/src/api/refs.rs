@@ -278,13 +278,8 @@ async fn assign_ref(
         .await?
         .commit;
     let to = s.catalog.resolve(&req.to).await?.commit;
-    let changed: Vec<String> = s
-        .catalog
-        .diff_commits(&expected, &to)
-        .await?
-        .into_iter()
-        .map(|d| d.table)
-        .collect();
+    let diffs = s.catalog.diff_commits(&expected, &to).await?;
+    let changed: Vec<String> = diffs.iter().map(|d| d.table.clone()).collect();
     // Every table the move changes, the identity may merge there (as for a merge), and
     // read where it comes from.
     let refused: Vec<&str> = changed
@@ -304,6 +299,8 @@ async fn assign_ref(
     }
     let reads = crate::auth::history::scoped(&s.catalog, &identity, &req.to).await?;
     crate::merges::require_no_widening(&identity, &reads, &req.to, &name, &changed)?;
+    let here = crate::auth::history::scoped(&s.catalog, &identity, &name).await?;
+    crate::merges::require_no_overwrite(&identity, &here, &name, &diffs)?;
     s.protected
         .check_direct(&name, "pointing it at another commit")
         .await?;

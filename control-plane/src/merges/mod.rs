@@ -45,6 +45,8 @@ struct Authorized {
     by: Identity,
     /// `by` as history lets it read the source (`lh merge`; a run's publish: `by`).
     source: Identity,
+    /// `by` as history lets it read the target (`lh merge`; a run's publish: `by`).
+    dest: Identity,
     action: Action,
     what: String,
     protected: bool,
@@ -153,12 +155,15 @@ impl Merger {
             Via::RunPublish => Action::Write,
         };
         // What history lets it read of the source: a merge takes nothing it hides.
-        let source = match via {
+        let (source, dest) = match via {
             Via::Merge => {
                 by.require_ref(Action::Read, from, "merging from it")?;
-                crate::auth::history::scoped(&self.catalog, &by, from).await?
+                (
+                    crate::auth::history::scoped(&self.catalog, &by, from).await?,
+                    crate::auth::history::scoped(&self.catalog, &by, into).await?,
+                )
             }
-            Via::RunPublish => by.clone(),
+            Via::RunPublish => (by.clone(), by.clone()),
         };
         let what = if protected {
             format!("merging into the protected branch '{into}'")
@@ -169,6 +174,7 @@ impl Merger {
         Ok(Authorized {
             by,
             source,
+            dest,
             action,
             what,
             protected,
@@ -202,6 +208,7 @@ impl Merger {
         if via == Via::Merge {
             let incoming: Vec<String> = out.tables.iter().map(|t| t.table.clone()).collect();
             require_no_widening(&a.by, &a.source, from, into, &incoming)?;
+            require_no_overwrite(&a.by, &a.dest, into, &out.tables)?;
         }
         Ok(())
     }
@@ -281,6 +288,36 @@ impl Merger {
         }
         unreachable!("the last attempt returns")
     }
+}
+
+/// Refuses when `changes` (to `dest`'s tables) change or drop a table that history
+/// hides from the identity there (`reads_dest`, as `auth::history::scoped` lets it read
+/// `dest`): a merge or an assignment would replace it, and its summary tell its
+/// columns. Tables its grants never let it read are its grants' to decide.
+pub fn require_no_overwrite(
+    by: &Identity,
+    reads_dest: &Identity,
+    dest: &str,
+    changes: &[lh_catalog::TableDiff],
+) -> Result<()> {
+    let hidden = changes
+        .iter()
+        .filter(|d| d.from.is_some())
+        .filter(|d| {
+            by.can_table(Action::Read, dest, &d.table)
+                && !reads_dest.can_table(Action::Read, dest, &d.table)
+        })
+        .count();
+    if hidden == 0 {
+        return Ok(());
+    }
+    Err(crate::auth::roles::refused(
+        &by.user,
+        &by.access,
+        Action::Read,
+        &format!("changing tables of '{dest}'"),
+        &format!(" on {hidden} table(s) there (the history of a ref limits what you read there)"),
+    ))
 }
 
 /// Refuses when `tables`, taken from `source` into `dest`, include one the identity

@@ -873,6 +873,17 @@ impl RunService {
             .with_hint("check with an expectation that reads no secret"));
         }
         for n in &plan.nodes {
+            // What it writes, history hides nothing of at the commit it starts from.
+            if let Some(out) = n.output() {
+                crate::auth::history::require_unhidden(
+                    &self.catalog,
+                    &reader,
+                    &start.target,
+                    out,
+                    &format!("a run writing '{out}'"),
+                )
+                .await?;
+            }
             for i in n.inputs.iter().filter(|i| i.producer.is_none()) {
                 reader.require_table(
                     crate::auth::Action::Read,

@@ -904,7 +904,7 @@ fn rss_and_peak(pid: u32) -> (u64, u64) {
 
 /// One query through the API: the status and the body (JSON when `json`).
 fn query_status(
-    server: &Server,
+    url: &str,
     token: &str,
     sql: &str,
     json: bool,
@@ -924,7 +924,7 @@ fn query_status(
         "application/vnd.apache.arrow.stream"
     };
     let mut res = agent
-        .post(&format!("{}/api/v1/query", server.url))
+        .post(&format!("{url}/api/v1/query"))
         .header("Authorization", format!("Bearer {token}"))
         .header("Accept", accept)
         .send_json(body)
@@ -962,7 +962,7 @@ fn answers_are_held_to_the_servers_answer_memory() {
     ]);
     let token = server.token();
     // Warm: the engine, its catalogs, the allocator's first arenas.
-    let (status, _) = query_status(&server, &token, "select 1 AS n", true, None);
+    let (status, _) = query_status(&server.url, &token, "select 1 AS n", true, None);
     assert_eq!(status, 200);
     let pid = server.pid(0);
     let (before, _) = rss_and_peak(pid);
@@ -974,35 +974,11 @@ fn answers_are_held_to_the_servers_answer_memory() {
             let url = server.url.clone();
             let token = token.clone();
             std::thread::spawn(move || {
-                let server_url = url;
-                let agent: ureq::Agent = ureq::Agent::config_builder()
-                    .http_status_as_error(false)
-                    .build()
-                    .into();
-                let mut body = json!({"sql": big});
-                let accept = if i % 2 == 0 {
-                    "application/json"
-                } else {
-                    body["max_rows"] = json!(10_000_000);
-                    "application/vnd.apache.arrow.stream"
-                };
-                let mut res = agent
-                    .post(&format!("{server_url}/api/v1/query"))
-                    .header("Authorization", format!("Bearer {token}"))
-                    .header("Accept", accept)
-                    .send_json(body)
-                    .unwrap();
-                let status = res.status().as_u16();
-                let text = res
-                    .body_mut()
-                    .with_config()
-                    .limit(1 << 31)
-                    .read_to_vec()
-                    .unwrap();
-                (
-                    status,
-                    String::from_utf8_lossy(&text[..text.len().min(2000)]).to_string(),
-                )
+                let json = i % 2 == 0;
+                let (status, body) =
+                    query_status(&url, &token, big, json, (!json).then_some(10_000_000));
+                let text = String::from_utf8_lossy(&body[..body.len().min(2000)]).to_string();
+                (status, text)
             })
         })
         .collect();
@@ -1028,7 +1004,7 @@ fn answers_are_held_to_the_servers_answer_memory() {
     );
     // Every charge was given back: answers that fit come whole, JSON and Arrow.
     let (status, body) = query_status(
-        &server,
+        &server.url,
         &token,
         "select repeat('x', 1000) || range::varchar AS s from range(50000)",
         true,
@@ -1043,7 +1019,7 @@ fn answers_are_held_to_the_servers_answer_memory() {
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["rows"].as_array().unwrap().len(), 50_000);
     let (status, body) = query_status(
-        &server,
+        &server.url,
         &token,
         "select repeat('x', 1000) || range::varchar AS s from range(100000)",
         false,
@@ -1058,7 +1034,7 @@ fn answers_are_held_to_the_servers_answer_memory() {
     // A streamed answer (no max_rows) holds only what is on its way, far past the
     // budget in all.
     let (status, body) = query_status(
-        &server,
+        &server.url,
         &token,
         "select repeat('x', 1000) || range::varchar AS s from range(350000)",
         false,
@@ -1334,20 +1310,7 @@ fn plans_tell_nothing_of_tables_the_planner_may_not_read() {
 fn a_ref_moved_between_check_and_read_reads_what_was_checked() {
     let server = Server::start();
     let lh = server.lh();
-    import(&lh, "finance.ledger", "ledger.csv", "id,amount\n1,10\n");
-    import(&lh, "hr.pii", "pii.csv", "id,ssn\n1,123-45-6789\n");
-    let before_drop = lh.head("main");
-    lh.run(&["table", "rm", "hr.pii"]).ok();
-    lh.run(&[
-        "role",
-        "set",
-        "mixed",
-        "--grant",
-        "read on main in finance",
-        "--grant",
-        "read,write,run,merge on team-b.*",
-    ])
-    .ok();
+    let (_, before_drop) = hidden_pii(&lh);
     let token = server.token_for("mia", "mixed");
     let mixed = lh.with_token(&token);
     mixed
@@ -1442,20 +1405,7 @@ fn a_ref_moved_between_check_and_read_reads_what_was_checked() {
 fn a_ref_made_while_a_request_waits_and_rest_writes_are_held_to_history() {
     let server = Server::start_with(&["--max-concurrent-queries", "4", "--query-timeout", "8"]);
     let lh = server.lh();
-    import(&lh, "finance.ledger", "ledger.csv", "id,amount\n1,10\n");
-    import(&lh, "hr.pii", "pii.csv", "id,ssn\n1,123-45-6789\n");
-    let before_drop = lh.head("main");
-    lh.run(&["table", "rm", "hr.pii"]).ok();
-    lh.run(&[
-        "role",
-        "set",
-        "mixed",
-        "--grant",
-        "read on main in finance",
-        "--grant",
-        "read,write,run,merge on team-b.*",
-    ])
-    .ok();
+    let (_, before_drop) = hidden_pii(&lh);
     let token = server.token_for("eve", "mixed");
     let eve = lh.with_token(&token);
     // Eve's share of the slots (all but one), held by her own slow queries.
@@ -1569,12 +1519,12 @@ fn one_huge_value_and_row_diffs_are_held_to_the_answer_memory() {
     const MB: u64 = 1 << 20;
     let server = Server::start_with(&["--answer-memory", "64m", "--duckdb-memory", "256MB"]);
     let token = server.token();
-    let (status, _) = query_status(&server, &token, "select 1 AS n", true, None);
+    let (status, _) = query_status(&server.url, &token, "select 1 AS n", true, None);
     assert_eq!(status, 200);
     let pid = server.pid(0);
     let (before, _) = rss_and_peak(pid);
     let (status, body) = query_status(
-        &server,
+        &server.url,
         &token,
         "select repeat(chr(1), 40000000) AS s",
         true,
@@ -1648,7 +1598,7 @@ fn one_huge_value_and_row_diffs_are_held_to_the_answer_memory() {
         assert_eq!(body["rows"].as_array().unwrap().len(), 4);
         assert_eq!(body["counts"]["added"], 30);
     }
-    let (status, _) = query_status(&server, &token, "select 1 AS n", true, None);
+    let (status, _) = query_status(&server.url, &token, "select 1 AS n", true, None);
     assert_eq!(status, 200);
 }
 
@@ -1665,21 +1615,7 @@ fn one_huge_value_and_row_diffs_are_held_to_the_answer_memory() {
 fn history_limits_hold_on_changes_merges_and_assignments() {
     let server = Server::start();
     let lh = server.lh();
-    import(&lh, "finance.ledger", "ledger.csv", "id,amount\n1,10\n");
-    let before_pii = lh.head("main");
-    import(&lh, "hr.pii", "pii.csv", "id,ssn\n1,123-45-6789\n");
-    let old = lh.head("main");
-    lh.run(&["table", "rm", "hr.pii"]).ok();
-    lh.run(&[
-        "role",
-        "set",
-        "mixed",
-        "--grant",
-        "read on main in finance",
-        "--grant",
-        "read,write,run,merge on team-b.*",
-    ])
-    .ok();
+    let (before_pii, old) = hidden_pii(&lh);
     let token = server.token_for("eve", "mixed");
     let eve = lh.with_token(&token);
     eve.run(&["branch", "create", "team-b.x", "--from", "main"])
@@ -1863,4 +1799,26 @@ fn history_limits_hold_on_changes_merges_and_assignments() {
         eve.rows("select count(*) AS n from team.fresh", "team-b.x2")[0]["n"],
         2
     );
+}
+
+/// The setting of the history tests: finance.ledger, then hr.pii, on main; hr.pii
+/// dropped; role `mixed` (read on main in finance, everything on team-b.*). The heads
+/// before hr.pii came and before it was dropped.
+fn hidden_pii(lh: &lh_e2e::Lh) -> (String, String) {
+    import(lh, "finance.ledger", "ledger.csv", "id,amount\n1,10\n");
+    let before_pii = lh.head("main");
+    import(lh, "hr.pii", "pii.csv", "id,ssn\n1,123-45-6789\n");
+    let before_drop = lh.head("main");
+    lh.run(&["table", "rm", "hr.pii"]).ok();
+    lh.run(&[
+        "role",
+        "set",
+        "mixed",
+        "--grant",
+        "read on main in finance",
+        "--grant",
+        "read,write,run,merge on team-b.*",
+    ])
+    .ok();
+    (before_pii, before_drop)
 }

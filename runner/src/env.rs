@@ -124,6 +124,9 @@ pub struct EnvCache {
     provisioning: tokio::sync::Mutex<()>,
 }
 
+/// Fetches a source distribution, running no package's code (see the file).
+const FETCH_SDIST: &str = include_str!("fetch_sdist.py");
+
 /// The variables a build sees of the server's environment: where the package index is
 /// and how to reach it, nothing else (no catalog URL, no cloud credentials).
 const INDEX_VARS: &[&str] = &[
@@ -147,11 +150,92 @@ const INDEX_VARS: &[&str] = &[
 ];
 
 /// Whether a build step may reach the network: only the steps in which no code of a
-/// package runs (uv creating the virtualenv, uv installing wheels) do.
+/// package runs (uv creating the virtualenv, uv resolving and installing wheels, lh
+/// fetching a source distribution) do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Net {
     Index,
     None,
+}
+
+/// How one build step runs: with the network or not, with which uv cache (writable;
+/// none: uv caches nothing and stays offline), and which other folders it may write.
+struct Step<'a> {
+    net: Net,
+    cache: Option<&'a Path>,
+    writes: &'a [&'a Path],
+    reads: &'a [&'a Path],
+    /// Whether the environment being built is writable (it is not while a package's
+    /// build runs: what it wrote there would run in the next step that starts the
+    /// environment's interpreter, which may have the network).
+    env_writable: bool,
+}
+
+impl<'a> Step<'a> {
+    /// With the network and the index's settings, uv caching into `cache`.
+    fn online(cache: &'a Path) -> Step<'a> {
+        Step {
+            net: Net::Index,
+            cache: Some(cache),
+            writes: &[],
+            reads: &[],
+            env_writable: true,
+        }
+    }
+
+    /// No network, no cache.
+    fn offline() -> Step<'static> {
+        Step {
+            net: Net::None,
+            cache: None,
+            writes: &[],
+            reads: &[],
+            env_writable: true,
+        }
+    }
+
+    fn writing(self, writes: &'a [&'a Path]) -> Step<'a> {
+        Step { writes, ..self }
+    }
+
+    fn reading(self, reads: &'a [&'a Path]) -> Step<'a> {
+        Step { reads, ..self }
+    }
+}
+
+/// Where build steps run: in bubblewrap when there is one, `build` (the environment
+/// being built) writable.
+struct Sandbox<'a> {
+    bwrap: Option<&'a Path>,
+    uv: &'a Path,
+    build: &'a Path,
+}
+
+/// The requirement a source distribution's build may ask for: a name first (no option
+/// for uv's command line, no file), no direct reference to a URL.
+fn build_requirement_ok(r: &str) -> bool {
+    r.starts_with(|c: char| c.is_ascii_alphanumeric()) && !r.contains('@') && r.len() < 512
+}
+
+/// The packages uv found no usable wheel for, in what uv said (`NAME==VERSION has no
+/// usable wheels`, `Wheels are required for `NAME``), with the version when uv named
+/// one: normalized name to version.
+fn without_wheels(err: &str) -> BTreeMap<String, Option<String>> {
+    let mut found = BTreeMap::new();
+    let mut rest = err;
+    while let Some(at) = rest.find("Wheels are required for `") {
+        rest = &rest[at + "Wheels are required for `".len()..];
+        if let Some(end) = rest.find('`') {
+            found.insert(normalize(&rest[..end]), None);
+        }
+    }
+    for (at, _) in err.match_indices(" has no usable wheels") {
+        let before = err[..at].split_whitespace().last().unwrap_or_default();
+        if let Some((name, version)) = before.split_once("==") {
+            found.insert(normalize(name), Some(version.to_string()));
+        }
+    }
+    found
 }
 
 impl EnvCache {
@@ -228,8 +312,9 @@ impl EnvCache {
             .unwrap_or((0, 0))
     }
 
-    /// Builds the environment of `spec` into `dir`, from wheels only, so that nothing of
-    /// a package runs while the build can reach the network; then inspects it and writes
+    /// Builds the environment of `spec` into `dir`, from wheels only (or, with
+    /// `source_builds`, wheels built offline: [`Sandbox::install_building`]), so that
+    /// nothing of a package runs while the build can reach the network; then inspects it and writes
     /// its lock with the network gone. With the sandbox, every step runs in bubblewrap:
     /// no capability, the system read-only, only the build folder (and, for the steps
     /// with the network, uv's cache) writable, none of the server's variables but the
@@ -263,22 +348,24 @@ impl EnvCache {
             .root
             .join(format!(".build-{key}-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&tmp)?;
-        let step = |program: &Path, args: &[&str], net: Net, cache: &Path| -> Command {
-            self.command(bwrap.as_deref(), &uv, &tmp, cache, program, args, net)
+        let sandbox = Sandbox {
+            bwrap: bwrap.as_deref(),
+            uv: &uv,
+            build: &tmp,
         };
         let result = async {
             let tmp_s = tmp.display().to_string();
-            run(&mut step(&uv, &["venv", "--quiet", "--no-project", "--allow-existing", "--python", &spec.python, &tmp_s], Net::Index, &cache), "create the virtualenv").await?;
+            run(&mut sandbox.command(&uv, &["venv", "--quiet", "--no-project", "--allow-existing", "--python", &spec.python, &tmp_s], Step::online(&cache)), "create the virtualenv").await?;
             let py = tmp.join("bin/python");
             let py_s = py.display().to_string();
             // Inspected before any package is installed: what a package's `.pth` could
             // say about the interpreter later is never asked.
             let info = run(
-                &mut step(&py, &[
+                &mut sandbox.command(&py, &[
                     "-I",
                     "-c",
                     "import json, sys, sysconfig; print(json.dumps({'base_prefix': sys.base_prefix, 'python_version': '%d.%d.%d' % sys.version_info[:3], 'purelib': sysconfig.get_paths()['purelib']}))",
-                ], Net::None, &cache),
+                ], Step::offline()),
                 "inspect the interpreter",
             )
             .await?;
@@ -293,31 +380,22 @@ impl EnvCache {
                     purelib.display()
                 )));
             }
-            let reqs = spec.requirements()?;
-            let mut args = vec!["pip", "install", "--quiet", "--python", &py_s];
-            if !spec.source_builds {
-                args.extend(["--only-binary", ":all:"]);
-            }
-            args.extend(reqs.iter().map(String::as_str));
-            let what = if spec.source_builds {
-                "install the packages (source builds allowed, in the sandbox)"
+            if spec.source_builds {
+                let work = self.root.join(format!(".build-src-{}", uuid::Uuid::new_v4().simple()));
+                let built = sandbox.install_building(spec, &py, &work).await;
+                remove_env(&work);
+                built?;
             } else {
-                "install the packages (wheels only; a package without a wheel needs `source_builds: true` in lh_project.yml)"
-            };
-            // A source build runs the package's code: with a cache of its own, so that it
-            // cannot change what other environments link from the shared one.
-            let private = spec
-                .source_builds
-                .then(|| self.root.join(format!(".build-cache-{}", uuid::Uuid::new_v4().simple())));
-            if let Some(p) = &private {
-                std::fs::create_dir_all(p)?;
+                let reqs = spec.requirements()?;
+                let mut args = vec!["pip", "install", "--quiet", "--python", &py_s, "--only-binary", ":all:"];
+                args.extend(reqs.iter().map(String::as_str));
+                run(
+                    &mut sandbox.command(&uv, &args, Step::online(&cache)),
+                    "install the packages (wheels only; a package without a wheel needs `source_builds: true` in lh_project.yml)",
+                )
+                .await?;
             }
-            let installed = run(&mut step(&uv, &args, Net::Index, private.as_ref().unwrap_or(&cache)), what).await;
-            if let Some(p) = &private {
-                let _ = std::fs::remove_dir_all(p);
-            }
-            installed?;
-            let lock = run(&mut step(&uv, &["pip", "freeze", "--python", &py_s], Net::None, &cache), "list the packages").await?;
+            let lock = run(&mut sandbox.command(&uv, &["pip", "freeze", "--python", &py_s], Step::offline()), "list the packages").await?;
             // From here on the folder holds what packages' code may have touched: the
             // harness and lh's files are written only through real folders of the
             // environment, replacing whatever sits at their paths, never following a link.
@@ -345,19 +423,11 @@ impl EnvCache {
         }
         result
     }
+}
 
+impl Sandbox<'_> {
     /// One build step: `program args`, in the sandbox when there is one.
-    #[allow(clippy::too_many_arguments)]
-    fn command(
-        &self,
-        bwrap: Option<&Path>,
-        uv: &Path,
-        build: &Path,
-        cache: &Path,
-        program: &Path,
-        args: &[&str],
-        net: Net,
-    ) -> Command {
+    fn command(&self, program: &Path, args: &[&str], step: Step<'_>) -> Command {
         let mut vars: Vec<(String, String)> = vec![
             ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
             ("HOME".into(), "/tmp".into()),
@@ -366,22 +436,22 @@ impl EnvCache {
             ("UV_NO_PROGRESS".into(), "1".into()),
             ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
         ];
-        match net {
-            Net::Index => vars.push(("UV_CACHE_DIR".into(), cache.display().to_string())),
-            Net::None => {
-                vars.push(("UV_NO_CACHE".into(), "1".into()));
-                vars.push(("UV_OFFLINE".into(), "1".into()));
-            }
+        match step.cache {
+            Some(cache) => vars.push(("UV_CACHE_DIR".into(), cache.display().to_string())),
+            None => vars.push(("UV_NO_CACHE".into(), "1".into())),
         }
         // The index's settings (credentials in its URL, say) only where uv reaches it.
-        if net == Net::Index {
-            for name in INDEX_VARS {
-                if let Ok(v) = std::env::var(name) {
-                    vars.push((name.to_string(), v));
+        match step.net {
+            Net::Index => {
+                for name in INDEX_VARS {
+                    if let Ok(v) = std::env::var(name) {
+                        vars.push((name.to_string(), v));
+                    }
                 }
             }
+            Net::None => vars.push(("UV_OFFLINE".into(), "1".into())),
         }
-        let mut cmd = match bwrap {
+        let mut cmd = match self.bwrap {
             None => {
                 let mut c = Command::new(program);
                 c.args(args).env_clear();
@@ -405,7 +475,7 @@ impl EnvCache {
                     "--gid",
                     SANDBOX_ID,
                 ]);
-                if net == Net::Index {
+                if step.net == Net::Index {
                     c.arg("--share-net");
                 }
                 c.args(["--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]);
@@ -425,21 +495,31 @@ impl EnvCache {
                 ] {
                     c.args(["--ro-bind-try", etc, etc]);
                 }
-                c.args(["--ro-bind", &p(uv), &p(uv)]);
+                c.args(["--ro-bind", &p(self.uv), &p(self.uv)]);
                 // Local package folders the index settings name (find-links).
-                for name in ["UV_FIND_LINKS", "SSL_CERT_FILE", "SSL_CERT_DIR"] {
-                    if let Ok(v) = std::env::var(name) {
-                        for part in v.split([',', ' ']) {
-                            let path = Path::new(part.trim_start_matches("file://"));
-                            if path.is_absolute() && path.exists() {
-                                c.args(["--ro-bind", &p(path), &p(path)]);
+                if step.net == Net::Index {
+                    for name in ["UV_FIND_LINKS", "SSL_CERT_FILE", "SSL_CERT_DIR"] {
+                        if let Ok(v) = std::env::var(name) {
+                            for part in v.split([',', ' ']) {
+                                let path = Path::new(part.trim_start_matches("file://"));
+                                if path.is_absolute() && path.exists() {
+                                    c.args(["--ro-bind", &p(path), &p(path)]);
+                                }
                             }
                         }
                     }
                 }
-                c.args(["--bind", &p(build), &p(build)]);
-                if net == Net::Index {
-                    c.args(["--bind", &p(cache), &p(cache)]);
+                let env_bind = if step.env_writable {
+                    "--bind"
+                } else {
+                    "--ro-bind"
+                };
+                c.args([env_bind, &p(self.build), &p(self.build)]);
+                for dir in step.cache.iter().chain(step.writes) {
+                    c.args(["--bind", &p(dir), &p(dir)]);
+                }
+                for dir in step.reads {
+                    c.args(["--ro-bind", &p(dir), &p(dir)]);
                 }
                 c.args(["--chdir", "/tmp", "--clearenv"]);
                 for (k, v) in &vars {
@@ -456,6 +536,244 @@ impl EnvCache {
         }
         cmd.stdin(std::process::Stdio::null()).kill_on_drop(true);
         cmd
+    }
+
+    /// Installs `spec`'s packages into the environment of interpreter `py`, building
+    /// those without a wheel from their source distributions, in `work` (removed by the
+    /// caller). No package's code ever runs where the network or the index's settings
+    /// are: round by round, uv resolves and installs wheels only (online, a cache of this
+    /// build's own, the wheels built so far as find-links); when it finds a package
+    /// without a wheel, lh fetches that package's source distribution (online, its own
+    /// stdlib-only script), uv installs its build requirements as wheels into a fresh
+    /// cache (online), and uv builds the wheel from that cache with no network, no
+    /// index setting and nothing writable but the cache and the wheel folder. A package
+    /// built from source needs an exact version (its own pin or the one uv names).
+    async fn install_building(
+        &self,
+        spec: &EnvSpec,
+        py: &Path,
+        work: &Path,
+    ) -> Result<(), RunnerError> {
+        const MAX_BUILDS: usize = 32;
+        let (cache, sdists, wheels) =
+            (work.join("cache"), work.join("sdists"), work.join("wheels"));
+        for dir in [&cache, &sdists, &wheels] {
+            std::fs::create_dir_all(dir)?;
+        }
+        let (py_s, wheels_s) = (py.display().to_string(), wheels.display().to_string());
+        let reqs = spec.requirements()?;
+        let pins: BTreeMap<String, String> = spec
+            .packages
+            .iter()
+            .filter_map(|(name, v)| {
+                let v = v.strip_prefix("==").unwrap_or(v);
+                let exact = !v.starts_with(['<', '>', '=', '~', '!']) && !v.contains([',', '*']);
+                exact.then(|| (normalize(name), v.to_string()))
+            })
+            .collect();
+        let links: Vec<String> = std::env::var("UV_FIND_LINKS")
+            .unwrap_or_default()
+            .split([',', ' '])
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect();
+        let mut built: BTreeMap<String, String> = BTreeMap::new();
+        loop {
+            let mut args = vec![
+                "pip",
+                "install",
+                "--quiet",
+                "--python",
+                &py_s,
+                "--only-binary",
+                ":all:",
+                "--find-links",
+                &wheels_s,
+            ];
+            // The server's find-links too: a flag replaces the variable's list.
+            for link in &links {
+                args.extend(["--find-links", link]);
+            }
+            args.extend(reqs.iter().map(String::as_str));
+            let out = self
+                .command(self.uv, &args, Step::online(&cache).reading(&[&wheels]))
+                .output()
+                .await
+                .map_err(|e| {
+                    RunnerError::Environment(format!("cannot install the packages: {e}"))
+                })?;
+            if out.status.success() {
+                return Ok(());
+            }
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            let missing = without_wheels(&err);
+            if missing.is_empty() {
+                return Err(RunnerError::Environment(format!(
+                    "cannot install the packages (source builds allowed): {}",
+                    tail(&err)
+                )));
+            }
+            for (name, named) in missing {
+                let Some(version) = named.or_else(|| pins.get(&name).cloned()) else {
+                    return Err(RunnerError::Environment(format!(
+                        "{name} has no wheel, and a package built from source needs an exact version: pin it in the packages (`{name}: \"1.2.3\"`)"
+                    )));
+                };
+                if built.contains_key(&name) || built.len() >= MAX_BUILDS {
+                    return Err(RunnerError::Environment(format!(
+                        "cannot install the packages: {name} {version} was built from source, and uv still finds no usable wheel of it: {}",
+                        tail(&err)
+                    )));
+                }
+                self.build_one(&name, &version, py, work).await?;
+                built.insert(name, version);
+            }
+        }
+    }
+
+    /// Builds the wheel of `name` `version` into `work/wheels` (see
+    /// [`Sandbox::install_building`]).
+    async fn build_one(
+        &self,
+        name: &str,
+        version: &str,
+        py: &Path,
+        work: &Path,
+    ) -> Result<(), RunnerError> {
+        let ok = |s: &str| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '+' | '!'))
+        };
+        if !ok(name) || !ok(version) || name.starts_with('-') || version.starts_with('-') {
+            return Err(RunnerError::Environment(format!(
+                "cannot build '{name}' '{version}' from source: not a package name and version"
+            )));
+        }
+        let (cache, sdists, wheels) =
+            (work.join("cache"), work.join("sdists"), work.join("wheels"));
+        let what = format!("build {name} {version} from source");
+        let fetched = run(
+            &mut self.command(
+                py,
+                &[
+                    "-I",
+                    "-S",
+                    "-c",
+                    FETCH_SDIST,
+                    name,
+                    version,
+                    &sdists.display().to_string(),
+                ],
+                Step::online(&cache).writing(&[&sdists]),
+            ),
+            &format!("fetch {name} {version}'s source distribution"),
+        )
+        .await?;
+        let fetched: serde_json::Value =
+            serde_json::from_str(fetched.trim().lines().last().unwrap_or_default()).map_err(
+                |e| RunnerError::Environment(format!("cannot {what}: the fetch said no file: {e}")),
+            )?;
+        // Copied next to the build (the only folder it writes but the wheels'), so that
+        // nothing the build leaves behind lies where a later fetch writes.
+        let sdist = PathBuf::from(fetched["sdist"].as_str().unwrap_or_default());
+        let file = sdist
+            .file_name()
+            .filter(|_| sdist.parent() == Some(sdists.as_path()));
+        let Some(file) = file.map(|f| f.to_os_string()) else {
+            return Err(RunnerError::Environment(format!(
+                "cannot {what}: the fetch named no file of its folder"
+            )));
+        };
+        let requires: Vec<String> = fetched["requires"]
+            .as_array()
+            .map(|r| {
+                r.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let Some(bad) = requires.iter().find(|r| !build_requirement_ok(r)) {
+            return Err(RunnerError::Environment(format!(
+                "cannot {what}: its build requirement '{bad}' is not a package requirement"
+            )));
+        }
+        // The build requirements, installed as wheels into a scratch environment: that
+        // fills a cache of this build's own, which the offline build then resolves from.
+        let step_dir = work.join(format!("build-{}", uuid::Uuid::new_v4().simple()));
+        let (scratch, build_cache) = (step_dir.join("venv"), step_dir.join("cache"));
+        std::fs::create_dir_all(&build_cache)?;
+        let copy = step_dir.join(&file);
+        std::fs::copy(&sdist, &copy)?;
+        std::fs::remove_file(&sdist)?;
+        let sdist = copy.display().to_string();
+        let scratch_s = scratch.display().to_string();
+        let py_s = py.display().to_string();
+        let writes = [step_dir.as_path()];
+        run(
+            &mut self.command(
+                self.uv,
+                &[
+                    "venv",
+                    "--quiet",
+                    "--no-project",
+                    "--python",
+                    &py_s,
+                    &scratch_s,
+                ],
+                Step::online(&build_cache).writing(&writes),
+            ),
+            &format!("{what}: create its build environment"),
+        )
+        .await?;
+        let scratch_py = scratch.join("bin/python").display().to_string();
+        let mut args = vec![
+            "pip",
+            "install",
+            "--quiet",
+            "--only-binary",
+            ":all:",
+            "--python",
+            &scratch_py,
+        ];
+        args.extend(requires.iter().map(String::as_str));
+        run(
+            &mut self.command(self.uv, &args, Step::online(&build_cache).writing(&writes)),
+            &format!(
+                "{what}: install its build requirements ({}) as wheels",
+                requires.join(", ")
+            ),
+        )
+        .await?;
+        let wheels_s = wheels.display().to_string();
+        let built = run(
+            &mut self.command(
+                self.uv,
+                &[
+                    "build",
+                    "--wheel",
+                    "--quiet",
+                    "--offline",
+                    "--no-config",
+                    "--python",
+                    &py_s,
+                    "--out-dir",
+                    &wheels_s,
+                    &sdist,
+                ],
+                Step {
+                    net: Net::None,
+                    cache: Some(&build_cache),
+                    writes: &[&wheels, &step_dir],
+                    reads: &[],
+                    env_writable: false,
+                },
+            ),
+            &format!("{what} (offline, in the sandbox)"),
+        )
+        .await;
+        remove_env(&step_dir);
+        built.map(|_| ())
     }
 }
 
@@ -656,11 +974,18 @@ async fn run(cmd: &mut Command, what: &str) -> Result<String, RunnerError> {
         .map_err(|e| RunnerError::Environment(format!("cannot {what}: {e}")))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-        let tail = tail[tail.len().saturating_sub(12)..].join("\n");
-        return Err(RunnerError::Environment(format!("cannot {what}: {tail}")));
+        return Err(RunnerError::Environment(format!(
+            "cannot {what}: {}",
+            tail(&err)
+        )));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The last dozen lines of a step's error output that say something.
+fn tail(err: &str) -> String {
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(12)..].join("\n")
 }
 
 /// The first executable `name` on PATH.
@@ -754,5 +1079,50 @@ mod tests {
             source_builds: false,
         };
         assert!(bad.requirements().is_err());
+    }
+
+    /// What uv 0.13 says when a package has no wheel: the package, with its version
+    /// when uv names one (directly, or as a dependency's), and nothing else.
+    #[test]
+    fn the_packages_without_wheels_are_read_from_uvs_error() {
+        let direct = "error: No solution found when resolving dependencies\n  cause: Because sdistpkg==1.0 has no usable wheels and you require sdistpkg==1.0, we can conclude that your requirements are unsatisfiable.\n\nhint: Wheels are required for `sdistpkg` because building from source is disabled for all packages (i.e., with `--no-build`)";
+        assert_eq!(
+            without_wheels(direct),
+            BTreeMap::from([("sdistpkg".to_string(), Some("1.0".to_string()))])
+        );
+        let dependency = "  cause: Because other-pkg==0.3 has no usable wheels and all versions of top depend on other-pkg==0.3, we can conclude that all versions of top cannot be used.\n         And because you require top==1.0.0, we can conclude that your requirements are unsatisfiable.\n\nhint: Wheels are required for `other-pkg` because building from source is disabled";
+        assert_eq!(
+            without_wheels(dependency),
+            BTreeMap::from([("other-pkg".to_string(), Some("0.3".to_string()))])
+        );
+        let range = "  cause: Because all versions of Some_Pkg have no usable wheels and you require some-pkg, we can conclude that your requirements are unsatisfiable.\n\nhint: Wheels are required for `Some_Pkg` because building from source is disabled";
+        assert_eq!(
+            without_wheels(range),
+            BTreeMap::from([("some-pkg".to_string(), None)])
+        );
+        let other = "  cause: Because sdistpkg was not found in the package registry and you require sdistpkg==1.0, we can conclude that your requirements are unsatisfiable.";
+        assert!(without_wheels(other).is_empty());
+    }
+
+    /// A source distribution's pyproject.toml is the package author's: what it asks to
+    /// build with reaches uv's command line only as a requirement, never as an option
+    /// (another index, a file of requirements) or a direct reference to a URL or file.
+    #[test]
+    fn build_requirements_are_only_requirements() {
+        for ok in ["setuptools>=61", "Cython; python_version < '3.13'", "wheel"] {
+            assert!(build_requirement_ok(ok), "{ok}");
+        }
+        for bad in [
+            "--index-url=http://127.0.0.1:1/simple",
+            "-r/etc/passwd",
+            "-e.",
+            "evil @ http://127.0.0.1:1/evil.whl",
+            "evil@file:///etc/passwd",
+            "",
+            " setuptools",
+            "./local",
+        ] {
+            assert!(!build_requirement_ok(bad), "{bad}");
+        }
     }
 }

@@ -504,8 +504,11 @@ def later(l=lh.Model("leave"), o=lh.Model("raw.orders", columns=["id"])):
 
 /// Writes a package index folder (for `UV_FIND_LINKS`) holding a wheel whose `.pth`
 /// file runs at every interpreter start, writing the server's `AWS_SECRET_ACCESS_KEY` to
-/// `marker` on the host, and a source distribution whose `setup.py` does the same.
-fn hostile_index(dir: &std::path::Path, marker: &std::path::Path) {
+/// `marker` on the host, and a source distribution (`sdistpkg`, built by setuptools as
+/// its pyproject.toml says, needing `sdistdep`, another source distribution) whose
+/// `setup.py` does the same, then tries to reach the host's loopback `port` and writes
+/// the variables it saw and whether it got through into the module it builds.
+fn hostile_index(dir: &std::path::Path, marker: &std::path::Path, port: u16) {
     std::fs::create_dir_all(dir).unwrap();
     let script = r#"
 import base64, hashlib, io, sys, tarfile, zipfile
@@ -528,18 +531,40 @@ files["evilpkg-1.0.dist-info/RECORD"] = "\n".join(record) + "\n"
 with zipfile.ZipFile(f"{out}/evilpkg-1.0-py3-none-any.whl", "w") as z:
     for name, text in files.items():
         z.writestr(name, text)
-setup = payload + "\nfrom setuptools import setup\nsetup(name='sdistpkg', version='1.0')\n"
-with tarfile.open(f"{out}/sdistpkg-1.0.tar.gz", "w:gz") as t:
-    for name, text in {"sdistpkg-1.0/setup.py": setup, "sdistpkg-1.0/PKG-INFO": "Metadata-Version: 2.1\nName: sdistpkg\nVersion: 1.0\n"}.items():
-        data = text.encode()
-        info = tarfile.TarInfo(name)
-        info.size = len(data)
-        t.addfile(info, io.BytesIO(data))
+probe = f"""
+import os, socket
+reached = False
+try:
+    s = socket.create_connection(("127.0.0.1", {sys.argv[3]}), timeout=3)
+    s.sendall(b"GET /setup-py-ran HTTP/1.0\\r\\n\\r\\n")
+    s.close()
+    reached = True
+except OSError:
+    pass
+with open("sdistpkg.py", "w") as f:
+    f.write(f"SEEN = {{dict(os.environ)!r}}\\nREACHED = {{reached!r}}\\n")
+"""
+def sdist(name, setup, extra, version="1.0"):
+    with tarfile.open(f"{out}/{name}-{version}.tar.gz", "w:gz") as t:
+        members = {f"{name}-{version}/setup.py": setup, f"{name}-{version}/PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"}
+        members.update({f"{name}-{version}/{k}": v for k, v in extra.items()})
+        for member, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+sdist("sdistpkg", payload + probe + "\nfrom setuptools import setup\nsetup(name='sdistpkg', version='1.0', py_modules=['sdistpkg'], install_requires=['sdistdep==1.0'])\n",
+      {"pyproject.toml": "[build-system]\nrequires = ['setuptools>=61']\nbuild-backend = 'setuptools.build_meta'\n"})
+sdist("sdistdep", payload + "\nfrom setuptools import setup\nsetup(name='sdistdep', version='1.0')\n", {})
+sdist("sdistdep", payload + "\nfrom setuptools import setup\nsetup(name='sdistdep', version='2.0')\n", {}, "2.0")
+sdist("badbuild", payload + "\nfrom setuptools import setup\nsetup(name='badbuild', version='1.0')\n",
+      {"pyproject.toml": f"[build-system]\nrequires = ['--index-url=http://127.0.0.1:{sys.argv[3]}/injected']\n"})
 "#;
     let out = std::process::Command::new(lh_e2e::python())
         .args(["-c", script])
         .arg(dir)
         .arg(marker)
+        .arg(port.to_string())
         .output()
         .unwrap();
     assert!(
@@ -549,21 +574,50 @@ with tarfile.open(f"{out}/sdistpkg-1.0.tar.gz", "w:gz") as t:
     );
 }
 
+/// A loopback listener that answers every request 404 and keeps each request's first
+/// line: a package index with nothing in it, and a door a build might knock on.
+fn loopback_index() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let mut line = String::new();
+            let mut reader = std::io::BufReader::new(&conn);
+            let _ = reader.read_line(&mut line);
+            log.lock().unwrap().push(line.trim().to_string());
+            let _ = (&conn).write_all(
+                b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+        }
+    });
+    (port, seen)
+}
+
 /// Once: environments were built on the host with the server's whole environment, so a
 /// package's `.pth` file (or a source distribution's `setup.py`) ran on the host as the
 /// server's user and saw its secrets. Builds now take wheels only and run in the
 /// sandbox, with only the package index's settings; the `.pth` then runs only in
-/// sandboxes that cannot reach the host's files.
+/// sandboxes that cannot reach the host's files. Once too: a project that opted into
+/// source builds ran `setup.py` in the step with the network and the index's
+/// credentials, so it could reach the host's loopback services and read the index's
+/// password; builds now run offline with no index setting (the source distribution
+/// fetched, and its build requirements installed as wheels, beforehand).
 fn a_hostile_package_runs_nothing_on_the_host_and_sees_no_secret(runtime: &str) {
     let scratch = tempfile::tempdir().unwrap();
     let index = scratch.path().join("index");
     let marker = scratch.path().join("pwned");
-    hostile_index(&index, &marker);
+    let (port, requests) = loopback_index();
+    hostile_index(&index, &marker, port);
     let envs = scratch.path().join("envs");
+    let extra = format!("http://lhuser:index-s3cret@127.0.0.1:{port}/simple");
     let server = lh_e2e::Server::start_with_env(
         &["--env-cache", envs.to_str().unwrap(), "--runtime", runtime],
         &[
             ("UV_FIND_LINKS", index.to_str().unwrap()),
+            ("UV_EXTRA_INDEX_URL", &extra),
             ("AWS_SECRET_ACCESS_KEY", "topsecret-123"),
         ],
     );
@@ -610,13 +664,15 @@ def uses(o=lh.Model("raw.orders", columns=["id"])):
 
     // A source distribution is not built (wheels only): a clear error, nothing ran.
     let sdist = r#"
+import json
 import lh
 import pyarrow as pa
 
 @lh.model()
 @lh.python(packages={"sdistpkg": "1.0"})
 def built(o=lh.Model("raw.orders", columns=["id"])):
-    return pa.table({"v": [1]})
+    import sdistpkg
+    return pa.table({"seen": [json.dumps(sdistpkg.SEEN)], "reached": [sdistpkg.REACHED]})
 "#;
     let dir = project(
         &lh,
@@ -635,8 +691,9 @@ def built(o=lh.Model("raw.orders", columns=["id"])):
     assert_eq!(lh.head("main"), head, "nothing was published");
     assert_ne!(before, head);
 
-    // A project that opts in builds it from source: in the sandbox, so its setup.py
-    // still cannot reach the host.
+    // A project that opts in builds it, and the source distribution it needs, from
+    // source: offline in the sandbox, so its setup.py cannot reach the host's loopback
+    // and sees neither the server's secret nor the index's password.
     let opted = format!("{PROJECT}source_builds: true\n");
     let dir = project(
         &lh,
@@ -645,9 +702,57 @@ def built(o=lh.Model("raw.orders", columns=["id"])):
     );
     let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
     assert_eq!(code, 0, "{run}");
+    let envs_said = run["environments"].to_string();
+    assert!(envs_said.contains("sdistpkg==1.0"), "{run}");
+    assert!(envs_said.contains("sdistdep==1.0"), "{run}");
+    assert!(!marker.exists(), "setup.py ran on the host");
+    let rows = lh.rows("select seen, reached from analytics.built", "main");
+    let seen = rows[0]["seen"].as_str().unwrap();
+    assert_eq!(
+        rows[0]["reached"], false,
+        "setup.py reached the host's loopback"
+    );
+    for secret in ["index-s3cret", "topsecret-123", "127.0.0.1"] {
+        assert!(!seen.contains(secret), "setup.py saw '{secret}': {seen}");
+    }
+    let log = requests.lock().unwrap().clone();
     assert!(
-        run["environments"].to_string().contains("sdistpkg==1.0"),
-        "{run}"
+        log.iter().all(|r| !r.contains("setup-py-ran")),
+        "setup.py reached the host's loopback: {log:?}"
+    );
+    // The loopback index was there to be reached: by uv and lh's fetch, in the steps
+    // that run no package's code.
+    assert!(
+        log.iter().any(|r| r.contains("/simple/sdistpkg/")),
+        "{log:?}"
+    );
+
+    // A build requirement that is an option of uv's (another index) is refused; a
+    // package without a wheel is built only at an exact version (the project's pin, or
+    // the one version uv finds).
+    for (packages, says) in [
+        (r#"{"badbuild": "1.0"}"#, "is not a package requirement"),
+        (r#"{"sdistdep": ">=0.5"}"#, "needs an exact version"),
+    ] {
+        let model = sdist
+            .replace(r#"{"sdistpkg": "1.0"}"#, packages)
+            .replace("import sdistpkg", "sdistpkg = None")
+            .replace("sdistpkg.SEEN", "''")
+            .replace("sdistpkg.REACHED", "True");
+        let dir = project(
+            &lh,
+            "sdist-bad",
+            &[("lh_project.yml", &opted), ("m.py", &model)],
+        );
+        let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+        assert_eq!(code, 8, "{run}");
+        let err = node(&run, "analytics.built")["error"].to_string();
+        assert!(err.contains(says), "{err}");
+    }
+    let log = requests.lock().unwrap().clone();
+    assert!(
+        log.iter().all(|r| !r.contains("injected")),
+        "a build requirement became an index: {log:?}"
     );
     assert!(!marker.exists(), "setup.py ran on the host");
 }

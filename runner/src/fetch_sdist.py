@@ -1,0 +1,236 @@
+# Fetches one source distribution for a sandboxed source build, running no code of any
+# package: lh runs it with the environment's bare interpreter (`-I -S`: no site, no
+# `.pth` file) in the step that has the network, before anything is built.
+#
+#     python -I -S -c <this> NAME VERSION OUT_DIR
+#
+# It looks where uv looks, in uv's order: the find-links (`UV_FIND_LINKS`: folders or
+# pages of links), then the indexes (`UV_INDEX`, `UV_EXTRA_INDEX_URL`, then
+# `UV_DEFAULT_INDEX` or `UV_INDEX_URL` or PyPI), each a PEP 691 (JSON) or PEP 503 (HTML)
+# simple index. It takes the first `NAME-VERSION.tar.gz` or `.zip` found, checks the
+# index's sha256 when the index gives one, writes it to OUT_DIR, and prints one line of
+# JSON: the file and the build requirements of its pyproject.toml (read from the
+# archive, never unpacked; setuptools when it declares none, as PEP 517 says).
+import base64
+import hashlib
+import html.parser
+import json
+import os
+import re
+import sys
+import tarfile
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+
+MAX_BYTES = 2 << 30
+DEFAULT_REQUIRES = ["setuptools>=40.8.0"]
+
+
+def fail(message):
+    sys.stderr.write(message + "\n")
+    sys.exit(2)
+
+
+def norm(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def words(var, sep):
+    return [w for w in re.split(sep, os.environ.get(var, "")) if w]
+
+
+def indexes():
+    found = []
+    for entry in words("UV_INDEX", r"\s+"):
+        head, _, tail = entry.partition("=")
+        found.append(tail if tail and "://" not in head else entry)
+    found += words("UV_EXTRA_INDEX_URL", r"\s+")
+    found.append(
+        os.environ.get("UV_DEFAULT_INDEX")
+        or os.environ.get("UV_INDEX_URL")
+        or "https://pypi.org/simple"
+    )
+    return found
+
+
+def request(url, accept=None):
+    """A request for `url`, its credentials (user:password@) moved into a header that
+    is not passed on to where the server redirects."""
+    parts = urllib.parse.urlsplit(url)
+    auth = None
+    if parts.username is not None:
+        user = urllib.parse.unquote(parts.username)
+        password = urllib.parse.unquote(parts.password or "")
+        auth = base64.b64encode(f"{user}:{password}".encode()).decode()
+        netloc = parts.netloc.rsplit("@", 1)[1]
+        url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    req = urllib.request.Request(url, headers={"User-Agent": "lh-source-build"})
+    if accept:
+        req.add_header("Accept", accept)
+    if auth:
+        req.add_unredirected_header("Authorization", "Basic " + auth)
+    return req
+
+
+def with_auth(url, base):
+    """`url` carrying `base`'s credentials when both are on one host."""
+    b, u = urllib.parse.urlsplit(base), urllib.parse.urlsplit(url)
+    if b.username is None or u.username is not None or (u.scheme, u.hostname, u.port) != (b.scheme, b.hostname, b.port):
+        return url
+    creds = b.netloc.rsplit("@", 1)[0]
+    return urllib.parse.urlunsplit((u.scheme, f"{creds}@{u.netloc}", u.path, u.query, u.fragment))
+
+
+class Links(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links, self._href, self._text = [], None, ""
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self._href, self._text = dict(attrs).get("href"), ""
+
+    def handle_data(self, data):
+        if self._href is not None:
+            self._text += data
+
+    def handle_endtag(self, tag):
+        if tag == "a" and self._href is not None:
+            self.links.append((self._href, self._text.strip()))
+            self._href = None
+
+
+def page(url):
+    """The files a simple-index page (or a page of find-links) lists, as (filename, url,
+    sha256 or None); None when the page does not exist."""
+    accept = "application/vnd.pypi.simple.v1+json, text/html;q=0.2"
+    try:
+        with urllib.request.urlopen(request(url, accept), timeout=60) as resp:
+            kind = resp.headers.get("Content-Type", "")
+            body = resp.read(64 << 20)
+            base = resp.geturl()
+    except urllib.error.HTTPError as e:
+        if e.code in (404, 410):
+            return None
+        where = urllib.parse.urlsplit(url)
+        fail(f"{where.hostname} answered {e.code} for {where.path}")
+    files = []
+    if "json" in kind:
+        for f in json.loads(body).get("files", []):
+            files.append((f.get("filename", ""), urllib.parse.urljoin(base, f.get("url", "")), (f.get("hashes") or {}).get("sha256")))
+        return files
+    parser = Links()
+    parser.feed(body.decode("utf-8", "replace"))
+    for href, text in parser.links:
+        target = urllib.parse.urljoin(base, href)
+        split = urllib.parse.urlsplit(target)
+        fragment = urllib.parse.parse_qs(split.fragment)
+        name = urllib.parse.unquote(split.path.rsplit("/", 1)[-1]) or text
+        files.append((name, split._replace(fragment="").geturl(), (fragment.get("sha256") or [None])[0]))
+    return files
+
+
+def wanted(filename, name, version):
+    for ext in (".tar.gz", ".zip"):
+        if filename.endswith(ext):
+            stem = filename[: -len(ext)]
+            dist, _, ver = stem.rpartition("-")
+            return norm(dist) == norm(name) and ver.lower() == version.lower()
+    return False
+
+
+def candidates(name, version):
+    for link in words("UV_FIND_LINKS", r"[,\s]+"):
+        if "://" not in link or link.startswith("file://"):
+            folder = urllib.parse.unquote(link[len("file://"):]) if link.startswith("file://") else link
+            if os.path.isdir(folder):
+                for f in sorted(os.listdir(folder)):
+                    if wanted(f, name, version):
+                        yield f, os.path.join(folder, f), None, None
+            continue
+        for f, url, digest in page(link) or []:
+            if wanted(f, name, version):
+                yield f, url, digest, link
+    for index in indexes():
+        files = page(index.rstrip("/") + "/" + norm(name) + "/")
+        if files is None:
+            continue
+        for f, url, digest in files:
+            if wanted(f, name, version):
+                yield f, url, digest, index
+
+
+def fetch(name, version, out):
+    for filename, url, digest, base in candidates(name, version):
+        filename = os.path.basename(filename)
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+!-]*\.(tar\.gz|zip)", filename):
+            continue
+        path = os.path.join(out, filename)
+        h = hashlib.sha256()
+        size = 0
+        with open(path, "wb") as dst:
+            if base is None:
+                src = open(url, "rb")
+            else:
+                src = urllib.request.urlopen(request(with_auth(url, base)), timeout=300)
+            with src:
+                while chunk := src.read(1 << 20):
+                    size += len(chunk)
+                    if size > MAX_BYTES:
+                        fail(f"{filename} is larger than {MAX_BYTES >> 30} GiB")
+                    h.update(chunk)
+                    dst.write(chunk)
+        if digest and h.hexdigest() != digest.lower():
+            fail(f"{filename} does not match the sha256 its index gives")
+        return path
+    fail(f"no source distribution of {name} {version} in the find-links or the package indexes")
+
+
+def build_requires(path):
+    """`[build-system] requires` of the archive's top-level pyproject.toml."""
+    text = None
+    if path.endswith(".zip"):
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                parts = info.filename.split("/")
+                if len(parts) == 2 and parts[1] == "pyproject.toml" and info.file_size < (1 << 20):
+                    text = z.read(info).decode("utf-8", "replace")
+                    break
+    else:
+        with tarfile.open(path, "r:*") as t:
+            for info in t:
+                parts = info.name.split("/")
+                if len(parts) == 2 and parts[1] == "pyproject.toml" and info.isfile() and info.size < (1 << 20):
+                    text = t.extractfile(info).read().decode("utf-8", "replace")
+                    break
+    if text is None:
+        return DEFAULT_REQUIRES
+    try:
+        import tomllib
+
+        system = tomllib.loads(text).get("build-system")
+    except ImportError:
+        match = re.search(r"^\[build-system\][^\[]*?^requires\s*=\s*\[(.*?)\]", text, re.S | re.M)
+        system = {"requires": re.findall(r"[\"']([^\"']+)[\"']", match.group(1))} if match else None
+    except ValueError as e:
+        fail(f"{os.path.basename(path)}: pyproject.toml is not valid TOML: {e}")
+    if not isinstance(system, dict) or "requires" not in system:
+        return DEFAULT_REQUIRES
+    requires = system["requires"]
+    if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
+        fail(f"{os.path.basename(path)}: build-system.requires is not a list of strings")
+    return requires
+
+
+def main():
+    name, version, out = sys.argv[1:4]
+    try:
+        path = fetch(name, version, out)
+    except (OSError, ValueError) as e:
+        fail(f"cannot fetch {name} {version}: {e}")
+    print(json.dumps({"sdist": path, "requires": build_requires(path)}))
+
+
+main()

@@ -3,14 +3,13 @@
 //!
 //! Only this crate speaks HTTP, and only `http.rs` maps errors to status codes.
 
+pub use lh_auth as auth;
+pub use lh_core::{db, duck, error, http};
+pub use lh_warehouse as warehouse;
+
 pub mod api;
 pub mod app;
-pub mod auth;
 pub mod console;
-pub mod db;
-pub mod duck;
-pub mod error;
-pub mod http;
 pub mod listen;
 pub mod maintenance;
 pub mod merges;
@@ -21,6 +20,5 @@ pub mod runs;
 pub mod server;
 pub mod state;
 pub mod tables;
-pub mod warehouse;
 
 pub use server::{RuntimeChoice, ServerConfig, serve, shutdown_signal};

@@ -482,9 +482,7 @@ fn fresh_snapshot_id(metadata: &TableMetadata) -> i64 {
     }
 }
 
-/// The table property that lets lh make an Iceberg REST client's stale append again on
-/// the table as it is now (see [`rebase_append`]); off unless set to `true`.
-pub const REBASE_APPENDS: &str = "lh.rebase-appends";
+pub use crate::error::REBASE_APPENDS;
 
 /// Why a stale append is not made again: the client's conflict stands.
 pub type NotRebased = String;

@@ -17,6 +17,8 @@
 //! the `admin` role, and takes the author from the `x-lh-user` header, as lh did before
 //! it had authentication.
 
+use lh_core::{db, error, http};
+
 pub mod audit;
 pub mod bootstrap;
 pub mod guard;

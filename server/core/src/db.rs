@@ -1,7 +1,7 @@
 //! The server's own tables (runs, their nodes, the memo table, namespaces) live in the
 //! catalog's database (the same SQLite file or PostgreSQL database), through sqlx's
 //! `Any` driver in SQL both backends accept. This opens the pool and brings the tables
-//! up to date with `control-plane/migrations/`, which the run store and the namespace
+//! up to date with `server/core/migrations/`, which the run store and the namespace
 //! store share (one migration history, so existing databases keep working).
 
 use sqlx::AnyPool;

@@ -10,6 +10,8 @@
 //! them (`upload`), and a read-through cache on disk serves DuckDB the data files it
 //! reads (`cache.rs`).
 
+use lh_core::error;
+
 pub mod cache;
 pub mod io;
 pub mod own;

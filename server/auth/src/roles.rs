@@ -77,7 +77,7 @@ impl Pattern {
 
 /// `*` matches any run of bytes; everything else itself. Iterative, with one
 /// backtracking point: linear in practice, never exponential.
-pub(crate) fn glob(p: &[u8], s: &[u8]) -> bool {
+pub fn glob(p: &[u8], s: &[u8]) -> bool {
     let (mut pi, mut si) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while si < s.len() {

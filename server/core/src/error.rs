@@ -241,7 +241,7 @@ impl std::error::Error for Error {
     }
 }
 
-pub(crate) fn pointer(p: &lh_catalog::TablePointer) -> lh_api::TablePointer {
+pub fn pointer(p: &lh_catalog::TablePointer) -> lh_api::TablePointer {
     lh_api::TablePointer {
         metadata_location: p.metadata_location.clone(),
         table_uuid: p.table_uuid.clone(),
@@ -250,7 +250,7 @@ pub(crate) fn pointer(p: &lh_catalog::TablePointer) -> lh_api::TablePointer {
 }
 
 /// A table's change between two commits, as the API and webhooks give it.
-pub(crate) fn table_diff(d: lh_catalog::TableDiff) -> lh_api::TableDiff {
+pub fn table_diff(d: lh_catalog::TableDiff) -> lh_api::TableDiff {
     let change = match d.change() {
         lh_catalog::DiffKind::Added => lh_api::Change::Added,
         lh_catalog::DiffKind::Removed => lh_api::Change::Removed,
@@ -349,6 +349,10 @@ pub fn collected(what: &str) -> Error {
     )
 }
 
+/// The table property that lets lh make an Iceberg REST client's stale append again on
+/// the table as it is now (the tables' `rebase_append`); off unless set to `true`.
+pub const REBASE_APPENDS: &str = "lh.rebase-appends";
+
 /// Whether a commit or snapshot property is one of lh's own (`lh.run`, `lh.node`,
 /// `lh.operation`, ...: provenance that run take-over, memoization and bisect read),
 /// which no client may set.
@@ -359,7 +363,7 @@ pub fn is_reserved_property(key: &str) -> bool {
 /// Whether a client may set this table property: any but lh's own (`lh.*`), except the
 /// settings lh documents for users (`lh.rebase-appends`).
 pub fn client_table_property(key: &str) -> bool {
-    !is_reserved_property(key) || key.eq_ignore_ascii_case(crate::tables::snapshot::REBASE_APPENDS)
+    !is_reserved_property(key) || key.eq_ignore_ascii_case(REBASE_APPENDS)
 }
 
 /// A client set one of lh's own properties.

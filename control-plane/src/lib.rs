@@ -5,6 +5,7 @@
 
 pub use lh_auth as auth;
 pub use lh_core::{db, duck, error, http};
+pub use lh_tables::{self as tables, namespaces};
 pub use lh_warehouse as warehouse;
 
 pub mod api;
@@ -13,12 +14,10 @@ pub mod console;
 pub mod listen;
 pub mod maintenance;
 pub mod merges;
-pub mod namespaces;
 pub mod query;
 pub mod rest;
 pub mod runs;
 pub mod server;
 pub mod state;
-pub mod tables;
 
 pub use server::{RuntimeChoice, ServerConfig, serve, shutdown_signal};

@@ -26,6 +26,8 @@ pub mod sql;
 #[cfg(test)]
 pub(crate) mod tests;
 pub mod view;
+#[cfg(test)]
+mod write_tests;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

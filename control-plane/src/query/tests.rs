@@ -4,19 +4,14 @@ use std::sync::Arc;
 
 use iceberg::spec::{NestedField, PrimitiveType, Schema, TableMetadataBuilder, Type};
 use lh_api::{FileFormat, ImportMode};
-use lh_catalog::{Catalog, CommitMeta};
+use lh_catalog::CommitMeta;
 
 use super::*;
 use crate::tables::LoadedTable;
 use crate::tables::write::{ImportContext, ImportJob, import};
-use crate::warehouse::Warehouse;
 
 pub(crate) async fn setup(dir: &std::path::Path) -> (Arc<Tables>, QueryEngine, ImportContext) {
-    let catalog = Catalog::open(&format!("sqlite:{}", dir.join("c.db").display()))
-        .await
-        .unwrap();
-    let warehouse = Warehouse::open(dir.join("wh").to_str().unwrap()).unwrap();
-    let tables = Arc::new(Tables::new(catalog, warehouse));
+    let (tables, ctx) = crate::tables::write::tests_support::setup_tables(dir).await;
     let limits = QueryLimits {
         timeout: Duration::from_secs(30),
         max_result_bytes: 1 << 20,
@@ -27,15 +22,7 @@ pub(crate) async fn setup(dir: &std::path::Path) -> (Arc<Tables>, QueryEngine, I
         },
         answer_memory: 64 << 20,
     };
-    let engine = QueryEngine::new(tables.clone(), limits.clone(), dir.join("spill")).unwrap();
-    let ctx = ImportContext::new(
-        dir.join("up"),
-        dir.join("out"),
-        dir.join("spill2"),
-        limits.duck,
-        2,
-    );
-    std::fs::create_dir_all(&ctx.uploads).unwrap();
+    let engine = QueryEngine::new(tables.clone(), limits, dir.join("spill")).unwrap();
     (tables, engine, ctx)
 }
 

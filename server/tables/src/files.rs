@@ -57,7 +57,7 @@ pub struct LiveFile {
 /// A file's partition as a key: its spec id and partition values, with the values of a
 /// promoted type (int to long, float to double) spelled as the wider type, so that files
 /// written before and after a promotion compare equal.
-pub(crate) fn partition_key(spec_id: i32, partition: &iceberg::spec::Struct) -> String {
+pub fn partition_key(spec_id: i32, partition: &iceberg::spec::Struct) -> String {
     use iceberg::spec::{Literal, PrimitiveLiteral};
     let values: Vec<String> = partition
         .iter()

@@ -252,8 +252,8 @@ impl Tables {
 
     /// Test support: points `name` on `branch` at a metadata file written with
     /// [`Tables::write_metadata`], expecting it at `expected`.
-    #[cfg(test)]
-    pub(crate) async fn commit_table(
+    #[cfg(any(test, feature = "testing"))]
+    pub async fn commit_table(
         &self,
         branch: &str,
         name: &str,

@@ -8,10 +8,15 @@
 //! place tables change (lh's writes and the Iceberg REST catalog's alike); this file
 //! reads them.
 
+use lh_auth as auth;
+use lh_core::{db, duck, error};
+use lh_warehouse as warehouse;
+
 pub mod combine;
 pub mod commit;
 pub mod files;
 pub mod gc;
+pub mod namespaces;
 pub mod partition;
 pub mod retention;
 pub mod snapshot;

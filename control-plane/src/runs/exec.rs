@@ -784,7 +784,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
                 .collect();
             let (views, pins) = svc
                 .queries
-                .views(&head, None, &names, &missing, &pruned)
+                .views_of(&head, &names, &missing, &pruned)
                 .await?;
             input_pins = pins;
             let mut setup: Vec<String> = views.into_iter().map(|v| v.sql).collect();

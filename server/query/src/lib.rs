@@ -17,9 +17,15 @@
 //! pipeline inputs and SQL models alike; `commits.rs` holds the commit catalogs the views
 //! live in, `view.rs` writes a view's SQL, `sql.rs` reads DuckDB's parse of a statement.
 
+use lh_auth as auth;
+use lh_core::{duck, error};
+use lh_tables as tables;
+use lh_warehouse as warehouse;
+
 mod commits;
 pub mod diff;
 pub mod ipc;
+pub mod maintenance;
 pub mod memory;
 pub mod prune;
 pub mod sql;
@@ -41,11 +47,12 @@ use duckdb::Connection;
 use lh_catalog::{Commit, CommitId};
 use tokio::sync::Semaphore;
 
-use crate::duck::{self, DuckLimits, quote_ident};
+use crate::duck::{DuckLimits, quote_ident};
 use crate::error::{Code, Error, Kind, Result};
 use crate::tables::Tables;
 use crate::warehouse::cache::Pins;
-use commits::{CommitCatalog, Session, View, connect};
+pub use commits::View;
+use commits::{CommitCatalog, Session, connect};
 use sql::TableRef;
 use view::{view_name, view_sql};
 
@@ -674,6 +681,18 @@ impl QueryEngine {
         self.commits.get_or_insert_with(commit, || {
             CommitCatalog::attach(&self.database).map(Arc::new)
         })
+    }
+
+    /// Every view of the tables `names` in `commit` (see [`QueryEngine::views`]), for a
+    /// pipeline's inputs in a database of their own.
+    pub async fn views_of(
+        &self,
+        commit: &Commit,
+        names: &[TableRef],
+        missing: &(dyn Fn(&str) -> Error + Sync),
+        pruned: &BTreeMap<TableRef, Vec<prune::Bound>>,
+    ) -> Result<(Vec<View>, Pins)> {
+        self.views(commit, None, names, missing, pruned).await
     }
 
     /// The views of the tables `names` in `commit`: for queries, a function's inputs and

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use crate::error::{Error, Result};
-use crate::query::memory::{Charge, attach_each};
+use crate::memory::{Charge, attach_each};
 
 /// An Arrow IPC stream being written: the schema, then each batch.
 pub struct IpcStream {

@@ -15,9 +15,9 @@ use lh_api::{CompactResponse, ExpireResponse, ImportMode};
 
 use crate::auth::{Action, Identity};
 use crate::error::{Code, Error, Result};
-use crate::query::view::{view_name, view_sql};
 use crate::tables::Tables;
 use crate::tables::write::{ImportContext, Replaces, Source, WriteJob, write_table};
+use crate::view::{view_name, view_sql};
 use crate::warehouse::cache::Pins;
 
 /// After a write left `table` on `branch`: compacts it in the background when a

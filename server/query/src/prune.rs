@@ -228,7 +228,7 @@ fn compare(partition: &PrimitiveLiteral, value: &PrimitiveLiteral, op: Op) -> bo
 mod tests {
     use lh_api::ImportMode;
 
-    use crate::query::sql::{self, Constant, Filter, Op};
+    use crate::sql::{self, Constant, Filter, Op};
     use crate::tables::write::tests_support::job;
     use crate::tables::write::write_table;
 
@@ -317,7 +317,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn pruned_queries_return_what_full_scans_return() {
         let dir = tempfile::tempdir().unwrap();
-        let (tables, engine, ctx) = crate::query::tests::setup(dir.path()).await;
+        let (tables, engine, ctx) = crate::tests::setup(dir.path()).await;
         let mut csv = String::from("id,ts,s,d,n\n");
         for i in 0..200i64 {
             let day = 1 + i % 20;

@@ -6,6 +6,7 @@
 pub use lh_auth as auth;
 pub use lh_core::{db, duck, error, http};
 pub use lh_query::{self as query, maintenance};
+pub use lh_runs::{self as runs, merges};
 pub use lh_tables::{self as tables, namespaces};
 pub use lh_warehouse as warehouse;
 
@@ -13,9 +14,7 @@ pub mod api;
 pub mod app;
 pub mod console;
 pub mod listen;
-pub mod merges;
 pub mod rest;
-pub mod runs;
 pub mod server;
 pub mod state;
 

@@ -9,12 +9,19 @@
 //! recorded (code snapshot, input commit, environment locks, parameters, per-node
 //! status, timings, rows and logs) and can be replayed exactly.
 
+use lh_auth as auth;
+use lh_core::{db, duck, error};
+use lh_query::{self as query, maintenance};
+use lh_tables as tables;
+use lh_warehouse as warehouse;
+
 pub mod breaking;
 mod changes;
 pub mod code;
 mod exec;
 pub mod limits;
 pub mod lineage;
+pub mod merges;
 pub mod partitions;
 pub mod project;
 pub mod store;

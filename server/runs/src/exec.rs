@@ -1140,7 +1140,7 @@ async fn put_back(
             .iter()
             .map(|f| f.partition())
             .chain(within.iter().flat_map(|w| w.partitions.iter()))
-            .map(|part| crate::tables::files::partition_key(spec_id, part))
+            .map(|part| crate::tables::partition::partition_key(spec_id, part))
             .collect();
         let there: std::collections::BTreeSet<&str> = live
             .data

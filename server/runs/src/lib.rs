@@ -19,6 +19,7 @@ pub mod breaking;
 mod changes;
 pub mod code;
 mod exec;
+mod instances;
 pub mod limits;
 pub mod lineage;
 pub mod merges;
@@ -799,7 +800,7 @@ impl RunService {
             .planner_plan(code_hash, &resolved.commit, at, params, None, &readable)
             .await?;
         let changes = changes.map(|no_cache| (no_cache, by));
-        let plan = partitions::apply(plan, partitions)?;
+        let plan = instances::apply(plan, partitions)?;
         let changes = match changes {
             Some((no_cache, by)) => {
                 let of = changes::ChangesOf {
@@ -859,7 +860,7 @@ impl RunService {
         if start.expectations_only {
             plan = plan.expectations_only().select(&start.only)?;
         } else {
-            plan = partitions::apply(plan, start.partitions.as_deref())?;
+            plan = instances::apply(plan, start.partitions.as_deref())?;
         }
         if !start.secrets
             && let Some(n) = plan

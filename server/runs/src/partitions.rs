@@ -1,6 +1,7 @@
 //! Partitioned runs: a project's partitions (`partitions:` in `lh_project.yml`), the
 //! partitions a run asks for (`lh run --partition 2026-11-03`, `--partitions A..B`), and
-//! the plan that runs each partitioned model once per partition.
+//! how an instance reads and writes its partition (the plan that runs each partitioned
+//! model once per partition is `instances.rs`'s).
 //!
 //! A model runs per partition when the project declares partitions and the model
 //! overwrites partitions (`materialize="overwrite_partitions"` with `partitioned_by`):
@@ -19,7 +20,6 @@ use chrono::{Datelike, Duration, NaiveDate, NaiveDateTime, NaiveTime};
 use iceberg::spec::{PrimitiveType, Transform, Type};
 use serde::{Deserialize, Serialize};
 
-use super::project::{Materialize, NodeKind, Plan, PlanNode};
 use crate::duck::{quote_ident, quote_literal};
 use crate::error::{Code, Error, Result};
 use crate::query::sql::{Constant, Filter, Op};
@@ -122,7 +122,7 @@ impl Partition {
     }
 }
 
-fn bad(message: impl Into<String>) -> Error {
+pub(crate) fn bad(message: impl Into<String>) -> Error {
     Error::bad_request(Code::InvalidParameter, message)
 }
 
@@ -156,7 +156,7 @@ impl PartitionsDecl {
         }
     }
 
-    fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             PartitionsDecl::Daily(_) => "daily",
             PartitionsDecl::Hourly(_) => "hourly",
@@ -165,7 +165,7 @@ impl PartitionsDecl {
     }
 
     /// One partition by its label, in this declaration's form.
-    fn parse(&self, text: &str) -> std::result::Result<Partition, String> {
+    pub(crate) fn parse(&self, text: &str) -> std::result::Result<Partition, String> {
         let text = text.trim();
         match self {
             PartitionsDecl::Daily(_) => {
@@ -325,17 +325,6 @@ fn is_value(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
-/// Whether `node` runs once per partition in a project with `decl`.
-pub fn per_partition(decl: Option<&PartitionsDecl>, node: &PlanNode) -> bool {
-    decl.is_some()
-        && matches!(
-            node.kind,
-            NodeKind::Model {
-                materialize: Materialize::OverwritePartitions
-            }
-        )
-}
-
 /// The name a partitioned model's instance has in a run: `table[partition]`.
 pub fn instance_name(table: &str, p: &Partition) -> String {
     format!("{table}[{}]", p.label)
@@ -352,122 +341,6 @@ pub fn table_of(name: &str) -> &str {
         Some(p) => &name[..name.len() - p.len() - 2],
         None => name,
     }
-}
-
-/// The plan with every per-partition model replaced by one instance per partition. An
-/// instance reads another partitioned model's instance of the same partition; any
-/// other node reading a partitioned model waits for all of its instances.
-pub fn expand(plan: Plan, partitions: &[Partition]) -> Result<Plan> {
-    let decl = plan.project.partitions.clone();
-    let per: Vec<bool> = plan
-        .nodes
-        .iter()
-        .map(|n| per_partition(decl.as_ref(), n))
-        .collect();
-    // Old index to new indexes (one, or one per partition).
-    let mut map: Vec<Vec<usize>> = Vec::new();
-    let mut nodes: Vec<PlanNode> = Vec::new();
-    for (i, n) in plan.nodes.iter().enumerate() {
-        if per[i] {
-            let mut at = Vec::new();
-            for p in partitions {
-                let mut x = n.clone();
-                x.partition = Some(p.clone());
-                at.push(nodes.len());
-                nodes.push(x);
-            }
-            map.push(at);
-        } else {
-            map.push(vec![nodes.len()]);
-            nodes.push(n.clone());
-        }
-    }
-    for (i, n) in plan.nodes.iter().enumerate() {
-        for (k, &new) in map[i].iter().enumerate() {
-            let mut after = Vec::new();
-            for (j, input) in n.inputs.iter().enumerate() {
-                let Some(p) = input.producer else { continue };
-                let producer = if per[i] && per[p] {
-                    map[p][k]
-                } else {
-                    after.extend(map[p].iter().skip(1).copied());
-                    map[p][0]
-                };
-                nodes[new].inputs[j].producer = Some(producer);
-            }
-            nodes[new].after = after;
-        }
-    }
-    let order = super::project::topological(&nodes)?;
-    Ok(Plan {
-        nodes,
-        order,
-        ..plan
-    })
-}
-
-/// The plan for the partitions a run asks for (`text`, as `--partition`/`--partitions`
-/// give it): a project whose models run per partition needs them; any other takes none.
-pub fn apply(plan: Plan, text: Option<&str>) -> Result<Plan> {
-    let decl = plan.project.partitions.clone();
-    let per: Vec<&PlanNode> = plan
-        .nodes
-        .iter()
-        .filter(|n| per_partition(decl.as_ref(), n))
-        .collect();
-    let (Some(decl), false) = (decl.as_ref(), per.is_empty()) else {
-        return match text {
-            None => Ok(plan),
-            Some(_) if decl.is_none() => Err(bad(
-                "the project declares no partitions (partitions: in lh_project.yml)",
-            )),
-            Some(_) => Err(bad(
-                "no model of the project runs per partition (materialize 'overwrite_partitions')",
-            )),
-        };
-    };
-    let mut problems = Vec::new();
-    // A partition of the declaration, to check the models' specs against.
-    let sample = match decl {
-        PartitionsDecl::Daily(r) | PartitionsDecl::Hourly(r) => decl.parse(&r.start).ok(),
-        PartitionsDecl::Values(v) => v.first().and_then(|x| decl.parse(x).ok()),
-    };
-    for n in &per {
-        let fine = match (&n.partitioned_by, &sample) {
-            (Some(spec), Some(p)) => key_column(p, spec).is_some(),
-            _ => false,
-        };
-        if !fine {
-            problems.push(format!(
-                "{}: {} runs per {} partition: its partitioned_by needs a field no coarser than that ({})",
-                n.location(),
-                n.name,
-                decl.kind(),
-                match decl {
-                    PartitionsDecl::Daily(_) => "day(col), hour(col) or a date column",
-                    PartitionsDecl::Hourly(_) => "hour(col) or a column by identity",
-                    PartitionsDecl::Values(_) => "a column by identity",
-                }
-            ));
-        }
-    }
-    if !problems.is_empty() {
-        return Err(Error::bad_request(
-            Code::InvalidProject,
-            problems.join("; "),
-        ));
-    }
-    let Some(text) = text else {
-        let names: Vec<&str> = per.iter().map(|n| n.name.as_str()).collect();
-        return Err(bad(format!(
-            "{} run{} per {} partition: say which with --partition P or --partitions A..B",
-            names.join(", "),
-            if names.len() == 1 { "s" } else { "" },
-            decl.kind()
-        )));
-    };
-    let partitions = decl.select(text)?;
-    expand(plan, &partitions)
 }
 
 /// The column of a model's partition spec (`partitioned_by`) that holds partition

@@ -374,6 +374,17 @@ pub struct PlanNode {
 }
 
 impl PlanNode {
+    /// Whether the node runs once per partition in a project with `decl`.
+    pub fn per_partition(&self, decl: Option<&PartitionsDecl>) -> bool {
+        decl.is_some()
+            && matches!(
+                self.kind,
+                NodeKind::Model {
+                    materialize: Materialize::OverwritePartitions
+                }
+            )
+    }
+
     pub fn output(&self) -> Option<&str> {
         match self.kind {
             NodeKind::Model { .. } => Some(&self.name),
@@ -866,7 +877,7 @@ impl Planner<'_> {
         for i in 0..nodes.len() {
             for p in nodes[i].params.values() {
                 if partitions::PARAMS.contains(&p.as_str()) {
-                    if !partitions::per_partition(project.partitions.as_ref(), &nodes[i]) {
+                    if !nodes[i].per_partition(project.partitions.as_ref()) {
                         problems.push(loc(&nodes[i].file, nodes[i].line, format!("'{p}' is given only to a model that runs per partition (materialize 'overwrite_partitions' in a project that declares partitions: in {PROJECT_FILE})")));
                     }
                 } else if !project.parameters.contains_key(p) {

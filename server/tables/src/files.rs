@@ -54,28 +54,6 @@ pub struct LiveFile {
     pub spec_id: i32,
 }
 
-/// A file's partition as a key: its spec id and partition values, with the values of a
-/// promoted type (int to long, float to double) spelled as the wider type, so that files
-/// written before and after a promotion compare equal.
-pub fn partition_key(spec_id: i32, partition: &iceberg::spec::Struct) -> String {
-    use iceberg::spec::{Literal, PrimitiveLiteral};
-    let values: Vec<String> = partition
-        .iter()
-        .map(|v| match v {
-            Some(Literal::Primitive(PrimitiveLiteral::Int(i))) => format!("{:?}", i64::from(*i)),
-            Some(Literal::Primitive(PrimitiveLiteral::Float(f))) => {
-                format!("{:?}", f64::from(f.into_inner()))
-            }
-            Some(Literal::Primitive(PrimitiveLiteral::Double(d))) => {
-                format!("{:?}", d.into_inner())
-            }
-            Some(Literal::Primitive(PrimitiveLiteral::Long(l))) => format!("{l:?}"),
-            other => format!("{other:?}"),
-        })
-        .collect();
-    format!("{spec_id}:[{}]", values.join(", "))
-}
-
 /// An equality delete file: it removes the rows whose `field_ids` columns equal one of
 /// its rows, from the data files of an older sequence number, in its partition (or in
 /// every partition, when its spec is unpartitioned: `partition` is None).
@@ -161,7 +139,8 @@ impl Tables {
                     DataContentType::EqualityDeletes => totals.delete_files += 1,
                 }
                 let sequence = e.sequence_number().unwrap_or(0);
-                let partition = partition_key(m.partition_spec_id, df.partition());
+                let partition =
+                    crate::partition::partition_key(m.partition_spec_id, df.partition());
                 match (e.content_type(), e.file_format()) {
                     (DataContentType::Data, DataFileFormat::Parquet) => out.data.push(LiveFile {
                         url: e.file_path().to_string(),
@@ -422,27 +401,5 @@ impl Tables {
             data,
             objects,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use iceberg::spec::{Literal, Struct};
-
-    use super::partition_key;
-
-    #[test]
-    fn a_promoted_partition_value_keys_as_its_wider_type() {
-        let ints = Struct::from_iter([Some(Literal::int(7)), Some(Literal::float(1.5)), None]);
-        let longs = Struct::from_iter([Some(Literal::long(7)), Some(Literal::double(1.5)), None]);
-        assert_eq!(partition_key(0, &ints), partition_key(0, &longs));
-        assert_ne!(partition_key(0, &ints), partition_key(1, &longs));
-        let other = Struct::from_iter([Some(Literal::long(8)), Some(Literal::double(1.5)), None]);
-        assert_ne!(partition_key(0, &other), partition_key(0, &longs));
-        let text = Struct::from_iter([Some(Literal::string("7"))]);
-        assert_ne!(
-            partition_key(0, &text),
-            partition_key(0, &Struct::from_iter([Some(Literal::long(7))]))
-        );
     }
 }

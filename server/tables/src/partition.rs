@@ -605,6 +605,28 @@ pub fn display(spec: &PartitionSpec, schema: &Schema, value: &Struct) -> String 
         .join("/")
 }
 
+/// A file's partition as a key: its spec id and partition values, with the values of a
+/// promoted type (int to long, float to double) spelled as the wider type, so that files
+/// written before and after a promotion compare equal.
+pub fn partition_key(spec_id: i32, partition: &iceberg::spec::Struct) -> String {
+    use iceberg::spec::{Literal, PrimitiveLiteral};
+    let values: Vec<String> = partition
+        .iter()
+        .map(|v| match v {
+            Some(Literal::Primitive(PrimitiveLiteral::Int(i))) => format!("{:?}", i64::from(*i)),
+            Some(Literal::Primitive(PrimitiveLiteral::Float(f))) => {
+                format!("{:?}", f64::from(f.into_inner()))
+            }
+            Some(Literal::Primitive(PrimitiveLiteral::Double(d))) => {
+                format!("{:?}", d.into_inner())
+            }
+            Some(Literal::Primitive(PrimitiveLiteral::Long(l))) => format!("{l:?}"),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    format!("{spec_id}:[{}]", values.join(", "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -811,6 +833,36 @@ mod tests {
         assert_eq!(
             display(&spec, &s, &v),
             "ts_day=2025-11-03/id_bucket=3/s_trunc=abcd/n=null"
+        );
+    }
+
+    #[test]
+    fn a_promoted_partition_value_keys_as_its_wider_type() {
+        let ints = iceberg::spec::Struct::from_iter([
+            Some(iceberg::spec::Literal::int(7)),
+            Some(iceberg::spec::Literal::float(1.5)),
+            None,
+        ]);
+        let longs = iceberg::spec::Struct::from_iter([
+            Some(iceberg::spec::Literal::long(7)),
+            Some(iceberg::spec::Literal::double(1.5)),
+            None,
+        ]);
+        assert_eq!(partition_key(0, &ints), partition_key(0, &longs));
+        assert_ne!(partition_key(0, &ints), partition_key(1, &longs));
+        let other = iceberg::spec::Struct::from_iter([
+            Some(iceberg::spec::Literal::long(8)),
+            Some(iceberg::spec::Literal::double(1.5)),
+            None,
+        ]);
+        assert_ne!(partition_key(0, &other), partition_key(0, &longs));
+        let text = iceberg::spec::Struct::from_iter([Some(iceberg::spec::Literal::string("7"))]);
+        assert_ne!(
+            partition_key(0, &text),
+            partition_key(
+                0,
+                &iceberg::spec::Struct::from_iter([Some(iceberg::spec::Literal::long(7))])
+            )
         );
     }
 }

@@ -26,7 +26,7 @@ pub enum SnapshotOp {
     /// Replace every live file by the new ones.
     Overwrite,
     /// Replace the live data files of these partitions (keys of
-    /// `files::partition_key`, and their values in the default spec) by the new ones,
+    /// `partition::partition_key`, and their values in the default spec) by the new ones,
     /// keep the rest: Iceberg's dynamic overwrite.
     ReplacePartitions {
         keys: BTreeSet<String>,
@@ -288,7 +288,7 @@ pub async fn produce(
                 let manifest = m.load_manifest(io).await?;
                 let replaced = |df: &DataFile| match &op {
                     SnapshotOp::ReplacePartitions { keys, .. } => {
-                        keys.contains(&super::files::partition_key(spec_id, df.partition()))
+                        keys.contains(&super::partition::partition_key(spec_id, df.partition()))
                     }
                     SnapshotOp::Rewrite { files, .. } => files.contains(df.file_path()),
                     _ => true,

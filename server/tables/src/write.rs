@@ -567,7 +567,7 @@ async fn rebase_check(
     let ours: std::collections::BTreeSet<String> = w
         .partitions
         .iter()
-        .map(|p| super::files::partition_key(spec, p))
+        .map(|p| super::partition::partition_key(spec, p))
         .collect();
     let files = async |t: &LoadedTable| {
         tables.live_files(t).await.map(|f| {
@@ -756,7 +756,7 @@ async fn stage_write<'a>(
                 keys: w
                     .partitions
                     .iter()
-                    .map(|p| super::files::partition_key(spec, p))
+                    .map(|p| super::partition::partition_key(spec, p))
                     .collect(),
                 values: w.partitions.clone(),
             },

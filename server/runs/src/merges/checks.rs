@@ -17,7 +17,7 @@ use lh_api::{CheckInfo, CheckResult};
 use lh_catalog::MergeOutcome;
 use sqlx::{AnyPool, Row};
 
-use super::hooks::{self, Delivery};
+use super::hooks::{self, Delivery, check_name};
 use crate::auth::Identity;
 use crate::auth::key::ServerKey;
 use crate::error::{Code, Error, Kind, Result};
@@ -62,25 +62,6 @@ struct Check {
     target: String,
     secret: Option<String>,
     timeout: Duration,
-}
-
-pub fn check_name(name: &str, what: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name.starts_with(|c: char| c.is_ascii_lowercase())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_'));
-    if !ok {
-        return Err(Error::bad_request(
-            Code::InvalidArgument,
-            format!(
-                "invalid {what} name '{}': a lowercase letter, then lowercase letters, digits, '-' and '_' (at most 64)",
-                name.escape_debug()
-            ),
-        ));
-    }
-    Ok(())
 }
 
 impl Checks {

@@ -15,7 +15,6 @@ use lh_api::HookInfo;
 use lh_catalog::{MergeKind, MergeOutcome};
 use sqlx::{AnyPool, Row};
 
-use super::checks::check_name;
 use crate::auth::Identity;
 use crate::auth::key::ServerKey;
 use crate::auth::roles::Pattern;
@@ -324,6 +323,27 @@ impl Hooks {
         }
         Ok(())
     }
+}
+
+/// Whether `name` may name a check or a hook (`what`): a lowercase letter, then
+/// lowercase letters, digits, '-' and '_', at most 64.
+pub fn check_name(name: &str, what: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_'));
+    if !ok {
+        return Err(Error::bad_request(
+            Code::InvalidArgument,
+            format!(
+                "invalid {what} name '{}': a lowercase letter, then lowercase letters, digits, '-' and '_' (at most 64)",
+                name.escape_debug()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -13,11 +13,12 @@ use lh_catalog::Catalog;
 
 use crate::app::app;
 use crate::duck::DuckLimits;
+use crate::merges::checks::ExpectationRunner;
 use crate::namespaces::Namespaces;
 use crate::query::{QueryEngine, QueryLimits};
 use crate::runs::code::CodeStore;
 use crate::runs::store::RunStore;
-use crate::runs::{RunConfig, RunService};
+use crate::runs::{RunConfig, RunParts, RunService};
 use crate::state::AppState;
 use crate::tables::Tables;
 use crate::tables::write::ImportContext;
@@ -257,7 +258,18 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
             cache_bytes: config.cache_bytes,
         }),
     };
-    let tables = Arc::new(Tables::new(catalog.clone(), warehouse));
+    // The server's own tables (runs, namespaces, protected branches) live in the
+    // catalog's database.
+    let db = crate::db::open(&catalog_url)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let protected = Arc::new(crate::auth::protected::ProtectedBranches::new(db.clone()));
+    let tables = Arc::new(Tables::new(
+        catalog.clone(),
+        warehouse,
+        protected.clone(),
+        config.retention.clone(),
+    ));
     let queries = Arc::new(
         QueryEngine::new(
             tables.clone(),
@@ -282,15 +294,8 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         config.max_concurrent_writes,
     );
     import.auto_compact_files = config.auto_compact_files;
-    // The server's own tables (runs, namespaces) live in the catalog's database.
-    let db = crate::db::open(&catalog_url)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let namespaces = Arc::new(Namespaces::new(db.clone(), catalog.clone()));
-    let protected = Arc::new(crate::auth::protected::ProtectedBranches::new(db.clone()));
     let audit = Arc::new(crate::auth::audit::AuditLog::new(db.clone()));
-    let _ = tables.protected.set(protected.clone());
-    let _ = tables.retention.set(config.retention.clone());
     let tokens = config
         .auth
         .then(|| Arc::new(crate::auth::tokens::Tokens::new(db.clone())));
@@ -339,38 +344,45 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         std::env::var("LH_SECRET_KEY").ok(),
     )?);
     crate::auth::key::agree(&db, &key).await?;
-    let runs = runs_service(
-        config,
-        &data_dir,
-        RunStore::new(db.clone()),
-        &catalog,
-        &tables,
-        &queries,
-        &import,
-    )
-    .await?;
+    let secrets = Arc::new(crate::auth::secrets::Secrets::new(db.clone(), key.clone()));
     let http = crate::merges::hooks::client();
-    let checks = Arc::new(crate::merges::checks::Checks::new(
+    let hooks = Arc::new(crate::merges::hooks::Hooks::new(
         db.clone(),
         key.clone(),
         http.clone(),
     ));
-    let _ = checks.runs.set(Arc::new(runs.clone()));
-    let merger = Arc::new(crate::merges::Merger {
-        catalog: catalog.clone(),
-        tables: tables.clone(),
-        protected: protected.clone(),
-        roles: roles.clone(),
-        checks,
-        hooks: Arc::new(crate::merges::hooks::Hooks::new(
-            db.clone(),
-            key.clone(),
-            http,
-        )),
-    });
-    let _ = runs.merger.set(merger.clone());
-    let secrets = Arc::new(crate::auth::secrets::Secrets::new(db.clone(), key.clone()));
-    let _ = runs.secrets.set(secrets.clone());
+    // The merger's checks run expectations on the run service, which publishes through
+    // the merger: made together (RunService::new).
+    let merger_of = {
+        let (db, key) = (db.clone(), key.clone());
+        let (catalog, tables) = (catalog.clone(), tables.clone());
+        let (protected, roles) = (protected.clone(), roles.clone());
+        move |runs| {
+            Arc::new(crate::merges::Merger {
+                catalog,
+                tables,
+                protected,
+                roles,
+                checks: Arc::new(crate::merges::checks::Checks::new(db, key, http, runs)),
+                hooks,
+            })
+        }
+    };
+    let runs = runs_service(
+        config,
+        &data_dir,
+        Shared {
+            catalog: catalog.clone(),
+            tables: tables.clone(),
+            queries: queries.clone(),
+            import: import.clone(),
+            store: RunStore::new(db.clone()),
+            secrets: secrets.clone(),
+        },
+        merger_of,
+    )
+    .await?;
+    let merger = runs.merger.clone();
     // Whole now: runs of stopped servers may be taken over.
     runs.begin();
     // Uploads never used, swept now and then (by every server; any may).
@@ -407,14 +419,21 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
     })
 }
 
+/// The services a run service shares with the rest of the server.
+struct Shared {
+    catalog: Catalog,
+    tables: Arc<Tables>,
+    queries: Arc<QueryEngine>,
+    import: ImportContext,
+    store: RunStore,
+    secrets: Arc<crate::auth::secrets::Secrets>,
+}
+
 async fn runs_service(
     config: &ServerConfig,
     data_dir: &std::path::Path,
-    store: RunStore,
-    catalog: &Catalog,
-    tables: &Arc<Tables>,
-    queries: &Arc<QueryEngine>,
-    import: &ImportContext,
+    shared: Shared,
+    merger_of: impl FnOnce(Arc<dyn ExpectationRunner>) -> Arc<crate::merges::Merger>,
 ) -> anyhow::Result<Arc<RunService>> {
     let harness = data_dir.join("harness");
     lh_runner::write_harness(&harness)?;
@@ -534,16 +553,26 @@ async fn runs_service(
         None,
         config.sandbox,
     );
-    let svc = RunService::new(
-        catalog.clone(),
-        tables.clone(),
-        queries.clone(),
-        import.clone(),
+    let Shared {
+        catalog,
+        tables,
+        queries,
+        import,
+        store,
+        secrets,
+    } = shared;
+    let parts = RunParts {
+        catalog,
+        tables,
+        queries,
+        import,
         store,
         code,
         envs,
         runtime,
-        RunConfig {
+        secrets,
+        harness,
+        config: RunConfig {
             parallelism: config.run_parallelism.max(1),
             branch_ttl: config.run_branch_ttl,
             lease: config.run_lease,
@@ -555,11 +584,10 @@ async fn runs_service(
             env_keep_recent: config.function_ceilings.timeout
                 + (config.worker_idle * 2).max(Duration::from_secs(3600)),
         },
-        harness,
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(svc)
+    };
+    RunService::new(parts, merger_of)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// The name of the lock file that makes a data folder one running server's.

@@ -371,26 +371,20 @@ impl Run {
                 prepare: false,
                 resolutions: Vec::new(),
             };
-            let merged = match svc.merger.get() {
-                Some(m) => {
-                    m.merge(
-                        &self.shared.by,
-                        &self.shared.run_branch,
-                        &self.info.target,
-                        Via::RunPublish,
-                        options,
-                    )
-                    .await
-                }
-                None => Err(Error::internal("the merger is not ready")),
-            };
+            let merged = svc
+                .merger
+                .merge(
+                    &self.shared.by,
+                    &self.shared.run_branch,
+                    &self.info.target,
+                    Via::RunPublish,
+                    options,
+                )
+                .await;
             match merged.map(|m| m.outcome) {
                 Ok(out) => {
                     // With the starter's grants as they are now.
-                    let by = match svc.merger.get() {
-                        Some(m) => m.current(&self.shared.by).await.ok(),
-                        None => None,
-                    };
+                    let by = svc.merger.current(&self.shared.by).await.ok();
                     if let Some(by) = &by {
                         for t in &out.tables {
                             crate::maintenance::after_write(
@@ -654,9 +648,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
     // A secret enters the key by its name and version, never its value.
     let secret_versions = match &node.lang {
         Lang::Python { secrets, .. } if !secrets.is_empty() => {
-            store_of_secrets(svc)?
-                .versions(secrets, &shared.target)
-                .await?
+            svc.secrets.versions(secrets, &shared.target).await?
         }
         _ => BTreeMap::new(),
     };
@@ -1240,9 +1232,7 @@ async fn invoke_in(
     let secrets = if secrets.is_empty() {
         Vec::new()
     } else {
-        store_of_secrets(svc)?
-            .values(secrets, &shared.target)
-            .await?
+        svc.secrets.values(secrets, &shared.target).await?
     };
     let env = match env {
         Some(env) => env,
@@ -1312,13 +1302,6 @@ async fn invoke_in(
         },
         o => o,
     })
-}
-
-fn store_of_secrets(svc: &RunService) -> Result<&crate::auth::secrets::Secrets> {
-    svc.secrets
-        .get()
-        .map(|s| s.as_ref())
-        .ok_or_else(|| Error::internal("the secret store is not ready"))
 }
 
 /// The environment of `spec`, built if needed (said in the node's log).

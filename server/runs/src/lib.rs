@@ -111,11 +111,32 @@ pub struct RunService {
     pub instance: String,
     /// Set while the server stops: no run is taken over any more.
     stopping: AtomicBool,
-    /// How a finished run publishes (set once the merger exists: its checks run runs).
-    pub merger: std::sync::OnceLock<Arc<crate::merges::Merger>>,
-    /// Where functions' secrets come from (set at start-up).
-    pub secrets: std::sync::OnceLock<Arc<crate::auth::secrets::Secrets>>,
+    /// How a finished run publishes (its checks run runs: see [`RunService::new`]).
+    pub merger: Arc<crate::merges::Merger>,
+    /// Where functions' secrets come from.
+    pub secrets: Arc<crate::auth::secrets::Secrets>,
 }
+
+/// What a run service is made of.
+pub struct RunParts {
+    pub catalog: Catalog,
+    pub tables: Arc<Tables>,
+    pub queries: Arc<QueryEngine>,
+    pub import: ImportContext,
+    pub store: RunStore,
+    pub code: CodeStore,
+    pub envs: EnvCache,
+    pub runtime: Arc<dyn Runtime>,
+    pub config: RunConfig,
+    /// The folder holding the `lh` Python package, for the planner.
+    pub harness: PathBuf,
+    pub secrets: Arc<crate::auth::secrets::Secrets>,
+}
+
+/// The run service as merge checks see it: they run a project's expectations as a run,
+/// and the run service publishes through the merger that holds the checks, so the
+/// checks hold it weakly (it is gone only while the server stops).
+struct Expectations(std::sync::Weak<RunService>);
 
 /// What starts a run.
 #[derive(Debug, Clone)]
@@ -175,7 +196,7 @@ impl RunStart {
 }
 
 #[async_trait::async_trait]
-impl crate::merges::checks::ExpectationRunner for Arc<RunService> {
+impl crate::merges::checks::ExpectationRunner for Expectations {
     async fn run_expectations(
         &self,
         code: &str,
@@ -184,14 +205,17 @@ impl crate::merges::checks::ExpectationRunner for Arc<RunService> {
         by: Identity,
         timeout: Duration,
     ) -> std::result::Result<String, String> {
-        let run = self
+        let Some(svc) = self.0.upgrade() else {
+            return Err("the server is stopping".into());
+        };
+        let run = svc
             .start(RunStart::check(code, target, commit, by))
             .await
             .map_err(|e| e.message)?;
         let short = &run.id[..12.min(run.id.len())];
         let deadline = std::time::Instant::now() + timeout;
         loop {
-            let now = self.get(&run.id).await.map_err(|e| e.message)?;
+            let now = svc.get(&run.id).await.map_err(|e| e.message)?;
             if now.status.is_final() {
                 let n = now.nodes.len();
                 return match now.status {
@@ -206,7 +230,7 @@ impl crate::merges::checks::ExpectationRunner for Arc<RunService> {
                 };
             }
             if std::time::Instant::now() > deadline {
-                let _ = self.cancel(&run.id).await;
+                let _ = svc.cancel(&run.id).await;
                 return Err(format!(
                     "the expectations did not finish within {} s (run {short} cancelled)",
                     timeout.as_secs()
@@ -218,18 +242,13 @@ impl crate::merges::checks::ExpectationRunner for Arc<RunService> {
 }
 
 impl RunService {
-    #[allow(clippy::too_many_arguments)]
+    /// The run service of `parts`, publishing through the merger `merger` makes of the
+    /// run service's expectations (its merge checks run them).
     pub async fn new(
-        catalog: Catalog,
-        tables: Arc<Tables>,
-        queries: Arc<QueryEngine>,
-        import: ImportContext,
-        store: RunStore,
-        code: CodeStore,
-        envs: EnvCache,
-        runtime: Arc<dyn Runtime>,
-        config: RunConfig,
-        harness: PathBuf,
+        parts: RunParts,
+        merger: impl FnOnce(
+            Arc<dyn crate::merges::checks::ExpectationRunner>,
+        ) -> Arc<crate::merges::Merger>,
     ) -> Result<Arc<RunService>> {
         let host = hostname();
         let instance = format!(
@@ -237,11 +256,24 @@ impl RunService {
             std::process::id(),
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         );
-        let svc = Arc::new(RunService {
+        let RunParts {
+            catalog,
+            tables,
+            queries,
+            import,
+            store,
+            code,
+            envs,
+            runtime,
+            config,
+            harness,
+            secrets,
+        } = parts;
+        let svc = Arc::new_cyclic(|weak| RunService {
             instance,
             stopping: AtomicBool::new(false),
-            merger: std::sync::OnceLock::new(),
-            secrets: std::sync::OnceLock::new(),
+            merger: merger(Arc::new(Expectations(weak.clone()))),
+            secrets,
             catalog,
             tables,
             queries,
@@ -527,12 +559,8 @@ impl RunService {
             .map_err(|e| Error::internal(format!("the stored plan cannot be read: {e}")))?;
         // Its code, from the warehouse when this server never had it.
         self.code_path(&info.code_hash).await?;
-        let merger = self
-            .merger
-            .get()
-            .ok_or_else(|| Error::internal("the merger is not ready"))?;
         let by = Identity {
-            access: merger.roles.access(&start.roles).await?,
+            access: self.merger.roles.access(&start.roles).await?,
             user: start.user.clone(),
             token_id: start.token_id.clone(),
         };

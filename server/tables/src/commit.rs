@@ -385,13 +385,13 @@ impl Transaction<'_> {
         }
         // A protected branch changes only by a merge: dropped here, the transaction
         // removes what it wrote.
-        if let Some(p) = self.tables.protected.get() {
-            p.check_direct(
+        self.tables
+            .protected
+            .check_direct(
                 branch,
                 "a direct write (an import, a table change, an Iceberg REST commit)",
             )
             .await?;
-        }
         let ops = std::mem::take(&mut self.ops);
         let written = std::mem::take(&mut self.written);
         match self.tables.catalog.commit(branch, ops, meta).await {
@@ -930,17 +930,12 @@ mod tests {
     use std::sync::Arc;
 
     use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
-    use lh_catalog::{Catalog, CommitMeta};
+    use lh_catalog::CommitMeta;
 
     use super::*;
-    use crate::warehouse::Warehouse;
 
     async fn tables(dir: &std::path::Path) -> Arc<Tables> {
-        let catalog = Catalog::open(&format!("sqlite:{}", dir.join("c.db").display()))
-            .await
-            .unwrap();
-        let warehouse = Warehouse::open(dir.join("wh").to_str().unwrap()).unwrap();
-        Arc::new(Tables::new(catalog, warehouse))
+        crate::write::tests_support::open_tables(dir).await
     }
 
     fn new_table() -> NewTable {

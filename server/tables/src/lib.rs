@@ -60,10 +60,10 @@ pub struct Tables {
     /// point at files of any age), exclusively by garbage collection while it removes
     /// files.
     pub commit_gate: tokio::sync::RwLock<()>,
-    /// The protected branches, which no transaction commits to (set by the server).
-    pub protected: std::sync::OnceLock<Arc<crate::auth::protected::ProtectedBranches>>,
-    /// Which commits stay readable (set by the server; the defaults otherwise).
-    pub retention: std::sync::OnceLock<retention::Retention>,
+    /// The protected branches, which no transaction commits to.
+    pub protected: Arc<crate::auth::protected::ProtectedBranches>,
+    /// Which commits stay readable.
+    retention: retention::Retention,
     /// One lock per table and branch that this server's writes commit under: writers of
     /// one table queue for their commit instead of losing races to each other (writers
     /// on other servers still race, and rebase).
@@ -127,7 +127,14 @@ impl quick_cache::Weighter<ManifestKey, Arc<iceberg::spec::Manifest>> for BySize
 type CommitLock = std::sync::Weak<tokio::sync::Mutex<()>>;
 
 impl Tables {
-    pub fn new(catalog: Catalog, warehouse: Warehouse) -> Tables {
+    /// The tables of `catalog` in `warehouse`, `protected` branches changing only by
+    /// merges, commits kept as `retention` says.
+    pub fn new(
+        catalog: Catalog,
+        warehouse: Warehouse,
+        protected: Arc<crate::auth::protected::ProtectedBranches>,
+        retention: retention::Retention,
+    ) -> Tables {
         Tables {
             catalog,
             warehouse,
@@ -138,8 +145,8 @@ impl Tables {
             columns: quick_cache::sync::Cache::new(200_000),
             in_flight: gc::InFlight::default(),
             commit_gate: tokio::sync::RwLock::new(()),
-            protected: std::sync::OnceLock::new(),
-            retention: std::sync::OnceLock::new(),
+            protected,
+            retention,
             commit_locks: std::sync::Mutex::new(HashMap::new()),
         }
     }

@@ -171,7 +171,7 @@ impl Tables {
 
     /// The server's retention rules.
     pub fn retention(&self) -> Retention {
-        self.retention.get().cloned().unwrap_or_default()
+        self.retention.clone()
     }
 }
 

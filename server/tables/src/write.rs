@@ -1534,14 +1534,26 @@ pub mod tests_support {
         }
     }
 
-    /// A catalog, a warehouse and an import context in `dir`.
-    pub async fn setup_tables(dir: &std::path::Path) -> (std::sync::Arc<Tables>, ImportContext) {
-        let catalog = lh_catalog::Catalog::open(&format!("sqlite:{}", dir.join("c.db").display()))
-            .await
-            .unwrap();
+    /// The tables of a catalog and a warehouse in `dir`, with the server's own tables
+    /// (protected branches) in the catalog's database, and the default retention.
+    pub async fn open_tables(dir: &std::path::Path) -> std::sync::Arc<Tables> {
+        let url = format!("sqlite:{}", dir.join("c.db").display());
+        let catalog = lh_catalog::Catalog::open(&url).await.unwrap();
         let warehouse =
             crate::warehouse::Warehouse::open(dir.join("wh").to_str().unwrap()).unwrap();
-        let tables = std::sync::Arc::new(Tables::new(catalog, warehouse));
+        let protected =
+            crate::auth::protected::ProtectedBranches::new(crate::db::open(&url).await.unwrap());
+        std::sync::Arc::new(Tables::new(
+            catalog,
+            warehouse,
+            std::sync::Arc::new(protected),
+            crate::retention::Retention::default(),
+        ))
+    }
+
+    /// A catalog, a warehouse and an import context in `dir`.
+    pub async fn setup_tables(dir: &std::path::Path) -> (std::sync::Arc<Tables>, ImportContext) {
+        let tables = open_tables(dir).await;
         let duck = crate::duck::DuckLimits {
             threads: 1,
             memory_limit: "1GB".into(),

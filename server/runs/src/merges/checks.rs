@@ -9,7 +9,7 @@
 //!
 //! Every required check runs, concurrently, so a blocked merge reports them all.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -43,9 +43,9 @@ pub struct Checks {
     pool: AnyPool,
     key: Arc<ServerKey>,
     http: reqwest::Client,
-    /// What runs expectations: the run service (set once it exists: it publishes
-    /// through the merger that holds these checks).
-    pub runs: OnceLock<Arc<dyn ExpectationRunner>>,
+    /// What runs expectations: the run service (which publishes through the merger
+    /// that holds these checks).
+    runs: Arc<dyn ExpectationRunner>,
 }
 
 fn db(e: sqlx::Error) -> Error {
@@ -65,12 +65,17 @@ struct Check {
 }
 
 impl Checks {
-    pub fn new(pool: AnyPool, key: Arc<ServerKey>, http: reqwest::Client) -> Checks {
+    pub fn new(
+        pool: AnyPool,
+        key: Arc<ServerKey>,
+        http: reqwest::Client,
+        runs: Arc<dyn ExpectationRunner>,
+    ) -> Checks {
         Checks {
             pool,
             key,
             http,
-            runs: OnceLock::new(),
+            runs,
         }
     }
 
@@ -301,12 +306,9 @@ impl Checks {
         into: &str,
         out: &MergeOutcome,
     ) -> std::result::Result<String, String> {
-        let runs = self
-            .runs
-            .get()
-            .ok_or_else(|| "the run service is not ready".to_string())?;
         let by = Identity::admin(format!("check:{}", c.name));
-        runs.run_expectations(&c.target, into, &out.head.to_hex(), by, c.timeout)
+        self.runs
+            .run_expectations(&c.target, into, &out.head.to_hex(), by, c.timeout)
             .await
     }
 }

@@ -392,6 +392,12 @@ impl Transaction<'_> {
                 "a direct write (an import, a table change, an Iceberg REST commit)",
             )
             .await?;
+        self.land(branch, meta).await
+    }
+
+    /// Hands the staged changes to the catalog as one commit on `branch` (checked by
+    /// [`commit_as`](Self::commit_as)); the files stay unless the catalog refused it.
+    async fn land(mut self, branch: &str, meta: CommitMeta) -> Result<Committed> {
         let ops = std::mem::take(&mut self.ops);
         let written = std::mem::take(&mut self.written);
         match self.tables.catalog.commit(branch, ops, meta).await {
@@ -1055,13 +1061,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let t = tables(dir.path()).await;
         let (tx, written) = staged_create(&t).await;
-        // One poll hands the commit to the catalog's writer task; then the caller leaves.
+        // Past its checks, one poll hands the commit to the catalog's writer task; then
+        // the caller leaves.
         let pending = tx
-            .commit(
-                "main",
-                &Identity::admin("t"),
-                CommitMeta::new("t", "create"),
-            )
+            .land("main", CommitMeta::new("t", "create"))
             .now_or_never();
         assert!(pending.is_none(), "the commit finished in one poll");
         let mut landed = None;

@@ -13,6 +13,7 @@ use lh_api::{QueryColumn, QueryRequest};
 use crate::auth::{Action, Identity};
 use crate::error::Error;
 use crate::http::ApiResult;
+use crate::query::Ask;
 use crate::query::memory::{JsonText, Pieces};
 use crate::state::AppState;
 
@@ -49,12 +50,14 @@ async fn query(
             &req.sql,
             // The commit the history check found its limits for, not the ref again.
             &identity.reads(&at),
-            req.timeout_ms.map(Duration::from_millis),
-            req.max_rows,
-            &readable,
-            !identity.access.covers(crate::auth::Role::Reader),
-            !json,
-            Some(&identity.user),
+            &Ask {
+                timeout: req.timeout_ms.map(Duration::from_millis),
+                max_rows: req.max_rows,
+                readable: &readable,
+                restricted: !identity.access.covers(crate::auth::Role::Reader),
+                ipc: !json,
+                caller: Some(&identity.user),
+            },
         )
         .await?;
     if json {

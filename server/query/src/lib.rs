@@ -56,6 +56,39 @@ use commits::{CommitCatalog, Session, connect};
 use sql::TableRef;
 use view::{view_name, view_sql};
 
+/// How a query runs, beyond its SQL and its commit.
+#[derive(Clone, Copy)]
+pub struct Ask<'a> {
+    /// At most the server's query timeout.
+    pub timeout: Option<Duration>,
+    pub max_rows: Option<u64>,
+    /// The tables read: any other is "not found", as a table that does not exist is
+    /// (its existence is not told).
+    pub readable: &'a (dyn Fn(&str) -> bool + Sync),
+    /// A caller who may not read everything: the statement runs in a catalog of its
+    /// own, not the commit's shared one, and DuckDB's "Did you mean ...?" suggestions
+    /// are left out of errors.
+    pub restricted: bool,
+    /// The rows come back encoded as an Arrow IPC stream (`QueryOutput::ipc`), each
+    /// batch as DuckDB hands it over.
+    pub ipc: bool,
+    /// Who asks, held to its share of the query slots (`slot_for`).
+    pub caller: Option<&'a str>,
+}
+
+impl Default for Ask<'_> {
+    fn default() -> Self {
+        Ask {
+            timeout: None,
+            max_rows: None,
+            readable: &|_| true,
+            restricted: false,
+            ipc: false,
+            caller: None,
+        }
+    }
+}
+
 /// The limits of the query engine.
 #[derive(Debug, Clone)]
 pub struct QueryLimits {
@@ -419,36 +452,19 @@ impl QueryEngine {
         timeout: Option<Duration>,
         max_rows: Option<u64>,
     ) -> Result<QueryOutput> {
-        self.run_as(sql, at, timeout, max_rows, &|_| true, false, false, None)
-            .await
+        let ask = Ask {
+            timeout,
+            max_rows,
+            ..Ask::default()
+        };
+        self.run_as(sql, at, &ask).await
     }
 
-    /// [`run`](Self::run), reading only the tables `readable` allows: any other is
-    /// "not found", as a table that does not exist is (its existence is not told).
-    /// `restricted` (a caller who may not read everything): the statement runs in a
-    /// catalog of its own, not the commit's shared one, and DuckDB's "Did you mean ...?"
-    /// suggestions are left out of errors. `ipc`: the rows come back encoded as an
-    /// Arrow IPC stream (`QueryOutput::ipc`), each batch as DuckDB hands it over.
-    /// `caller`: who asks, held to its share of the query slots (`slot_for`).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn run_as(
-        &self,
-        sql: &str,
-        at: &str,
-        timeout: Option<Duration>,
-        max_rows: Option<u64>,
-        readable: &(dyn Fn(&str) -> bool + Sync),
-        restricted: bool,
-        ipc: bool,
-        caller: Option<&str>,
-    ) -> Result<QueryOutput> {
-        let out = self
-            .run_checked(
-                sql, at, timeout, max_rows, readable, restricted, ipc, caller,
-            )
-            .await;
+    /// [`run`](Self::run), as `ask` says: see [`Ask`].
+    pub async fn run_as(&self, sql: &str, at: &str, ask: &Ask<'_>) -> Result<QueryOutput> {
+        let out = self.run_checked(sql, at, ask).await;
         match out {
-            Err(mut e) if restricted => {
+            Err(mut e) if ask.restricted => {
                 if let Some(i) = e.message.find("Did you mean") {
                     e.message.truncate(i);
                     e.message = e.message.trim_end().to_string();
@@ -459,18 +475,15 @@ impl QueryEngine {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn run_checked(
-        &self,
-        sql: &str,
-        at: &str,
-        timeout: Option<Duration>,
-        max_rows: Option<u64>,
-        readable: &(dyn Fn(&str) -> bool + Sync),
-        restricted: bool,
-        ipc: bool,
-        caller: Option<&str>,
-    ) -> Result<QueryOutput> {
+    async fn run_checked(&self, sql: &str, at: &str, ask: &Ask<'_>) -> Result<QueryOutput> {
+        let Ask {
+            timeout,
+            max_rows,
+            readable,
+            restricted,
+            ipc,
+            caller,
+        } = *ask;
         let timeout = timeout.map_or(self.limits.timeout, |t| t.min(self.limits.timeout));
         let _permit = Arc::new(match caller {
             Some(c) => self.slot_for(c).await?,
@@ -568,9 +581,13 @@ impl QueryEngine {
         let charge = self.memory.charge_for(caller);
         let task = blocking(move || {
             let _held = held;
-            execute(
-                session, &views, &text, max_bytes, max_rows, ipc, early, deadline, charge,
-            )
+            let bounds = Bounds {
+                max_bytes,
+                max_rows,
+                ipc,
+                deadline,
+            };
+            execute(session, &views, &text, bounds, early, charge)
         });
         let mut run = Box::pin(interruptible(handle, timeout, task, move || {
             format!(
@@ -850,18 +867,29 @@ fn send_piece(
 /// (`ipc`: encoded as an Arrow IPC stream batch by batch, while DuckDB's threads go on
 /// scanning; a large answer with no `max_rows` is sent through `early` as it comes,
 /// waiting on a slow client no later than `deadline`).
-#[allow(clippy::too_many_arguments)]
+/// The bounds and the form of one statement's answer.
+struct Bounds {
+    max_bytes: u64,
+    max_rows: Option<u64>,
+    /// Arrow IPC (else batches, for JSON).
+    ipc: bool,
+    deadline: std::time::Instant,
+}
+
 fn execute(
     session: Session,
     views: &[View],
     sql: &str,
-    max_bytes: u64,
-    max_rows: Option<u64>,
-    ipc: bool,
+    bounds: Bounds,
     mut early: Option<tokio::sync::oneshot::Sender<Started>>,
-    deadline: std::time::Instant,
     mut charge: memory::Charge,
 ) -> Result<(SchemaRef, Rows, bool)> {
+    let Bounds {
+        max_bytes,
+        max_rows,
+        ipc,
+        deadline,
+    } = bounds;
     session.ensure_views(views)?;
     let conn = &session.conn;
     let mut stmt = conn.prepare(sql).map_err(sql_error)?;

@@ -569,16 +569,14 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         let Lang::Python { .. } = &node.lang else {
             return Err(Error::internal("only Python expectations exist"));
         };
-        let outcome = invoke(
-            shared,
+        let call = Call {
             node,
-            &head,
-            InvocationKind::Expectation,
-            &params,
-            &inputs,
-            rec,
-        )
-        .await?;
+            head: &head,
+            kind: InvocationKind::Expectation,
+            params: &params,
+            inputs: &inputs,
+        };
+        let outcome = invoke(shared, call, rec).await?;
         match outcome {
             Outcome::Expectation { passed: true, .. } => rec.status = NodeStatus::Passed,
             Outcome::Expectation {
@@ -825,18 +823,14 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
                 shared.id,
                 uuid::Uuid::new_v4().simple()
             ));
-            let outcome = invoke_in(
-                shared,
+            let call = Call {
                 node,
-                &head,
-                InvocationKind::Model,
-                &params,
-                &inputs,
-                rec,
-                &work,
-                python_env,
-            )
-            .await;
+                head: &head,
+                kind: InvocationKind::Model,
+                params: &params,
+                inputs: &inputs,
+            };
+            let outcome = invoke_in(shared, call, rec, &work, python_env).await;
             let outcome = match outcome {
                 Ok(o) => o,
                 Err(e) => {
@@ -1184,21 +1178,22 @@ async fn put_back(
     Ok((pointer(&p), rows))
 }
 
-async fn invoke(
-    shared: &Shared,
-    node: &PlanNode,
-    head: &Commit,
+/// One call of a node's Python function: on its inputs at `head`, with `params`.
+struct Call<'a> {
+    node: &'a PlanNode,
+    head: &'a Commit,
     kind: InvocationKind,
-    params: &BTreeMap<String, serde_json::Value>,
-    inputs: &[Input],
-    rec: &mut NodeRecord,
-) -> Result<Outcome> {
+    params: &'a BTreeMap<String, serde_json::Value>,
+    inputs: &'a [Input],
+}
+
+async fn invoke(shared: &Shared, call: Call<'_>, rec: &mut NodeRecord) -> Result<Outcome> {
     let work = shared.svc.config.work_root.join(format!(
         "{}-{}",
         shared.id,
         uuid::Uuid::new_v4().simple()
     ));
-    let out = invoke_in(shared, node, head, kind, params, inputs, rec, &work, None).await;
+    let out = invoke_in(shared, call, rec, &work, None).await;
     let _ = std::fs::remove_dir_all(&work);
     out
 }
@@ -1206,18 +1201,20 @@ async fn invoke(
 /// Builds (or finds) the node's environment, unless the caller has it already (`env`),
 /// writes its inputs, and calls the function in the runtime. The invocation's folder is
 /// `work`.
-#[allow(clippy::too_many_arguments)]
 async fn invoke_in(
     shared: &Shared,
-    node: &PlanNode,
-    head: &Commit,
-    kind: InvocationKind,
-    params: &BTreeMap<String, serde_json::Value>,
-    inputs: &[Input],
+    call: Call<'_>,
     rec: &mut NodeRecord,
     work: &std::path::Path,
     env: Option<lh_runner::Env>,
 ) -> Result<Outcome> {
+    let Call {
+        node,
+        head,
+        kind,
+        params,
+        inputs,
+    } = call;
     let svc = &shared.svc;
     let Lang::Python {
         function,

@@ -371,7 +371,7 @@ impl Transaction<'_> {
     /// [`commit`](Self::commit) on `branch` with `by`'s grants on `grants_on`: a run's
     /// commit on its own branch, checked as a write to its target.
     pub async fn commit_as(
-        mut self,
+        self,
         branch: &str,
         grants_on: &str,
         by: &Identity,

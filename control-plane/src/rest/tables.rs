@@ -381,11 +381,9 @@ fn plain_append(change: &CommitTable) -> Option<PlainAppend> {
     )
 }
 
-/// How many times a stale append is made again on a table other writes keep moving.
-const MAX_REBASES: u32 = 10;
-
 /// A client's stale append made again on the table as it is at the branch head (see
-/// `snapshot::rebase_append` for when that is safe), until it lands: `None` when it
+/// `snapshot::rebase_append` for when that is safe), until it lands, as lh's own writes
+/// are (`tables::rebase`): `None` when it
 /// may not be or could not be (the client's conflict stands); an error when the caller
 /// may not write, or when a rebased commit may have landed.
 async fn rebase_append(
@@ -395,6 +393,7 @@ async fn rebase_append(
     identity: &Identity,
     append: &PlainAppend,
 ) -> crate::error::Result<Option<Committed>> {
+    use crate::tables::rebase::{MAX_REBASES, Rebases};
     use crate::tables::snapshot::{self, ClientAppend};
     // Nothing is read for a caller that may not write.
     identity.require_table(Action::Write, branch, name, "appending to a table")?;
@@ -406,13 +405,9 @@ async fn rebase_append(
     // The client's files, read and checked once (again only if the table's folder
     // changed under it).
     let mut client: Option<(String, ClientAppend)> = None;
-    for attempt in 0..MAX_REBASES {
-        if attempt > 0 {
-            // Lost again: jittered, growing pauses spread the writers out.
-            let cap = 10u64 << attempt.min(6);
-            let jitter = (uuid::Uuid::new_v4().as_u128() % u128::from(cap)) as u64;
-            tokio::time::sleep(std::time::Duration::from_millis(cap / 2 + jitter)).await;
-        }
+    let mut rebases = Rebases::new();
+    while rebases.another() {
+        rebases.pause().await;
         let now = match async {
             let head = s.tables.catalog.resolve(branch).await?;
             s.tables.load(&head.commit, name).await

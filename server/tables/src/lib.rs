@@ -18,6 +18,7 @@ pub mod files;
 pub mod gc;
 pub mod namespaces;
 pub mod partition;
+pub mod rebase;
 pub mod retention;
 pub mod snapshot;
 pub mod staging;

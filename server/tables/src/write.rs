@@ -23,6 +23,7 @@ use lh_catalog::CommitMeta;
 use uuid::Uuid;
 
 use super::commit::{Base, Put, WrittenPut};
+use super::rebase::Rebases;
 use super::snapshot::{self, SnapshotOp};
 use super::types::{assignable, display_type, duckdb_field_ids, duckdb_type};
 use super::{LoadedTable, Tables, require_branch, stats};
@@ -423,11 +424,12 @@ pub async fn write_table(
     let lock = tables.commit_lock(&job.branch, &job.table);
     let _turn = lock.lock().await;
     let mut outcome = commit_staged(tables, &job, ready).await;
-    let mut rebased = 0;
+    let mut rebases = Rebases::new();
     let mut read = existing.clone();
     loop {
         match outcome {
             Ok(mut response) => {
+                let rebased = rebases.count();
                 response.rebased = rebased;
                 if rebased > 0 {
                     tracing::info!(table = %job.table, rebased, "write rebased onto other writes");
@@ -436,11 +438,11 @@ pub async fn write_table(
             }
             Err(e)
                 if e.code == Code::Conflict
-                    && rebased < MAX_REBASES
                     && matches!(
                         job.mode,
                         ImportMode::Append | ImportMode::OverwritePartitions
-                    ) =>
+                    )
+                    && rebases.another() =>
             {
                 let now = match async {
                     let head = tables.catalog.resolve(&job.branch).await?;
@@ -462,14 +464,7 @@ pub async fn write_table(
                     e.message = format!("{}; {why}", e.message);
                     return Err(e);
                 }
-                rebased += 1;
-                // Lost again with the lock held: a writer on another server. Jittered,
-                // growing pauses spread the servers' writers out.
-                if rebased > 1 {
-                    let cap = 10u64 << rebased.min(6);
-                    let jitter = (Uuid::new_v4().as_u128() % u128::from(cap)) as u64;
-                    tokio::time::sleep(Duration::from_millis(cap / 2 + jitter)).await;
-                }
+                rebases.pause().await;
                 let mut w = again.clone();
                 if let Some(t) = &now {
                     w.base = (*t.metadata).clone();
@@ -491,9 +486,6 @@ pub async fn write_table(
         }
     }
 }
-
-/// How many times a write is staged again on a table other writes moved.
-const MAX_REBASES: u32 = 30;
 
 /// Whether a write staged on `read` may be staged again on `now`, the table as other
 /// writes left it: an append commutes with appends and with writes to other partitions;

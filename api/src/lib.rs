@@ -4,6 +4,7 @@
 
 pub mod config_file;
 pub mod env_vars;
+pub mod remedy;
 
 pub mod units;
 
@@ -39,9 +40,13 @@ pub struct ErrorDetail {
     /// A stable identifier: `ref_not_found`, `table_not_found`, `conflict`, `sql_error`...
     pub kind: String,
     pub message: String,
-    /// What the user can do about it, when there is something.
+    /// What the user can do about it, when there is something, in words (the error's
+    /// own hint, then its remedies').
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    /// The typed remedies of the hint, which a client may word its own way.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remedies: Vec<remedy::Remedy>,
     /// The tables that blocked a commit or a merge.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conflicts: Vec<TableConflict>,

@@ -480,6 +480,7 @@ impl Client {
                         "add a LIMIT or aggregate, or write the result to a file with --out FILE.parquet"
                             .into(),
                     ),
+                    remedies: Vec::new(),
                     conflicts: Vec::new(),
                 },
             },

@@ -2,6 +2,7 @@
 //! and an exit code from one table.
 
 use lh_api::ErrorBody;
+use lh_api::remedy::Remedy;
 
 /// The exit codes of `lh`, as `lh --help` documents them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +123,7 @@ impl CliError {
                         ),
                     }
                 }
-                if let Some(h) = &body.error.hint {
+                if let Some(h) = hint_line(&body.error) {
                     eprintln!("hint: {h}");
                 }
             }
@@ -147,4 +148,56 @@ impl CliError {
             }
         }
     }
+}
+
+/// A remedy the server sent, worded as the command that does it.
+fn command(r: &Remedy) -> String {
+    match r {
+        Remedy::ListRefs => "`lh branch ls` and `lh tag ls` list the refs".into(),
+        Remedy::ListTables { at } => format!(
+            "`lh table ls --ref {}` lists the tables",
+            at.as_deref().unwrap_or("REF")
+        ),
+        Remedy::ShowSchema => "`lh table show NAME` prints the schema".into(),
+        Remedy::ReplaceTable => "--mode replace replaces the table and its schema".into(),
+        Remedy::AppendOrReplace => "use --mode append or --mode replace".into(),
+        Remedy::CreateTable => "use --mode create to create it".into(),
+        Remedy::Repartition => "--mode replace --partition-by ... repartitions the table".into(),
+        Remedy::ReplaceOrCompact => {
+            "replace the whole table, or compact it first (`lh table compact`)".into()
+        }
+        Remedy::BranchFrom { from } => format!(
+            "create a branch from it: lh branch create NAME --from {}",
+            from.as_deref().unwrap_or("REF")
+        ),
+        Remedy::MergeInto { into } => format!(
+            "make the change on another branch and merge it: lh branch create fix --from {into}, then lh merge fix --into {into} (a role that may merge)"
+        ),
+        Remedy::WriteByImportOrRun => "change tables with `lh table import` or `lh run`".into(),
+        Remedy::ImportFiles => "bring files in with `lh table import`".into(),
+        Remedy::ChooseCommit => "choose the commit with --ref (main@<hash>, main@<time>)".into(),
+        Remedy::ListRoles => "lh role ls shows the roles".into(),
+        Remedy::DefineRole => "an admin defines it with lh role set, or gives you another".into(),
+        Remedy::ListTokens => "lh token ls lists them".into(),
+        Remedy::PresentToken => "`lh` reads it from the profile in ~/.lh/config.yaml or LH_TOKEN; an admin makes one with `lh token create`".into(),
+        Remedy::SetSecret { name, widen: true } => {
+            format!("run on such a branch, or an admin widens it: lh secret set {name} --on PATTERN")
+        }
+        Remedy::SetSecret { name, widen: false } => {
+            format!("an admin sets it: lh secret set {name} < file")
+        }
+        Remedy::ListChecks => "lh check ls shows the checks; lh check add makes one".into(),
+        Remedy::ListRuns => "`lh runs ls` lists the runs".into(),
+    }
+}
+
+/// The hint line of an error body: its own hint, then its remedies as commands.
+fn hint_line(e: &lh_api::ErrorDetail) -> Option<String> {
+    let own = lh_api::remedy::own_hint(e.hint.as_deref(), &e.remedies);
+    let parts: Vec<String> = own
+        .map(str::to_string)
+        .into_iter()
+        .chain(e.remedies.iter().map(command))
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
 }

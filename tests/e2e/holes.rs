@@ -1822,3 +1822,31 @@ fn hidden_pii(lh: &lh_e2e::Lh) -> (String, String) {
     .ok();
     (before_pii, before_drop)
 }
+
+/// Once: the server worded its hints as lh's commands ("`lh table ls --ref main` lists
+/// the tables"), which pyiceberg's, Spark's and the console's users got too. An error
+/// now carries typed remedies: its body's hint words them for anyone, with no command,
+/// and the CLI words them as its commands.
+#[test]
+fn hints_are_worded_by_each_client() {
+    let server = Server::start_with(&[]);
+    let token = server.token();
+    let (status, body) = query_status(&server.url, &token, "select * from raw.nope", true, None);
+    assert_eq!(status, 404);
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let error = &body["error"];
+    assert_eq!(
+        error["remedies"],
+        json!([{"do": "list_tables", "at": "main"}]),
+        "{body}"
+    );
+    let hint = error["hint"].as_str().unwrap();
+    assert!(hint.contains("main") && !hint.contains("lh "), "{hint}");
+    let out = server.lh().run(&["query", "select * from raw.nope"]);
+    assert!(
+        out.stderr
+            .contains("hint: `lh table ls --ref main` lists the tables"),
+        "{}",
+        out.stderr
+    );
+}

@@ -497,7 +497,7 @@ async fn diff(
             if counted == COUNTED || left.is_zero() {
                 t.rows_error = Some(format!(
                     "not counted: a diff counts the rows of {COUNTED} tables within the query \
-                     timeout (lh diff A B --table {} counts these)",
+                     timeout (a diff of {} alone counts these)",
                     t.table
                 ));
                 continue;

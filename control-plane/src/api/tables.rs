@@ -261,7 +261,7 @@ async fn upload(
                     max
                 ),
             )
-            .with_hint("the server's limit is `lh server --max-upload`")
+            .with_hint("the server's limit is its --max-upload")
             .into())
         }
         Err(e) => {

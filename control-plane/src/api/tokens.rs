@@ -42,11 +42,11 @@ async fn create_token(
     let user = req.user.unwrap_or_else(|| identity.user.clone());
     let role = req.role.as_deref().unwrap_or(Role::Reader.as_str());
     if s.roles.get(role).await?.is_none() {
-        return Err(Error::not_found(
-            Code::RoleNotFound,
-            format!("no role '{role}' (lh role ls shows the roles)"),
-        )
-        .into());
+        return Err(
+            Error::not_found(Code::RoleNotFound, format!("no role '{role}'"))
+                .with_remedy(lh_api::remedy::Remedy::ListRoles)
+                .into(),
+        );
     }
     let name = req.name.unwrap_or_else(|| user.clone());
     let (token, info) = tokens

@@ -99,10 +99,7 @@ impl Guard {
                 Code::Unauthenticated,
                 "this server needs a token (Authorization: Bearer ...)",
             )
-            .with_hint(
-                "`lh` reads it from the profile in ~/.lh/config.yaml or LH_TOKEN; \
-                 an admin makes one with `lh token create`",
-            ));
+            .with_remedy(lh_api::remedy::Remedy::PresentToken));
         };
         let token = value
             .to_str()

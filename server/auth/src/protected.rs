@@ -26,10 +26,9 @@ pub fn refused(branch: &str, what: &str) -> Error {
         Code::BranchProtected,
         format!("branch '{branch}' is protected: {what} is refused; it changes only by a merge"),
     )
-    .with_hint(format!(
-        "make the change on another branch and merge it: lh branch create fix --from {branch}, \
-         then lh merge fix --into {branch} (a role that may merge)"
-    ))
+    .with_remedy(lh_api::remedy::Remedy::MergeInto {
+        into: branch.to_string(),
+    })
 }
 
 impl ProtectedBranches {

@@ -311,7 +311,8 @@ pub fn refused(user: &str, access: &Access, action: Action, what: &str, on: &str
             access.name
         ),
     )
-    .with_hint("ask an admin for a role that grants it (lh role ls shows the roles)")
+    .with_hint("ask an admin for a role that grants it")
+    .with_remedy(lh_api::remedy::Remedy::ListRoles)
 }
 
 /// The roles admins define, next to the catalog.
@@ -370,7 +371,7 @@ impl Roles {
                         Code::PermissionDenied,
                         format!("role '{name}' does not exist (any more)"),
                     )
-                    .with_hint("an admin defines it with lh role set, or gives you another"));
+                    .with_remedy(lh_api::remedy::Remedy::DefineRole));
                 }
             }
         }
@@ -470,10 +471,9 @@ impl Roles {
             return Err(Error::new(
                 Kind::Conflict,
                 Code::NotAllowed,
-                format!(
-                    "role '{name}' is the role of {n} live token(s): revoke them first (lh token ls)"
-                ),
-            ));
+                format!("role '{name}' is the role of {n} live token(s): revoke them first"),
+            )
+            .with_remedy(lh_api::remedy::Remedy::ListTokens));
         }
         crate::db::delete_named(&self.pool, "lh_roles", name, || {
             Error::not_found(Code::RoleNotFound, format!("no role '{name}'"))

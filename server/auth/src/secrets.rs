@@ -159,7 +159,10 @@ impl Secrets {
                     "the secret '{name}' is given only to runs on branches matching '{refs}', not to a run on '{target}'"
                 ),
             )
-            .with_hint("run on such a branch, or an admin widens it: lh secret set NAME --on PATTERN"));
+            .with_remedy(lh_api::remedy::Remedy::SetSecret {
+                name: name.to_string(),
+                widen: true,
+            }));
         }
         Ok(row)
     }
@@ -199,7 +202,10 @@ fn missing(name: &str) -> Error {
         Code::SecretNotFound,
         format!("the function needs the secret '{name}', which is not set"),
     )
-    .with_hint(format!("an admin sets it: lh secret set {name} < file"))
+    .with_remedy(lh_api::remedy::Remedy::SetSecret {
+        name: name.to_string(),
+        widen: false,
+    })
 }
 
 /// `text` with every secret value replaced by `***` (values under 4 bytes are left:

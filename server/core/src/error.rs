@@ -6,6 +6,7 @@
 use std::fmt;
 
 use lh_api::TableConflict;
+use lh_api::remedy::Remedy;
 
 /// What kind of failure, for the HTTP status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,7 +175,10 @@ pub struct Error {
     pub kind: Kind,
     pub code: Code,
     pub message: String,
+    /// What the user can do about it, in words any client may show.
     pub hint: Option<String>,
+    /// What the user can do about it, typed: each client words it (see `lh_api::remedy`).
+    pub remedies: Vec<Remedy>,
     pub conflicts: Vec<TableConflict>,
     /// The error this one came from (a catalog, DuckDB, Iceberg or I/O error).
     pub source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
@@ -189,6 +193,7 @@ impl Error {
             code,
             message: message.into(),
             hint: None,
+            remedies: Vec::new(),
             conflicts: Vec::new(),
             source: None,
         }
@@ -214,6 +219,12 @@ impl Error {
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
+        self
+    }
+
+    /// Adds something the user can do about it, which each client words its own way.
+    pub fn with_remedy(mut self, remedy: Remedy) -> Self {
+        self.remedies.push(remedy);
         self
     }
 
@@ -279,9 +290,12 @@ impl From<lh_catalog::Error> for Error {
             K::Contention | K::Storage => Kind::Unavailable,
             K::Corrupt => Kind::Internal,
         };
+        let remedies = match e.kind() {
+            K::RefNotFound => vec![Remedy::ListRefs],
+            K::TableNotFound => vec![Remedy::ListTables { at: None }],
+            _ => Vec::new(),
+        };
         let hint = match e.kind() {
-            K::RefNotFound => Some("`lh branch ls` and `lh tag ls` list the refs".to_string()),
-            K::TableNotFound => Some("`lh table ls --ref REF` lists the tables".to_string()),
             K::AmbiguousRef => Some(format!(
                 "candidates: {}",
                 e.candidates()
@@ -313,6 +327,7 @@ impl From<lh_catalog::Error> for Error {
             code: e.kind().into(),
             message: e.message().to_string(),
             hint,
+            remedies,
             conflicts,
             source: Some(Box::new(e)),
         }
@@ -345,7 +360,7 @@ pub fn collected(what: &str) -> Error {
         format!("a file this table version reads is gone: {what}"),
     )
     .with_hint(
-        "commits past the server's retention (lh server --retain; main keeps 90 days, run/* 7, other branches 30) have their files freed by lh gc; read a ref or a newer commit",
+        "commits past the server's retention (its --retain rules; main keeps 90 days, run/* 7, other branches 30) have their files freed by garbage collection; read a ref or a newer commit",
     )
 }
 

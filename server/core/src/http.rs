@@ -60,7 +60,8 @@ impl IntoResponse for ApiError {
             error: ErrorDetail {
                 kind: e.code.to_string(),
                 message,
-                hint: e.hint,
+                hint: lh_api::remedy::hint_text(e.hint.as_deref(), &e.remedies),
+                remedies: e.remedies,
                 conflicts: e.conflicts,
             },
         };

@@ -541,7 +541,9 @@ impl QueryEngine {
                 Code::TableNotFound,
                 format!("table '{name}' not found at '{at}'"),
             )
-            .with_hint(format!("`lh table ls --ref {at}` lists the tables"))
+            .with_remedy(lh_api::remedy::Remedy::ListTables {
+                at: Some(at.to_string()),
+            })
         };
         let (refs, ctes) = refs;
         // Before any view is made or reused (a commit's views are shared by queries).
@@ -1040,10 +1042,11 @@ fn sql_error(e: duckdb::Error) -> Error {
             "queries read lh tables only; files, extensions and settings are off limits",
         );
     }
-    let hint = text
-        .contains("does not exist")
-        .then(|| "tables are named namespace.table; `lh table ls` lists them".to_string());
-    let mut err = Error::bad_request(Code::SqlError, format!("SQL error: {text}"));
-    err.hint = hint;
+    let err = Error::bad_request(Code::SqlError, format!("SQL error: {text}"));
+    if text.contains("does not exist") {
+        return err
+            .with_hint("tables are named namespace.table")
+            .with_remedy(lh_api::remedy::Remedy::ListTables { at: None });
+    }
     err
 }

@@ -2,6 +2,7 @@
 //! read-only SELECT (DESCRIBE, SHOW and SUMMARIZE parse as SELECTs too), and the tables
 //! it names. Anything else, whatever its text, is refused here.
 
+use lh_api::remedy::Remedy;
 use serde_json::Value;
 
 use crate::error::{Code, Error, Result};
@@ -155,7 +156,7 @@ pub fn analyze(serialized: &str) -> Result<Analysis> {
                 Code::ReadOnly,
                 "only read-only queries (SELECT, DESCRIBE, SHOW, SUMMARIZE) are allowed",
             )
-            .with_hint("change tables with `lh table import` or `lh run`"),
+            .with_remedy(Remedy::WriteByImportOrRun),
             _ => Error::bad_request(Code::SqlError, format!("SQL error: {msg}")),
         });
     }
@@ -291,9 +292,8 @@ fn walk_node(v: &Value, out: &mut Analysis, table_function: bool) -> Result<()> 
                         "not allowed: SHOW TABLES and SHOW DATABASES (they list what other \
                          refs hold)",
                     )
-                    .with_hint(
-                        "`lh table ls --ref REF` lists a ref's tables; DESCRIBE ns.table shows one",
-                    ));
+                    .with_hint("DESCRIBE ns.table shows a table")
+                    .with_remedy(Remedy::ListTables { at: None }));
                 }
                 _ => {}
             }
@@ -303,7 +303,7 @@ fn walk_node(v: &Value, out: &mut Analysis, table_function: bool) -> Result<()> 
                         Code::SqlError,
                         "AT (...) time travel is not supported in SQL",
                     )
-                    .with_hint("choose the commit with --ref (main@<hash>, main@<time>)"));
+                    .with_remedy(Remedy::ChooseCommit));
                 }
                 let parts = table_parts(v);
                 // DuckDB reads a "table" named like a file (`FROM 'x.parquet'`, or
@@ -625,9 +625,11 @@ fn looks_like_a_path(part: &str) -> bool {
 }
 
 fn files_refused(what: &str) -> Error {
-    Error::bad_request(Code::Forbidden, format!("not allowed: {what}")).with_hint(
-        "queries read the tables of their ref by name (raw.orders); only range, \
-         generate_series, unnest, repeat, repeat_row, json_each and json_tree make rows \
-         otherwise. Bring files in with `lh table import`",
-    )
+    Error::bad_request(Code::Forbidden, format!("not allowed: {what}"))
+        .with_hint(
+            "queries read the tables of their ref by name (raw.orders); only range, \
+             generate_series, unnest, repeat, repeat_row, json_each and json_tree make rows \
+             otherwise",
+        )
+        .with_remedy(Remedy::ImportFiles)
 }

@@ -158,7 +158,7 @@ impl RunService {
                     "reuse?",
                     vec![
                         "an instance of a partitioned model: reuse is decided per partition \
-                         when it runs (lh runs show)"
+                         when it runs (the run's record says)"
                             .into(),
                     ],
                 ),

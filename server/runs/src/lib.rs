@@ -224,7 +224,7 @@ impl crate::merges::checks::ExpectationRunner for Expectations {
                         if n == 1 { "" } else { "s" }
                     )),
                     _ => Err(format!(
-                        "{} (run {short}: lh runs show {short})",
+                        "{} (run {short})",
                         now.error.unwrap_or_else(|| now.status.as_str().to_string())
                     )),
                 };
@@ -1118,7 +1118,7 @@ impl RunService {
                     short(&id)
                 ),
             )
-            .with_hint("run the check again: lh bisect, or the merge it guarded"));
+            .with_hint("run the check again (a bisect step, or the merge it guarded)"));
         }
         if old.status == RunStatus::Running {
             return Err(Error::new(

@@ -48,8 +48,8 @@ impl Ceilings {
         }
         if bytes > self.memory_bytes {
             return Err(format!(
-                "memory '{s}' is more than this server allows a function ({}, `lh server \
-                 --max-function-memory`)",
+                "memory '{s}' is more than this server allows a function ({}, the server's \
+                 --max-function-memory)",
                 format_size(self.memory_bytes)
             ));
         }
@@ -65,8 +65,8 @@ impl Ceilings {
         let d = parse_duration(s).map_err(|e| format!("timeout {e}"))?;
         if d > self.timeout {
             return Err(format!(
-                "timeout '{s}' is longer than this server allows a function ({} s, `lh server \
-                 --max-function-timeout`)",
+                "timeout '{s}' is longer than this server allows a function ({} s, the server's \
+                 --max-function-timeout)",
                 self.timeout.as_secs()
             ));
         }
@@ -84,8 +84,8 @@ impl Ceilings {
         let milli = (c * 1000.0).round();
         if milli > f64::from(self.cpus_milli) {
             return Err(format!(
-                "cpus {c} is more than this server allows a function ({}, `lh server \
-                 --max-function-cpus`)",
+                "cpus {c} is more than this server allows a function ({}, the server's \
+                 --max-function-cpus)",
                 f64::from(self.cpus_milli) / 1000.0
             ));
         }

@@ -388,7 +388,7 @@ impl RunStore {
         match rows.as_slice() {
             [] => Err(
                 Error::not_found(Code::RunNotFound, format!("no run with id '{prefix}'"))
-                    .with_hint("`lh runs ls` lists the runs"),
+                    .with_remedy(lh_api::remedy::Remedy::ListRuns),
             ),
             [one] => Ok(one.get::<String, _>(0)),
             _ => Err(Error::bad_request(

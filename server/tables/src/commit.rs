@@ -703,7 +703,7 @@ impl Tables {
                 format!(
                     "table '{name}': lh keeps every snapshot, because older lh commits and other \
                      refs read their files; expiring them would let the client delete those \
-                     files. Remove unreferenced files with `lh gc` instead"
+                     files. lh's garbage collection removes unreferenced files instead"
                 ),
             ));
         }
@@ -717,7 +717,7 @@ impl Tables {
                 Code::GcEnabled,
                 format!(
                     "table '{name}': {GC_ENABLED} stays false in lh, because other refs and older \
-                     commits share the table's files. Remove unreferenced files with `lh gc`"
+                     commits share the table's files. lh's garbage collection removes unreferenced files"
                 ),
             ));
         }

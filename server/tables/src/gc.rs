@@ -241,7 +241,7 @@ pub async fn collect(
             );
             err.hint = Some(
                 "the warehouse's key needs permission to delete objects; what was removed \
-                 stays removed, run lh gc again once it may"
+                 stays removed; collect again once it may"
                     .into(),
             );
             err

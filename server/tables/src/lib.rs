@@ -236,7 +236,9 @@ impl Tables {
                 Code::TableNotFound,
                 format!("table '{name}' not found at '{at}'"),
             )
-            .with_hint(format!("`lh table ls --ref {at}` lists the tables"))
+            .with_remedy(lh_api::remedy::Remedy::ListTables {
+                at: Some(at.to_string()),
+            })
         })
     }
 
@@ -353,7 +355,9 @@ pub fn run_branch_refused(name: &str, what: &str) -> Error {
         Code::PermissionDenied,
         format!("'{name}' is a run's branch: {what} is refused; only its run writes there"),
     )
-    .with_hint("branch from it to work on its tables: lh branch create fix --from RUN_BRANCH")
+    .with_remedy(lh_api::remedy::Remedy::BranchFrom {
+        from: Some(name.to_string()),
+    })
 }
 
 /// Writes go to a branch head; anything else is a clear error.
@@ -369,5 +373,5 @@ pub fn require_branch(at: &str, resolved: &lh_catalog::Resolved) -> Result<()> {
         Code::NotABranch,
         format!("'{at}' is {what}; writes go to a branch"),
     )
-    .with_hint("create a branch from it: lh branch create NAME --from REF"))
+    .with_remedy(lh_api::remedy::Remedy::BranchFrom { from: None }))
 }

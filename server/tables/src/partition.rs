@@ -23,7 +23,7 @@ use iceberg::spec::{
     UnboundPartitionSpec,
 };
 
-use crate::duck::quote_ident;
+use crate::duck::{quote_ident, quote_literal};
 use crate::error::{Code, Error, Result};
 
 /// At most this many partitions in one write: each is a set of open files while DuckDB
@@ -297,8 +297,11 @@ impl Partitioner {
                     | Transform::Bucket(_),
                     PrimitiveType::Date | PrimitiveType::Timestamp | PrimitiveType::Timestamptz,
                 ) => format!(
-                    "CASE WHEN isinf({c}) THEN error('lh cannot partition by an infinite date or timestamp (column {})') ELSE {sql} END",
-                    source.name.replace('\'', "''")
+                    "CASE WHEN isinf({c}) THEN error({}) ELSE {sql} END",
+                    quote_literal(&format!(
+                        "lh cannot partition by an infinite date or timestamp (column {})",
+                        source.name
+                    ))
                 ),
                 _ => sql,
             };

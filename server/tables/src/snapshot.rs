@@ -306,7 +306,7 @@ pub async fn produce(
                         Code::UnsupportedTable,
                         "the table holds files of an older partition spec; replacing partitions would keep their rows",
                     )
-                    .with_hint("replace the whole table, or compact it first (`lh table compact`)"));
+                    .with_remedy(lh_api::remedy::Remedy::ReplaceOrCompact));
                 }
                 if !live.iter().any(|e| replaced(e.data_file())) {
                     manifests.push(m);
@@ -317,9 +317,7 @@ pub async fn produce(
                         Code::UnsupportedTable,
                         "the partitions to replace hold files of an older partition spec",
                     )
-                    .with_hint(
-                        "replace the whole table, or compact it first (`lh table compact`)",
-                    ));
+                    .with_remedy(lh_api::remedy::Remedy::ReplaceOrCompact));
                 }
                 let w = match writers.entry(spec_id) {
                     std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),

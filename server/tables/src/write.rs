@@ -18,6 +18,7 @@ use iceberg::spec::{
     FormatVersion, NestedField, Schema, SortOrder, TableMetadata, TableMetadataBuilder,
     UnboundPartitionSpec,
 };
+use lh_api::remedy::Remedy;
 use lh_api::{FileFormat, ImportMode, ImportResponse};
 use lh_catalog::CommitMeta;
 use uuid::Uuid;
@@ -230,14 +231,14 @@ pub async fn write_table(
                 Code::AlreadyExists,
                 format!("table '{}' already exists on '{}'", job.table, job.branch),
             )
-            .with_hint("use --mode append or --mode replace"));
+            .with_remedy(Remedy::AppendOrReplace));
         }
         (ImportMode::Append | ImportMode::Replace | ImportMode::OverwritePartitions, None) => {
             return Err(Error::not_found(
                 Code::TableNotFound,
                 format!("table '{}' not found on '{}'", job.table, job.branch),
             )
-            .with_hint("use --mode create to create it"));
+            .with_remedy(Remedy::CreateTable));
         }
         _ => {}
     }
@@ -258,7 +259,7 @@ pub async fn write_table(
                         super::partition::describe(m.default_partition_spec(), m.current_schema())
                     ),
                 )
-                .with_hint("--mode replace --partition-by ... repartitions the table"));
+                .with_remedy(Remedy::Repartition));
             }
         }
     }
@@ -1328,7 +1329,7 @@ impl WritePlan {
                 problems.join("; ")
             ),
         )
-        .with_hint("`lh table show NAME` prints the schema; --mode replace replaces the table and its schema"))
+        .with_remedy(Remedy::ShowSchema).with_remedy(Remedy::ReplaceTable))
     }
 }
 

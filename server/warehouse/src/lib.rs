@@ -313,7 +313,7 @@ impl Warehouse {
                     let bucket = bucket.clone();
                     rt.spawn(async move {
                         if let Err(e) = bucket.delete_many(keys).await {
-                            tracing::warn!(error = %e.message, "cannot remove unreferenced files; lh gc will");
+                            tracing::warn!(error = %e.message, "cannot remove unreferenced files; garbage collection will");
                         }
                     });
                 }

@@ -315,5 +315,5 @@ impl Checks {
 
 fn not_found(name: &str) -> Error {
     Error::not_found(Code::CheckNotFound, format!("no check '{name}'"))
-        .with_hint("lh check ls shows the checks; lh check add makes one")
+        .with_remedy(lh_api::remedy::Remedy::ListChecks)
 }

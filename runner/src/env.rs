@@ -212,9 +212,12 @@ struct Sandbox<'a> {
 }
 
 /// The requirement a source distribution's build may ask for: a name first (no option
-/// for uv's command line, no file), no direct reference to a URL.
+/// for uv's command line), and no URL, path or direct reference anywhere (no `@`, `:`,
+/// `/` or `\\`).
 fn build_requirement_ok(r: &str) -> bool {
-    r.starts_with(|c: char| c.is_ascii_alphanumeric()) && !r.contains('@') && r.len() < 512
+    r.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && !r.contains(['@', ':', '/', '\\'])
+        && r.len() < 512
 }
 
 /// The packages uv found no usable wheel for, in what uv said (`NAME==VERSION has no
@@ -364,7 +367,7 @@ impl EnvCache {
                 &mut sandbox.command(&py, &[
                     "-I",
                     "-c",
-                    "import json, sys, sysconfig; print(json.dumps({'base_prefix': sys.base_prefix, 'python_version': '%d.%d.%d' % sys.version_info[:3], 'purelib': sysconfig.get_paths()['purelib']}))",
+                    "import json, sys, sysconfig; print(json.dumps({'base_prefix': sys.base_prefix, 'base_executable': getattr(sys, '_base_executable', ''), 'python_version': '%d.%d.%d' % sys.version_info[:3], 'purelib': sysconfig.get_paths()['purelib']}))",
                 ], Step::offline()),
                 "inspect the interpreter",
             )
@@ -382,7 +385,16 @@ impl EnvCache {
             }
             if spec.source_builds {
                 let work = self.root.join(format!(".build-src-{}", uuid::Uuid::new_v4().simple()));
-                let built = sandbox.install_building(spec, &py, &work).await;
+                // The base interpreter (outside the environment, which no step with the
+                // network may start once packages are in it).
+                let base = PathBuf::from(v["base_executable"].as_str().unwrap_or_default());
+                if !base.is_absolute() || base.starts_with(&tmp) || !base.is_file() {
+                    return Err(RunnerError::Environment(format!(
+                        "the interpreter names no base interpreter lh can build with ({})",
+                        base.display()
+                    )));
+                }
+                let built = sandbox.install_building(spec, &py, &base, &work).await;
                 remove_env(&work);
                 built?;
             } else {
@@ -541,17 +553,20 @@ impl Sandbox<'_> {
     /// Installs `spec`'s packages into the environment of interpreter `py`, building
     /// those without a wheel from their source distributions, in `work` (removed by the
     /// caller). No package's code ever runs where the network or the index's settings
-    /// are: round by round, uv resolves and installs wheels only (online, a cache of this
-    /// build's own, the wheels built so far as find-links); when it finds a package
-    /// without a wheel, lh fetches that package's source distribution (online, its own
-    /// stdlib-only script), uv installs its build requirements as wheels into a fresh
-    /// cache (online), and uv builds the wheel from that cache with no network, no
-    /// index setting and nothing writable but the cache and the wheel folder. A package
+    /// are, and the environment is not touched (nor its interpreter started) until every
+    /// wheel is built: round by round, uv resolves with wheels only (online, on the base
+    /// interpreter `base`, a cache of this build's own, the wheels built so far as
+    /// find-links); for each package it finds without a wheel, lh fetches the source
+    /// distribution (online, its own stdlib-only script, `python -I -S`), uv installs its
+    /// build requirements as wheels into a scratch environment (online), and uv builds
+    /// the wheel in that environment with no network, no index setting, and nothing
+    /// writable but the scratch folder. Then the packages are installed, once. A package
     /// built from source needs an exact version (its own pin or the one uv names).
     async fn install_building(
         &self,
         spec: &EnvSpec,
         py: &Path,
+        base: &Path,
         work: &Path,
     ) -> Result<(), RunnerError> {
         const MAX_BUILDS: usize = 32;
@@ -560,8 +575,11 @@ impl Sandbox<'_> {
         for dir in [&cache, &sdists, &wheels] {
             std::fs::create_dir_all(dir)?;
         }
-        let (py_s, wheels_s) = (py.display().to_string(), wheels.display().to_string());
+        let (py_s, base_s) = (py.display().to_string(), base.display().to_string());
         let reqs = spec.requirements()?;
+        let req_file = work.join("requirements.in");
+        std::fs::write(&req_file, reqs.join("\n") + "\n")?;
+        let req_s = req_file.display().to_string();
         let pins: BTreeMap<String, String> = spec
             .packages
             .iter()
@@ -571,45 +589,47 @@ impl Sandbox<'_> {
                 exact.then(|| (normalize(name), v.to_string()))
             })
             .collect();
-        let links: Vec<String> = std::env::var("UV_FIND_LINKS")
+        // The wheels built, then the server's find-links (a flag replaces the variable's
+        // list).
+        let mut find_links = vec!["--find-links".to_string(), wheels.display().to_string()];
+        for link in std::env::var("UV_FIND_LINKS")
             .unwrap_or_default()
             .split([',', ' '])
             .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect();
+        {
+            find_links.extend(["--find-links".to_string(), link.to_string()]);
+        }
         let mut built: BTreeMap<String, String> = BTreeMap::new();
         loop {
             let mut args = vec![
                 "pip",
-                "install",
+                "compile",
                 "--quiet",
                 "--python",
-                &py_s,
+                &base_s,
                 "--only-binary",
                 ":all:",
-                "--find-links",
-                &wheels_s,
             ];
-            // The server's find-links too: a flag replaces the variable's list.
-            for link in &links {
-                args.extend(["--find-links", link]);
-            }
-            args.extend(reqs.iter().map(String::as_str));
-            let out = self
-                .command(self.uv, &args, Step::online(&cache).reading(&[&wheels]))
-                .output()
-                .await
-                .map_err(|e| {
-                    RunnerError::Environment(format!("cannot install the packages: {e}"))
-                })?;
+            args.extend(find_links.iter().map(String::as_str));
+            args.push(&req_s);
+            let reads = [wheels.as_path(), req_file.as_path()];
+            let out = output_within(
+                &mut self.command(self.uv, &args, Step::online(&cache).reading(&reads)),
+                "resolve the packages",
+            )
+            .await?;
             if out.status.success() {
-                return Ok(());
+                break;
             }
             let err = String::from_utf8_lossy(&out.stderr).into_owned();
-            let missing = without_wheels(&err);
+            let missing = if err.contains("No solution found when resolving dependencies") {
+                without_wheels(&err)
+            } else {
+                BTreeMap::new()
+            };
             if missing.is_empty() {
                 return Err(RunnerError::Environment(format!(
-                    "cannot install the packages (source builds allowed): {}",
+                    "cannot resolve the packages (source builds allowed): {}",
                     tail(&err)
                 )));
             }
@@ -625,19 +645,36 @@ impl Sandbox<'_> {
                         tail(&err)
                     )));
                 }
-                self.build_one(&name, &version, py, work).await?;
+                self.build_one(&name, &version, base, work).await?;
                 built.insert(name, version);
             }
         }
+        let mut args = vec![
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            &py_s,
+            "--only-binary",
+            ":all:",
+        ];
+        args.extend(find_links.iter().map(String::as_str));
+        args.extend(reqs.iter().map(String::as_str));
+        run(
+            &mut self.command(self.uv, &args, Step::online(&cache).reading(&[&wheels])),
+            "install the packages (with the wheels built from source)",
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Builds the wheel of `name` `version` into `work/wheels` (see
-    /// [`Sandbox::install_building`]).
+    /// [`Sandbox::install_building`]), with the base interpreter `base`.
     async fn build_one(
         &self,
         name: &str,
         version: &str,
-        py: &Path,
+        base: &Path,
         work: &Path,
     ) -> Result<(), RunnerError> {
         let ok = |s: &str| {
@@ -653,9 +690,10 @@ impl Sandbox<'_> {
         let (cache, sdists, wheels) =
             (work.join("cache"), work.join("sdists"), work.join("wheels"));
         let what = format!("build {name} {version} from source");
+        let base_s = base.display().to_string();
         let fetched = run(
             &mut self.command(
-                py,
+                base,
                 &[
                     "-I",
                     "-S",
@@ -674,8 +712,8 @@ impl Sandbox<'_> {
             serde_json::from_str(fetched.trim().lines().last().unwrap_or_default()).map_err(
                 |e| RunnerError::Environment(format!("cannot {what}: the fetch said no file: {e}")),
             )?;
-        // Copied next to the build (the only folder it writes but the wheels'), so that
-        // nothing the build leaves behind lies where a later fetch writes.
+        // Copied next to the build (the only folder it writes), so that nothing the
+        // build leaves behind lies where a later fetch writes.
         let sdist = PathBuf::from(fetched["sdist"].as_str().unwrap_or_default());
         let file = sdist
             .file_name()
@@ -698,82 +736,115 @@ impl Sandbox<'_> {
                 "cannot {what}: its build requirement '{bad}' is not a package requirement"
             )));
         }
-        // The build requirements, installed as wheels into a scratch environment: that
-        // fills a cache of this build's own, which the offline build then resolves from.
         let step_dir = work.join(format!("build-{}", uuid::Uuid::new_v4().simple()));
-        let (scratch, build_cache) = (step_dir.join("venv"), step_dir.join("cache"));
-        std::fs::create_dir_all(&build_cache)?;
-        let copy = step_dir.join(&file);
-        std::fs::copy(&sdist, &copy)?;
-        std::fs::remove_file(&sdist)?;
-        let sdist = copy.display().to_string();
-        let scratch_s = scratch.display().to_string();
-        let py_s = py.display().to_string();
-        let writes = [step_dir.as_path()];
-        run(
-            &mut self.command(
-                self.uv,
-                &[
-                    "venv",
+        let built = async {
+            let (scratch, build_cache, out) = (
+                step_dir.join("venv"),
+                step_dir.join("cache"),
+                step_dir.join("out"),
+            );
+            std::fs::create_dir_all(&build_cache)?;
+            let copy = step_dir.join(&file);
+            std::fs::copy(&sdist, &copy)?;
+            std::fs::remove_file(&sdist)?;
+            let (scratch_s, copy_s, out_s) = (
+                scratch.display().to_string(),
+                copy.display().to_string(),
+                out.display().to_string(),
+            );
+            let writes = [step_dir.as_path()];
+            // The build's environment: the base interpreter and the build requirements,
+            // installed as wheels (online, into a cache of its own).
+            run(
+                &mut self.command(
+                    self.uv,
+                    &[
+                        "venv",
+                        "--quiet",
+                        "--no-project",
+                        "--python",
+                        &base_s,
+                        &scratch_s,
+                    ],
+                    Step::online(&build_cache).writing(&writes),
+                ),
+                &format!("{what}: create its build environment"),
+            )
+            .await?;
+            let scratch_py = scratch.join("bin/python").display().to_string();
+            if !requires.is_empty() {
+                let mut args = vec![
+                    "pip",
+                    "install",
                     "--quiet",
-                    "--no-project",
+                    "--only-binary",
+                    ":all:",
                     "--python",
-                    &py_s,
-                    &scratch_s,
-                ],
-                Step::online(&build_cache).writing(&writes),
-            ),
-            &format!("{what}: create its build environment"),
-        )
-        .await?;
-        let scratch_py = scratch.join("bin/python").display().to_string();
-        let mut args = vec![
-            "pip",
-            "install",
-            "--quiet",
-            "--only-binary",
-            ":all:",
-            "--python",
-            &scratch_py,
-        ];
-        args.extend(requires.iter().map(String::as_str));
-        run(
-            &mut self.command(self.uv, &args, Step::online(&build_cache).writing(&writes)),
-            &format!(
-                "{what}: install its build requirements ({}) as wheels",
-                requires.join(", ")
-            ),
-        )
-        .await?;
-        let wheels_s = wheels.display().to_string();
-        let built = run(
-            &mut self.command(
-                self.uv,
-                &[
-                    "build",
-                    "--wheel",
-                    "--quiet",
-                    "--offline",
-                    "--no-config",
-                    "--python",
-                    &py_s,
-                    "--out-dir",
-                    &wheels_s,
-                    &sdist,
-                ],
-                Step {
-                    net: Net::None,
-                    cache: Some(&build_cache),
-                    writes: &[&wheels, &step_dir],
-                    reads: &[],
-                    env_writable: false,
-                },
-            ),
-            &format!("{what} (offline, in the sandbox)"),
-        )
+                    &scratch_py,
+                ];
+                args.extend(requires.iter().map(String::as_str));
+                run(
+                    &mut self.command(self.uv, &args, Step::online(&build_cache).writing(&writes)),
+                    &format!(
+                        "{what}: install its build requirements ({}) as wheels",
+                        requires.join(", ")
+                    ),
+                )
+                .await?;
+            }
+            // The package's code runs here: no network, no index setting, no cache, the
+            // environment being built read-only.
+            run(
+                &mut self.command(
+                    self.uv,
+                    &[
+                        "build",
+                        "--wheel",
+                        "--offline",
+                        "--no-build-isolation",
+                        "--no-config",
+                        "--python",
+                        &scratch_py,
+                        "--out-dir",
+                        &out_s,
+                        &copy_s,
+                    ],
+                    Step {
+                        net: Net::None,
+                        cache: None,
+                        writes: &writes,
+                        reads: &[],
+                        env_writable: false,
+                    },
+                ),
+                &format!("{what} (offline, in the sandbox)"),
+            )
+            .await?;
+            // Only the wheel of the package asked for: a build may leave others.
+            let prefix = format!("{}-", name.to_ascii_lowercase().replace(['-', '.'], "_"));
+            let mut taken = 0;
+            for entry in std::fs::read_dir(&out)?.flatten() {
+                let file_name = entry.file_name().to_string_lossy().to_ascii_lowercase();
+                let ours = file_name.ends_with(".whl")
+                    && file_name.strip_prefix(&prefix).is_some_and(|rest| {
+                        rest.split('-').next() == Some(version.to_ascii_lowercase().as_str())
+                    })
+                    && entry.file_type().is_ok_and(|t| t.is_file());
+                if ours {
+                    std::fs::rename(entry.path(), wheels.join(entry.file_name()))?;
+                    taken += 1;
+                }
+            }
+            if taken == 0 {
+                return Err(RunnerError::Environment(format!(
+                    "cannot {what}: the build made no wheel of {name} {version}"
+                )));
+            }
+            Ok::<(), RunnerError>(())
+        }
         .await;
         remove_env(&step_dir);
-        built.map(|_| ())
+        built
     }
 }
 
@@ -967,11 +1038,22 @@ fn load(key: &str, dir: &Path) -> Result<Option<Env>, RunnerError> {
     }))
 }
 
+/// The longest one build step may take (a hung download, a build that never ends).
+const STEP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
+/// A step's output, stopped (and its processes killed) past [`STEP_TIMEOUT`].
+async fn output_within(cmd: &mut Command, what: &str) -> Result<std::process::Output, RunnerError> {
+    match tokio::time::timeout(STEP_TIMEOUT, cmd.output()).await {
+        Ok(out) => out.map_err(|e| RunnerError::Environment(format!("cannot {what}: {e}"))),
+        Err(_) => Err(RunnerError::Environment(format!(
+            "cannot {what}: it ran past {} minutes and was stopped",
+            STEP_TIMEOUT.as_secs() / 60
+        ))),
+    }
+}
+
 async fn run(cmd: &mut Command, what: &str) -> Result<String, RunnerError> {
-    let out = cmd
-        .output()
-        .await
-        .map_err(|e| RunnerError::Environment(format!("cannot {what}: {e}")))?;
+    let out = output_within(cmd, what).await?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         return Err(RunnerError::Environment(format!(
@@ -1118,6 +1200,9 @@ mod tests {
             "-e.",
             "evil @ http://127.0.0.1:1/evil.whl",
             "evil@file:///etc/passwd",
+            "http://127.0.0.1:1/x-1.0-py3-none-any.whl",
+            "git+http://127.0.0.1:1/repo",
+            "x-1.0.tar.gz; file:///etc",
             "",
             " setuptools",
             "./local",

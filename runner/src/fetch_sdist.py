@@ -4,13 +4,16 @@
 #
 #     python -I -S -c <this> NAME VERSION OUT_DIR
 #
-# It looks where uv looks, in uv's order: the find-links (`UV_FIND_LINKS`: folders or
-# pages of links), then the indexes (`UV_INDEX`, `UV_EXTRA_INDEX_URL`, then
+# It looks where uv looks: the find-links (`UV_FIND_LINKS`: folders or pages of links),
+# then the indexes in uv's order (`UV_INDEX`, `UV_EXTRA_INDEX_URL`, then
 # `UV_DEFAULT_INDEX` or `UV_INDEX_URL` or PyPI), each a PEP 691 (JSON) or PEP 503 (HTML)
-# simple index. It takes the first `NAME-VERSION.tar.gz` or `.zip` found, checks the
-# index's sha256 when the index gives one, writes it to OUT_DIR, and prints one line of
-# JSON: the file and the build requirements of its pyproject.toml (read from the
-# archive, never unpacked; setuptools when it declares none, as PEP 517 says).
+# simple index; as uv does (unless `UV_INDEX_STRATEGY` says otherwise), only the first
+# index that lists the project is asked, so that another index cannot slip in a package
+# of the same name. It takes `NAME-VERSION` as a source archive, over HTTP(S) only,
+# checks the index's sha256 when the index gives one, writes it to OUT_DIR within
+# DEADLINE seconds, and prints one line of JSON: the file and the build requirements of
+# its pyproject.toml (read from the archive, never unpacked; setuptools when it declares
+# none, as PEP 517 says).
 import base64
 import hashlib
 import html.parser
@@ -24,8 +27,14 @@ import urllib.parse
 import urllib.request
 import zipfile
 
+import time
+
 MAX_BYTES = 2 << 30
+MAX_MEMBERS = 100_000
+DEADLINE = 600
+STARTED = time.monotonic()
 DEFAULT_REQUIRES = ["setuptools>=40.8.0"]
+SDIST = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip")
 
 
 def fail(message):
@@ -132,12 +141,23 @@ def page(url):
     return files
 
 
+def norm_version(v):
+    """PEP 440's spelling of the pre-release, post and dev parts (`1.0-Alpha1` is
+    `1.0a1`), enough to match a file's version to the one uv names."""
+    v = v.lower().lstrip("v")
+    for long, short in (("alpha", "a"), ("beta", "b"), ("preview", "rc"), ("pre", "rc")):
+        v = re.sub(rf"[-_.]?{long}[-_.]?(?=\d|$)", short, v)
+    v = re.sub(r"[-_.]?(post|rev|r)[-_.]?(?=\d|$)", ".post", v)
+    v = re.sub(r"[-_.]?dev[-_.]?(?=\d|$)", ".dev", v)
+    return v
+
+
 def wanted(filename, name, version):
-    for ext in (".tar.gz", ".zip"):
-        if filename.endswith(ext):
+    for ext in SDIST:
+        if filename.lower().endswith(ext):
             stem = filename[: -len(ext)]
             dist, _, ver = stem.rpartition("-")
-            return norm(dist) == norm(name) and ver.lower() == version.lower()
+            return norm(dist) == norm(name) and norm_version(ver) == norm_version(version)
     return False
 
 
@@ -153,6 +173,7 @@ def candidates(name, version):
         for f, url, digest in page(link) or []:
             if wanted(f, name, version):
                 yield f, url, digest, link
+    best_match = os.environ.get("UV_INDEX_STRATEGY", "first-index") != "first-index"
     for index in indexes():
         files = page(index.rstrip("/") + "/" + norm(name) + "/")
         if files is None:
@@ -160,13 +181,26 @@ def candidates(name, version):
         for f, url, digest in files:
             if wanted(f, name, version):
                 yield f, url, digest, index
+        if not best_match:
+            fail(
+                f"{index_name(index)} lists {name} but has no source archive of {version} "
+                f"({', '.join(SDIST)}); uv takes {name} from there only"
+            )
+
+
+def index_name(url):
+    """An index's address without its credentials."""
+    parts = urllib.parse.urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]).geturl()
 
 
 def fetch(name, version, out):
     for filename, url, digest, base in candidates(name, version):
         filename = os.path.basename(filename)
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+!-]*\.(tar\.gz|zip)", filename):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+!-]*\.(tar\.gz|tgz|tar\.bz2|tar\.xz|zip)", filename, re.I):
             continue
+        if base is not None and urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            fail(f"{index_name(base)} links {filename} at a non-HTTP address")
         path = os.path.join(out, filename)
         h = hashlib.sha256()
         size = 0
@@ -177,6 +211,8 @@ def fetch(name, version, out):
                 src = urllib.request.urlopen(request(with_auth(url, base)), timeout=300)
             with src:
                 while chunk := src.read(1 << 20):
+                    if time.monotonic() - STARTED > DEADLINE:
+                        fail(f"{filename} did not arrive within {DEADLINE} s")
                     size += len(chunk)
                     if size > MAX_BYTES:
                         fail(f"{filename} is larger than {MAX_BYTES >> 30} GiB")
@@ -191,7 +227,8 @@ def fetch(name, version, out):
 def build_requires(path):
     """`[build-system] requires` of the archive's top-level pyproject.toml."""
     text = None
-    if path.endswith(".zip"):
+    if path.lower().endswith(".zip"):
+        check_zip(path)
         with zipfile.ZipFile(path) as z:
             for info in z.infolist():
                 parts = info.filename.split("/")
@@ -200,7 +237,10 @@ def build_requires(path):
                     break
     else:
         with tarfile.open(path, "r:*") as t:
-            for info in t:
+            for n, info in enumerate(t):
+                if n >= MAX_MEMBERS:
+                    fail(f"{os.path.basename(path)} holds more than {MAX_MEMBERS} files")
+                t.members = []
                 parts = info.name.split("/")
                 if len(parts) == 2 and parts[1] == "pyproject.toml" and info.isfile() and info.size < (1 << 20):
                     text = t.extractfile(info).read().decode("utf-8", "replace")
@@ -224,13 +264,30 @@ def build_requires(path):
     return requires
 
 
+def check_zip(path):
+    """A zip's entry count, from its end record, before zipfile reads the whole
+    directory: at most MAX_MEMBERS (a zip64 archive is refused)."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - (1 << 16) - 22))
+        tail = f.read()
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or tail.rfind(b"PK\x06\x06") >= 0:
+        fail(f"{os.path.basename(path)} is not a zip archive lh reads (no end record, or zip64)")
+    entries = int.from_bytes(tail[at + 10 : at + 12], "little")
+    if entries >= min(MAX_MEMBERS, 0xFFFF):
+        fail(f"{os.path.basename(path)} holds too many files")
+
+
 def main():
     name, version, out = sys.argv[1:4]
     try:
         path = fetch(name, version, out)
-    except (OSError, ValueError) as e:
+        requires = build_requires(path)
+    except (OSError, ValueError, EOFError, tarfile.TarError, zipfile.BadZipFile) as e:
         fail(f"cannot fetch {name} {version}: {e}")
-    print(json.dumps({"sdist": path, "requires": build_requires(path)}))
+    print(json.dumps({"sdist": path, "requires": requires}))
 
 
 main()

@@ -559,6 +559,36 @@ sdist("sdistdep", payload + "\nfrom setuptools import setup\nsetup(name='sdistde
 sdist("sdistdep", payload + "\nfrom setuptools import setup\nsetup(name='sdistdep', version='2.0')\n", {}, "2.0")
 sdist("badbuild", payload + "\nfrom setuptools import setup\nsetup(name='badbuild', version='1.0')\n",
       {"pyproject.toml": f"[build-system]\nrequires = ['--index-url=http://127.0.0.1:{sys.argv[3]}/injected']\n"})
+sdist("urlbuild", payload + "\nfrom setuptools import setup\nsetup(name='urlbuild', version='1.0')\n",
+      {"pyproject.toml": f"[build-system]\nrequires = ['setuptools>=61', 'http://127.0.0.1:{sys.argv[3]}/injected/x-1.0-py3-none-any.whl']\n"})
+# An in-tree build backend (no build requirements) whose wheel holds a .pth that knocks on
+# the loopback, and a data folder uv refuses, named like the error that once made lh start
+# the environment's interpreter online to build "six".
+backend = f"""
+import base64, hashlib, os, zipfile
+PTH = "import urllib.request\\ntry: urllib.request.urlopen('http://127.0.0.1:{sys.argv[3]}/pth-ran', timeout=3)\\nexcept Exception: pass\\n"
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    files = {{
+        "evilsd.pth": "import os; exec(" + repr(PTH) + ")\\n",
+        "evilsd-1.0.data/six==1.16.0 has no usable wheels/f": "x",
+        "evilsd-1.0.dist-info/METADATA": "Metadata-Version: 2.1\\nName: evilsd\\nVersion: 1.0\\n",
+        "evilsd-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\\nGenerator: x\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
+    }}
+    record = []
+    for n, t in files.items():
+        d = base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b"=").decode()
+        record.append(n + ",sha256=" + d + "," + str(len(t.encode())))
+    record.append("evilsd-1.0.dist-info/RECORD,,")
+    files["evilsd-1.0.dist-info/RECORD"] = "\\n".join(record) + "\\n"
+    with zipfile.ZipFile(os.path.join(wheel_directory, "evilsd-1.0-py3-none-any.whl"), "w") as z:
+        for n, t in files.items():
+            z.writestr(n, t)
+    return "evilsd-1.0-py3-none-any.whl"
+"""
+sdist("evilsd", "", {"evilbackend.py": backend,
+      "pyproject.toml": "[build-system]\nrequires = []\nbuild-backend = 'evilbackend'\nbackend-path = ['.']\n"})
 "#;
     let out = std::process::Command::new(lh_e2e::python())
         .args(["-c", script])
@@ -732,7 +762,11 @@ def built(o=lh.Model("raw.orders", columns=["id"])):
     // the one version uv finds).
     for (packages, says) in [
         (r#"{"badbuild": "1.0"}"#, "is not a package requirement"),
+        (r#"{"urlbuild": "1.0"}"#, "is not a package requirement"),
         (r#"{"sdistdep": ">=0.5"}"#, "needs an exact version"),
+        // Built (no build requirements), then refused at the one install: the
+        // environment's interpreter never started where the network was.
+        (r#"{"evilsd": "1.0"}"#, "with the wheels built from source"),
     ] {
         let model = sdist
             .replace(r#"{"sdistpkg": "1.0"}"#, packages)
@@ -752,7 +786,11 @@ def built(o=lh.Model("raw.orders", columns=["id"])):
     let log = requests.lock().unwrap().clone();
     assert!(
         log.iter().all(|r| !r.contains("injected")),
-        "a build requirement became an index: {log:?}"
+        "a build requirement became an index or a download: {log:?}"
+    );
+    assert!(
+        log.iter().all(|r| !r.contains("pth-ran")),
+        "a built package's .pth ran where the network was: {log:?}"
     );
     assert!(!marker.exists(), "setup.py ran on the host");
 }

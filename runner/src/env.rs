@@ -350,7 +350,7 @@ impl EnvCache {
         let tmp = self
             .root
             .join(format!(".build-{key}-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&tmp)?;
+        private_dir(&tmp)?;
         let sandbox = Sandbox {
             bwrap: bwrap.as_deref(),
             uv: &uv,
@@ -385,6 +385,7 @@ impl EnvCache {
             }
             if spec.source_builds {
                 let work = self.root.join(format!(".build-src-{}", uuid::Uuid::new_v4().simple()));
+                private_dir(&work)?;
                 // The base interpreter (outside the environment, which no step with the
                 // network may start once packages are in it).
                 let base = PathBuf::from(v["base_executable"].as_str().unwrap_or_default());
@@ -419,6 +420,11 @@ impl EnvCache {
             };
             write_new(&tmp.join("lh-env.json"), &serde_json::to_vec(&info).unwrap_or_default())?;
             read_only(&tmp)?;
+            // The folder itself, once whole: readable by the runtimes' users.
+            std::fs::set_permissions(
+                &tmp,
+                <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o555),
+            )?;
             // Environments are moved into place whole: a reader sees none or all of it.
             // Another process may have built the same one meanwhile: then keep theirs.
             if let Err(e) = std::fs::rename(&tmp, dir) {
@@ -639,7 +645,12 @@ impl Sandbox<'_> {
                         "{name} has no wheel, and a package built from source needs an exact version: pin it in the packages (`{name}: \"1.2.3\"`)"
                     )));
                 };
-                if built.contains_key(&name) || built.len() >= MAX_BUILDS {
+                if built.len() >= MAX_BUILDS {
+                    return Err(RunnerError::Environment(format!(
+                        "cannot install the packages: more than {MAX_BUILDS} of them need building from source"
+                    )));
+                }
+                if built.contains_key(&name) {
                     return Err(RunnerError::Environment(format!(
                         "cannot install the packages: {name} {version} was built from source, and uv still finds no usable wheel of it: {}",
                         tail(&err)
@@ -820,7 +831,14 @@ impl Sandbox<'_> {
                 &format!("{what} (offline, in the sandbox)"),
             )
             .await?;
-            // Only the wheel of the package asked for: a build may leave others.
+            // A real folder of the build's (a link the build left there would hand lh
+            // files elsewhere on the host), and in it only the wheel of the package asked
+            // for: a build may leave others.
+            if !real_folders(&step_dir, &out) {
+                return Err(RunnerError::Environment(format!(
+                    "cannot {what}: the build replaced its output folder"
+                )));
+            }
             let prefix = format!("{}-", name.to_ascii_lowercase().replace(['-', '.'], "_"));
             let mut taken = 0;
             for entry in std::fs::read_dir(&out)?.flatten() {
@@ -994,9 +1012,12 @@ fn read_only(dir: &Path) -> std::io::Result<()> {
         if ty.is_dir() {
             read_only(&entry.path())?;
         }
-        // Readable by all (a container's unprivileged user reads it), writable by none.
+        // Readable by all (a container's unprivileged user reads it), writable by none,
+        // and never set-uid, set-gid or sticky: a package's code owns what it made (the
+        // sandbox's user is the server's), and a set-uid copy of a program would outlive
+        // the build on the host.
         let exec = if ty.is_dir() { 0o111 } else { 0 };
-        let mode = (entry.metadata()?.permissions().mode() | 0o444 | exec) & !0o222;
+        let mode = (entry.metadata()?.permissions().mode() | 0o444 | exec) & 0o555;
         std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode))?;
     }
     Ok(())
@@ -1041,15 +1062,73 @@ fn load(key: &str, dir: &Path) -> Result<Option<Env>, RunnerError> {
 /// The longest one build step may take (a hung download, a build that never ends).
 const STEP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 
-/// A step's output, stopped (and its processes killed) past [`STEP_TIMEOUT`].
+/// What a step's output may hold: all of stdout up to this (lh's own steps print little:
+/// a JSON line, a lock), and the last this much of stderr.
+const MAX_STDOUT: usize = 16 << 20;
+const MAX_STDERR: usize = 64 << 10;
+
+/// A step's output (bounded: a package's build may print without end), stopped and its
+/// processes killed past [`STEP_TIMEOUT`].
 async fn output_within(cmd: &mut Command, what: &str) -> Result<std::process::Output, RunnerError> {
-    match tokio::time::timeout(STEP_TIMEOUT, cmd.output()).await {
-        Ok(out) => out.map_err(|e| RunnerError::Environment(format!("cannot {what}: {e}"))),
+    use tokio::io::AsyncReadExt;
+    let failed = |e: std::io::Error| RunnerError::Environment(format!("cannot {what}: {e}"));
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().map_err(failed)?;
+    let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(RunnerError::Environment(format!(
+            "cannot {what}: no output"
+        )));
+    };
+    // The first MAX_STDOUT bytes of stdout and the last MAX_STDERR of stderr are kept; the
+    // rest is read and dropped, so the step never blocks on a full pipe.
+    let head = async {
+        let (mut kept, mut buf) = (Vec::new(), vec![0u8; 1 << 16]);
+        loop {
+            let n = stdout.read(&mut buf).await?;
+            if n == 0 {
+                return Ok::<_, std::io::Error>(kept);
+            }
+            let room = MAX_STDOUT.saturating_sub(kept.len());
+            kept.extend_from_slice(&buf[..n.min(room)]);
+        }
+    };
+    let tail = async {
+        let (mut kept, mut buf) = (Vec::new(), vec![0u8; 1 << 16]);
+        loop {
+            let n = stderr.read(&mut buf).await?;
+            if n == 0 {
+                return Ok::<_, std::io::Error>(kept);
+            }
+            kept.extend_from_slice(&buf[..n]);
+            if kept.len() > 2 * MAX_STDERR {
+                kept.drain(..kept.len() - MAX_STDERR);
+            }
+        }
+    };
+    let all = async {
+        let (out, err) = tokio::join!(head, tail);
+        let status = child.wait().await?;
+        Ok::<_, std::io::Error>(std::process::Output {
+            status,
+            stdout: out?,
+            stderr: err?,
+        })
+    };
+    match tokio::time::timeout(STEP_TIMEOUT, all).await {
+        Ok(out) => out.map_err(failed),
         Err(_) => Err(RunnerError::Environment(format!(
             "cannot {what}: it ran past {} minutes and was stopped",
             STEP_TIMEOUT.as_secs() / 60
         ))),
     }
+}
+
+/// A new folder only its owner reads: what a build leaves in it (a cancelled one lingers
+/// until swept) is nobody else's to use.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().mode(0o700).create(dir)
 }
 
 async fn run(cmd: &mut Command, what: &str) -> Result<String, RunnerError> {
@@ -1064,10 +1143,19 @@ async fn run(cmd: &mut Command, what: &str) -> Result<String, RunnerError> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The last dozen lines of a step's error output that say something.
+/// The last dozen lines of a step's error output that say something, at most 4 KiB.
 fn tail(err: &str) -> String {
+    const MAX: usize = 4 << 10;
     let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    lines[lines.len().saturating_sub(12)..].join("\n")
+    let text = lines[lines.len().saturating_sub(12)..].join("\n");
+    if text.len() <= MAX {
+        return text;
+    }
+    let mut start = text.len() - MAX;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("...{}", &text[start..])
 }
 
 /// The first executable `name` on PATH.

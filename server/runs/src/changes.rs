@@ -25,7 +25,8 @@ use lh_api::PlannedChange;
 use lh_catalog::{Commit, TablePointer};
 
 use super::RunService;
-use super::exec::{catalog_pointer, key_parts, whole_input};
+use super::exec::call::catalog_pointer;
+use super::exec::memo::{key_parts, whole_input};
 use super::project::{Lang, NodeKind, Plan, PlanNode};
 use crate::auth::{Action, Identity};
 use crate::error::Result;

@@ -209,6 +209,112 @@ struct Sandbox<'a> {
     bwrap: Option<&'a Path>,
     uv: &'a Path,
     build: &'a Path,
+    limits: &'a BuildLimits,
+}
+
+/// What one environment's build may use: every step's processes are held to an address
+/// space and a file size (`prlimit`), and, where the server may make a pids cgroup, to
+/// [`BUILD_TASKS`] processes and threads together; all of its steps together stop at
+/// [`ENV_BUDGET`]. A hostile `setup.py` (or a `.pth` in any step that starts an
+/// interpreter) thus cannot take the host's memory, fill its disk with one file, fork
+/// without end, or hold a build slot for ever.
+struct BuildLimits {
+    prlimit: PathBuf,
+    deadline: tokio::time::Instant,
+    pids: Option<PidsGroup>,
+}
+
+/// The address space of any one process of a build step (compilers of large C++
+/// packages need a few GiB; an allocation past this fails, it does not swap the host).
+const BUILD_MEMORY: u64 = 8 << 30;
+/// The largest file a build step may write (a wheel, an object file).
+const BUILD_FILE: u64 = 4 << 30;
+/// Processes and threads of one build step together (a parallel compile needs dozens).
+const BUILD_TASKS: u32 = 1024;
+/// The longest all of one environment's build steps may take together.
+const ENV_BUDGET: std::time::Duration = std::time::Duration::from_secs(60 * 60);
+
+/// A pids cgroup of one environment's build, removed when dropped (its processes are
+/// gone by then: each step's PID namespace ends with the step).
+struct PidsGroup {
+    dir: PathBuf,
+}
+
+impl PidsGroup {
+    /// A new cgroup under the server's own in the pids hierarchy (cgroup v1's `pids`
+    /// controller, or v2 where `pids` is delegated), limited to `max` tasks; `None` where
+    /// the server may not make one (not root, no such controller).
+    fn new(max: u32) -> Option<PidsGroup> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let mut v1 = None;
+        let mut v2 = None;
+        for line in own.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            if controllers.split(',').any(|c| c == "pids") {
+                v1 = Some(Path::new("/sys/fs/cgroup/pids").join(path.trim_start_matches('/')));
+            } else if controllers.is_empty() {
+                v2 = Some(Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')));
+            }
+        }
+        let parent = v1.or(v2)?;
+        let dir = parent.join(format!("lh-build-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir(&dir).ok()?;
+        if std::fs::write(dir.join("pids.max"), max.to_string()).is_err() {
+            let _ = std::fs::remove_dir(&dir);
+            return None;
+        }
+        Some(PidsGroup { dir })
+    }
+}
+
+impl Drop for PidsGroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+impl BuildLimits {
+    /// The limits of a build starting now; an error if `prlimit` (util-linux) is missing.
+    fn new() -> Result<BuildLimits, RunnerError> {
+        let prlimit = find_on_path("prlimit").ok_or_else(|| {
+            RunnerError::Environment(
+                "environments are built with their steps' memory and file size limited by prlimit, which is not installed (apt-get install util-linux)".into(),
+            )
+        })?;
+        let pids = PidsGroup::new(BUILD_TASKS);
+        if pids.is_none() {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                tracing::warn!(
+                    "environment builds are not limited in processes: the server may make no pids cgroup (it runs as root with cgroup v1's pids controller, or v2 with pids delegated)"
+                )
+            });
+        }
+        Ok(BuildLimits {
+            prlimit,
+            deadline: tokio::time::Instant::now() + ENV_BUDGET,
+            pids,
+        })
+    }
+
+    /// How long the next step may run ([`STEP_TIMEOUT`], or what is left of the budget),
+    /// and what to say when it does not end in time.
+    fn step_timeout(&self) -> (std::time::Duration, String) {
+        let left = self
+            .deadline
+            .saturating_duration_since(tokio::time::Instant::now());
+        if left < STEP_TIMEOUT {
+            let said = format!(
+                "the environment's build ran past its {} minutes",
+                ENV_BUDGET.as_secs() / 60
+            );
+            (left, said)
+        } else {
+            let said = format!("it ran past {} minutes", STEP_TIMEOUT.as_secs() / 60);
+            (STEP_TIMEOUT, said)
+        }
+    }
 }
 
 /// The requirement a source distribution's build may ask for: a name first (no option
@@ -351,14 +457,16 @@ impl EnvCache {
             .root
             .join(format!(".build-{key}-{}", uuid::Uuid::new_v4().simple()));
         private_dir(&tmp)?;
+        let limits = BuildLimits::new()?;
         let sandbox = Sandbox {
             bwrap: bwrap.as_deref(),
             uv: &uv,
             build: &tmp,
+            limits: &limits,
         };
         let result = async {
             let tmp_s = tmp.display().to_string();
-            run(&mut sandbox.command(&uv, &["venv", "--quiet", "--no-project", "--allow-existing", "--python", &spec.python, &tmp_s], Step::online(&cache)), "create the virtualenv").await?;
+            run(&mut sandbox.command(&uv, &["venv", "--quiet", "--no-project", "--allow-existing", "--python", &spec.python, &tmp_s], Step::online(&cache)), "create the virtualenv", sandbox.limits).await?;
             let py = tmp.join("bin/python");
             let py_s = py.display().to_string();
             // Inspected before any package is installed: what a package's `.pth` could
@@ -370,6 +478,7 @@ impl EnvCache {
                     "import json, sys, sysconfig; print(json.dumps({'base_prefix': sys.base_prefix, 'base_executable': getattr(sys, '_base_executable', ''), 'python_version': '%d.%d.%d' % sys.version_info[:3], 'purelib': sysconfig.get_paths()['purelib']}))",
                 ], Step::offline()),
                 "inspect the interpreter",
+sandbox.limits,
             )
             .await?;
             let v: serde_json::Value = serde_json::from_str(info.trim().lines().last().unwrap_or_default())
@@ -405,10 +514,11 @@ impl EnvCache {
                 run(
                     &mut sandbox.command(&uv, &args, Step::online(&cache)),
                     "install the packages (wheels only; a package without a wheel needs `source_builds: true` in lh_project.yml)",
+sandbox.limits,
                 )
                 .await?;
             }
-            let lock = run(&mut sandbox.command(&uv, &["pip", "freeze", "--python", &py_s], Step::offline()), "list the packages").await?;
+            let lock = run(&mut sandbox.command(&uv, &["pip", "freeze", "--python", &py_s], Step::offline()), "list the packages", sandbox.limits).await?;
             // From here on the folder holds what packages' code may have touched: the
             // harness and lh's files are written only through real folders of the
             // environment, replacing whatever sits at their paths, never following a link.
@@ -469,10 +579,16 @@ impl Sandbox<'_> {
             }
             Net::None => vars.push(("UV_OFFLINE".into(), "1".into())),
         }
+        let limits = [
+            format!("--as={BUILD_MEMORY}"),
+            format!("--fsize={BUILD_FILE}"),
+            "--core=0".to_string(),
+            "--".to_string(),
+        ];
         let mut cmd = match self.bwrap {
             None => {
-                let mut c = Command::new(program);
-                c.args(args).env_clear();
+                let mut c = Command::new(&self.limits.prlimit);
+                c.args(&limits).arg(program).args(args).env_clear();
                 c
             }
             Some(bwrap) => {
@@ -543,12 +659,31 @@ impl Sandbox<'_> {
                 for (k, v) in &vars {
                     c.args(["--setenv", k, v]);
                 }
-                c.arg("--").arg(program).args(args);
+                c.arg("--").arg(&self.limits.prlimit).args(&limits);
+                c.arg(program).args(args);
                 c.env_clear();
                 vars.clear();
                 c
             }
         };
+        // Every process of the step in the build's pids cgroup: the shell joins it before
+        // it becomes the step, so nothing forks outside it.
+        if let Some(pids) = &self.limits.pids {
+            let step = cmd.as_std();
+            let mut joined = Command::new("/bin/sh");
+            joined
+                .args(["-c", "echo $$ > \"$0\" && exec \"$@\""])
+                .arg(pids.dir.join("cgroup.procs"))
+                .arg(step.get_program())
+                .args(step.get_args())
+                .env_clear();
+            for (k, v) in step.get_envs() {
+                if let Some(v) = v {
+                    joined.env(k, v);
+                }
+            }
+            cmd = joined;
+        }
         for (k, v) in vars {
             cmd.env(k, v);
         }
@@ -622,6 +757,7 @@ impl Sandbox<'_> {
             let out = output_within(
                 &mut self.command(self.uv, &args, Step::online(&cache).reading(&reads)),
                 "resolve the packages",
+                self.limits,
             )
             .await?;
             if out.status.success() {
@@ -674,6 +810,7 @@ impl Sandbox<'_> {
         run(
             &mut self.command(self.uv, &args, Step::online(&cache).reading(&[&wheels])),
             "install the packages (with the wheels built from source)",
+            self.limits,
         )
         .await
         .map(|_| ())
@@ -717,6 +854,7 @@ impl Sandbox<'_> {
                 Step::online(&cache).writing(&[&sdists]),
             ),
             &format!("fetch {name} {version}'s source distribution"),
+            self.limits,
         )
         .await?;
         let fetched: serde_json::Value =
@@ -780,6 +918,7 @@ impl Sandbox<'_> {
                     Step::online(&build_cache).writing(&writes),
                 ),
                 &format!("{what}: create its build environment"),
+                self.limits,
             )
             .await?;
             let scratch_py = scratch.join("bin/python").display().to_string();
@@ -800,6 +939,7 @@ impl Sandbox<'_> {
                         "{what}: install its build requirements ({}) as wheels",
                         requires.join(", ")
                     ),
+                    self.limits,
                 )
                 .await?;
             }
@@ -829,6 +969,7 @@ impl Sandbox<'_> {
                     },
                 ),
                 &format!("{what} (offline, in the sandbox)"),
+                self.limits,
             )
             .await?;
             // A real folder of the build's (a link the build left there would hand lh
@@ -1069,7 +1210,11 @@ const MAX_STDERR: usize = 64 << 10;
 
 /// A step's output (bounded: a package's build may print without end), stopped and its
 /// processes killed past [`STEP_TIMEOUT`].
-async fn output_within(cmd: &mut Command, what: &str) -> Result<std::process::Output, RunnerError> {
+async fn output_within(
+    cmd: &mut Command,
+    what: &str,
+    limits: &BuildLimits,
+) -> Result<std::process::Output, RunnerError> {
     use tokio::io::AsyncReadExt;
     let failed = |e: std::io::Error| RunnerError::Environment(format!("cannot {what}: {e}"));
     cmd.stdout(std::process::Stdio::piped())
@@ -1115,11 +1260,11 @@ async fn output_within(cmd: &mut Command, what: &str) -> Result<std::process::Ou
             stderr: err?,
         })
     };
-    match tokio::time::timeout(STEP_TIMEOUT, all).await {
+    let (timeout, said) = limits.step_timeout();
+    match tokio::time::timeout(timeout, all).await {
         Ok(out) => out.map_err(failed),
         Err(_) => Err(RunnerError::Environment(format!(
-            "cannot {what}: it ran past {} minutes and was stopped",
-            STEP_TIMEOUT.as_secs() / 60
+            "cannot {what}: {said} and was stopped"
         ))),
     }
 }
@@ -1131,8 +1276,8 @@ fn private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::DirBuilder::new().mode(0o700).create(dir)
 }
 
-async fn run(cmd: &mut Command, what: &str) -> Result<String, RunnerError> {
-    let out = output_within(cmd, what).await?;
+async fn run(cmd: &mut Command, what: &str, limits: &BuildLimits) -> Result<String, RunnerError> {
+    let out = output_within(cmd, what, limits).await?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         return Err(RunnerError::Environment(format!(

@@ -589,6 +589,38 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             z.writestr(n, t)
     return "evilsd-1.0-py3-none-any.whl"
 """
+# A setup.py that reaches for the host's memory, disk and process table.
+bomb = """
+import mmap, os, sys
+said = []
+try:
+    m = mmap.mmap(-1, 10 << 30)
+    said.append("memory unbounded")
+except (OSError, MemoryError, ValueError):
+    said.append("memory refused")
+try:
+    with open("big", "wb") as f:
+        f.seek(5 << 30)
+        f.write(b"x")
+    said.append("file unbounded")
+except OSError:
+    said.append("file refused")
+n = 0
+for _ in range(1500):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        try:
+            os.execv("/bin/sleep", ["sleep", "600"])
+        finally:
+            os._exit(0)
+    n += 1
+said.append("forks bounded" if n < 1500 else "forks unbounded")
+sys.exit("bomb: " + ", ".join(said) + " (%d forks)" % n)
+"""
+sdist("bombpkg", bomb, {})
 sdist("evilsd", "", {"evilbackend.py": backend,
       "pyproject.toml": "[build-system]\nrequires = []\nbuild-backend = 'evilbackend'\nbackend-path = ['.']\n"})
 "#;
@@ -789,6 +821,12 @@ def built(o=lh.Model("raw.orders", columns=["id"])):
         // Built (no build requirements), then refused at the one install: the
         // environment's interpreter never started where the network was.
         (r#"{"evilsd": "1.0"}"#, "with the wheels built from source"),
+        // Held to the build's limits: an address space, a file size, a number of
+        // processes (where the server may make a pids cgroup: as root, here).
+        (
+            r#"{"bombpkg": "1.0"}"#,
+            "bomb: memory refused, file refused, forks bounded",
+        ),
     ] {
         let model = sdist
             .replace(r#"{"sdistpkg": "1.0"}"#, packages)

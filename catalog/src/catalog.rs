@@ -32,6 +32,13 @@ use crate::tree;
 /// The name of the branch every catalog starts with; it cannot be deleted.
 pub const DEFAULT_BRANCH: &str = "main";
 
+/// The ref expression a request is about: the one it names, or (named none) the default
+/// branch. The one place that decides it, for lh's API and the Iceberg REST catalog's
+/// warehouse alike.
+pub fn ref_or_default(named: Option<String>) -> String {
+    named.unwrap_or_else(|| DEFAULT_BRANCH.to_string())
+}
+
 /// The largest page of history.
 pub const MAX_LOG_PAGE: usize = 1000;
 /// A log filtered by table walks at most this many commits per page (a page may then

@@ -397,7 +397,17 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
             }
         });
     }
+    let vending = crate::tables::vending::Vending::new(
+        &tables.warehouse,
+        config.vend_credentials,
+        config.vend_credentials_to,
+    );
+    let refs = Arc::new(crate::runs::refs::Refs::new(
+        runs.clone(),
+        protected.clone(),
+    ));
     Ok(AppState {
+        refs,
         secrets,
         merger,
         key,
@@ -414,7 +424,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         roles,
         protected,
         audit,
-        vend_to: config.vend_credentials_to,
+        vending,
         guard,
     })
 }

@@ -24,6 +24,8 @@ pub struct AppState {
     /// The largest file an upload may stage.
     pub max_upload_bytes: u64,
     pub runs: Arc<RunService>,
+    /// Branches, tags, history, diffs and merges.
+    pub refs: Arc<crate::runs::refs::Refs>,
     /// The Iceberg REST catalog's namespaces.
     pub namespaces: Arc<Namespaces>,
     pub info: lh_api::ServerInfo,
@@ -41,8 +43,8 @@ pub struct AppState {
     pub secrets: Arc<crate::auth::secrets::Secrets>,
     /// The roles tokens name.
     pub roles: Arc<crate::auth::roles::Roles>,
-    /// The least role the Iceberg REST catalog vends the warehouse's S3 key to.
-    pub vend_to: crate::auth::Role,
+    /// Who the Iceberg REST catalog gives the warehouse's S3 key.
+    pub vending: crate::tables::vending::Vending,
     /// What every request is checked against first (`auth::guard`).
     pub guard: Arc<crate::auth::guard::Guard>,
 }

@@ -10,7 +10,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use lh_api::{QueryColumn, QueryRequest};
 
-use crate::auth::{Action, Identity};
+use crate::auth::Identity;
 use crate::error::Error;
 use crate::http::ApiResult;
 use crate::query::Ask;
@@ -36,30 +36,15 @@ async fn query(
     Json(req): Json<QueryRequest>,
 ) -> ApiResult<Response> {
     let started = std::time::Instant::now();
-    let at = req
-        .reference
-        .clone()
-        .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
-    identity.require_ref(Action::Read, &at, "querying it")?;
-    let identity = crate::auth::history::scoped(&s.catalog, &identity, &at).await?;
-    let readable = |table: &str| identity.can_table(Action::Read, &at, table);
+    let at = lh_catalog::ref_or_default(req.reference.clone());
     let json = wants_json(&headers);
-    let out = s
-        .queries
-        .run_as(
-            &req.sql,
-            // The commit the history check found its limits for, not the ref again.
-            &identity.reads(&at),
-            &Ask {
-                timeout: req.timeout_ms.map(Duration::from_millis),
-                max_rows: req.max_rows,
-                readable: &readable,
-                restricted: !identity.access.covers(crate::auth::Role::Reader),
-                ipc: !json,
-                caller: Some(&identity.user),
-            },
-        )
-        .await?;
+    let ask = Ask {
+        timeout: req.timeout_ms.map(Duration::from_millis),
+        max_rows: req.max_rows,
+        ipc: !json,
+        ..Ask::default()
+    };
+    let out = s.queries.query_for(&identity, &req.sql, &at, ask).await?;
     if json {
         let limit = s.queries.limits().max_result_bytes;
         let charge = s.queries.answer_memory().charge_for(Some(&identity.user));

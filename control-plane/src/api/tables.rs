@@ -16,7 +16,7 @@ use lh_api::{
 use tokio::io::AsyncWriteExt;
 
 use super::params::query_pairs;
-use crate::auth::{Action, Identity};
+use crate::auth::Identity;
 use crate::error::{Code, Error, Kind, pointer};
 use crate::http::ApiResult;
 use crate::state::AppState;
@@ -41,21 +41,7 @@ fn param(raw: &Option<String>, key: &str) -> Option<String> {
 }
 
 fn ref_param(raw: &Option<String>) -> String {
-    param(raw, "ref").unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string())
-}
-
-/// Refuses a change to `name` at `at` that history hides from `identity` there
-/// (`auth::history::require_unhidden`), before anything of the table is read.
-async fn unhidden(
-    s: &AppState,
-    identity: &Identity,
-    at: &str,
-    name: &str,
-    what: &str,
-) -> Result<(), Error> {
-    let scoped = crate::auth::history::scoped(&s.catalog, identity, at).await?;
-    crate::auth::history::require_unhidden(&s.catalog, &scoped, at, name, what).await?;
-    Ok(())
+    lh_catalog::ref_or_default(param(raw, "ref"))
 }
 
 /// The tables at a ref (`?ref=&namespace=`).
@@ -68,20 +54,12 @@ async fn list_tables(
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<TableList>> {
     let at = ref_param(&q);
-    identity.require_ref(Action::Read, &at, "listing its tables")?;
-    let identity = crate::auth::history::scoped(&s.catalog, &identity, &at).await?;
     let ns = param(&q, "namespace");
-    if let Some(ns) = &ns {
-        lh_catalog::names::validate_namespace(ns)?;
-    }
-    let resolved = s.catalog.resolve(&identity.reads(&at)).await?;
-    let tables = s.catalog.tables_in(&resolved.commit, ns.as_deref()).await?;
+    let (commit, tables) = s.tables.list_for(&identity, &at, ns.as_deref()).await?;
     Ok(Json(TableList {
-        commit: resolved.commit.id.to_hex(),
+        commit: commit.id.to_hex(),
         tables: tables
             .into_iter()
-            // Tables the identity may not read are not listed.
-            .filter(|t| identity.can_table(Action::Read, &at, &t.name))
             .map(|t| TableSummary {
                 name: t.name,
                 pointer: pointer(&t.pointer),
@@ -100,19 +78,7 @@ async fn show_table(
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<TableDetail>> {
     let at = ref_param(&q);
-    identity.require_table(Action::Read, &at, &name, "reading it")?;
-    // What history allows of the commit read: a table of another namespace than its
-    // ceilings is as missing as one that is not there.
-    let scoped = crate::auth::history::scoped(&s.catalog, &identity, &at).await?;
-    if !scoped.can_table(Action::Read, &at, &name) {
-        return Err(Error::not_found(
-            Code::TableNotFound,
-            format!("table '{name}' not found at '{at}'"),
-        )
-        .into());
-    }
-    // The commit checked, not the ref again: it may have moved since.
-    Ok(Json(s.tables.detail(&scoped.reads(&at), &name).await?))
+    Ok(Json(s.tables.detail_for(&identity, &at, &name).await?))
 }
 
 /// Removes a table from a branch (one commit; its files stay for other refs).
@@ -124,12 +90,7 @@ async fn drop_table(
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<DropResponse>> {
-    identity.require_table(Action::Write, &ref_param(&q), &name, "dropping it")?;
-    unhidden(&s, &identity, &ref_param(&q), &name, "dropping it").await?;
-    let commit = s
-        .tables
-        .drop_table(&ref_param(&q), &name, &identity)
-        .await?;
+    let commit = s.tables.drop_for(&identity, &ref_param(&q), &name).await?;
     Ok(Json(DropResponse {
         table: name,
         commit: commit.id.to_hex(),
@@ -148,9 +109,7 @@ async fn compact(
     Path(name): Path<String>,
     Json(req): Json<CompactRequest>,
 ) -> ApiResult<Json<CompactResponse>> {
-    let at = req
-        .reference
-        .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
+    let at = lh_catalog::ref_or_default(req.reference);
     let target = req
         .target_file_size
         .unwrap_or(crate::maintenance::TARGET_FILE_BYTES);
@@ -159,7 +118,6 @@ async fn compact(
             Error::bad_request(Code::BadInput, "the target file size is at least 1 MiB").into(),
         );
     }
-    unhidden(&s, &identity, &at, &name, "compacting it").await?;
     let r =
         crate::maintenance::compact(&s.tables, &s.import, &at, &name, target, &identity).await?;
     Ok(Json(r))
@@ -177,9 +135,7 @@ async fn expire(
     Path(name): Path<String>,
     Json(req): Json<ExpireRequest>,
 ) -> ApiResult<Json<ExpireResponse>> {
-    let at = req
-        .reference
-        .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
+    let at = lh_catalog::ref_or_default(req.reference);
     let older_than = req.older_than_secs.unwrap_or(30 * 86400);
     if older_than > lh_api::units::MAX_CLIENT_SECS {
         return Err(crate::error::Error::bad_request(
@@ -189,7 +145,6 @@ async fn expire(
         .into());
     }
     let older_than = std::time::Duration::from_secs(older_than);
-    unhidden(&s, &identity, &at, &name, "expiring its snapshots").await?;
     let r = crate::maintenance::expire(&s.tables, &at, &name, older_than, &identity).await?;
     Ok(Json(r))
 }
@@ -307,8 +262,9 @@ async fn import_files(
     Json(req): Json<ImportRequest>,
 ) -> ApiResult<Json<ImportResponse>> {
     // Refused before any file is read (the commit checks again).
-    identity.require_table(Action::Write, &req.reference, &name, "importing into it")?;
-    unhidden(&s, &identity, &req.reference, &name, "importing into it").await?;
+    s.tables
+        .require_writable(&identity, &req.reference, &name, "importing into it")
+        .await?;
     let mut files = Vec::new();
     for id in &req.uploads {
         let file: Option<PathBuf> = s.uploads.file(&s.tables.warehouse, id).await?;

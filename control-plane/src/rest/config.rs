@@ -15,9 +15,7 @@ pub async fn config(
     identity: Identity,
     Params(q): Params<ConfigQuery>,
 ) -> IcebergResult<Json<serde_json::Value>> {
-    let warehouse = q
-        .warehouse
-        .unwrap_or_else(|| lh_catalog::DEFAULT_BRANCH.to_string());
+    let warehouse = lh_catalog::ref_or_default(q.warehouse);
     identity.require_ref(Action::Read, &warehouse, "reading its catalog")?;
     named(&s, &warehouse).await?;
     let prefix = url::form_urlencoded::byte_serialize(warehouse.as_bytes()).collect::<String>();

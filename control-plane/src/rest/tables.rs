@@ -14,7 +14,7 @@ use lh_catalog::CommitMeta;
 use super::names::{At, at, branch, ident_name, namespace, no_table, table_name};
 use super::types::{
     Body, CommitTable, CommitTransaction, CreateTable, DropQuery, LoadTableResult, MetricsReport,
-    Page, Params, Register, Rename, TableIdent, bad_request, loaded, served, storage_config,
+    Page, Params, Register, Rename, TableIdent, asks_for_credentials, bad_request, loaded, served,
 };
 use crate::auth::{Action, Identity};
 use crate::error::{Code, Error, Kind};
@@ -71,7 +71,8 @@ pub async fn load_table(
     Ok(loaded(
         Some(t.pointer.metadata_location.clone()),
         &t.metadata,
-        storage_config(&s, &headers, &identity),
+        s.vending
+            .storage_for(&identity, asks_for_credentials(&headers)),
     ))
 }
 
@@ -571,7 +572,8 @@ pub async fn create_table(
         return Ok(loaded(
             None,
             &metadata,
-            storage_config(&s, &headers, &identity),
+            s.vending
+                .storage_for(&identity, asks_for_credentials(&headers)),
         ));
     }
     let put = Put {
@@ -595,7 +597,8 @@ pub async fn create_table(
     Ok(loaded(
         Some(v.pointer.metadata_location.clone()),
         &v.metadata,
-        storage_config(&s, &headers, &identity),
+        s.vending
+            .storage_for(&identity, asks_for_credentials(&headers)),
     ))
 }
 
@@ -727,6 +730,7 @@ pub async fn register_table(
     Ok(loaded(
         Some(v.pointer.metadata_location.clone()),
         &v.metadata,
-        storage_config(&s, &headers, &identity),
+        s.vending
+            .storage_for(&identity, asks_for_credentials(&headers)),
     ))
 }

@@ -212,87 +212,31 @@ pub fn served(metadata: &TableMetadata) -> serde_json::Value {
     v
 }
 
-/// What a client needs to reach the table's files, as the spec's `s3.*` properties
-/// (which pyiceberg, DuckDB's iceberg extension and Spark's S3FileIO read).
-///
-/// A local warehouse needs no credential and no setting: locations are absolute
-/// `file://` URLs that every client's file IO opens. That config stays empty on
-/// purpose: DuckDB's iceberg extension (1.5.5) takes any entry as vended S3 credentials
-/// and then fails for want of a region (measured; tested).
-///
-/// For an S3 warehouse: the endpoint, region and addressing style always; the
-/// server's key only when the client asks for vended credentials
-/// (`X-Iceberg-Access-Delegation: vended-credentials`) and the server vends them
-/// (not `--no-vend-credentials`). The key is the server's own (the S3-compatible stores
-/// lh is tested with have no STS to scope a short-lived one to the table): give the
-/// server a key limited to the warehouse's bucket and prefix.
-#[derive(Debug, Clone, Default)]
-pub struct StorageConfig {
-    pub config: BTreeMap<String, String>,
-    pub credentials: Vec<serde_json::Value>,
-}
-
-pub fn storage_config(
-    s: &crate::state::AppState,
-    headers: &HeaderMap,
-    identity: &crate::auth::Identity,
-) -> StorageConfig {
-    let Some(b) = s.tables.warehouse.s3() else {
-        return StorageConfig::default();
-    };
-    let st = &b.settings;
-    let mut c = BTreeMap::new();
-    c.insert("s3.region".to_string(), st.region.clone());
-    c.insert("client.region".to_string(), st.region.clone());
-    if let Some(e) = &st.endpoint {
-        c.insert("s3.endpoint".to_string(), e.clone());
-    }
-    c.insert(
-        "s3.path-style-access".to_string(),
-        st.path_style.to_string(),
-    );
-    let asked = headers
+/// Whether the client asked for vended credentials
+/// (`X-Iceberg-Access-Delegation: vended-credentials`).
+pub fn asks_for_credentials(headers: &HeaderMap) -> bool {
+    headers
         .get_all("x-iceberg-access-delegation")
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .any(|v| v.split(',').any(|m| m.trim() == "vended-credentials"));
-    // The key is the server's own: whoever holds it can change or delete anything in the
-    // warehouse, past every permission. It goes only to the roles the operator chose
-    // (`--vend-credentials-to`, admins by default).
-    let vends = s.info.storage.as_ref().is_some_and(|i| i.vends_credentials)
-        && identity.access.covers(s.vend_to);
-    let mut credentials = Vec::new();
-    if asked && vends {
-        let mut secret = BTreeMap::new();
-        secret.insert("s3.access-key-id".to_string(), st.access_key_id.clone());
-        secret.insert(
-            "s3.secret-access-key".to_string(),
-            st.secret_access_key.clone(),
-        );
-        if let Some(t) = &st.session_token {
-            secret.insert("s3.session-token".to_string(), t.clone());
-        }
-        c.extend(secret.clone());
-        let mut all = c.clone();
-        all.extend(secret);
-        credentials.push(serde_json::json!({ "prefix": st.url(), "config": all }));
-    }
-    StorageConfig {
-        config: c,
-        credentials,
-    }
+        .any(|v| v.split(',').any(|m| m.trim() == "vended-credentials"))
 }
 
-/// A loaded table's answer.
+/// A loaded table's answer, with what the client is given to reach its files
+/// (`tables::vending`).
 pub fn loaded(
     location: Option<String>,
     metadata: &TableMetadata,
-    storage: StorageConfig,
+    storage: crate::tables::vending::StorageAccess,
 ) -> Json<LoadTableResult> {
     Json(LoadTableResult {
         metadata_location: location,
         metadata: served(metadata),
         config: storage.config,
-        storage_credentials: storage.credentials,
+        storage_credentials: storage
+            .credentials
+            .into_iter()
+            .map(|c| serde_json::json!({ "prefix": c.prefix, "config": c.config }))
+            .collect(),
     })
 }

@@ -47,6 +47,7 @@ use duckdb::Connection;
 use lh_catalog::{Commit, CommitId};
 use tokio::sync::Semaphore;
 
+use crate::auth::{Action, Identity};
 use crate::duck::{DuckLimits, quote_ident};
 use crate::error::{Code, Error, Kind, Result};
 use crate::tables::Tables;
@@ -458,6 +459,32 @@ impl QueryEngine {
             ..Ask::default()
         };
         self.run_as(sql, at, &ask).await
+    }
+
+    /// A caller's query: `sql` on `at` (a ref expression), as `identity` may read it.
+    /// It needs read on the ref; it reads the very commit history's limits were found
+    /// for (the ref may move meanwhile), sees only the tables it may read (any other is
+    /// "not found"), and one who may not read everything runs in a catalog of its own
+    /// with DuckDB's suggestions left out of errors. `ask` says the rest (its
+    /// `readable`, `restricted` and `caller` are the identity's).
+    pub async fn query_for(
+        &self,
+        identity: &Identity,
+        sql: &str,
+        at: &str,
+        ask: Ask<'_>,
+    ) -> Result<QueryOutput> {
+        identity.require_ref(Action::Read, at, "querying it")?;
+        let identity = crate::auth::history::scoped(&self.tables.catalog, identity, at).await?;
+        let readable = |table: &str| identity.can_table(Action::Read, at, table);
+        let ask = Ask {
+            readable: &readable,
+            restricted: !identity.access.covers(crate::auth::Role::Reader),
+            caller: Some(&identity.user),
+            ..ask
+        };
+        // The commit the history check found its limits for, not the ref again.
+        self.run_as(sql, &identity.reads(at), &ask).await
     }
 
     /// [`run`](Self::run), as `ask` says: see [`Ask`].

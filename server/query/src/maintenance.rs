@@ -99,6 +99,9 @@ pub async fn compact(
     target: u64,
     by: &Identity,
 ) -> Result<CompactResponse> {
+    tables
+        .require_unhidden(by, branch, table, "compacting it")
+        .await?;
     let (resolved, t) = maintained(tables, branch, table, by, "compacting a table").await?;
     crate::tables::snapshot::check_writable(&format!("table '{table}'"), &t.metadata)?;
     let live = tables.live_files(&t).await?;
@@ -223,6 +226,9 @@ pub async fn expire(
     older_than: std::time::Duration,
     by: &Identity,
 ) -> Result<ExpireResponse> {
+    tables
+        .require_unhidden(by, branch, table, "expiring its snapshots")
+        .await?;
     // An expiry changes no row: when another write (an append, an automatic
     // compaction) lands first, it reads the table again and expires from there.
     let mut attempt = 0;

@@ -15,6 +15,7 @@ use lh_query::{self as query, maintenance};
 use lh_tables as tables;
 use lh_warehouse as warehouse;
 
+pub mod asked;
 pub mod breaking;
 mod changes;
 pub mod code;
@@ -25,6 +26,7 @@ pub mod lineage;
 pub mod merges;
 pub mod partitions;
 pub mod project;
+pub mod refs;
 pub mod store;
 mod takeover;
 

@@ -16,6 +16,7 @@ pub mod combine;
 pub mod commit;
 pub mod files;
 pub mod gc;
+mod guarded;
 pub mod namespaces;
 pub mod partition;
 pub mod rebase;
@@ -24,6 +25,7 @@ pub mod snapshot;
 pub mod staging;
 pub mod stats;
 pub mod types;
+pub mod vending;
 pub mod write;
 
 use std::collections::{BTreeMap, HashMap};

@@ -1,0 +1,355 @@
+//! The run service as a caller meets it: each method validates, authorizes and acts, for
+//! lh's HTTP API. A run is seen by whoever may read its target, without the nodes that
+//! touch tables the caller may not read.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use lh_api::{PlanResponse, RunInfo};
+
+use crate::auth::{Action, Identity};
+use crate::error::{Code, Error, Result};
+use crate::{RunService, RunStart};
+
+/// A run as asked for by a caller.
+pub struct RunAsk {
+    pub params: BTreeMap<String, String>,
+    pub partitions: Option<String>,
+    pub no_cache: bool,
+    pub strict: bool,
+    /// A check of these expectations at this commit of the target (`lh bisect`, merge
+    /// checks), publishing nothing.
+    pub check: Option<(String, Vec<String>)>,
+}
+
+impl RunService {
+    /// Plans a project's run on `at` (`lh run --dry-run`): the caller may run there.
+    /// `code` takes the uploaded project's snapshot, once the caller is allowed (a
+    /// refused request keeps its upload).
+    pub async fn plan_for(
+        &self,
+        identity: &Identity,
+        at: &str,
+        code: impl Future<Output = Result<String>>,
+        ask: &RunAsk,
+        changes: Option<bool>,
+    ) -> Result<PlanResponse> {
+        identity.require_ref(Action::Run, at, "planning a pipeline on it")?;
+        let code = code.await?;
+        self.plan(
+            &code,
+            at,
+            &ask.params,
+            ask.partitions.as_deref(),
+            identity,
+            changes,
+        )
+        .await
+    }
+
+    /// Starts a run of `ask` on branch `target`: the caller may run there, and publish
+    /// there unless it is a check (whose functions get the branch's secrets only if its
+    /// starter may publish there). `code` takes the uploaded project's snapshot, once
+    /// the run is allowed (a refused request keeps its upload).
+    pub async fn start_for(
+        self: &Arc<Self>,
+        identity: &Identity,
+        target: &str,
+        code: impl Future<Output = Result<String>>,
+        ask: RunAsk,
+    ) -> Result<RunInfo> {
+        identity.require_ref(Action::Run, target, "running a pipeline on it")?;
+        let protected = &self.merger.protected;
+        // A check reads a commit of the branch it is recorded on and publishes nothing.
+        let checked = match &ask.check {
+            Some((at, expectations)) => {
+                let secrets = protected.check_publish(identity, target).await.is_ok();
+                if crate::auth::ref_of(at).as_deref() != Some(target) {
+                    return Err(Error::bad_request(
+                        Code::InvalidArgument,
+                        format!(
+                            "a check reads a commit of the branch it runs on ('{target}'), not '{at}'"
+                        ),
+                    )
+                    .with_hint(format!("e.g. {target}@<hash>")));
+                }
+                if ask.partitions.is_some() {
+                    return Err(Error::bad_request(
+                        Code::InvalidArgument,
+                        "a check runs expectations on the tables as they are: it takes no partitions",
+                    ));
+                }
+                let at = self.catalog.resolve(at).await?;
+                Some((at.commit.id.to_hex(), expectations.clone(), secrets))
+            }
+            None => {
+                protected.check_publish(identity, target).await?;
+                None
+            }
+        };
+        let mut start = RunStart {
+            code_hash: code.await?,
+            target: target.to_string(),
+            params: ask.params,
+            by: identity.clone(),
+            publish: true,
+            expectations_only: false,
+            only: Vec::new(),
+            secrets: true,
+            no_cache: ask.no_cache,
+            strict: ask.strict,
+            rerun_of: None,
+            input_commit: None,
+            reuse: Default::default(),
+            param_values: None,
+            partitions: ask.partitions,
+        };
+        if let Some((commit, only, secrets)) = checked {
+            start.secrets = secrets;
+            start.publish = false;
+            start.expectations_only = true;
+            start.only = only;
+            start.no_cache = true;
+            start.input_commit = Some(commit);
+        }
+        self.start(start).await
+    }
+
+    /// A run `identity` may see (it may read the run's target), as it sees it.
+    pub async fn get_for(&self, identity: &Identity, id: &str) -> Result<RunInfo> {
+        Ok(as_seen(identity, self.readable(identity, id).await?))
+    }
+
+    async fn readable(&self, identity: &Identity, id: &str) -> Result<RunInfo> {
+        let run = self.get(id).await?;
+        identity.require_ref(Action::Read, &run.target, "reading its runs")?;
+        Ok(run)
+    }
+
+    /// Recent runs, newest first, of the refs `identity` may read, as it sees them.
+    pub async fn list_for(&self, identity: &Identity, limit: i64) -> Result<Vec<RunInfo>> {
+        Ok(self
+            .list(limit)
+            .await?
+            .into_iter()
+            .filter(|r| identity.can_ref(Action::Read, &r.target))
+            .map(|r| as_seen(identity, r))
+            .collect())
+    }
+
+    /// The logs of a run's nodes (`node`: one) that `identity` may see, by node.
+    pub async fn logs_for(
+        &self,
+        identity: &Identity,
+        id: &str,
+        node: Option<&str>,
+    ) -> Result<Vec<(String, String)>> {
+        let run = self.readable(identity, id).await?;
+        let logs = self.logs(id, node).await?;
+        // The logs of nodes touching tables the caller may not read are left out.
+        Ok(logs
+            .into_iter()
+            .filter(|(name, _)| {
+                run.nodes
+                    .iter()
+                    .find(|n| &n.name == name)
+                    .is_some_and(|n| node_visible(identity, &run.target, n))
+            })
+            .collect())
+    }
+
+    /// Stops a run: the caller may read and run on its target.
+    pub async fn cancel_for(&self, identity: &Identity, id: &str) -> Result<RunInfo> {
+        let run = self.readable(identity, id).await?;
+        identity.require_ref(Action::Run, &run.target, "cancelling its runs")?;
+        self.cancel(id).await
+    }
+
+    /// Replays a run (with `code`, new code, taken once the replay is allowed): the
+    /// caller may run and publish on its target.
+    pub async fn rerun_for(
+        self: &Arc<Self>,
+        identity: &Identity,
+        id: &str,
+        from_failed: bool,
+        code: Option<impl Future<Output = Result<String>>>,
+    ) -> Result<RunInfo> {
+        let original = self.get(id).await?;
+        identity.require_ref(Action::Run, &original.target, "running a pipeline on it")?;
+        self.merger
+            .protected
+            .check_publish(identity, &original.target)
+            .await?;
+        let code = match code {
+            Some(c) => Some(c.await?),
+            None => None,
+        };
+        self.rerun(id, from_failed, code, identity.clone()).await
+    }
+
+    /// Column-level lineage of `name` (a table, or `table.column`) on branch `at`: the
+    /// steps up to it and down from it through the models of every project's last
+    /// succeeded run there. Tables the caller may not read are left out; one it names
+    /// reads as one that is not there.
+    pub async fn lineage_for(
+        &self,
+        identity: &Identity,
+        at: &str,
+        name: &str,
+    ) -> Result<lh_api::LineageResponse> {
+        let (at, name) = (at.to_string(), name.to_string());
+        identity.require_ref(Action::Read, &at, "reading its lineage")?;
+        if at.contains(['@', '~', '^']) {
+            return Err(Error::bad_request(
+                Code::InvalidArgument,
+                format!("lineage reads the runs of a branch; '{at}' is no branch name"),
+            ));
+        }
+        let head = self.catalog.resolve(&at).await?.commit;
+        // A table the caller may not read reads as one that is not there.
+        let not_found = || {
+            Error::not_found(
+                Code::TableNotFound,
+                format!("'{name}' is neither a table nor a table's column at '{at}'"),
+            )
+        };
+        let readable_table = async |t: &str| -> Option<Vec<String>> {
+            if lh_catalog::names::validate_table_name(t).is_err()
+                || !identity.can_table(Action::Read, &at, t)
+            {
+                return None;
+            }
+            let loaded = self.tables.load(&head, t).await.ok()??;
+            Some(
+                loaded
+                    .metadata
+                    .current_schema()
+                    .as_struct()
+                    .fields()
+                    .iter()
+                    .map(|f| f.name.clone())
+                    .collect(),
+            )
+        };
+        let (table, column) = match readable_table(&name).await {
+            Some(_) => (name.clone(), None),
+            None => {
+                let (t, c) = name.rsplit_once('.').ok_or_else(not_found)?;
+                let cols = readable_table(t).await.ok_or_else(not_found)?;
+                let c = cols
+                    .iter()
+                    .find(|x| x.eq_ignore_ascii_case(c))
+                    .ok_or_else(not_found)?;
+                (t.to_string(), Some(c.clone()))
+            }
+        };
+        let (edges, unresolved) = self.lineage_edges(&at, &head).await?;
+        let readable = |t: &str| identity.can_table(Action::Read, &at, t);
+        let unresolved: Vec<String> = unresolved
+            .into_iter()
+            .filter(|u| u.tables.iter().all(|t| readable(t)))
+            .map(|u| format!("{}: {}", u.model, u.why))
+            .collect();
+        // Columns compared as DuckDB does: without regard to case.
+        let key = |(t, c): &(String, String)| (t.clone(), c.to_lowercase());
+        let edges: Vec<_> = edges
+            .into_iter()
+            .filter(|e| readable(&e.from.0) && readable(&e.to.0))
+            .collect();
+        let starts = |e_side: &dyn Fn(&crate::lineage::Edge) -> &(String, String)| {
+            edges
+                .iter()
+                .map(e_side)
+                .filter(|(t, c)| {
+                    *t == table
+                        && column
+                            .as_ref()
+                            .is_none_or(|col| col.eq_ignore_ascii_case(c))
+                })
+                .map(key)
+                .collect::<BTreeSet<_>>()
+        };
+        let walk = |start: BTreeSet<(String, String)>, up: bool| {
+            let mut seen = start.clone();
+            let mut queue: VecDeque<(String, String)> = start.into_iter().collect();
+            let mut out = Vec::new();
+            while let Some(at_col) = queue.pop_front() {
+                for e in &edges {
+                    let (here, next) = if up {
+                        (&e.to, &e.from)
+                    } else {
+                        (&e.from, &e.to)
+                    };
+                    if key(here) == at_col {
+                        out.push(lh_api::LineageEdge {
+                            from: format!("{}.{}", e.from.0, e.from.1),
+                            to: format!("{}.{}", e.to.0, e.to.1),
+                            node: e.node.clone(),
+                            project: e.project.clone(),
+                        });
+                        if seen.insert(key(next)) {
+                            queue.push_back(key(next));
+                        }
+                    }
+                }
+            }
+            out
+        };
+        let upstream = walk(starts(&|e| &e.to), true);
+        let downstream = walk(starts(&|e| &e.from), false);
+        Ok(lh_api::LineageResponse {
+            reference: at,
+            table,
+            column,
+            upstream,
+            downstream,
+            unresolved,
+        })
+    }
+}
+
+/// Whether `identity` may see what a node of a run on `target` did: a model's table
+/// it may read, an expectation whose inputs it may read.
+fn node_visible(identity: &Identity, target: &str, n: &lh_api::RunNode) -> bool {
+    let model = n.kind == "model";
+    let table = crate::partitions::table_of(&n.name);
+    (!model || identity.can_table(Action::Read, target, table))
+        && n.inputs
+            .iter()
+            .all(|t| identity.can_table(Action::Read, target, t))
+}
+
+/// A run as `identity` sees it: nodes touching tables it may not read are left out
+/// (their names are tables', their errors may hold data), counted in `hidden_nodes`;
+/// so are the edges to them, the partitions' lists of them, and a run error that names
+/// one of them.
+fn as_seen(identity: &Identity, mut run: RunInfo) -> RunInfo {
+    let target = run.target.clone();
+    let (shown, hidden): (Vec<_>, Vec<_>) = std::mem::take(&mut run.nodes)
+        .into_iter()
+        .partition(|n| node_visible(identity, &target, n));
+    if hidden.is_empty() {
+        run.nodes = shown;
+        return run;
+    }
+    let gone: std::collections::BTreeSet<&str> = hidden.iter().map(|n| n.name.as_str()).collect();
+    run.nodes = shown
+        .into_iter()
+        .map(|mut n| {
+            n.depends_on.retain(|d| !gone.contains(d.as_str()));
+            n
+        })
+        .collect();
+    run.hidden_nodes = hidden.len();
+    if !run.partitions.is_empty() {
+        run.partitions = lh_api::RunPartition::of(&run.nodes);
+    }
+    if run.error.as_deref().is_some_and(|e| {
+        hidden
+            .iter()
+            .any(|n| e.contains(crate::partitions::table_of(&n.name)))
+    }) {
+        run.error = Some("the run failed in a node that touches tables you may not read".into());
+    }
+    run
+}

@@ -80,6 +80,8 @@ pub struct ServerConfig {
     pub max_upload_bytes: u64,
     /// The most the Python environment cache keeps.
     pub env_cache_bytes: u64,
+    /// What one environment's build may take (`--build-memory`, `--build-disk`).
+    pub build_bounds: lh_runner::BuildBounds,
     /// What no pipeline function may exceed (memory, CPU share, time).
     pub function_ceilings: crate::runs::limits::Ceilings,
     /// Path-style addressing for an S3 warehouse.
@@ -149,6 +151,7 @@ impl ServerConfig {
             retention: Default::default(),
             max_upload_bytes: 64 << 30,
             env_cache_bytes: 20 << 30,
+            build_bounds: lh_runner::BuildBounds::default(),
             function_ceilings: crate::runs::limits::Ceilings::for_this_machine(),
             s3_path_style: false,
             cache_bytes: 20 << 30,
@@ -562,7 +565,8 @@ async fn runs_service(
             .unwrap_or_else(|| data_dir.join("envs")),
         None,
         config.sandbox,
-    );
+    )
+    .with_bounds(config.build_bounds);
     let Shared {
         catalog,
         tables,

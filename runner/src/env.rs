@@ -37,6 +37,24 @@ pub struct EnvSpec {
 }
 
 impl EnvSpec {
+    /// The Python asked for is a version (`3.11`, `3.12.4`), nothing uv would read as a
+    /// path or an option, and nothing that would make two specs one key.
+    pub fn check_python(&self) -> Result<(), RunnerError> {
+        let parts: Vec<&str> = self.python.split('.').collect();
+        let ok = (2..=3).contains(&parts.len())
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()));
+        if ok {
+            Ok(())
+        } else {
+            Err(RunnerError::Environment(format!(
+                "python '{}' is not a Python version (such as 3.11 or 3.12.4)",
+                self.python.escape_debug()
+            )))
+        }
+    }
+
     /// The requirement lines, sorted, pyarrow included.
     pub fn requirements(&self) -> Result<Vec<String>, RunnerError> {
         let mut pkgs = self.packages.clone();
@@ -72,6 +90,7 @@ impl EnvSpec {
 
     /// The cache key.
     pub fn key(&self) -> Result<String, RunnerError> {
+        self.check_python()?;
         let mut h = blake3::Hasher::new();
         h.update(b"lh-env-v1\n");
         h.update(format!("python={}\n", self.python).as_bytes());
@@ -120,8 +139,27 @@ pub struct EnvCache {
     uv: Option<PathBuf>,
     /// Build in a bubblewrap sandbox (refuse to build without it).
     sandbox: bool,
+    bounds: BuildBounds,
     building: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     provisioning: tokio::sync::Mutex<()>,
+}
+
+/// What one environment's build may take, all its steps' processes together: memory
+/// (a memory cgroup of the build's own, where the server may make one) and disk (its
+/// folders, measured while each step runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BuildBounds {
+    pub memory_bytes: u64,
+    pub disk_bytes: u64,
+}
+
+impl Default for BuildBounds {
+    fn default() -> BuildBounds {
+        BuildBounds {
+            memory_bytes: 8 << 30,
+            disk_bytes: 32 << 30,
+        }
+    }
 }
 
 /// Fetches a source distribution, running no package's code (see the file).
@@ -194,6 +232,14 @@ impl<'a> Step<'a> {
         }
     }
 
+    /// The environment being built read-only (a step that only reads it).
+    fn env_read_only(self) -> Step<'a> {
+        Step {
+            env_writable: false,
+            ..self
+        }
+    }
+
     fn writing(self, writes: &'a [&'a Path]) -> Step<'a> {
         Step { writes, ..self }
     }
@@ -213,15 +259,21 @@ struct Sandbox<'a> {
 }
 
 /// What one environment's build may use: every step's processes are held to an address
-/// space and a file size (`prlimit`), and, where the server may make a pids cgroup, to
-/// [`BUILD_TASKS`] processes and threads together; all of its steps together stop at
-/// [`ENV_BUDGET`]. A hostile `setup.py` (or a `.pth` in any step that starts an
-/// interpreter) thus cannot take the host's memory, fill its disk with one file, fork
-/// without end, or hold a build slot for ever.
+/// space and a file size (`prlimit`); where the server may make cgroups, all of them
+/// together to [`BUILD_TASKS`] processes and threads and to the build's memory (tmpfs
+/// pages included); its folders to the build's disk, measured while each step runs; and
+/// all of its steps together stop at [`ENV_BUDGET`]. No step can make a user namespace
+/// (in one, it would hold capabilities over what the server's uid owns: its cgroups,
+/// file capabilities). A hostile `setup.py` (or a `.pth` in any step that starts an
+/// interpreter) thus cannot take the host's memory, fill its disk, fork without end,
+/// lift its own limits, or hold a build slot for ever.
 struct BuildLimits {
     prlimit: PathBuf,
     deadline: tokio::time::Instant,
-    pids: Option<PidsGroup>,
+    groups: Option<BuildGroups>,
+    disk_bytes: u64,
+    /// The folders the build writes (the environment, the source builds' work).
+    watched: Mutex<Vec<PathBuf>>,
 }
 
 /// The address space of any one process of a build step (compilers of large C++
@@ -229,73 +281,126 @@ struct BuildLimits {
 const BUILD_MEMORY: u64 = 8 << 30;
 /// The largest file a build step may write (a wheel, an object file).
 const BUILD_FILE: u64 = 4 << 30;
+/// A build step's `/tmp` (in memory, charged to the build's memory).
+const BUILD_TMP: u64 = 2 << 30;
 /// Processes and threads of one build step together (a parallel compile needs dozens).
 const BUILD_TASKS: u32 = 1024;
 /// The longest all of one environment's build steps may take together.
 const ENV_BUDGET: std::time::Duration = std::time::Duration::from_secs(60 * 60);
+/// How often a running step's folders are measured.
+const DISK_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// A pids cgroup of one environment's build, removed when dropped (its processes are
-/// gone by then: each step's PID namespace ends with the step).
-struct PidsGroup {
-    dir: PathBuf,
+/// The cgroups of one environment's build (pids and memory), removed when dropped
+/// (their processes are gone by then: each step's PID namespace ends with the step).
+struct BuildGroups {
+    /// One folder with both controllers (cgroup v2), or one per controller (v1).
+    dirs: Vec<PathBuf>,
 }
 
-impl PidsGroup {
-    /// A new cgroup under the server's own in the pids hierarchy (cgroup v1's `pids`
-    /// controller, or v2 where `pids` is delegated), limited to `max` tasks; `None` where
-    /// the server may not make one (not root, no such controller).
-    fn new(max: u32) -> Option<PidsGroup> {
+impl BuildGroups {
+    /// New cgroups under the server's own: `max_tasks` tasks and `memory` bytes. `None`
+    /// where the server may not make them (not root, no such controllers).
+    fn new(max_tasks: u32, memory: u64) -> Option<BuildGroups> {
         let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-        let mut v1 = None;
-        let mut v2 = None;
+        let name = format!("lh-build-{}", uuid::Uuid::new_v4().simple());
+        let (mut pids, mut mem, mut unified) = (None, None, None);
         for line in own.lines() {
             let mut parts = line.splitn(3, ':');
-            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            if controllers.split(',').any(|c| c == "pids") {
-                v1 = Some(Path::new("/sys/fs/cgroup/pids").join(path.trim_start_matches('/')));
-            } else if controllers.is_empty() {
-                v2 = Some(Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')));
+            let (Some(_), Some(controllers), Some(path)) =
+                (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            let path = path.trim_start_matches('/');
+            for c in controllers.split(',') {
+                match c {
+                    "pids" => pids = Some(Path::new("/sys/fs/cgroup/pids").join(path)),
+                    "memory" => mem = Some(Path::new("/sys/fs/cgroup/memory").join(path)),
+                    "" => unified = Some(Path::new("/sys/fs/cgroup").join(path)),
+                    _ => {}
+                }
             }
         }
-        let parent = v1.or(v2)?;
-        let dir = parent.join(format!("lh-build-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir(&dir).ok()?;
-        if std::fs::write(dir.join("pids.max"), max.to_string()).is_err() {
-            let _ = std::fs::remove_dir(&dir);
-            return None;
+        let wanted: Vec<(PathBuf, Vec<(&str, String)>)> = match (pids, mem) {
+            (Some(pids), Some(mem)) => vec![
+                (pids.join(&name), vec![("pids.max", max_tasks.to_string())]),
+                (
+                    mem.join(&name),
+                    vec![("memory.limit_in_bytes", memory.to_string())],
+                ),
+            ],
+            _ => vec![(
+                unified?.join(&name),
+                vec![
+                    ("pids.max", max_tasks.to_string()),
+                    ("memory.max", memory.to_string()),
+                    ("memory.swap.max", "0".to_string()),
+                ],
+            )],
+        };
+        // Dropped (the folders removed) unless every limit is set.
+        let mut made = BuildGroups { dirs: Vec::new() };
+        for (dir, limits) in wanted {
+            std::fs::create_dir(&dir).ok()?;
+            made.dirs.push(dir.clone());
+            for (file, value) in limits {
+                std::fs::write(dir.join(file), value).ok()?;
+            }
         }
-        Some(PidsGroup { dir })
+        Some(made)
     }
 }
 
-impl Drop for PidsGroup {
+impl Drop for BuildGroups {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.dir);
+        for dir in &self.dirs {
+            // A step killed a moment ago may still be leaving.
+            for _ in 0..50 {
+                if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
     }
 }
 
 impl BuildLimits {
     /// The limits of a build starting now; an error if `prlimit` (util-linux) is missing.
-    fn new() -> Result<BuildLimits, RunnerError> {
+    fn new(bounds: BuildBounds) -> Result<BuildLimits, RunnerError> {
         let prlimit = find_on_path("prlimit").ok_or_else(|| {
             RunnerError::Environment(
                 "environments are built with their steps' memory and file size limited by prlimit, which is not installed (apt-get install util-linux)".into(),
             )
         })?;
-        let pids = PidsGroup::new(BUILD_TASKS);
-        if pids.is_none() {
+        let groups = BuildGroups::new(BUILD_TASKS, bounds.memory_bytes);
+        if groups.is_none() {
             static SAID: std::sync::Once = std::sync::Once::new();
             SAID.call_once(|| {
                 tracing::warn!(
-                    "environment builds are not limited in processes: the server may make no pids cgroup (it runs as root with cgroup v1's pids controller, or v2 with pids delegated)"
+                    "environment builds are not limited in processes or total memory: the server may make no cgroup (it runs as root with cgroup v1's pids and memory controllers, or v2 with them delegated)"
                 )
             });
         }
         Ok(BuildLimits {
             prlimit,
             deadline: tokio::time::Instant::now() + ENV_BUDGET,
-            pids,
+            groups,
+            disk_bytes: bounds.disk_bytes,
+            watched: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Counts `dir` in the build's disk from now on.
+    fn watch(&self, dir: &Path) {
+        if let Ok(mut w) = self.watched.lock() {
+            w.push(dir.to_path_buf());
+        }
+    }
+
+    /// The folders the build writes so far.
+    fn watched(&self) -> Vec<PathBuf> {
+        self.watched.lock().map(|w| w.clone()).unwrap_or_default()
     }
 
     /// How long the next step may run ([`STEP_TIMEOUT`], or what is left of the budget),
@@ -357,9 +462,16 @@ impl EnvCache {
             root,
             uv,
             sandbox,
+            bounds: BuildBounds::default(),
             building: Mutex::new(HashMap::new()),
             provisioning: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// The same cache, its builds held to `bounds`.
+    pub fn with_bounds(mut self, bounds: BuildBounds) -> EnvCache {
+        self.bounds = bounds;
+        self
     }
 
     pub fn root(&self) -> &Path {
@@ -457,7 +569,8 @@ impl EnvCache {
             .root
             .join(format!(".build-{key}-{}", uuid::Uuid::new_v4().simple()));
         private_dir(&tmp)?;
-        let limits = BuildLimits::new()?;
+        let limits = BuildLimits::new(self.bounds)?;
+        limits.watch(&tmp);
         let sandbox = Sandbox {
             bwrap: bwrap.as_deref(),
             uv: &uv,
@@ -476,7 +589,7 @@ impl EnvCache {
                     "-I",
                     "-c",
                     "import json, sys, sysconfig; print(json.dumps({'base_prefix': sys.base_prefix, 'base_executable': getattr(sys, '_base_executable', ''), 'python_version': '%d.%d.%d' % sys.version_info[:3], 'purelib': sysconfig.get_paths()['purelib']}))",
-                ], Step::offline()),
+                ], Step::offline().env_read_only()),
                 "inspect the interpreter",
 sandbox.limits,
             )
@@ -495,6 +608,7 @@ sandbox.limits,
             if spec.source_builds {
                 let work = self.root.join(format!(".build-src-{}", uuid::Uuid::new_v4().simple()));
                 private_dir(&work)?;
+                limits.watch(&work);
                 // The base interpreter (outside the environment, which no step with the
                 // network may start once packages are in it).
                 let base = PathBuf::from(v["base_executable"].as_str().unwrap_or_default());
@@ -518,7 +632,7 @@ sandbox.limits,
                 )
                 .await?;
             }
-            let lock = run(&mut sandbox.command(&uv, &["pip", "freeze", "--python", &py_s], Step::offline()), "list the packages", sandbox.limits).await?;
+            let lock = run(&mut sandbox.command(&uv, &["pip", "freeze", "--python", &py_s], Step::offline().env_read_only()), "list the packages", sandbox.limits).await?;
             // From here on the folder holds what packages' code may have touched: the
             // harness and lh's files are written only through real folders of the
             // environment, replacing whatever sits at their paths, never following a link.
@@ -598,6 +712,10 @@ impl Sandbox<'_> {
                     "--die-with-parent",
                     "--new-session",
                     "--unshare-all",
+                    // No user namespace inside: in one, a step would hold capabilities
+                    // over what the server's uid owns (its cgroups, file capabilities).
+                    "--unshare-user",
+                    "--disable-userns",
                     "--cap-drop",
                     "ALL",
                     // A package's code runs here: PID 1 is the step itself, as an
@@ -612,7 +730,8 @@ impl Sandbox<'_> {
                 if step.net == Net::Index {
                     c.arg("--share-net");
                 }
-                c.args(["--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]);
+                c.args(["--size", &BUILD_TMP.to_string(), "--tmpfs", "/tmp"]);
+                c.args(["--proc", "/proc", "--dev", "/dev"]);
                 for sys in ["/usr", "/bin", "/lib", "/lib64", "/sbin"] {
                     c.args(["--ro-bind-try", sys, sys]);
                 }
@@ -666,14 +785,18 @@ impl Sandbox<'_> {
                 c
             }
         };
-        // Every process of the step in the build's pids cgroup: the shell joins it before
-        // it becomes the step, so nothing forks outside it.
-        if let Some(pids) = &self.limits.pids {
+        // Every process of the step in the build's cgroups: the shell joins them before
+        // it becomes the step, so nothing forks outside them.
+        if let Some(groups) = &self.limits.groups {
             let step = cmd.as_std();
             let mut joined = Command::new("/bin/sh");
             joined
-                .args(["-c", "echo $$ > \"$0\" && exec \"$@\""])
-                .arg(pids.dir.join("cgroup.procs"))
+                .args([
+                    "-c",
+                    "n=$0; while [ \"$n\" -gt 0 ]; do echo $$ > \"$1\" || exit 1; shift; n=$((n - 1)); done; exec \"$@\"",
+                ])
+                .arg(groups.dirs.len().to_string())
+                .args(groups.dirs.iter().map(|d| d.join("cgroup.procs")))
                 .arg(step.get_program())
                 .args(step.get_args())
                 .env_clear();
@@ -1158,8 +1281,15 @@ fn read_only(dir: &Path) -> std::io::Result<()> {
         // sandbox's user is the server's), and a set-uid copy of a program would outlive
         // the build on the host.
         let exec = if ty.is_dir() { 0o111 } else { 0 };
-        let mode = (entry.metadata()?.permissions().mode() | 0o444 | exec) & 0o555;
+        let meta = entry.metadata()?;
+        let mode = (meta.permissions().mode() | 0o444 | exec) & 0o555;
         std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode))?;
+        // Nor file capabilities (`security.capability`, which a mode does not touch): the
+        // kernel drops them from a file whose owner is set, even to the same one.
+        if !ty.is_dir() {
+            use std::os::unix::fs::MetadataExt;
+            std::os::unix::fs::lchown(entry.path(), Some(meta.uid()), Some(meta.gid()))?;
+        }
     }
     Ok(())
 }
@@ -1198,6 +1328,30 @@ fn load(key: &str, dir: &Path) -> Result<Option<Env>, RunnerError> {
         python_version: info.python_version,
         lock,
     }))
+}
+
+/// What `dirs` hold on disk (each file once, however many links it has; links not
+/// followed).
+fn disk_used(dirs: &[PathBuf]) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    fn walk(dir: &Path, seen: &mut std::collections::HashSet<(u64, u64)>, total: &mut u64) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                walk(&e.path(), seen, total);
+            } else if seen.insert((meta.dev(), meta.ino())) {
+                *total += meta.blocks() * 512;
+            }
+        }
+    }
+    let (mut seen, mut total) = (std::collections::HashSet::new(), 0);
+    for d in dirs {
+        walk(d, &mut seen, &mut total);
+    }
+    total
 }
 
 /// The longest one build step may take (a hung download, a build that never ends).
@@ -1260,9 +1414,35 @@ async fn output_within(
             stderr: err?,
         })
     };
+    // The build's folders, measured while the step runs: past the build's disk, the
+    // step is stopped (its processes killed when `all` is dropped).
+    let (dirs, most) = (limits.watched(), limits.disk_bytes);
+    let measured = async {
+        loop {
+            tokio::time::sleep(DISK_EVERY).await;
+            let dirs = dirs.clone();
+            let used = tokio::task::spawn_blocking(move || disk_used(&dirs))
+                .await
+                .unwrap_or(0);
+            if used > most {
+                return used;
+            }
+        }
+    };
     let (timeout, said) = limits.step_timeout();
-    match tokio::time::timeout(timeout, all).await {
-        Ok(out) => out.map_err(failed),
+    let bounded = async {
+        tokio::select! {
+            out = all => Ok(out),
+            used = measured => Err(used),
+        }
+    };
+    match tokio::time::timeout(timeout, bounded).await {
+        Ok(Ok(out)) => out.map_err(failed),
+        Ok(Err(used)) => Err(RunnerError::Environment(format!(
+            "cannot {what}: the environment's build wrote {} MiB, past its {} MiB (the server's --build-disk), and was stopped",
+            used >> 20,
+            most >> 20
+        ))),
         Err(_) => Err(RunnerError::Environment(format!(
             "cannot {what}: {said} and was stopped"
         ))),
@@ -1314,6 +1494,85 @@ pub fn find_on_path(name: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_python_is_a_version() {
+        let spec = |python: &str| EnvSpec {
+            python: python.into(),
+            packages: BTreeMap::new(),
+            source_builds: false,
+        };
+        for ok in ["3.11", "3.12.4"] {
+            assert!(spec(ok).key().is_ok(), "{ok}");
+        }
+        for bad in [
+            "3.11\nsix==1.16.0",
+            "/usr/bin/python3.11",
+            "3.11 ",
+            "3",
+            "--python=x",
+            "3..1",
+            "",
+        ] {
+            assert!(spec(bad).key().is_err(), "{bad:?}");
+        }
+    }
+
+    /// A build's cgroups (as root, as CI runs) hold its limits and go with it.
+    #[test]
+    fn build_groups_are_made_limited_and_removed() {
+        let groups = BuildGroups::new(16, 64 << 20).expect(
+            "the server may make cgroups (root, with cgroup v1's pids and memory, or v2 with them delegated)",
+        );
+        let dirs = groups.dirs.clone();
+        assert!(!dirs.is_empty());
+        let limits: String = dirs
+            .iter()
+            .flat_map(|d| std::fs::read_dir(d).unwrap().flatten())
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n == "pids.max" || n == "memory.limit_in_bytes" || n == "memory.max"
+            })
+            .map(|e| std::fs::read_to_string(e.path()).unwrap())
+            .collect();
+        assert!(limits.contains("16"), "{limits}");
+        assert!(limits.contains(&(64u64 << 20).to_string()), "{limits}");
+        drop(groups);
+        for d in dirs {
+            assert!(!d.exists(), "{} left behind", d.display());
+        }
+    }
+
+    /// A file capability (which a package could once set from a user namespace) does not
+    /// outlive `read_only`: set-uid to root by another name.
+    #[test]
+    fn read_only_drops_file_capabilities() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("capy");
+        std::fs::write(&file, b"#!/bin/sh\n").unwrap();
+        let py = |code: &str| {
+            std::process::Command::new("python3")
+                .args(["-c", code])
+                .arg(&file)
+                .output()
+                .unwrap()
+        };
+        // VFS_CAP_REVISION_2 | effective; permitted: CAP_SETUID (7).
+        let set = py(
+            "import os, struct, sys; os.setxattr(sys.argv[1], 'security.capability', struct.pack('<IIIII', 0x02000001, 1 << 7, 0, 0, 0))",
+        );
+        assert!(
+            set.status.success(),
+            "setting a file capability needs root: {}",
+            String::from_utf8_lossy(&set.stderr)
+        );
+        read_only(dir.path()).unwrap();
+        let left = py(
+            "import os, sys\ntry:\n    os.getxattr(sys.argv[1], 'security.capability'); print('kept')\nexcept OSError:\n    print('gone')",
+        );
+        assert_eq!(String::from_utf8_lossy(&left.stdout).trim(), "gone");
+        remove_env(dir.path());
+    }
 
     /// A fake built environment of `bytes`, last used `age` ago.
     fn fake_env(root: &Path, key: &str, bytes: usize, age: std::time::Duration) {

@@ -32,7 +32,7 @@ pub mod tools;
 mod transfer;
 pub mod worker;
 
-pub use env::{Env, EnvCache, EnvSpec};
+pub use env::{BuildBounds, Env, EnvCache, EnvSpec};
 pub use error::RunnerError;
 pub use pool::PoolConfig;
 pub use pooled::PooledRuntime;

@@ -96,6 +96,10 @@ impl ProcessLauncher {
                 // its functions every capability in their namespaces (ptrace of the
                 // worker, reading its descriptors through /proc).
                 c.args(["--die-with-parent", "--new-session", "--unshare-all"]);
+                // No user namespace inside: in one, a function would hold capabilities
+                // over what the server's uid owns (cgroups, file capabilities on what it
+                // writes).
+                c.args(["--unshare-user", "--disable-userns"]);
                 c.args(["--cap-drop", "ALL"]);
                 // The sandbox's PID 1 is the worker itself, not a forked bubblewrap:
                 // every process in the namespace can read PID 1's /proc entries

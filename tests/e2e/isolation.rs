@@ -19,7 +19,44 @@ crate::both_runtimes!(
     planted_links_and_runaway_filters_fail_cleanly,
     a_function_cannot_fill_its_folder_without_bound,
     nothing_of_the_server_reaches_a_function_through_proc,
+    a_function_can_make_no_user_namespace,
 );
+
+/// Found by a review: in a user namespace of its own, a function (uid 1000 mapped to the
+/// server's uid) held every capability over what the server's uid owns: it raised its
+/// cgroup's limits and set file capabilities on what it wrote. No function makes one,
+/// by any way there is to ask (unshare(1), the unshare and clone system calls).
+fn a_function_can_make_no_user_namespace(runtime: &str) {
+    let server = server_with(runtime, &[]);
+    let lh = server.lh();
+    orders(&lh);
+    let models = r#"
+import ctypes, os, subprocess
+import lh
+import pyarrow as pa
+
+@lh.model()
+def userns(o=lh.Model("raw.orders", columns=["id"])):
+    made = []
+    if subprocess.run(["unshare", "-Ur", "true"], capture_output=True).returncode == 0:
+        made.append("unshare(1)")
+    libc = ctypes.CDLL(None, use_errno=True)
+    CLONE_NEWUSER = 0x10000000
+    if os.fork() == 0:
+        os._exit(0 if libc.unshare(CLONE_NEWUSER) == 0 else 1)
+    if os.WEXITSTATUS(os.wait()[1]) == 0:
+        made.append("unshare(2)")
+    return pa.table({"v": [",".join(made) or "none"]})
+"#;
+    let dir = project(
+        &lh,
+        "userns",
+        &[("lh_project.yml", PROJECT), ("m.py", models)],
+    );
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+    assert_eq!(value(&lh, "select v from analytics.userns"), "none");
+}
 
 fn value(lh: &lh_e2e::Lh, sql: &str) -> serde_json::Value {
     lh.rows(sql, "main")[0]["v"].clone()
@@ -589,9 +626,10 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             z.writestr(n, t)
     return "evilsd-1.0-py3-none-any.whl"
 """
-# A setup.py that reaches for the host's memory, disk and process table.
+# A setup.py that reaches for the host's memory, disk and process table, and for a user
+# namespace (in which it would hold capabilities over the server's cgroups and files).
 bomb = """
-import mmap, os, sys
+import mmap, os, subprocess, sys, time
 said = []
 try:
     m = mmap.mmap(-1, 10 << 30)
@@ -605,6 +643,23 @@ try:
     said.append("file unbounded")
 except OSError:
     said.append("file refused")
+r = subprocess.run(["unshare", "-Ur", "true"], capture_output=True)
+said.append("userns refused" if r.returncode != 0 else "userns made")
+kids = []
+for _ in range(2):
+    pid = os.fork()
+    if pid == 0:
+        b = bytearray(512 << 20)
+        for i in range(0, len(b), 4096):
+            b[i] = 1
+        time.sleep(3)
+        os._exit(0)
+    kids.append(pid)
+killed = 0
+for pid in kids:
+    _, status = os.waitpid(pid, 0)
+    killed += os.WIFSIGNALED(status)
+said.append("memory together bounded" if killed else "memory together unbounded")
 n = 0
 for _ in range(1500):
     try:
@@ -613,6 +668,9 @@ for _ in range(1500):
         break
     if pid == 0:
         try:
+            null = os.open("/dev/null", os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
             os.execv("/bin/sleep", ["sleep", "600"])
         finally:
             os._exit(0)
@@ -621,6 +679,20 @@ said.append("forks bounded" if n < 1500 else "forks unbounded")
 sys.exit("bomb: " + ", ".join(said) + " (%d forks)" % n)
 """
 sdist("bombpkg", bomb, {})
+# A setup.py that fills the disk with files each under the file size limit.
+disk = """
+import os, sys, time
+for i in range(3):
+    with open("fill-%d" % i, "wb") as f:
+        for _ in range(8):
+            f.write(b"x" * (64 << 20))
+            f.flush()
+            os.fsync(f.fileno())
+    time.sleep(3)
+time.sleep(10)
+sys.exit("disk unbounded")
+"""
+sdist("diskpkg", disk, {})
 sdist("evilsd", "", {"evilbackend.py": backend,
       "pyproject.toml": "[build-system]\nrequires = []\nbuild-backend = 'evilbackend'\nbackend-path = ['.']\n"})
 "#;
@@ -821,12 +893,6 @@ def built(o=lh.Model("raw.orders", columns=["id"])):
         // Built (no build requirements), then refused at the one install: the
         // environment's interpreter never started where the network was.
         (r#"{"evilsd": "1.0"}"#, "with the wheels built from source"),
-        // Held to the build's limits: an address space, a file size, a number of
-        // processes (where the server may make a pids cgroup: as root, here).
-        (
-            r#"{"bombpkg": "1.0"}"#,
-            "bomb: memory refused, file refused, forks bounded",
-        ),
     ] {
         let model = sdist
             .replace(r#"{"sdistpkg": "1.0"}"#, packages)
@@ -859,6 +925,59 @@ def built(o=lh.Model("raw.orders", columns=["id"])):
         "set-id files in the environments: {found:?}"
     );
     assert!(!marker.exists(), "setup.py ran on the host");
+}
+
+/// A package's build is held to the build's limits: each process's address space and
+/// file size, no user namespace, and (in cgroups of the build's own, which a server
+/// running as root makes, as here) its processes and their memory together; its folders
+/// to the server's --build-disk. Nothing of it is published. (The runtime does not
+/// matter: environments are built on the host for both.)
+#[test]
+fn a_package_build_is_held_to_its_limits() {
+    let scratch = tempfile::tempdir().unwrap();
+    let index = scratch.path().join("index");
+    let marker = scratch.path().join("pwned");
+    let (port, _requests) = loopback_index();
+    hostile_index(&index, &marker, port);
+    let envs = scratch.path().join("envs");
+    let server = lh_e2e::Server::start_with_env(
+        &[
+            "--env-cache",
+            envs.to_str().unwrap(),
+            "--runtime",
+            "process",
+            "--build-memory",
+            "768m",
+            "--build-disk",
+            "1g",
+        ],
+        &[("UV_FIND_LINKS", index.to_str().unwrap())],
+    );
+    let lh = server.lh();
+    orders(&lh);
+    let head = lh.head("main");
+    let opted = format!("{PROJECT}source_builds: true\n");
+    for (package, says) in [
+        (
+            "bombpkg",
+            "bomb: memory refused, file refused, userns refused, memory together bounded, forks bounded",
+        ),
+        ("diskpkg", "past its 1024 MiB (the server's --build-disk)"),
+    ] {
+        let model = format!(
+            "import lh\nimport pyarrow as pa\n\n@lh.model()\n@lh.python(packages={{\"{package}\": \"1.0\"}})\ndef built(o=lh.Model(\"raw.orders\", columns=[\"id\"])):\n    return pa.table({{\"v\": [1]}})\n"
+        );
+        let dir = project(
+            &lh,
+            package,
+            &[("lh_project.yml", &opted), ("m.py", &model)],
+        );
+        let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+        assert_eq!(code, 8, "{run}");
+        let err = node(&run, "analytics.built")["error"].to_string();
+        assert!(err.contains(says), "{package}: {err}");
+    }
+    assert_eq!(lh.head("main"), head, "nothing was published");
 }
 
 /// Once: on a fresh machine the README's pipeline example failed with "uv is needed …

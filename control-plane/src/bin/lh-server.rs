@@ -101,6 +101,15 @@ pub struct ServerArgs {
     /// go first (none used within the last hour)
     #[arg(long, default_value = "20g", value_name = "SIZE", value_parser = parse_size)]
     pub env_cache_size: u64,
+    /// The memory one Python environment's build may take, all its processes together
+    /// (tmpfs included; needs a cgroup the server may make: root); each process also
+    /// stops at an 8 GiB address space
+    #[arg(long, default_value = "8g", value_name = "SIZE", value_parser = parse_size)]
+    pub build_memory: u64,
+    /// The disk one Python environment's build may write (the environment, and the
+    /// source builds' folders), measured while it runs
+    #[arg(long, default_value = "32g", value_name = "SIZE", value_parser = parse_size)]
+    pub build_disk: u64,
     /// Pipeline nodes running at once [default: the number of cores]
     #[arg(long, value_name = "N")]
     pub run_parallelism: Option<usize>,
@@ -324,6 +333,10 @@ fn config(args: ServerArgs) -> ServerConfig {
     config.retention = Retention::parse(&args.retain).unwrap_or_default();
     config.max_upload_bytes = args.max_upload;
     config.env_cache_bytes = args.env_cache_size;
+    config.build_bounds = lh_runner::BuildBounds {
+        memory_bytes: args.build_memory,
+        disk_bytes: args.build_disk,
+    };
     config.env_cache = args.env_cache;
     if let Some(n) = args.run_parallelism {
         config.run_parallelism = n.max(1);

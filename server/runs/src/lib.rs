@@ -16,7 +16,7 @@ use lh_tables as tables;
 use lh_warehouse as warehouse;
 
 pub mod asked;
-pub mod breaking;
+mod breaking;
 mod changes;
 pub mod code;
 mod exec;
@@ -24,7 +24,7 @@ mod instances;
 pub mod limits;
 pub mod lineage;
 pub mod merges;
-pub mod partitions;
+mod partitions;
 pub mod project;
 pub mod refs;
 pub mod store;

@@ -19,6 +19,51 @@ use crate::protocol::HARNESS;
 /// containers do, a function never sees itself as the server's user (root, say).
 pub(crate) const SANDBOX_ID: &str = "1000";
 
+/// A sandbox's `/proc` and `/dev` (bubblewrap arguments, in place of `--proc /proc --dev
+/// /dev`). The sandbox's user is the server's uid (root, say) by another name: no
+/// capability, but every check by uid alone passes. So what the kernel lets root change
+/// by writing a file is read-only (`/proc/sys`: a `core_pattern` would run a program as
+/// the host's root; `/proc/sysrq-trigger`; ...), what tells of the host is masked (its
+/// keyrings, timers, scheduler), and `/dev` is read-only but for a bounded `/dev/shm`
+/// (a tmpfs of no size would take the host's memory). As Docker masks them.
+pub(crate) fn proc_and_dev() -> Vec<String> {
+    let mut c: Vec<String> = Vec::new();
+    let mut args = |a: &[&str]| c.extend(a.iter().map(|s| s.to_string()));
+    args(&["--proc", "/proc"]);
+    for ro in [
+        "/proc/sys",
+        "/proc/sysrq-trigger",
+        "/proc/irq",
+        "/proc/bus",
+        "/proc/fs",
+    ] {
+        args(&["--ro-bind-try", ro, ro]);
+    }
+    for file in [
+        "/proc/keys",
+        "/proc/key-users",
+        "/proc/kcore",
+        "/proc/timer_list",
+        "/proc/sched_debug",
+        "/proc/latency_stats",
+    ] {
+        if Path::new(file).exists() {
+            args(&["--ro-bind", "/dev/null", file]);
+        }
+    }
+    for dir in ["/proc/acpi", "/proc/scsi"] {
+        if Path::new(dir).is_dir() {
+            args(&["--tmpfs", dir, "--remount-ro", dir]);
+        }
+    }
+    args(&["--dev", "/dev", "--remount-ro", "/dev"]);
+    args(&["--size", &SHM_BYTES.to_string(), "--tmpfs", "/dev/shm"]);
+    c
+}
+
+/// A sandbox's `/dev/shm` (POSIX shared memory, multiprocessing's semaphores).
+const SHM_BYTES: u64 = 64 << 20;
+
 /// The pyarrow every environment gets unless the project pins another (the harness
 /// needs it).
 pub const DEFAULT_PYARROW: &str = "22.0.0";
@@ -326,7 +371,12 @@ impl BuildGroups {
                 (pids.join(&name), vec![("pids.max", max_tasks.to_string())]),
                 (
                     mem.join(&name),
-                    vec![("memory.limit_in_bytes", memory.to_string())],
+                    // TCP buffers are charged apart on v1 (loopback sockets would
+                    // hold memory past the limit otherwise).
+                    vec![
+                        ("memory.limit_in_bytes", memory.to_string()),
+                        ("memory.kmem.tcp.limit_in_bytes", memory.to_string()),
+                    ],
                 ),
             ],
             _ => vec![(
@@ -396,6 +446,14 @@ impl BuildLimits {
         if let Ok(mut w) = self.watched.lock() {
             w.push(dir.to_path_buf());
         }
+    }
+
+    /// The file listing the build's processes (its first cgroup's), if it has cgroups.
+    fn tasks(&self) -> Option<PathBuf> {
+        self.groups
+            .as_ref()
+            .and_then(|g| g.dirs.first())
+            .map(|d| d.join("cgroup.procs"))
     }
 
     /// The folders the build writes so far.
@@ -731,14 +789,17 @@ impl Sandbox<'_> {
                     c.arg("--share-net");
                 }
                 c.args(["--size", &BUILD_TMP.to_string(), "--tmpfs", "/tmp"]);
-                c.args(["--proc", "/proc", "--dev", "/dev"]);
+                c.args(proc_and_dev());
                 for sys in ["/usr", "/bin", "/lib", "/lib64", "/sbin"] {
                     c.args(["--ro-bind-try", sys, sys]);
                 }
                 for etc in [
                     "/etc/ld.so.cache",
                     "/etc/localtime",
-                    "/etc/ssl",
+                    // Certificates, not /etc/ssl/private (root's, and the sandbox's
+                    // user is root by another name).
+                    "/etc/ssl/certs",
+                    "/etc/ssl/openssl.cnf",
                     "/etc/ca-certificates",
                     "/etc/pki",
                     "/etc/resolv.conf",
@@ -1331,25 +1392,61 @@ fn load(key: &str, dir: &Path) -> Result<Option<Env>, RunnerError> {
 }
 
 /// What `dirs` hold on disk (each file once, however many links it has; links not
-/// followed).
-fn disk_used(dirs: &[PathBuf]) -> u64 {
+/// followed; every entry at least a block, so that countless empty files count), and
+/// what files the `tasks` (the build's processes) hold open after they were removed.
+/// A folder that cannot be read (a path past the system's length, say) counts as
+/// everything: what cannot be measured is not let through.
+fn disk_used(dirs: &[PathBuf], tasks: Option<&Path>) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    fn walk(dir: &Path, seen: &mut std::collections::HashSet<(u64, u64)>, total: &mut u64) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
+    const BLOCK: u64 = 4096;
+    fn walk(
+        dir: &Path,
+        seen: &mut std::collections::HashSet<(u64, u64)>,
+        total: &mut u64,
+    ) -> std::io::Result<()> {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
         };
-        for e in entries.flatten() {
-            let Ok(meta) = e.metadata() else { continue };
+        for e in entries {
+            let e = e?;
+            let meta = match e.metadata() {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            if seen.insert((meta.dev(), meta.ino())) {
+                *total += (meta.blocks() * 512).max(BLOCK);
+            }
             if meta.is_dir() {
-                walk(&e.path(), seen, total);
-            } else if seen.insert((meta.dev(), meta.ino())) {
-                *total += meta.blocks() * 512;
+                walk(&e.path(), seen, total)?;
             }
         }
+        Ok(())
     }
     let (mut seen, mut total) = (std::collections::HashSet::new(), 0);
     for d in dirs {
-        walk(d, &mut seen, &mut total);
+        if walk(d, &mut seen, &mut total).is_err() {
+            return u64::MAX;
+        }
+    }
+    // Removed files still open: counted until their last descriptor closes.
+    let pids = tasks
+        .and_then(|t| std::fs::read_to_string(t).ok())
+        .unwrap_or_default();
+    for pid in pids.split_whitespace() {
+        let fds = Path::new("/proc").join(pid).join("fd");
+        for fd in std::fs::read_dir(&fds).into_iter().flatten().flatten() {
+            let removed = std::fs::read_link(fd.path())
+                .is_ok_and(|t| t.to_string_lossy().ends_with(" (deleted)"));
+            if let (true, Ok(meta)) = (removed, std::fs::metadata(fd.path()))
+                && meta.is_file()
+                && seen.insert((meta.dev(), meta.ino()))
+            {
+                total += meta.blocks() * 512;
+            }
+        }
     }
     total
 }
@@ -1416,14 +1513,15 @@ async fn output_within(
     };
     // The build's folders, measured while the step runs: past the build's disk, the
     // step is stopped (its processes killed when `all` is dropped).
-    let (dirs, most) = (limits.watched(), limits.disk_bytes);
+    let (dirs, tasks, most) = (limits.watched(), limits.tasks(), limits.disk_bytes);
+    let measure = || {
+        let (dirs, tasks) = (dirs.clone(), tasks.clone());
+        tokio::task::spawn_blocking(move || disk_used(&dirs, tasks.as_deref()))
+    };
     let measured = async {
         loop {
             tokio::time::sleep(DISK_EVERY).await;
-            let dirs = dirs.clone();
-            let used = tokio::task::spawn_blocking(move || disk_used(&dirs))
-                .await
-                .unwrap_or(0);
+            let used = measure().await.unwrap_or(u64::MAX);
             if used > most {
                 return used;
             }
@@ -1436,8 +1534,20 @@ async fn output_within(
             used = measured => Err(used),
         }
     };
-    match tokio::time::timeout(timeout, bounded).await {
+    // Once more when the step ends: a step shorter than a measurement's interval is
+    // measured too.
+    let ended = match tokio::time::timeout(timeout, bounded).await {
+        Ok(Ok(out)) => match measure().await.unwrap_or(u64::MAX) {
+            used if used > most => Ok(Err(used)),
+            _ => Ok(Ok(out)),
+        },
+        other => other,
+    };
+    match ended {
         Ok(Ok(out)) => out.map_err(failed),
+        Ok(Err(used)) if used == u64::MAX => Err(RunnerError::Environment(format!(
+            "cannot {what}: the environment's build wrote what cannot be measured (a path past the system's length, say), and was stopped"
+        ))),
         Ok(Err(used)) => Err(RunnerError::Environment(format!(
             "cannot {what}: the environment's build wrote {} MiB, past its {} MiB (the server's --build-disk), and was stopped",
             used >> 20,

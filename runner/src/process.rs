@@ -116,17 +116,8 @@ impl ProcessLauncher {
                 for ro in [&env.base_prefix, &env.dir, code] {
                     c.args(["--ro-bind", &p(ro), &p(ro)]);
                 }
-                c.args([
-                    "--bind",
-                    &p(dir),
-                    &p(dir),
-                    "--proc",
-                    "/proc",
-                    "--dev",
-                    "/dev",
-                    "--chdir",
-                    &p(dir),
-                ]);
+                c.args(crate::env::proc_and_dev());
+                c.args(["--bind", &p(dir), &p(dir), "--chdir", &p(dir)]);
                 c.args([
                     "--clearenv",
                     "--setenv",

@@ -20,6 +20,7 @@ crate::both_runtimes!(
     a_function_cannot_fill_its_folder_without_bound,
     nothing_of_the_server_reaches_a_function_through_proc,
     a_function_can_make_no_user_namespace,
+    a_function_cannot_change_the_hosts_kernel_or_fill_dev,
 );
 
 /// Found by a review: in a user namespace of its own, a function (uid 1000 mapped to the
@@ -56,6 +57,60 @@ def userns(o=lh.Model("raw.orders", columns=["id"])):
     let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
     assert_eq!(code, 0, "{run}");
     assert_eq!(value(&lh, "select v from analytics.userns"), "none");
+}
+
+/// Found by a review: the sandbox's user is the server's uid by another name (root,
+/// here), and bubblewrap left `/proc/sys` writable: a function wrote the host's
+/// `core_pattern` and the kernel ran its script as root. Nothing the kernel lets root
+/// change through a file is writable, the host's keyrings are not listed, and `/dev` is
+/// not a tmpfs of no size. (Only opened for writing, never written.)
+fn a_function_cannot_change_the_hosts_kernel_or_fill_dev(runtime: &str) {
+    let server = server_with(runtime, &[]);
+    let lh = server.lh();
+    orders(&lh);
+    let models = r#"
+import os
+import lh
+import pyarrow as pa
+
+@lh.model()
+def kernel(o=lh.Model("raw.orders", columns=["id"])):
+    done = []
+    for path in ["/proc/sys/kernel/core_pattern", "/proc/sys/vm/drop_caches",
+                 "/proc/sysrq-trigger", "/proc/sys/kernel/hostname"]:
+        try:
+            os.close(os.open(path, os.O_WRONLY))
+            done.append("opened " + path)
+        except OSError:
+            pass
+    try:
+        if open("/proc/keys").read().strip():
+            done.append("read /proc/keys")
+    except OSError:
+        pass
+    try:
+        with open("/dev/hog", "wb") as f:
+            f.write(b"x")
+        done.append("wrote /dev")
+    except OSError:
+        pass
+    try:
+        with open("/dev/shm/hog", "wb") as f:
+            for _ in range(4):
+                f.write(b"x" * (64 << 20))
+        done.append("wrote 256 MiB to /dev/shm")
+    except OSError:
+        pass
+    return pa.table({"v": [", ".join(done) or "none"]})
+"#;
+    let dir = project(
+        &lh,
+        "kernel",
+        &[("lh_project.yml", PROJECT), ("m.py", models)],
+    );
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+    assert_eq!(value(&lh, "select v from analytics.kernel"), "none");
 }
 
 fn value(lh: &lh_e2e::Lh, sql: &str) -> serde_json::Value {
@@ -645,6 +700,11 @@ except OSError:
     said.append("file refused")
 r = subprocess.run(["unshare", "-Ur", "true"], capture_output=True)
 said.append("userns refused" if r.returncode != 0 else "userns made")
+try:
+    os.close(os.open("/proc/sys/kernel/core_pattern", os.O_WRONLY))
+    said.append("kernel settings writable")
+except OSError:
+    said.append("kernel settings refused")
 kids = []
 for _ in range(2):
     pid = os.fork()
@@ -679,12 +739,14 @@ said.append("forks bounded" if n < 1500 else "forks unbounded")
 sys.exit("bomb: " + ", ".join(said) + " (%d forks)" % n)
 """
 sdist("bombpkg", bomb, {})
-# A setup.py that fills the disk with files each under the file size limit.
+# setup.py files that fill the disk with files each under the file size limit, with
+# files removed but held open, with countless empty files, and under a path too long to
+# name.
 disk = """
 import os, sys, time
 for i in range(3):
     with open("fill-%d" % i, "wb") as f:
-        for _ in range(8):
+        for _ in range(4):
             f.write(b"x" * (64 << 20))
             f.flush()
             os.fsync(f.fileno())
@@ -693,6 +755,43 @@ time.sleep(10)
 sys.exit("disk unbounded")
 """
 sdist("diskpkg", disk, {})
+gone = """
+import os, sys, time
+held = []
+for i in range(3):
+    f = open("gone-%d" % i, "wb")
+    for _ in range(4):
+        f.write(b"x" * (64 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+    os.remove("gone-%d" % i)
+    held.append(f)
+time.sleep(10)
+sys.exit("disk unbounded")
+"""
+sdist("diskgone", gone, {})
+many = """
+import os, sys, time
+os.mkdir("many")
+for i in range(150000):
+    open("many/%d" % i, "w").close()
+time.sleep(10)
+sys.exit("disk unbounded")
+"""
+sdist("diskmany", many, {})
+deep = """
+import os, sys, time
+os.mkdir("deep")
+os.chdir("deep")
+for i in range(20):
+    os.mkdir("d" * 250)
+    os.chdir("d" * 250)
+with open("f", "wb") as f:
+    f.write(b"x" * (1 << 20))
+time.sleep(10)
+sys.exit("disk unbounded")
+"""
+sdist("diskdeep", deep, {})
 sdist("evilsd", "", {"evilbackend.py": backend,
       "pyproject.toml": "[build-system]\nrequires = []\nbuild-backend = 'evilbackend'\nbackend-path = ['.']\n"})
 "#;
@@ -949,7 +1048,7 @@ fn a_package_build_is_held_to_its_limits() {
             "--build-memory",
             "768m",
             "--build-disk",
-            "1g",
+            "512m",
         ],
         &[("UV_FIND_LINKS", index.to_str().unwrap())],
     );
@@ -960,9 +1059,12 @@ fn a_package_build_is_held_to_its_limits() {
     for (package, says) in [
         (
             "bombpkg",
-            "bomb: memory refused, file refused, userns refused, memory together bounded, forks bounded",
+            "bomb: memory refused, file refused, userns refused, kernel settings refused, memory together bounded, forks bounded",
         ),
-        ("diskpkg", "past its 1024 MiB (the server's --build-disk)"),
+        ("diskpkg", "past its 512 MiB (the server's --build-disk)"),
+        ("diskgone", "past its 512 MiB (the server's --build-disk)"),
+        ("diskmany", "past its 512 MiB (the server's --build-disk)"),
+        ("diskdeep", "wrote what cannot be measured"),
     ] {
         let model = format!(
             "import lh\nimport pyarrow as pa\n\n@lh.model()\n@lh.python(packages={{\"{package}\": \"1.0\"}})\ndef built(o=lh.Model(\"raw.orders\", columns=[\"id\"])):\n    return pa.table({{\"v\": [1]}})\n"

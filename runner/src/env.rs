@@ -46,6 +46,13 @@ pub(crate) fn proc_and_dev() -> Vec<String> {
         "/proc/timer_list",
         "/proc/sched_debug",
         "/proc/latency_stats",
+        // Root's alone elsewhere, and helps to exploit the kernel.
+        "/proc/kpageflags",
+        "/proc/kpagecount",
+        "/proc/kpagecgroup",
+        "/proc/slabinfo",
+        "/proc/pagetypeinfo",
+        "/proc/vmallocinfo",
     ] {
         if Path::new(file).exists() {
             args(&["--ro-bind", "/dev/null", file]);
@@ -58,6 +65,76 @@ pub(crate) fn proc_and_dev() -> Vec<String> {
     }
     args(&["--dev", "/dev", "--remount-ro", "/dev"]);
     args(&["--size", &SHM_BYTES.to_string(), "--tmpfs", "/dev/shm"]);
+    c
+}
+
+/// The system calls no sandbox makes, as Docker's default profile refuses them: the
+/// kernel's keyrings (charged to the server's uid, and shared through its session
+/// keyring: a channel between projects that outlives every call) and io_uring (kernel
+/// surface no function needs). Numbers by architecture; the other ABIs of x86-64 (x32,
+/// i386) are refused whole.
+#[cfg(target_arch = "x86_64")]
+const SECCOMP: (u32, &[u32]) = (0xc000_003e, &[248, 249, 250, 425, 426, 427]);
+#[cfg(target_arch = "aarch64")]
+const SECCOMP: (u32, &[u32]) = (0xc000_00b7, &[217, 218, 219, 425, 426, 427]);
+
+/// The seccomp filter of [`SECCOMP`] as classic BPF, what bubblewrap's `--seccomp FD`
+/// reads: other architectures and x32 calls fail, the listed calls fail with EPERM,
+/// anything else is allowed.
+fn seccomp_filter() -> Vec<u8> {
+    const LD_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const JGE: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    const RET: u16 = 0x06; // BPF_RET | BPF_K
+    const ALLOW: u32 = 0x7fff_0000;
+    const EPERM: u32 = 0x0005_0000 | 1;
+    let (arch, calls) = SECCOMP;
+    let n = calls.len() as u8;
+    let mut prog: Vec<(u16, u8, u8, u32)> = vec![
+        (LD_ABS, 0, 0, 4), // seccomp_data.arch
+        // Another architecture: to the refusal at the end.
+        (JEQ, 0, n + 3, arch),
+        (LD_ABS, 0, 0, 0), // seccomp_data.nr
+        // x32's calls (the same architecture, numbers from 0x40000000).
+        (JGE, n + 1, 0, 0x4000_0000),
+    ];
+    for (i, nr) in calls.iter().enumerate() {
+        prog.push((JEQ, n - i as u8, 0, *nr));
+    }
+    prog.push((RET, 0, 0, ALLOW));
+    prog.push((RET, 0, 0, EPERM));
+    prog.iter()
+        .flat_map(|(code, jt, jf, k)| {
+            let mut b = code.to_ne_bytes().to_vec();
+            b.extend([*jt, *jf]);
+            b.extend(k.to_ne_bytes());
+            b
+        })
+        .collect()
+}
+
+/// Writes the seccomp filter into `dir` (a folder no sandbox sees: one that could
+/// write it could lift the filter), once; its path.
+pub(crate) fn write_seccomp(dir: &Path) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let file = dir.join(".lh-seccomp.bpf");
+    let filter = seccomp_filter();
+    if std::fs::read(&file).ok().as_deref() != Some(filter.as_slice()) {
+        let tmp = dir.join(format!(".lh-seccomp-{}.tmp", uuid::Uuid::new_v4().simple()));
+        std::fs::write(&tmp, &filter)?;
+        std::fs::rename(&tmp, &file)?;
+    }
+    Ok(file)
+}
+
+/// `bwrap` run with the seccomp filter `filter`: a shell opens it as descriptor 3 and
+/// becomes bubblewrap, which is given `--seccomp 3` first.
+pub(crate) fn seccomp_bwrap(bwrap: &Path, filter: &Path) -> Command {
+    let mut c = Command::new("/bin/sh");
+    c.args(["-c", "exec 3< \"$0\" && exec \"$@\""])
+        .arg(filter)
+        .arg(bwrap)
+        .args(["--seccomp", "3"]);
     c
 }
 
@@ -298,6 +375,8 @@ impl<'a> Step<'a> {
 /// being built) writable.
 struct Sandbox<'a> {
     bwrap: Option<&'a Path>,
+    /// The seccomp filter every step runs under (with bubblewrap).
+    seccomp: &'a Path,
     uv: &'a Path,
     build: &'a Path,
     limits: &'a BuildLimits,
@@ -337,7 +416,7 @@ const DISK_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The cgroups of one environment's build (pids and memory), removed when dropped
 /// (their processes are gone by then: each step's PID namespace ends with the step).
-struct BuildGroups {
+pub(crate) struct BuildGroups {
     /// One folder with both controllers (cgroup v2), or one per controller (v1).
     dirs: Vec<PathBuf>,
 }
@@ -345,7 +424,7 @@ struct BuildGroups {
 impl BuildGroups {
     /// New cgroups under the server's own: `max_tasks` tasks and `memory` bytes. `None`
     /// where the server may not make them (not root, no such controllers).
-    fn new(max_tasks: u32, memory: u64) -> Option<BuildGroups> {
+    pub(crate) fn new(max_tasks: u32, memory: Option<u64>) -> Option<BuildGroups> {
         let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
         let name = format!("lh-build-{}", uuid::Uuid::new_v4().simple());
         let (mut pids, mut mem, mut unified) = (None, None, None);
@@ -373,19 +452,26 @@ impl BuildGroups {
                     mem.join(&name),
                     // TCP buffers are charged apart on v1 (loopback sockets would
                     // hold memory past the limit otherwise).
-                    vec![
-                        ("memory.limit_in_bytes", memory.to_string()),
-                        ("memory.kmem.tcp.limit_in_bytes", memory.to_string()),
-                    ],
+                    match memory {
+                        Some(m) => vec![
+                            ("memory.limit_in_bytes", m.to_string()),
+                            ("memory.kmem.tcp.limit_in_bytes", m.to_string()),
+                        ],
+                        None => Vec::new(),
+                    },
                 ),
             ],
             _ => vec![(
                 unified?.join(&name),
-                vec![
-                    ("pids.max", max_tasks.to_string()),
-                    ("memory.max", memory.to_string()),
-                    ("memory.swap.max", "0".to_string()),
-                ],
+                [("pids.max", max_tasks.to_string())]
+                    .into_iter()
+                    .chain(memory.into_iter().flat_map(|m| {
+                        [
+                            ("memory.max", m.to_string()),
+                            ("memory.swap.max", "0".to_string()),
+                        ]
+                    }))
+                    .collect(),
             )],
         };
         // Dropped (the folders removed) unless every limit is set.
@@ -394,10 +480,42 @@ impl BuildGroups {
             std::fs::create_dir(&dir).ok()?;
             made.dirs.push(dir.clone());
             for (file, value) in limits {
-                std::fs::write(dir.join(file), value).ok()?;
+                let set = std::fs::write(dir.join(file), value);
+                // TCP buffers' own limit is v1's, where kernels keep it.
+                if set.is_err() && !file.contains("kmem") {
+                    return None;
+                }
             }
         }
         Some(made)
+    }
+}
+
+impl BuildGroups {
+    /// `cmd`, every process of it in these cgroups: a shell joins them before it becomes
+    /// the command, so nothing forks outside them.
+    pub(crate) fn join(&self, cmd: &Command) -> Command {
+        let step = cmd.as_std();
+        let mut joined = Command::new("/bin/sh");
+        joined
+            .args([
+                "-c",
+                "n=$0; while [ \"$n\" -gt 0 ]; do echo $$ > \"$1\" || exit 1; shift; n=$((n - 1)); done; exec \"$@\"",
+            ])
+            .arg(self.dirs.len().to_string())
+            .args(self.dirs.iter().map(|d| d.join("cgroup.procs")))
+            .arg(step.get_program())
+            .args(step.get_args())
+            .env_clear();
+        for (k, v) in step.get_envs() {
+            if let Some(v) = v {
+                joined.env(k, v);
+            }
+        }
+        if let Some(dir) = step.get_current_dir() {
+            joined.current_dir(dir);
+        }
+        joined
     }
 }
 
@@ -423,7 +541,7 @@ impl BuildLimits {
                 "environments are built with their steps' memory and file size limited by prlimit, which is not installed (apt-get install util-linux)".into(),
             )
         })?;
-        let groups = BuildGroups::new(BUILD_TASKS, bounds.memory_bytes);
+        let groups = BuildGroups::new(BUILD_TASKS, Some(bounds.memory_bytes));
         if groups.is_none() {
             static SAID: std::sync::Once = std::sync::Once::new();
             SAID.call_once(|| {
@@ -629,8 +747,10 @@ impl EnvCache {
         private_dir(&tmp)?;
         let limits = BuildLimits::new(self.bounds)?;
         limits.watch(&tmp);
+        let seccomp = write_seccomp(&self.root)?;
         let sandbox = Sandbox {
             bwrap: bwrap.as_deref(),
+            seccomp: &seccomp,
             uv: &uv,
             build: &tmp,
             limits: &limits,
@@ -765,7 +885,7 @@ impl Sandbox<'_> {
             }
             Some(bwrap) => {
                 let p = |x: &Path| x.display().to_string();
-                let mut c = Command::new(bwrap);
+                let mut c = seccomp_bwrap(bwrap, self.seccomp);
                 c.args([
                     "--die-with-parent",
                     "--new-session",
@@ -846,27 +966,8 @@ impl Sandbox<'_> {
                 c
             }
         };
-        // Every process of the step in the build's cgroups: the shell joins them before
-        // it becomes the step, so nothing forks outside them.
         if let Some(groups) = &self.limits.groups {
-            let step = cmd.as_std();
-            let mut joined = Command::new("/bin/sh");
-            joined
-                .args([
-                    "-c",
-                    "n=$0; while [ \"$n\" -gt 0 ]; do echo $$ > \"$1\" || exit 1; shift; n=$((n - 1)); done; exec \"$@\"",
-                ])
-                .arg(groups.dirs.len().to_string())
-                .args(groups.dirs.iter().map(|d| d.join("cgroup.procs")))
-                .arg(step.get_program())
-                .args(step.get_args())
-                .env_clear();
-            for (k, v) in step.get_envs() {
-                if let Some(v) = v {
-                    joined.env(k, v);
-                }
-            }
-            cmd = joined;
+            cmd = groups.join(&cmd);
         }
         for (k, v) in vars {
             cmd.env(k, v);
@@ -1631,7 +1732,7 @@ mod tests {
     /// A build's cgroups (as root, as CI runs) hold its limits and go with it.
     #[test]
     fn build_groups_are_made_limited_and_removed() {
-        let groups = BuildGroups::new(16, 64 << 20).expect(
+        let groups = BuildGroups::new(16, Some(64 << 20)).expect(
             "the server may make cgroups (root, with cgroup v1's pids and memory, or v2 with them delegated)",
         );
         let dirs = groups.dirs.clone();

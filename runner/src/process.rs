@@ -41,6 +41,8 @@ pub type ProcessRuntime = PooledRuntime<ProcessLauncher>;
 pub struct ProcessLauncher {
     config: ProcessConfig,
     bwrap: Option<PathBuf>,
+    /// The seccomp filter workers run under (`env::write_seccomp`).
+    seccomp: PathBuf,
 }
 
 impl PooledRuntime<ProcessLauncher> {
@@ -53,13 +55,18 @@ impl PooledRuntime<ProcessLauncher> {
             ));
         }
         std::fs::create_dir_all(&config.work_root)?;
+        let seccomp = crate::env::write_seccomp(&config.work_root)?;
         let pool = PoolConfig {
             idle_timeout: config.idle_timeout,
             max_workers: None,
             max_idle: Some(config.max_idle),
         };
         Ok(PooledRuntime::with_launcher(
-            ProcessLauncher { config, bwrap },
+            ProcessLauncher {
+                config,
+                bwrap,
+                seccomp,
+            },
             pool,
         ))
     }
@@ -89,7 +96,7 @@ impl ProcessLauncher {
         ]);
         let mut cmd = match (&self.bwrap, self.config.sandbox) {
             (Some(bwrap), true) => {
-                let mut c = Command::new(bwrap);
+                let mut c = crate::env::seccomp_bwrap(bwrap, &self.seccomp);
                 let p = |x: &Path| x.display().to_string();
                 // /tmp first: binds under it come after and stay visible.
                 // No capability inside: a server started as root would otherwise give
@@ -162,9 +169,19 @@ impl ProcessLauncher {
     }
 }
 
+/// A worker process, and the cgroups holding it and its children (where the server may
+/// make them): its memory, `/dev/shm` and memfd pages included, and its processes.
+pub struct Sandboxed {
+    child: Child,
+    _groups: Option<crate::env::BuildGroups>,
+}
+
+/// The processes and threads of one worker together (its calls' children included).
+const WORKER_TASKS: u32 = 1024;
+
 #[async_trait::async_trait]
 impl Launcher for ProcessLauncher {
-    type Handle = Child;
+    type Handle = Sandboxed;
 
     const NAME: &'static str = "process";
     const NOUN: &'static str = "worker";
@@ -188,12 +205,34 @@ impl Launcher for ProcessLauncher {
         env: &Env,
         code: &Path,
         limits: &Limits,
-    ) -> Result<Worker<Child>, RunnerError> {
+    ) -> Result<Worker<Sandboxed>, RunnerError> {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.config.work_root.join(format!("worker-{id}"));
         std::fs::create_dir_all(&dir)?;
-        let mut child = self
-            .command(env, code, limits, &dir)
+        let mut cmd = self.command(env, code, limits, &dir);
+        // Sandboxed workers in cgroups of their own: the address space bounds one
+        // process, not its children, nor memory it never maps (memfd, /dev/shm).
+        let groups = match self.config.sandbox {
+            true => crate::env::BuildGroups::new(WORKER_TASKS, limits.memory_bytes),
+            false => None,
+        };
+        if let Some(g) = &groups {
+            let mut joined = g.join(&cmd);
+            joined
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true);
+            cmd = joined;
+        } else if self.config.sandbox {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                tracing::warn!(
+                    "workers of the process runtime are held to an address space, not to cgroups: the server may make none (it runs as root with cgroup v1's pids and memory controllers, or v2 with them delegated)"
+                )
+            });
+        }
+        let mut child = cmd
             .spawn()
             .map_err(|e| RunnerError::Worker(format!("cannot start a worker: {e}")))?;
         let stdin = child
@@ -208,20 +247,24 @@ impl Launcher for ProcessLauncher {
             .stderr
             .take()
             .ok_or_else(|| RunnerError::Worker("no stderr".into()))?;
-        Ok(Worker::piped(child, dir, stdin, stdout, stderr))
+        let handle = Sandboxed {
+            child,
+            _groups: groups,
+        };
+        Ok(Worker::piped(handle, dir, stdin, stdout, stderr))
     }
 
-    /// Kills the worker; its folder goes once it has exited.
-    async fn stop(&self, mut worker: Worker<Child>) {
-        let _ = worker.handle.start_kill();
+    /// Kills the worker; its folder (and its cgroups) go once it has exited.
+    async fn stop(&self, mut worker: Worker<Sandboxed>) {
+        let _ = worker.handle.child.start_kill();
         tokio::spawn(async move {
-            let _ = worker.handle.wait().await;
+            let _ = worker.handle.child.wait().await;
             let _ = std::fs::remove_dir_all(&worker.dir);
         });
     }
 
-    async fn why_dead(&self, child: &mut Child) -> String {
-        match tokio::time::timeout(Duration::from_secs(5), child.wait()).await {
+    async fn why_dead(&self, handle: &mut Sandboxed) -> String {
+        match tokio::time::timeout(Duration::from_secs(5), handle.child.wait()).await {
             Ok(Ok(s)) => describe_exit(s),
             _ => "it stopped answering".to_string(),
         }

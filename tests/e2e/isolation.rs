@@ -21,6 +21,8 @@ crate::both_runtimes!(
     nothing_of_the_server_reaches_a_function_through_proc,
     a_function_can_make_no_user_namespace,
     a_function_cannot_change_the_hosts_kernel_or_fill_dev,
+    a_function_reaches_no_keyring_and_no_io_uring,
+    a_function_is_held_to_its_memory_and_processes_together,
 );
 
 /// Found by a review: in a user namespace of its own, a function (uid 1000 mapped to the
@@ -111,6 +113,120 @@ def kernel(o=lh.Model("raw.orders", columns=["id"])):
     let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
     assert_eq!(code, 0, "{run}");
     assert_eq!(value(&lh, "select v from analytics.kernel"), "none");
+}
+
+/// Found by a review: a function (or a package's `.pth`) added a key to the server's
+/// session keyring, which another project's function read later; keys were charged to
+/// the host's root. No sandbox reaches the kernel's keyrings, nor io_uring (as Docker's
+/// default profile refuses them).
+fn a_function_reaches_no_keyring_and_no_io_uring(runtime: &str) {
+    let server = server_with(runtime, &[]);
+    let lh = server.lh();
+    orders(&lh);
+    let models = r#"
+import ctypes, platform
+import lh
+import pyarrow as pa
+
+@lh.model()
+def keys(o=lh.Model("raw.orders", columns=["id"])):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    nr = {"x86_64": (248, 250, 425), "aarch64": (217, 219, 425)}[platform.machine()]
+    add_key, keyctl, io_uring_setup = nr
+    done = []
+    if libc.syscall(add_key, b"user", b"lh-note", b"x", 1, ctypes.c_int(-3)) >= 0:
+        done.append("add_key")
+    # KEYCTL_GET_KEYRING_ID of the session keyring
+    if libc.syscall(keyctl, 0, ctypes.c_int(-3), 0) >= 0:
+        done.append("keyctl")
+    params = ctypes.create_string_buffer(120)
+    if libc.syscall(io_uring_setup, 1, params) >= 0:
+        done.append("io_uring_setup")
+    return pa.table({"v": [", ".join(done) or "none"]})
+"#;
+    let dir = project(
+        &lh,
+        "keys",
+        &[("lh_project.yml", PROJECT), ("m.py", models)],
+    );
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+    // Docker's default profile refuses io_uring from Docker 25 on; the engines here
+    // (Debian's 20.10) allow it, and lh leaves a container's profile to its engine.
+    let seen = value(&lh, "select v from analytics.keys")
+        .as_str()
+        .unwrap()
+        .to_string();
+    let refused = match runtime {
+        "docker" => seen.replace("io_uring_setup", ""),
+        _ => seen.clone(),
+    };
+    let refused = refused.trim_matches([',', ' ']);
+    assert!(refused == "none" || refused.is_empty(), "{runtime}: {seen}");
+}
+
+/// Found by a review: on the process runtime a function's memory was an address space,
+/// which memory it never maps (a memfd, /dev/shm) and its children escape: under
+/// `memory="256m"` one held 1.5 GiB, and ran 1,500 processes. A worker's processes are
+/// held together (cgroups of its own, as a container's are).
+fn a_function_is_held_to_its_memory_and_processes_together(runtime: &str) {
+    let server = server_with(runtime, &[]);
+    let lh = server.lh();
+    orders(&lh);
+    let hog = r#"
+import os
+import lh
+import pyarrow as pa
+
+@lh.model()
+@lh.resources(memory="512m")
+def hog(o=lh.Model("raw.orders", columns=["id"])):
+    fd = os.memfd_create("hog")
+    for _ in range(16):
+        os.write(fd, b"x" * (64 << 20))
+    return pa.table({"v": ["held 1 GiB"]})
+"#;
+    let dir = project(&lh, "hog", &[("lh_project.yml", PROJECT), ("m.py", hog)]);
+    let head = lh.head("main");
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 8, "a function held 1 GiB under memory=512m: {run}");
+    assert_eq!(lh.head("main"), head, "nothing was published");
+    let forks = r#"
+import os
+import lh
+import pyarrow as pa
+
+@lh.model()
+def forks(o=lh.Model("raw.orders", columns=["id"])):
+    n = 0
+    for _ in range(1500):
+        try:
+            pid = os.fork()
+        except OSError:
+            break
+        if pid == 0:
+            try:
+                null = os.open("/dev/null", os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                os.execv("/bin/sleep", ["sleep", "30"])
+            finally:
+                os._exit(0)
+        n += 1
+    return pa.table({"v": [n]})
+"#;
+    let dir = project(
+        &lh,
+        "forks",
+        &[("lh_project.yml", PROJECT), ("m.py", forks)],
+    );
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+    let n = value(&lh, "select v from analytics.forks")
+        .as_i64()
+        .unwrap();
+    assert!(n < 1500, "a function ran {n} processes at once");
 }
 
 fn value(lh: &lh_e2e::Lh, sql: &str) -> serde_json::Value {
@@ -705,6 +821,10 @@ try:
     said.append("kernel settings writable")
 except OSError:
     said.append("kernel settings refused")
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+keyctl = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
+said.append("keyrings refused" if libc.syscall(keyctl, 0, ctypes.c_int(-3), 0) < 0 else "keyrings reached")
 kids = []
 for _ in range(2):
     pid = os.fork()
@@ -1059,7 +1179,7 @@ fn a_package_build_is_held_to_its_limits() {
     for (package, says) in [
         (
             "bombpkg",
-            "bomb: memory refused, file refused, userns refused, kernel settings refused, memory together bounded, forks bounded",
+            "bomb: memory refused, file refused, userns refused, kernel settings refused, keyrings refused, memory together bounded, forks bounded",
         ),
         ("diskpkg", "past its 512 MiB (the server's --build-disk)"),
         ("diskgone", "past its 512 MiB (the server's --build-disk)"),

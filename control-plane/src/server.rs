@@ -82,6 +82,9 @@ pub struct ServerConfig {
     pub env_cache_bytes: u64,
     /// What one environment's build may take (`--build-memory`, `--build-disk`).
     pub build_bounds: lh_runner::BuildBounds,
+    /// The host user sandboxes (builds, process-runtime workers) run as (`--sandbox-uid`;
+    /// none: the server's own, when it is not root).
+    pub sandbox_user: Option<lh_runner::HostUser>,
     /// What no pipeline function may exceed (memory, CPU share, time).
     pub function_ceilings: crate::runs::limits::Ceilings,
     /// Path-style addressing for an S3 warehouse.
@@ -152,6 +155,7 @@ impl ServerConfig {
             max_upload_bytes: 64 << 30,
             env_cache_bytes: 20 << 30,
             build_bounds: lh_runner::BuildBounds::default(),
+            sandbox_user: lh_runner::HostUser::for_sandboxes(lh_runner::HostUser::DEFAULT_ID),
             function_ceilings: crate::runs::limits::Ceilings::for_this_machine(),
             s3_path_style: false,
             cache_bytes: 20 << 30,
@@ -455,12 +459,19 @@ async fn runs_service(
     // Leftovers of a previous server (its workers are gone).
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(work.join("invocations"))?;
+    // The cgroups of builds and workers that a server killed before it could remove them
+    // left behind.
+    let swept = lh_runner::sweep_build_groups();
+    if swept > 0 {
+        tracing::info!(swept, "removed the cgroups stopped servers left");
+    }
     let process = || -> Arc<dyn Runtime> {
         match ProcessRuntime::new(ProcessConfig {
             work_root: work.join("workers"),
             sandbox: config.sandbox,
             idle_timeout: config.worker_idle,
             max_idle: 4,
+            sandbox_user: config.sandbox_user,
         }) {
             Ok(rt) => rt,
             Err(e) => {
@@ -566,7 +577,8 @@ async fn runs_service(
         None,
         config.sandbox,
     )
-    .with_bounds(config.build_bounds);
+    .with_bounds(config.build_bounds)
+    .with_user(config.sandbox_user);
     let Shared {
         catalog,
         tables,

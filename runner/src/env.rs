@@ -13,133 +13,7 @@ use tokio::process::Command;
 
 use crate::error::RunnerError;
 use crate::protocol::HARNESS;
-
-/// The uid and gid that sandboxed processes (workers, environment builds) run as in
-/// their user namespace, the server's own uid mapped to it: as the Docker runtime's
-/// containers do, a function never sees itself as the server's user (root, say).
-pub(crate) const SANDBOX_ID: &str = "1000";
-
-/// A sandbox's `/proc` and `/dev` (bubblewrap arguments, in place of `--proc /proc --dev
-/// /dev`). The sandbox's user is the server's uid (root, say) by another name: no
-/// capability, but every check by uid alone passes. So what the kernel lets root change
-/// by writing a file is read-only (`/proc/sys`: a `core_pattern` would run a program as
-/// the host's root; `/proc/sysrq-trigger`; ...), what tells of the host is masked (its
-/// keyrings, timers, scheduler), and `/dev` is read-only but for a bounded `/dev/shm`
-/// (a tmpfs of no size would take the host's memory). As Docker masks them.
-pub(crate) fn proc_and_dev() -> Vec<String> {
-    let mut c: Vec<String> = Vec::new();
-    let mut args = |a: &[&str]| c.extend(a.iter().map(|s| s.to_string()));
-    args(&["--proc", "/proc"]);
-    for ro in [
-        "/proc/sys",
-        "/proc/sysrq-trigger",
-        "/proc/irq",
-        "/proc/bus",
-        "/proc/fs",
-    ] {
-        args(&["--ro-bind-try", ro, ro]);
-    }
-    for file in [
-        "/proc/keys",
-        "/proc/key-users",
-        "/proc/kcore",
-        "/proc/timer_list",
-        "/proc/sched_debug",
-        "/proc/latency_stats",
-        // Root's alone elsewhere, and helps to exploit the kernel.
-        "/proc/kpageflags",
-        "/proc/kpagecount",
-        "/proc/kpagecgroup",
-        "/proc/slabinfo",
-        "/proc/pagetypeinfo",
-        "/proc/vmallocinfo",
-    ] {
-        if Path::new(file).exists() {
-            args(&["--ro-bind", "/dev/null", file]);
-        }
-    }
-    for dir in ["/proc/acpi", "/proc/scsi"] {
-        if Path::new(dir).is_dir() {
-            args(&["--tmpfs", dir, "--remount-ro", dir]);
-        }
-    }
-    args(&["--dev", "/dev", "--remount-ro", "/dev"]);
-    args(&["--size", &SHM_BYTES.to_string(), "--tmpfs", "/dev/shm"]);
-    c
-}
-
-/// The system calls no sandbox makes, as Docker's default profile refuses them: the
-/// kernel's keyrings (charged to the server's uid, and shared through its session
-/// keyring: a channel between projects that outlives every call) and io_uring (kernel
-/// surface no function needs). Numbers by architecture; the other ABIs of x86-64 (x32,
-/// i386) are refused whole.
-#[cfg(target_arch = "x86_64")]
-const SECCOMP: (u32, &[u32]) = (0xc000_003e, &[248, 249, 250, 425, 426, 427]);
-#[cfg(target_arch = "aarch64")]
-const SECCOMP: (u32, &[u32]) = (0xc000_00b7, &[217, 218, 219, 425, 426, 427]);
-
-/// The seccomp filter of [`SECCOMP`] as classic BPF, what bubblewrap's `--seccomp FD`
-/// reads: other architectures and x32 calls fail, the listed calls fail with EPERM,
-/// anything else is allowed.
-fn seccomp_filter() -> Vec<u8> {
-    const LD_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
-    const JEQ: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
-    const JGE: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
-    const RET: u16 = 0x06; // BPF_RET | BPF_K
-    const ALLOW: u32 = 0x7fff_0000;
-    const EPERM: u32 = 0x0005_0000 | 1;
-    let (arch, calls) = SECCOMP;
-    let n = calls.len() as u8;
-    let mut prog: Vec<(u16, u8, u8, u32)> = vec![
-        (LD_ABS, 0, 0, 4), // seccomp_data.arch
-        // Another architecture: to the refusal at the end.
-        (JEQ, 0, n + 3, arch),
-        (LD_ABS, 0, 0, 0), // seccomp_data.nr
-        // x32's calls (the same architecture, numbers from 0x40000000).
-        (JGE, n + 1, 0, 0x4000_0000),
-    ];
-    for (i, nr) in calls.iter().enumerate() {
-        prog.push((JEQ, n - i as u8, 0, *nr));
-    }
-    prog.push((RET, 0, 0, ALLOW));
-    prog.push((RET, 0, 0, EPERM));
-    prog.iter()
-        .flat_map(|(code, jt, jf, k)| {
-            let mut b = code.to_ne_bytes().to_vec();
-            b.extend([*jt, *jf]);
-            b.extend(k.to_ne_bytes());
-            b
-        })
-        .collect()
-}
-
-/// Writes the seccomp filter into `dir` (a folder no sandbox sees: one that could
-/// write it could lift the filter), once; its path.
-pub(crate) fn write_seccomp(dir: &Path) -> std::io::Result<PathBuf> {
-    std::fs::create_dir_all(dir)?;
-    let file = dir.join(".lh-seccomp.bpf");
-    let filter = seccomp_filter();
-    if std::fs::read(&file).ok().as_deref() != Some(filter.as_slice()) {
-        let tmp = dir.join(format!(".lh-seccomp-{}.tmp", uuid::Uuid::new_v4().simple()));
-        std::fs::write(&tmp, &filter)?;
-        std::fs::rename(&tmp, &file)?;
-    }
-    Ok(file)
-}
-
-/// `bwrap` run with the seccomp filter `filter`: a shell opens it as descriptor 3 and
-/// becomes bubblewrap, which is given `--seccomp 3` first.
-pub(crate) fn seccomp_bwrap(bwrap: &Path, filter: &Path) -> Command {
-    let mut c = Command::new("/bin/sh");
-    c.args(["-c", "exec 3< \"$0\" && exec \"$@\""])
-        .arg(filter)
-        .arg(bwrap)
-        .args(["--seccomp", "3"]);
-    c
-}
-
-/// A sandbox's `/dev/shm` (POSIX shared memory, multiprocessing's semaphores).
-const SHM_BYTES: u64 = 64 << 20;
+use crate::sandbox::{HostUser, Jail, SANDBOX_ID, proc_and_dev};
 
 /// The pyarrow every environment gets unless the project pins another (the harness
 /// needs it).
@@ -261,8 +135,10 @@ pub struct EnvCache {
     uv: Option<PathBuf>,
     /// Build in a bubblewrap sandbox (refuse to build without it).
     sandbox: bool,
+    /// The host user build steps run as (none: the server's).
+    user: Option<HostUser>,
     bounds: BuildBounds,
-    building: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    building: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
     provisioning: tokio::sync::Mutex<()>,
 }
 
@@ -374,9 +250,7 @@ impl<'a> Step<'a> {
 /// Where build steps run: in bubblewrap when there is one, `build` (the environment
 /// being built) writable.
 struct Sandbox<'a> {
-    bwrap: Option<&'a Path>,
-    /// The seccomp filter every step runs under (with bubblewrap).
-    seccomp: &'a Path,
+    jail: Option<&'a Jail>,
     uv: &'a Path,
     build: &'a Path,
     limits: &'a BuildLimits,
@@ -425,26 +299,13 @@ impl BuildGroups {
     /// New cgroups under the server's own: `max_tasks` tasks and `memory` bytes. `None`
     /// where the server may not make them (not root, no such controllers).
     pub(crate) fn new(max_tasks: u32, memory: Option<u64>) -> Option<BuildGroups> {
-        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-        let name = format!("lh-build-{}", uuid::Uuid::new_v4().simple());
-        let (mut pids, mut mem, mut unified) = (None, None, None);
-        for line in own.lines() {
-            let mut parts = line.splitn(3, ':');
-            let (Some(_), Some(controllers), Some(path)) =
-                (parts.next(), parts.next(), parts.next())
-            else {
-                continue;
-            };
-            let path = path.trim_start_matches('/');
-            for c in controllers.split(',') {
-                match c {
-                    "pids" => pids = Some(Path::new("/sys/fs/cgroup/pids").join(path)),
-                    "memory" => mem = Some(Path::new("/sys/fs/cgroup/memory").join(path)),
-                    "" => unified = Some(Path::new("/sys/fs/cgroup").join(path)),
-                    _ => {}
-                }
-            }
-        }
+        // The server's pid in the name: a later server removes what one that died left.
+        let name = format!(
+            "lh-build-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        );
+        let [pids, mem, unified] = own_groups()?;
         let wanted: Vec<(PathBuf, Vec<(&str, String)>)> = match (pids, mem) {
             (Some(pids), Some(mem)) => vec![
                 (pids.join(&name), vec![("pids.max", max_tasks.to_string())]),
@@ -489,6 +350,66 @@ impl BuildGroups {
         }
         Some(made)
     }
+}
+
+/// The server's own cgroups: cgroup v1's `pids` and `memory`, and v2's.
+fn own_groups() -> Option<[Option<PathBuf>; 3]> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let (mut pids, mut mem, mut unified) = (None, None, None);
+    for line in own.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let path = path.trim_start_matches('/');
+        for c in controllers.split(',') {
+            match c {
+                "pids" => pids = Some(Path::new("/sys/fs/cgroup/pids").join(path)),
+                "memory" => mem = Some(Path::new("/sys/fs/cgroup/memory").join(path)),
+                "" => unified = Some(Path::new("/sys/fs/cgroup").join(path)),
+                _ => {}
+            }
+        }
+    }
+    Some([pids, mem, unified])
+}
+
+/// Removes the empty cgroups that servers no longer running left next to this one's
+/// (a server killed before it could remove its builds' and workers' groups), and those
+/// of older servers (no pid in the name) untouched for an hour. A group of a running
+/// server, or one that still holds a process, stays. Returns how many went.
+pub fn sweep_build_groups() -> usize {
+    let Some(parents) = own_groups() else {
+        return 0;
+    };
+    let mut removed = 0;
+    for parent in parents.into_iter().flatten() {
+        let Ok(entries) = std::fs::read_dir(&parent) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(rest) = name.strip_prefix("lh-build-") else {
+                continue;
+            };
+            let gone = match rest.split_once('-') {
+                Some((pid, _)) => pid.parse::<u32>().is_ok_and(|pid| {
+                    pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
+                }),
+                None => e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > std::time::Duration::from_secs(3600)),
+            };
+            if gone && std::fs::remove_dir(e.path()).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    removed
 }
 
 impl BuildGroups {
@@ -638,10 +559,17 @@ impl EnvCache {
             root,
             uv,
             sandbox,
+            user: HostUser::for_sandboxes(HostUser::DEFAULT_ID),
             bounds: BuildBounds::default(),
-            building: Mutex::new(HashMap::new()),
+            building: Arc::default(),
             provisioning: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// The same cache, its build steps run as host user `user` (none: the server's).
+    pub fn with_user(mut self, user: Option<HostUser>) -> EnvCache {
+        self.user = user;
+        self
     }
 
     /// The same cache, its builds held to `bounds`.
@@ -694,19 +622,41 @@ impl EnvCache {
         let _ = std::fs::write(used.join(key), b"");
     }
 
-    /// Evicts the environments used least recently until the cache holds at most
-    /// `max_bytes`, never one used within `keep_recent` (warm workers may run on it) and
-    /// never one being built. Returns how many went and how many bytes they held.
+    /// Brings the cache within `max_bytes`, uv's cache counted: when over, uv's cache
+    /// goes first, whole, if no build is running (a build holds it); then the
+    /// environments used least recently, never one used within `keep_recent` (warm
+    /// workers may run on it) and never one being built. Returns how many environments
+    /// went and how many bytes went with them and uv's cache.
     pub async fn evict(&self, max_bytes: u64, keep_recent: std::time::Duration) -> (usize, u64) {
         let root = self.root.clone();
-        let building: Vec<String> = self
-            .building
-            .lock()
-            .map(|b| b.keys().cloned().collect())
-            .unwrap_or_default();
-        tokio::task::spawn_blocking(move || evict(&root, max_bytes, keep_recent, &building))
-            .await
-            .unwrap_or((0, 0))
+        let building = self.building.clone();
+        tokio::task::spawn_blocking(move || {
+            let envs = list_envs(&root);
+            let uv_cache = root.join(".uv-cache");
+            let mut uv_bytes = size_of(&uv_cache);
+            let mut freed = 0;
+            if uv_bytes > 0 && envs.iter().map(|e| e.2).sum::<u64>() + uv_bytes > max_bytes {
+                let trash = root.join(format!(".trash-uv-cache-{}", uuid::Uuid::new_v4().simple()));
+                // Under the lock builds take their key in: none starts meanwhile.
+                let moved = building
+                    .lock()
+                    .is_ok_and(|b| b.is_empty() && std::fs::rename(&uv_cache, &trash).is_ok());
+                if moved {
+                    remove_env(&trash);
+                    freed = uv_bytes;
+                    uv_bytes = 0;
+                }
+            }
+            let names: Vec<String> = building
+                .lock()
+                .map(|b| b.keys().cloned().collect())
+                .unwrap_or_default();
+            let budget = max_bytes.saturating_sub(uv_bytes);
+            let (removed, bytes) = evict(&root, envs, budget, keep_recent, &names);
+            (removed, bytes + freed)
+        })
+        .await
+        .unwrap_or((0, 0))
     }
 
     /// Builds the environment of `spec` into `dir`, from wheels only (or, with
@@ -729,28 +679,32 @@ impl EnvCache {
                 crate::tools::provision_uv(&self.root.join(".tools")).await?
             }
         };
-        let bwrap = if self.sandbox {
-            Some(find_on_path("bwrap").ok_or_else(|| {
-                RunnerError::Sandbox(
-                    "Python environments are built in a bubblewrap sandbox, which is not installed (apt-get install bubblewrap)".into(),
-                )
-            })?)
-        } else {
-            None
-        };
         std::fs::create_dir_all(&self.root)?;
+        let jail = match self.sandbox {
+            true => Some(Jail::new(&self.root, self.user)?),
+            false => None,
+        };
+        let give = |path: &Path| jail.as_ref().map_or(Ok(()), |j| j.give(path));
         let cache = self.root.join(".uv-cache");
         std::fs::create_dir_all(&cache)?;
+        if let Some(jail) = &jail {
+            // uv's cache is the sandbox user's (one made by an older server, or by the
+            // server's own uid, is handed over whole).
+            use std::os::unix::fs::MetadataExt;
+            let owner = std::fs::symlink_metadata(&cache)?.uid();
+            if jail.user().is_some_and(|u| u.uid != owner) {
+                jail.give_all(&cache)?;
+            }
+        }
         let tmp = self
             .root
             .join(format!(".build-{key}-{}", uuid::Uuid::new_v4().simple()));
         private_dir(&tmp)?;
+        give(&tmp)?;
         let limits = BuildLimits::new(self.bounds)?;
         limits.watch(&tmp);
-        let seccomp = write_seccomp(&self.root)?;
         let sandbox = Sandbox {
-            bwrap: bwrap.as_deref(),
-            seccomp: &seccomp,
+            jail: jail.as_ref(),
             uv: &uv,
             build: &tmp,
             limits: &limits,
@@ -821,8 +775,9 @@ sandbox.limits,
                 python_version: v["python_version"].as_str().unwrap_or_default().to_string(),
             };
             write_new(&tmp.join("lh-env.json"), &serde_json::to_vec(&info).unwrap_or_default())?;
-            read_only(&tmp)?;
-            // The folder itself, once whole: readable by the runtimes' users.
+            read_only(&tmp, HostUser::server())?;
+            // The folder itself, once whole: the server's, readable by the runtimes' users.
+            std::os::unix::fs::lchown(&tmp, Some(HostUser::server().uid), Some(HostUser::server().gid))?;
             std::fs::set_permissions(
                 &tmp,
                 <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o555),
@@ -846,6 +801,11 @@ sandbox.limits,
 }
 
 impl Sandbox<'_> {
+    /// Hands `path` (a folder steps write) to the sandbox's user.
+    fn give(&self, path: &Path) -> std::io::Result<()> {
+        self.jail.map_or(Ok(()), |j| j.give(path))
+    }
+
     /// One build step: `program args`, in the sandbox when there is one.
     fn command(&self, program: &Path, args: &[&str], step: Step<'_>) -> Command {
         let mut vars: Vec<(String, String)> = vec![
@@ -855,6 +815,10 @@ impl Sandbox<'_> {
             ("UV_PYTHON_DOWNLOADS".into(), "never".into()),
             ("UV_NO_PROGRESS".into(), "1".into()),
             ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+            // An environment's files are its own, not links into uv's cache: the cache
+            // is the sandbox user's and cleared whole; the environment becomes the
+            // server's, read-only.
+            ("UV_LINK_MODE".into(), "copy".into()),
         ];
         match step.cache {
             Some(cache) => vars.push(("UV_CACHE_DIR".into(), cache.display().to_string())),
@@ -877,21 +841,20 @@ impl Sandbox<'_> {
             "--core=0".to_string(),
             "--".to_string(),
         ];
-        let mut cmd = match self.bwrap {
+        let mut cmd = match self.jail {
             None => {
                 let mut c = Command::new(&self.limits.prlimit);
                 c.args(&limits).arg(program).args(args).env_clear();
                 c
             }
-            Some(bwrap) => {
-                let p = |x: &Path| x.display().to_string();
-                let mut c = seccomp_bwrap(bwrap, self.seccomp);
+            Some(jail) => {
+                let mut c = jail.args();
                 c.args([
                     "--die-with-parent",
                     "--new-session",
                     "--unshare-all",
                     // No user namespace inside: in one, a step would hold capabilities
-                    // over what the server's uid owns (its cgroups, file capabilities).
+                    // over what its host user owns.
                     "--unshare-user",
                     "--disable-userns",
                     "--cap-drop",
@@ -916,8 +879,7 @@ impl Sandbox<'_> {
                 for etc in [
                     "/etc/ld.so.cache",
                     "/etc/localtime",
-                    // Certificates, not /etc/ssl/private (root's, and the sandbox's
-                    // user is root by another name).
+                    // Certificates, not /etc/ssl/private.
                     "/etc/ssl/certs",
                     "/etc/ssl/openssl.cnf",
                     "/etc/ca-certificates",
@@ -929,7 +891,7 @@ impl Sandbox<'_> {
                 ] {
                     c.args(["--ro-bind-try", etc, etc]);
                 }
-                c.args(["--ro-bind", &p(self.uv), &p(self.uv)]);
+                c.bind(self.uv, false);
                 // Local package folders the index settings name (find-links).
                 if step.net == Net::Index {
                     for name in ["UV_FIND_LINKS", "SSL_CERT_FILE", "SSL_CERT_DIR"] {
@@ -937,23 +899,18 @@ impl Sandbox<'_> {
                             for part in v.split([',', ' ']) {
                                 let path = Path::new(part.trim_start_matches("file://"));
                                 if path.is_absolute() && path.exists() {
-                                    c.args(["--ro-bind", &p(path), &p(path)]);
+                                    c.bind(path, false);
                                 }
                             }
                         }
                     }
                 }
-                let env_bind = if step.env_writable {
-                    "--bind"
-                } else {
-                    "--ro-bind"
-                };
-                c.args([env_bind, &p(self.build), &p(self.build)]);
+                c.bind(self.build, step.env_writable);
                 for dir in step.cache.iter().chain(step.writes) {
-                    c.args(["--bind", &p(dir), &p(dir)]);
+                    c.bind(dir, true);
                 }
                 for dir in step.reads {
-                    c.args(["--ro-bind", &p(dir), &p(dir)]);
+                    c.bind(dir, false);
                 }
                 c.args(["--chdir", "/tmp", "--clearenv"]);
                 for (k, v) in &vars {
@@ -961,9 +918,8 @@ impl Sandbox<'_> {
                 }
                 c.arg("--").arg(&self.limits.prlimit).args(&limits);
                 c.arg(program).args(args);
-                c.env_clear();
                 vars.clear();
-                c
+                jail.command(c)
             }
         };
         if let Some(groups) = &self.limits.groups {
@@ -1001,6 +957,9 @@ impl Sandbox<'_> {
         for dir in [&cache, &sdists, &wheels] {
             std::fs::create_dir_all(dir)?;
         }
+        // Steps write the cache and the source distributions; the wheels are lh's.
+        self.give(&cache)?;
+        self.give(&sdists)?;
         let (py_s, base_s) = (py.display().to_string(), base.display().to_string());
         let reqs = spec.requirements()?;
         let req_file = work.join("requirements.in");
@@ -1178,6 +1137,8 @@ impl Sandbox<'_> {
                 step_dir.join("out"),
             );
             std::fs::create_dir_all(&build_cache)?;
+            self.give(&step_dir)?;
+            self.give(&build_cache)?;
             let copy = step_dir.join(&file);
             std::fs::copy(&sdist, &copy)?;
             std::fs::remove_file(&sdist)?;
@@ -1292,14 +1253,11 @@ impl Sandbox<'_> {
     }
 }
 
-fn evict(
-    root: &Path,
-    max_bytes: u64,
-    keep_recent: std::time::Duration,
-    building: &[String],
-) -> (usize, u64) {
+/// The environments under `root`: when each was last used, its key, its bytes. What
+/// failed or interrupted builds and evictions left goes once a day old.
+fn list_envs(root: &Path) -> Vec<(std::time::SystemTime, String, u64)> {
     let Ok(entries) = std::fs::read_dir(root) else {
-        return (0, 0);
+        return Vec::new();
     };
     let day = std::time::Duration::from_secs(24 * 3600);
     let mut envs = Vec::new();
@@ -1327,6 +1285,18 @@ fn evict(
             .unwrap_or(std::time::UNIX_EPOCH);
         envs.push((used, key, size_of(&e.path())));
     }
+    envs
+}
+
+/// Evicts `envs` (of `root`) used least recently until they hold at most `max_bytes`,
+/// but none used within `keep_recent` and none of `building`.
+fn evict(
+    root: &Path,
+    mut envs: Vec<(std::time::SystemTime, String, u64)>,
+    max_bytes: u64,
+    keep_recent: std::time::Duration,
+    building: &[String],
+) -> (usize, u64) {
     let mut total: u64 = envs.iter().map(|e| e.2).sum();
     envs.sort();
     let (mut removed, mut freed) = (0, 0);
@@ -1426,32 +1396,31 @@ fn place_harness(env: &Path, purelib: &Path) -> Result<(), RunnerError> {
     Ok(())
 }
 
-/// Makes a built environment read-only and readable by every user, files and folders.
-fn read_only(dir: &Path) -> std::io::Result<()> {
+/// Makes a built environment `owner`'s (the server's), read-only and readable by every
+/// user, files, folders and links.
+fn read_only(dir: &Path, owner: HostUser) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let ty = entry.file_type()?;
+        // Owned by the server, not by the sandbox's user that made it (who could make it
+        // writable again); nor with file capabilities (`security.capability`, which a
+        // mode does not touch): the kernel drops them from a file whose owner is set,
+        // even to the same one.
+        std::os::unix::fs::lchown(entry.path(), Some(owner.uid), Some(owner.gid))?;
         if ty.is_symlink() {
             continue;
         }
         if ty.is_dir() {
-            read_only(&entry.path())?;
+            read_only(&entry.path(), owner)?;
         }
         // Readable by all (a container's unprivileged user reads it), writable by none,
-        // and never set-uid, set-gid or sticky: a package's code owns what it made (the
-        // sandbox's user is the server's), and a set-uid copy of a program would outlive
+        // and never set-uid, set-gid or sticky: a set-uid copy of a program would outlive
         // the build on the host.
         let exec = if ty.is_dir() { 0o111 } else { 0 };
         let meta = entry.metadata()?;
         let mode = (meta.permissions().mode() | 0o444 | exec) & 0o555;
         std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode))?;
-        // Nor file capabilities (`security.capability`, which a mode does not touch): the
-        // kernel drops them from a file whose owner is set, even to the same one.
-        if !ty.is_dir() {
-            use std::os::unix::fs::MetadataExt;
-            std::os::unix::fs::lchown(entry.path(), Some(meta.uid()), Some(meta.gid()))?;
-        }
     }
     Ok(())
 }
@@ -1754,6 +1723,32 @@ mod tests {
         }
     }
 
+    /// What a server that died left (empty groups named with its pid) is swept; a
+    /// running server's groups are not.
+    #[test]
+    fn groups_of_dead_servers_are_swept() {
+        let live = BuildGroups::new(16, None).expect("the server may make cgroups");
+        let dead_pid = (100_000..4_000_000u32)
+            .rev()
+            .find(|p| !Path::new(&format!("/proc/{p}")).exists())
+            .unwrap();
+        let left: Vec<PathBuf> = live
+            .dirs
+            .iter()
+            .map(|d| d.with_file_name(format!("lh-build-{dead_pid}-0123abcd")))
+            .collect();
+        for d in &left {
+            std::fs::create_dir(d).unwrap();
+        }
+        assert!(sweep_build_groups() >= left.len());
+        for d in &left {
+            assert!(!d.exists(), "{} left behind", d.display());
+        }
+        for d in &live.dirs {
+            assert!(d.exists(), "a running server's group was swept");
+        }
+    }
+
     /// A file capability (which a package could once set from a user namespace) does not
     /// outlive `read_only`: set-uid to root by another name.
     #[test]
@@ -1777,7 +1772,7 @@ mod tests {
             "setting a file capability needs root: {}",
             String::from_utf8_lossy(&set.stderr)
         );
-        read_only(dir.path()).unwrap();
+        read_only(dir.path(), HostUser::server()).unwrap();
         let left = py(
             "import os, sys\ntry:\n    os.getxattr(sys.argv[1], 'security.capability'); print('kept')\nexcept OSError:\n    print('gone')",
         );
@@ -1791,7 +1786,7 @@ mod tests {
         std::fs::create_dir_all(dir.join("lib")).unwrap();
         std::fs::write(dir.join("lib/blob"), vec![0u8; bytes]).unwrap();
         std::fs::write(dir.join("lh-env.json"), b"{}").unwrap();
-        read_only(&dir).unwrap();
+        read_only(&dir, HostUser::server()).unwrap();
         std::fs::create_dir_all(root.join(".used")).unwrap();
         let used = root.join(".used").join(key);
         std::fs::write(&used, b"").unwrap();
@@ -1819,16 +1814,47 @@ mod tests {
         fake_env(root, &c, 1000, hour * 10);
         fake_env(root, &d, 1000, std::time::Duration::ZERO);
         // Under its size: nothing goes.
-        assert_eq!(evict(root, 10_000, hour, &[]).0, 0);
+        assert_eq!(evict(root, list_envs(root), 10_000, hour, &[]).0, 0);
         // Above: the oldest go until it fits; one being built stays.
-        let (removed, freed) = evict(root, 2_100, hour, std::slice::from_ref(&a));
+        let (removed, freed) = evict(root, list_envs(root), 2_100, hour, std::slice::from_ref(&a));
         assert_eq!(removed, 2, "b and c went, a is being built");
         assert!(freed >= 2000);
         assert!(root.join(&a).exists() && root.join(&d).exists());
         assert!(!root.join(&b).exists() && !root.join(&c).exists());
         // The one used just now is never evicted, even above the size.
-        evict(root, 0, hour, &[]);
+        evict(root, list_envs(root), 0, hour, &[]);
         assert!(root.join(&d).exists() && !root.join(&a).exists());
+    }
+
+    /// uv's cache counts toward the cache's size, and goes first when it is over, but
+    /// never while a build (which holds it) runs.
+    #[tokio::test]
+    async fn uv_cache_counts_and_goes_first_between_builds() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        let hour = std::time::Duration::from_secs(3600);
+        let old = "e".repeat(32);
+        fake_env(&root, &old, 1000, hour * 30);
+        let uv = root.join(".uv-cache/wheels");
+        std::fs::create_dir_all(&uv).unwrap();
+        std::fs::write(uv.join("big.whl"), vec![0u8; 5000]).unwrap();
+        let cache = EnvCache::new(root.clone(), None, false);
+        // Within its size: both stay.
+        assert_eq!(cache.evict(10_000, hour).await, (0, 0));
+        // Over, while a build runs: uv's cache stays, and the old environment goes.
+        cache
+            .building
+            .lock()
+            .unwrap()
+            .insert("f".repeat(32), Arc::default());
+        let (removed, _) = cache.evict(5_500, hour).await;
+        assert_eq!(removed, 1);
+        assert!(uv.join("big.whl").exists() && !root.join(&old).exists());
+        // Over, no build running: uv's cache goes, whole.
+        cache.building.lock().unwrap().clear();
+        let (removed, freed) = cache.evict(1_000, hour).await;
+        assert_eq!((removed, freed), (0, 5000));
+        assert!(!root.join(".uv-cache").exists());
     }
 
     #[test]

@@ -28,14 +28,16 @@ pub mod pooled;
 pub mod process;
 pub mod protocol;
 mod runtime;
+mod sandbox;
 pub mod tools;
 mod transfer;
 pub mod worker;
 
-pub use env::{BuildBounds, Env, EnvCache, EnvSpec};
+pub use env::{BuildBounds, Env, EnvCache, EnvSpec, sweep_build_groups};
 pub use error::RunnerError;
 pub use pool::PoolConfig;
 pub use pooled::PooledRuntime;
 pub use protocol::{Invocation, InvocationKind, Outcome, SecretEnv, write_harness};
 pub use runtime::{InvokeResult, Limits, Runtime, Unavailable};
+pub use sandbox::HostUser;
 pub use worker::{Launcher, Worker};

@@ -13,11 +13,12 @@ use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
-use crate::env::{Env, SANDBOX_ID, find_on_path};
+use crate::env::Env;
 use crate::error::RunnerError;
 use crate::pool::PoolConfig;
 use crate::pooled::PooledRuntime;
 use crate::runtime::{Limits, TMP_BYTES};
+use crate::sandbox::{HostUser, Jail, SANDBOX_ID, proc_and_dev};
 use crate::worker::{Launcher, Worker, WorkerKey};
 
 /// How the process runtime runs workers.
@@ -31,6 +32,9 @@ pub struct ProcessConfig {
     pub idle_timeout: Duration,
     /// At most this many idle workers per environment and limits.
     pub max_idle: usize,
+    /// The host user sandboxed workers run as (none: the server's;
+    /// [`HostUser::for_sandboxes`]).
+    pub sandbox_user: Option<HostUser>,
 }
 
 /// The process runtime: warm local workers in a pool.
@@ -40,33 +44,25 @@ pub type ProcessRuntime = PooledRuntime<ProcessLauncher>;
 #[derive(Debug)]
 pub struct ProcessLauncher {
     config: ProcessConfig,
-    bwrap: Option<PathBuf>,
-    /// The seccomp filter workers run under (`env::write_seccomp`).
-    seccomp: PathBuf,
+    /// How sandboxed workers start (none: not sandboxed).
+    jail: Option<Jail>,
 }
 
 impl PooledRuntime<ProcessLauncher> {
     /// The runtime; it refuses to run without bubblewrap when it is to sandbox.
     pub fn new(config: ProcessConfig) -> Result<Arc<ProcessRuntime>, RunnerError> {
-        let bwrap = find_on_path("bwrap");
-        if config.sandbox && bwrap.is_none() {
-            return Err(RunnerError::Sandbox(
-                "the process runtime sandboxes functions with bubblewrap, which is not installed (apt-get install bubblewrap)".into(),
-            ));
-        }
         std::fs::create_dir_all(&config.work_root)?;
-        let seccomp = crate::env::write_seccomp(&config.work_root)?;
+        let jail = match config.sandbox {
+            true => Some(Jail::new(&config.work_root, config.sandbox_user)?),
+            false => None,
+        };
         let pool = PoolConfig {
             idle_timeout: config.idle_timeout,
             max_workers: None,
             max_idle: Some(config.max_idle),
         };
         Ok(PooledRuntime::with_launcher(
-            ProcessLauncher {
-                config,
-                bwrap,
-                seccomp,
-            },
+            ProcessLauncher { config, jail },
             pool,
         ))
     }
@@ -94,17 +90,16 @@ impl ProcessLauncher {
             "-m".into(),
             "lh._worker".into(),
         ]);
-        let mut cmd = match (&self.bwrap, self.config.sandbox) {
-            (Some(bwrap), true) => {
-                let mut c = crate::env::seccomp_bwrap(bwrap, &self.seccomp);
-                let p = |x: &Path| x.display().to_string();
+        let mut cmd = match &self.jail {
+            Some(jail) => {
+                let mut c = jail.args();
                 // /tmp first: binds under it come after and stay visible.
                 // No capability inside: a server started as root would otherwise give
                 // its functions every capability in their namespaces (ptrace of the
                 // worker, reading its descriptors through /proc).
                 c.args(["--die-with-parent", "--new-session", "--unshare-all"]);
                 // No user namespace inside: in one, a function would hold capabilities
-                // over what the server's uid owns (cgroups, file capabilities on what it
+                // over what its host user owns (cgroups, file capabilities on what it
                 // writes).
                 c.args(["--unshare-user", "--disable-userns"]);
                 c.args(["--cap-drop", "ALL"]);
@@ -121,10 +116,11 @@ impl ProcessLauncher {
                 c.args(["--ro-bind-try", "/etc/localtime", "/etc/localtime"]);
                 // The worker's own code snapshot, and no other project's code.
                 for ro in [&env.base_prefix, &env.dir, code] {
-                    c.args(["--ro-bind", &p(ro), &p(ro)]);
+                    c.bind(ro, false);
                 }
-                c.args(crate::env::proc_and_dev());
-                c.args(["--bind", &p(dir), &p(dir), "--chdir", &p(dir)]);
+                c.args(proc_and_dev());
+                c.bind(dir, true);
+                c.arg("--chdir").arg(dir);
                 c.args([
                     "--clearenv",
                     "--setenv",
@@ -146,11 +142,10 @@ impl ProcessLauncher {
                 c.args(["--setenv", "LH_PRIVATE_TMP", "1"]);
                 c.args(["--setenv", "LANG", "C.UTF-8", "--"]);
                 c.args(&inner);
-                // Bubblewrap's own environment too, not only its child's: it is the
-                // server's, secrets included, and readable through /proc wherever a
-                // bubblewrap process is in view.
-                c.env_clear();
-                c
+                // Bubblewrap's own environment too, not only its child's (`command`
+                // clears it): it is the server's, secrets included, and readable through
+                // /proc wherever a bubblewrap process is in view.
+                jail.command(c)
             }
             _ => {
                 let mut c = Command::new(&inner[0]);
@@ -200,6 +195,20 @@ impl Launcher for ProcessLauncher {
         }
     }
 
+    /// The sandbox's user writes the call's output into the folder, and reads its
+    /// secrets.
+    fn hand_over(&self, inside: &Path) -> std::io::Result<()> {
+        let Some(jail) = &self.jail else {
+            return Ok(());
+        };
+        jail.give(inside)?;
+        let secrets = inside.join(crate::protocol::SECRETS_FILE);
+        if secrets.exists() {
+            jail.give(&secrets)?;
+        }
+        Ok(())
+    }
+
     async fn start(
         &self,
         env: &Env,
@@ -209,6 +218,9 @@ impl Launcher for ProcessLauncher {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.config.work_root.join(format!("worker-{id}"));
         std::fs::create_dir_all(&dir)?;
+        if let Some(jail) = &self.jail {
+            jail.give(&dir)?;
+        }
         let mut cmd = self.command(env, code, limits, &dir);
         // Sandboxed workers in cgroups of their own: the address space bounds one
         // process, not its children, nor memory it never maps (memfd, /dev/shm).

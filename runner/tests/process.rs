@@ -43,6 +43,7 @@ async fn fixture() -> Fixture {
         sandbox: true,
         idle_timeout: Duration::from_secs(60),
         max_idle: 2,
+        sandbox_user: lh_runner::HostUser::for_sandboxes(lh_runner::HostUser::DEFAULT_ID),
     })
     .unwrap();
     Fixture { dir, rt, env, code }
@@ -265,4 +266,27 @@ async fn the_sandbox_hides_the_host_and_the_network() {
         "{:?}",
         r.outcome
     );
+}
+
+/// On a server started as root, a worker runs as a host user of its own (what it writes
+/// is that user's), never as root by another name; the environment it runs on stays the
+/// server's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_as_a_host_user_of_its_own() {
+    use lh_runner::HostUser;
+    use std::os::unix::fs::MetadataExt;
+    let f = fixture().await;
+    let (r, out) = call(&f, "identity", InvocationKind::Model, &Limits::default()).await;
+    assert_eq!(r.outcome, Outcome::Model { rows: 3 }, "log: {}", r.log);
+    let server = HostUser::server();
+    let owner = std::fs::metadata(&out).unwrap().uid();
+    match HostUser::for_sandboxes(HostUser::DEFAULT_ID) {
+        Some(user) => {
+            assert_eq!(server.uid, 0);
+            assert_eq!(owner, user.uid, "the function's output is its host user's");
+        }
+        None => assert_eq!(owner, server.uid),
+    }
+    let lock = std::fs::metadata(f.env.dir.join("lh-lock.txt")).unwrap();
+    assert_eq!((lock.uid(), lock.gid()), (server.uid, server.gid));
 }

@@ -201,6 +201,7 @@ async fn main() -> Result<()> {
         sandbox: true,
         idle_timeout: Duration::from_secs(600),
         max_idle: 2,
+        sandbox_user: lh_runner::HostUser::for_sandboxes(lh_runner::HostUser::DEFAULT_ID),
     })?;
     let warm_process = warm_calls(
         process.as_ref(),

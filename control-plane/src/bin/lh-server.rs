@@ -110,6 +110,10 @@ pub struct ServerArgs {
     /// source builds' folders), measured while it runs
     #[arg(long, default_value = "32g", value_name = "SIZE", value_parser = parse_size)]
     pub build_disk: u64,
+    /// The host uid and gid that sandboxed functions and package builds run as, when the
+    /// server runs as root (otherwise they run as the server's own user)
+    #[arg(long, default_value_t = lh_runner::HostUser::DEFAULT_ID, value_name = "ID", value_parser = clap::value_parser!(u32).range(1..))]
+    pub sandbox_uid: u32,
     /// Pipeline nodes running at once [default: the number of cores]
     #[arg(long, value_name = "N")]
     pub run_parallelism: Option<usize>,
@@ -337,6 +341,7 @@ fn config(args: ServerArgs) -> ServerConfig {
         memory_bytes: args.build_memory,
         disk_bytes: args.build_disk,
     };
+    config.sandbox_user = lh_runner::HostUser::for_sandboxes(args.sandbox_uid);
     config.env_cache = args.env_cache;
     if let Some(n) = args.run_parallelism {
         config.run_parallelism = n.max(1);

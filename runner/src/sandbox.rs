@@ -1,0 +1,356 @@
+//! The bubblewrap sandbox that every environment build step and every process-runtime
+//! worker runs in: its namespaces, `/proc` and `/dev`, seccomp filter, and the host user
+//! it runs as.
+//!
+//! A server started as root runs its sandboxes as an unprivileged host user of their own
+//! ([`HostUser`], uid 65532 unless told otherwise), never as root by another name: a
+//! check by uid alone (a file's owner, a keyring's, a `/proc` file's) then fails as it
+//! does for any user. That user need not reach the server's folders (`/root/...` is
+//! closed to it): each folder a sandbox binds is mounted by root first, in a mount
+//! namespace of the sandbox's own, at a place the user can reach
+//! (`/run/lh-sandbox/<n>`), and bubblewrap binds it from there. What a sandbox writes
+//! is handed to that user ([`Jail::give`]); what it only reads needs to be readable by
+//! others, as built environments are.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use tokio::process::Command;
+
+use crate::env::find_on_path;
+use crate::error::RunnerError;
+
+/// The uid and gid that sandboxed processes (workers, environment builds) see
+/// themselves as in their user namespace: as the Docker runtime's containers do, a
+/// function never sees itself as the server's user.
+pub(crate) const SANDBOX_ID: &str = "1000";
+
+/// A user of the host, by uid and gid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostUser {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl HostUser {
+    /// The uid and gid sandboxes run as, on a server started as root, unless told
+    /// otherwise (`--sandbox-uid`): distroless's `nonroot`, no account of a Debian system.
+    pub const DEFAULT_ID: u32 = 65532;
+
+    /// The user the server runs as (its effective uid and gid).
+    pub fn server() -> HostUser {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|rest| rest.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(u32::MAX)
+        };
+        HostUser {
+            uid: field("Uid:"),
+            gid: field("Gid:"),
+        }
+    }
+
+    /// Whom sandboxes run as: user and group `id` when the server runs as root (which
+    /// may give its processes any uid), none (the server's own uid, which holds nothing
+    /// of root's) otherwise.
+    pub fn for_sandboxes(id: u32) -> Option<HostUser> {
+        (HostUser::server().uid == 0 && id != 0).then_some(HostUser { uid: id, gid: id })
+    }
+}
+
+/// Where, in a sandbox's own mount namespace, root mounts the folders it binds, for a
+/// sandbox's user to reach them.
+const STAGE: &str = "/run/lh-sandbox";
+
+/// How to start bubblewrap: its binary, the seccomp filter, and (on a root server) the
+/// host user to start it as with the tools that stage its folders.
+#[derive(Debug, Clone)]
+pub(crate) struct Jail {
+    bwrap: PathBuf,
+    seccomp: PathBuf,
+    host: Option<Host>,
+}
+
+#[derive(Debug, Clone)]
+struct Host {
+    user: HostUser,
+    unshare: PathBuf,
+    mount: PathBuf,
+    setpriv: PathBuf,
+}
+
+impl Jail {
+    /// Bubblewrap, its seccomp filter written into `dir` (a folder no sandbox sees), run
+    /// as `user` when there is one.
+    pub(crate) fn new(dir: &Path, user: Option<HostUser>) -> Result<Jail, RunnerError> {
+        let tool = |name: &str, package: &str| {
+            find_on_path(name).ok_or_else(|| {
+                RunnerError::Sandbox(format!(
+                    "sandboxes need {name}, which is not installed (apt-get install {package})"
+                ))
+            })
+        };
+        let bwrap = tool("bwrap", "bubblewrap")?;
+        let host = match user {
+            Some(user) => {
+                std::fs::create_dir_all(STAGE)?;
+                Some(Host {
+                    user,
+                    unshare: tool("unshare", "util-linux")?,
+                    mount: tool("mount", "mount")?,
+                    setpriv: tool("setpriv", "util-linux")?,
+                })
+            }
+            None => None,
+        };
+        Ok(Jail {
+            bwrap,
+            seccomp: write_seccomp(dir)?,
+            host,
+        })
+    }
+
+    /// The host user sandboxes run as, where it is not the server's.
+    pub(crate) fn user(&self) -> Option<HostUser> {
+        self.host.as_ref().map(|h| h.user)
+    }
+
+    /// Hands `path` (a folder a sandbox writes) to the sandbox's user.
+    pub(crate) fn give(&self, path: &Path) -> std::io::Result<()> {
+        match self.user() {
+            Some(u) => std::os::unix::fs::lchown(path, Some(u.uid), Some(u.gid)),
+            None => Ok(()),
+        }
+    }
+
+    /// Hands `dir` and all it holds to the sandbox's user, links not followed.
+    pub(crate) fn give_all(&self, dir: &Path) -> std::io::Result<()> {
+        if self.user().is_none() {
+            return Ok(());
+        }
+        self.give(dir)?;
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                self.give_all(&entry.path())?;
+            } else {
+                self.give(&entry.path())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Arguments for bubblewrap, to be started by [`Jail::command`].
+    pub(crate) fn args(&self) -> Bwrap {
+        Bwrap {
+            args: vec!["--seccomp".into(), "3".into()],
+            staged: Vec::new(),
+            staging: self.host.is_some(),
+        }
+    }
+
+    /// Bubblewrap with `b`'s arguments, under the seccomp filter (opened by a shell as
+    /// descriptor 3), none of the server's variables. On a root server: in a mount
+    /// namespace of its own where root first mounts the folders `b` binds at the stage,
+    /// then as the sandbox's host user with no supplementary group.
+    pub(crate) fn command(&self, b: Bwrap) -> Command {
+        let mut c = match &self.host {
+            None => {
+                let mut c = Command::new("/bin/sh");
+                c.args(["-c", "exec 3< \"$0\" && exec \"$@\""])
+                    .arg(&self.seccomp);
+                c
+            }
+            Some(h) => {
+                let mut c = Command::new(&h.unshare);
+                c.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"]);
+                c.arg(STAGE_SCRIPT)
+                    .arg(&self.seccomp)
+                    .arg(STAGE)
+                    .arg(h.user.uid.to_string())
+                    .arg(h.user.gid.to_string())
+                    .arg(b.staged.len().to_string())
+                    .arg(&h.mount)
+                    .arg(&h.setpriv)
+                    .args(&b.staged);
+                c
+            }
+        };
+        c.arg(&self.bwrap).args(&b.args).env_clear();
+        c
+    }
+}
+
+/// Run by root in the sandbox's new mount namespace: a small tmpfs over the stage, each
+/// folder (or file) to bind mounted at `stage/<n>`, the seccomp filter opened as
+/// descriptor 3, and bubblewrap started as the sandbox's user. Arguments: the filter,
+/// the stage, uid, gid, how many paths, mount, setpriv, the paths, then bubblewrap's
+/// command line.
+const STAGE_SCRIPT: &str = r#"f=$0 st=$1 u=$2 g=$3 n=$4 mnt=$5 sp=$6
+shift 6
+"$mnt" -t tmpfs -o mode=0755,size=64k,nosuid,nodev,noexec lh-stage "$st" || exit 1
+i=0
+while [ "$i" -lt "$n" ]; do
+  if [ -d "$1" ]; then mkdir "$st/$i"; else : > "$st/$i"; fi || exit 1
+  "$mnt" --rbind "$1" "$st/$i" || exit 1
+  i=$((i + 1))
+  shift
+done
+exec 3< "$f" || exit 1
+exec "$sp" --reuid "$u" --regid "$g" --clear-groups -- "$@""#;
+
+/// Bubblewrap's arguments, its binds of the server's folders staged where the sandbox
+/// runs as a user of its own.
+pub(crate) struct Bwrap {
+    args: Vec<OsString>,
+    staged: Vec<PathBuf>,
+    staging: bool,
+}
+
+impl Bwrap {
+    pub(crate) fn arg(&mut self, a: impl Into<OsString>) -> &mut Bwrap {
+        self.args.push(a.into());
+        self
+    }
+
+    pub(crate) fn args<I, S>(&mut self, a: I) -> &mut Bwrap
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(a.into_iter().map(Into::into));
+        self
+    }
+
+    /// Binds `path` (a folder or file of the server's; it must exist) at the same path
+    /// in the sandbox, writable or not.
+    pub(crate) fn bind(&mut self, path: &Path, writable: bool) -> &mut Bwrap {
+        let flag = if writable { "--bind" } else { "--ro-bind" };
+        let source: OsString = if self.staging {
+            self.staged.push(path.to_path_buf());
+            format!("{STAGE}/{}", self.staged.len() - 1).into()
+        } else {
+            path.as_os_str().to_owned()
+        };
+        self.args.push(flag.into());
+        self.args.push(source);
+        self.args.push(path.as_os_str().to_owned());
+        self
+    }
+}
+
+/// A sandbox's `/proc` and `/dev` (bubblewrap arguments, in place of `--proc /proc --dev
+/// /dev`). Where the server runs as root and has no other user to run sandboxes as
+/// ([`HostUser`]), the sandbox's user is root by another name: no capability, but every
+/// check by uid alone passes. So, whoever it is, what the kernel lets root change by
+/// writing a file is read-only (`/proc/sys`: a `core_pattern` would run a program as
+/// the host's root; `/proc/sysrq-trigger`; ...), what tells of the host is masked (its
+/// keyrings, timers, scheduler), and `/dev` is read-only but for a bounded `/dev/shm`
+/// (a tmpfs of no size would take the host's memory). As Docker masks them.
+pub(crate) fn proc_and_dev() -> Vec<String> {
+    let mut c: Vec<String> = Vec::new();
+    let mut args = |a: &[&str]| c.extend(a.iter().map(|s| s.to_string()));
+    args(&["--proc", "/proc"]);
+    for ro in [
+        "/proc/sys",
+        "/proc/sysrq-trigger",
+        "/proc/irq",
+        "/proc/bus",
+        "/proc/fs",
+    ] {
+        args(&["--ro-bind-try", ro, ro]);
+    }
+    for file in [
+        "/proc/keys",
+        "/proc/key-users",
+        "/proc/kcore",
+        "/proc/timer_list",
+        "/proc/sched_debug",
+        "/proc/latency_stats",
+        // Root's alone elsewhere, and helps to exploit the kernel.
+        "/proc/kpageflags",
+        "/proc/kpagecount",
+        "/proc/kpagecgroup",
+        "/proc/slabinfo",
+        "/proc/pagetypeinfo",
+        "/proc/vmallocinfo",
+    ] {
+        if Path::new(file).exists() {
+            args(&["--ro-bind", "/dev/null", file]);
+        }
+    }
+    for dir in ["/proc/acpi", "/proc/scsi"] {
+        if Path::new(dir).is_dir() {
+            args(&["--tmpfs", dir, "--remount-ro", dir]);
+        }
+    }
+    args(&["--dev", "/dev", "--remount-ro", "/dev"]);
+    args(&["--size", &SHM_BYTES.to_string(), "--tmpfs", "/dev/shm"]);
+    c
+}
+
+/// The system calls no sandbox makes, as Docker's default profile refuses them: the
+/// kernel's keyrings (charged to the server's uid, and shared through its session
+/// keyring: a channel between projects that outlives every call) and io_uring (kernel
+/// surface no function needs). Numbers by architecture; the other ABIs of x86-64 (x32,
+/// i386) are refused whole.
+#[cfg(target_arch = "x86_64")]
+const SECCOMP: (u32, &[u32]) = (0xc000_003e, &[248, 249, 250, 425, 426, 427]);
+#[cfg(target_arch = "aarch64")]
+const SECCOMP: (u32, &[u32]) = (0xc000_00b7, &[217, 218, 219, 425, 426, 427]);
+
+/// The seccomp filter of [`SECCOMP`] as classic BPF, what bubblewrap's `--seccomp FD`
+/// reads: other architectures and x32 calls fail, the listed calls fail with EPERM,
+/// anything else is allowed.
+fn seccomp_filter() -> Vec<u8> {
+    const LD_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const JGE: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    const RET: u16 = 0x06; // BPF_RET | BPF_K
+    const ALLOW: u32 = 0x7fff_0000;
+    const EPERM: u32 = 0x0005_0000 | 1;
+    let (arch, calls) = SECCOMP;
+    let n = calls.len() as u8;
+    let mut prog: Vec<(u16, u8, u8, u32)> = vec![
+        (LD_ABS, 0, 0, 4), // seccomp_data.arch
+        // Another architecture: to the refusal at the end.
+        (JEQ, 0, n + 3, arch),
+        (LD_ABS, 0, 0, 0), // seccomp_data.nr
+        // x32's calls (the same architecture, numbers from 0x40000000).
+        (JGE, n + 1, 0, 0x4000_0000),
+    ];
+    for (i, nr) in calls.iter().enumerate() {
+        prog.push((JEQ, n - i as u8, 0, *nr));
+    }
+    prog.push((RET, 0, 0, ALLOW));
+    prog.push((RET, 0, 0, EPERM));
+    prog.iter()
+        .flat_map(|(code, jt, jf, k)| {
+            let mut b = code.to_ne_bytes().to_vec();
+            b.extend([*jt, *jf]);
+            b.extend(k.to_ne_bytes());
+            b
+        })
+        .collect()
+}
+
+/// Writes the seccomp filter into `dir` (a folder no sandbox sees: one that could
+/// write it could lift the filter), once; its path.
+pub(crate) fn write_seccomp(dir: &Path) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let file = dir.join(".lh-seccomp.bpf");
+    let filter = seccomp_filter();
+    if std::fs::read(&file).ok().as_deref() != Some(filter.as_slice()) {
+        let tmp = dir.join(format!(".lh-seccomp-{}.tmp", uuid::Uuid::new_v4().simple()));
+        std::fs::write(&tmp, &filter)?;
+        std::fs::rename(&tmp, &file)?;
+    }
+    Ok(file)
+}
+
+/// A sandbox's `/dev/shm` (POSIX shared memory, multiprocessing's semaphores).
+const SHM_BYTES: u64 = 64 << 20;

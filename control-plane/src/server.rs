@@ -413,7 +413,12 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
         runs.clone(),
         protected.clone(),
     ));
+    let rest_catalog = Arc::new(crate::tables::rest_catalog::RestCatalog::new(
+        tables.clone(),
+        namespaces.clone(),
+    ));
     Ok(AppState {
+        rest_catalog,
         refs,
         secrets,
         merger,

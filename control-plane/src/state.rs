@@ -28,6 +28,8 @@ pub struct AppState {
     pub refs: Arc<crate::runs::refs::Refs>,
     /// The Iceberg REST catalog's namespaces.
     pub namespaces: Arc<Namespaces>,
+    /// The Iceberg REST catalog: namespaces and tables at a ref, for a caller.
+    pub rest_catalog: Arc<crate::tables::rest_catalog::RestCatalog>,
     pub info: lh_api::ServerInfo,
     /// The protected branches (also checked by the table service's commits).
     pub protected: Arc<crate::auth::protected::ProtectedBranches>,

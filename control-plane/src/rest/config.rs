@@ -4,9 +4,8 @@
 use axum::Json;
 use axum::extract::State;
 
-use super::names::named;
 use super::types::{ConfigQuery, Params};
-use crate::auth::{Action, Identity};
+use crate::auth::Identity;
 use crate::http::IcebergResult;
 use crate::state::AppState;
 
@@ -16,8 +15,7 @@ pub async fn config(
     Params(q): Params<ConfigQuery>,
 ) -> IcebergResult<Json<serde_json::Value>> {
     let warehouse = lh_catalog::ref_or_default(q.warehouse);
-    identity.require_ref(Action::Read, &warehouse, "reading its catalog")?;
-    named(&s, &warehouse).await?;
+    s.rest_catalog.config_for(&identity, &warehouse).await?;
     let prefix = url::form_urlencoded::byte_serialize(warehouse.as_bytes()).collect::<String>();
     let endpoints = [
         "GET /v1/{prefix}/namespaces",

@@ -20,6 +20,7 @@ mod guarded;
 pub mod namespaces;
 pub mod partition;
 pub mod rebase;
+pub mod rest_catalog;
 pub mod retention;
 pub mod snapshot;
 pub mod staging;

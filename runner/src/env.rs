@@ -375,10 +375,10 @@ fn own_groups() -> Option<[Option<PathBuf>; 3]> {
     Some([pids, mem, unified])
 }
 
-/// Removes the empty cgroups that servers no longer running left next to this one's
-/// (a server killed before it could remove its builds' and workers' groups), and those
-/// of older servers (no pid in the name) untouched for an hour. A group of a running
-/// server, or one that still holds a process, stays. Returns how many went.
+/// Removes the cgroups that servers no longer running left next to this one's (a server
+/// killed before it could remove its builds' and workers' groups), killing what still
+/// runs in them, and the empty ones of older servers (no pid in the name) untouched for
+/// an hour. A running server's groups stay. Returns how many went.
 pub fn sweep_build_groups() -> usize {
     let Some(parents) = own_groups() else {
         return 0;
@@ -393,18 +393,34 @@ pub fn sweep_build_groups() -> usize {
             let Some(rest) = name.strip_prefix("lh-build-") else {
                 continue;
             };
-            let gone = match rest.split_once('-') {
-                Some((pid, _)) => pid.parse::<u32>().is_ok_and(|pid| {
-                    pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
-                }),
-                None => e
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.elapsed().ok())
-                    .is_some_and(|age| age > std::time::Duration::from_secs(3600)),
-            };
-            if gone && std::fs::remove_dir(e.path()).is_ok() {
+            let path = e.path();
+            match rest.split_once('-') {
+                // A dead server's: what its sandboxes left running goes with its groups
+                // (dropped, a group kills what is in it, then goes).
+                Some((pid, _)) => {
+                    let dead = pid.parse::<u32>().is_ok_and(|pid| {
+                        pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
+                    });
+                    if dead {
+                        drop(BuildGroups {
+                            dirs: vec![path.clone()],
+                        });
+                    }
+                }
+                // An older server's, whose pid is not known: only when empty and old.
+                None => {
+                    let old = e
+                        .metadata()
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|t| t.elapsed().ok())
+                        .is_some_and(|age| age > std::time::Duration::from_secs(3600));
+                    if old {
+                        let _ = std::fs::remove_dir(&path);
+                    }
+                }
+            }
+            if !path.exists() {
                 removed += 1;
             }
         }
@@ -440,8 +456,37 @@ impl BuildGroups {
     }
 }
 
+impl BuildGroups {
+    /// Kills every process in these groups until none is left (one may fork while the
+    /// others die; the pids limit bounds how many). Stopping a sandbox does not rest on
+    /// its processes' parent-death signals, which their own code could clear.
+    pub(crate) fn kill_all(&self) {
+        use rustix::process::{Pid, Signal, kill_process};
+        for _ in 0..500 {
+            let mut any = false;
+            for dir in &self.dirs {
+                let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                for pid in procs
+                    .split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok())
+                {
+                    if let Some(pid) = Pid::from_raw(pid) {
+                        any = true;
+                        let _ = kill_process(pid, Signal::KILL);
+                    }
+                }
+            }
+            if !any {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
 impl Drop for BuildGroups {
     fn drop(&mut self) {
+        self.kill_all();
         for dir in &self.dirs {
             // A step killed a moment ago may still be leaving.
             for _ in 0..50 {
@@ -859,10 +904,12 @@ impl Sandbox<'_> {
                     "--disable-userns",
                     "--cap-drop",
                     "ALL",
-                    // A package's code runs here: PID 1 is the step itself, as an
-                    // unprivileged user, and bubblewrap holds none of the server's
-                    // variables (`env_clear` below).
-                    "--as-pid-1",
+                    // A package's code runs here, as an unprivileged user. PID 1 is
+                    // bubblewrap's own init (none of the server's variables: its
+                    // environment is cleared), which no code of the step can reach
+                    // (no ptrace), and which dies with the step's bubblewrap: the
+                    // whole PID namespace with it, whatever the step's processes did
+                    // to their own parent-death signals.
                     "--uid",
                     SANDBOX_ID,
                     "--gid",
@@ -1427,18 +1474,33 @@ fn read_only(dir: &Path, owner: HostUser) -> std::io::Result<()> {
 
 /// Removes an environment folder, read-only or not.
 pub fn remove_env(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    fn writable(dir: &Path) {
-        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
-        if let Ok(entries) = std::fs::read_dir(dir) {
-            for e in entries.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    writable(&e.path());
-                }
+    use rustix::fs::{CWD, Mode, OFlags, openat};
+    let folder = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    /// Makes the folder `dir` and every folder under it writable by its owner, through
+    /// opened folders only: a link swapped in meanwhile (by a sandbox's process, were
+    /// one left) is never followed, so nothing outside is ever made writable.
+    fn writable(dir: rustix::fd::OwnedFd, depth: usize) {
+        use rustix::fs::{Dir, FileType, Mode, OFlags, fchmod, openat};
+        let folder = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let _ = fchmod(&dir, Mode::from_raw_mode(0o755));
+        let Ok(entries) = Dir::read_from(&dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let maybe_folder = matches!(e.file_type(), FileType::Directory | FileType::Unknown);
+            if name == c"." || name == c".." || !maybe_folder || depth > 512 {
+                continue;
+            }
+            if let Ok(sub) = openat(&dir, name, folder, Mode::empty()) {
+                writable(sub, depth + 1);
             }
         }
     }
-    writable(dir);
+    if let Ok(top) = openat(CWD, dir, folder, Mode::empty()) {
+        writable(top, 0);
+    }
+    // `remove_dir_all` does not follow links either.
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -1584,6 +1646,16 @@ async fn output_within(
     // The build's folders, measured while the step runs: past the build's disk, the
     // step is stopped (its processes killed when `all` is dropped).
     let (dirs, tasks, most) = (limits.watched(), limits.tasks(), limits.disk_bytes);
+    // Whatever ends the step, nothing of it outlives it: its processes are killed by
+    // their cgroups before the server reads or removes a folder they wrote.
+    struct Ended<'a>(&'a BuildLimits);
+    impl Drop for Ended<'_> {
+        fn drop(&mut self) {
+            if let Some(groups) = &self.0.groups {
+                groups.kill_all();
+            }
+        }
+    }
     let measure = || {
         let (dirs, tasks) = (dirs.clone(), tasks.clone());
         tokio::task::spawn_blocking(move || disk_used(&dirs, tasks.as_deref()))
@@ -1606,6 +1678,7 @@ async fn output_within(
     };
     // Once more when the step ends: a step shorter than a measurement's interval is
     // measured too.
+    let stopped = Ended(limits);
     let ended = match tokio::time::timeout(timeout, bounded).await {
         Ok(Ok(out)) => match measure().await.unwrap_or(u64::MAX) {
             used if used > most => Ok(Err(used)),
@@ -1613,6 +1686,7 @@ async fn output_within(
         },
         other => other,
     };
+    drop(stopped);
     match ended {
         Ok(Ok(out)) => out.map_err(failed),
         Ok(Err(used)) if used == u64::MAX => Err(RunnerError::Environment(format!(
@@ -1720,6 +1794,86 @@ mod tests {
         drop(groups);
         for d in dirs {
             assert!(!d.exists(), "{} left behind", d.display());
+        }
+    }
+
+    /// Dropped, a build's groups kill what is still in them (a process that left its
+    /// parent's death behind, say) and go.
+    #[test]
+    fn dropped_groups_kill_what_is_left_in_them() {
+        use std::io::BufRead;
+        let groups = BuildGroups::new(16, None).expect("the server may make cgroups");
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args(["-c", "sleep 300 & echo $!; exec sleep 300"]);
+        let mut child = groups
+            .join(&cmd)
+            .into_std()
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let orphan = format!("/proc/{}", line.trim());
+        assert!(Path::new(&orphan).exists());
+        let dirs = groups.dirs.clone();
+        drop(groups);
+        assert!(child.wait().unwrap().code().is_none(), "killed");
+        for _ in 0..100 {
+            if !Path::new(&orphan).exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(!Path::new(&orphan).exists(), "the orphan lived on");
+        for d in dirs {
+            assert!(!d.exists(), "{} left behind", d.display());
+        }
+    }
+
+    /// Removing a folder a sandbox wrote never makes anything outside it writable, even
+    /// while a process swaps a folder in it for a link elsewhere.
+    #[test]
+    fn removing_a_folder_follows_no_link_swapped_in() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::create_dir_all(victim.join("inner")).unwrap();
+        for d in [&victim, &victim.join("inner")] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        for round in 0..200 {
+            let env = dir.path().join(format!("env-{round}"));
+            let a = env.join("a");
+            std::fs::create_dir_all(a.join("sub")).unwrap();
+            for d in [&env, &a, &a.join("sub")] {
+                std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o555)).unwrap();
+            }
+            std::fs::set_permissions(&env, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let swapper = {
+                let (env, victim, stop) = (env.clone(), victim.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let (a, moved) = (env.join("a"), env.join("a.moved"));
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        if std::fs::rename(&a, &moved).is_ok() {
+                            let _ = std::os::unix::fs::symlink(&victim, &a);
+                            std::thread::yield_now();
+                            let _ = std::fs::remove_file(&a);
+                            let _ = std::fs::rename(&moved, &a);
+                        }
+                    }
+                })
+            };
+            remove_env(&env);
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            swapper.join().unwrap();
+            remove_env(&env);
+        }
+        for d in [&victim, &victim.join("inner")] {
+            let mode = std::fs::metadata(d).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{} was made {mode:o}", d.display());
         }
     }
 

@@ -69,7 +69,16 @@ impl PooledRuntime<ProcessLauncher> {
 }
 
 impl ProcessLauncher {
-    fn command(&self, env: &Env, code: &Path, limits: &Limits, dir: &Path) -> Command {
+    /// The worker's command, its sandbox run as host user `user` (a lease; none: the
+    /// jail's own).
+    fn command(
+        &self,
+        env: &Env,
+        code: &Path,
+        limits: &Limits,
+        dir: &Path,
+        user: Option<HostUser>,
+    ) -> Command {
         let mut inner: Vec<String> = Vec::new();
         // The address space, and the size of any one file (a file unlinked while open
         // escapes the folder's measure, not this).
@@ -103,11 +112,14 @@ impl ProcessLauncher {
                 // writes).
                 c.args(["--unshare-user", "--disable-userns"]);
                 c.args(["--cap-drop", "ALL"]);
-                // The sandbox's PID 1 is the worker itself, not a forked bubblewrap:
-                // every process in the namespace can read PID 1's /proc entries
-                // (environ, cmdline). And as an unprivileged user: the server's uid
-                // (root, say) is not what a function sees itself as.
-                c.args(["--as-pid-1", "--uid", SANDBOX_ID, "--gid", SANDBOX_ID]);
+                // As an unprivileged user: the server's uid (root, say) is not what a
+                // function sees itself as. PID 1 is bubblewrap's own init, not the
+                // worker: a package's `.pth` runs in the worker at its start and could
+                // clear the worker's parent-death signal, never the init's (no ptrace),
+                // which dies with the worker's bubblewrap and takes the whole PID
+                // namespace with it. Its environment is cleared (`Jail::command`), so
+                // its /proc entries tell nothing of the server.
+                c.args(["--uid", SANDBOX_ID, "--gid", SANDBOX_ID]);
                 c.args(["--size", &TMP_BYTES.to_string(), "--tmpfs", "/tmp"]);
                 for sys in ["/usr", "/bin", "/lib", "/lib64", "/sbin"] {
                     c.args(["--ro-bind-try", sys, sys]);
@@ -145,7 +157,7 @@ impl ProcessLauncher {
                 // Bubblewrap's own environment too, not only its child's (`command`
                 // clears it): it is the server's, secrets included, and readable through
                 // /proc wherever a bubblewrap process is in view.
-                jail.command(c)
+                jail.command_as(c, user)
             }
             _ => {
                 let mut c = Command::new(&inner[0]);
@@ -168,7 +180,10 @@ impl ProcessLauncher {
 /// make them): its memory, `/dev/shm` and memfd pages included, and its processes.
 pub struct Sandboxed {
     child: Child,
-    _groups: Option<crate::env::BuildGroups>,
+    groups: Option<crate::env::BuildGroups>,
+    /// The host user it runs as, free for another worker once the groups are empty
+    /// (fields drop in order).
+    _lease: Option<crate::sandbox::Lease>,
 }
 
 /// The processes and threads of one worker together (its calls' children included).
@@ -198,13 +213,26 @@ impl Launcher for ProcessLauncher {
     /// The sandbox's user writes the call's output into the folder, and reads its
     /// secrets.
     fn hand_over(&self, inside: &Path) -> std::io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
         let Some(jail) = &self.jail else {
             return Ok(());
         };
-        jail.give(inside)?;
+        if jail.user().is_none() {
+            return Ok(());
+        }
+        // The worker's user: the one its folder was handed to.
+        let worker = inside
+            .parent()
+            .map(std::fs::symlink_metadata)
+            .transpose()?
+            .map(|m| HostUser {
+                uid: m.uid(),
+                gid: m.gid(),
+            });
+        jail.give_to(inside, worker)?;
         let secrets = inside.join(crate::protocol::SECRETS_FILE);
         if secrets.exists() {
-            jail.give(&secrets)?;
+            jail.give_to(&secrets, worker)?;
         }
         Ok(())
     }
@@ -218,10 +246,17 @@ impl Launcher for ProcessLauncher {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.config.work_root.join(format!("worker-{id}"));
         std::fs::create_dir_all(&dir)?;
+        // A host user of the worker's own: what the kernel counts per user (processes,
+        // inotify instances, pipe buffers) no worker takes from another.
+        let lease = match &self.jail {
+            Some(jail) => jail.lease()?,
+            None => None,
+        };
+        let user = lease.as_ref().map(|l| l.user);
         if let Some(jail) = &self.jail {
-            jail.give(&dir)?;
+            jail.give_to(&dir, user)?;
         }
-        let mut cmd = self.command(env, code, limits, &dir);
+        let mut cmd = self.command(env, code, limits, &dir, user);
         // Sandboxed workers in cgroups of their own: the address space bounds one
         // process, not its children, nor memory it never maps (memfd, /dev/shm).
         let groups = match self.config.sandbox {
@@ -261,7 +296,8 @@ impl Launcher for ProcessLauncher {
             .ok_or_else(|| RunnerError::Worker("no stderr".into()))?;
         let handle = Sandboxed {
             child,
-            _groups: groups,
+            groups,
+            _lease: lease,
         };
         Ok(Worker::piped(handle, dir, stdin, stdout, stderr))
     }
@@ -271,6 +307,10 @@ impl Launcher for ProcessLauncher {
         let _ = worker.handle.child.start_kill();
         tokio::spawn(async move {
             let _ = worker.handle.child.wait().await;
+            // Nothing of the worker is left running when its folder goes.
+            if let Some(groups) = &worker.handle.groups {
+                groups.kill_all();
+            }
             let _ = std::fs::remove_dir_all(&worker.dir);
         });
     }

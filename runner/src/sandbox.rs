@@ -2,18 +2,22 @@
 //! worker runs in: its namespaces, `/proc` and `/dev`, seccomp filter, and the host user
 //! it runs as.
 //!
-//! A server started as root runs its sandboxes as an unprivileged host user of their own
-//! ([`HostUser`], uid 65532 unless told otherwise), never as root by another name: a
-//! check by uid alone (a file's owner, a keyring's, a `/proc` file's) then fails as it
-//! does for any user. That user need not reach the server's folders (`/root/...` is
+//! A server started as root runs its sandboxes as unprivileged host users of their own
+//! ([`HostUser`]: 65,536 ids from 1879048192 unless told otherwise; builds run as the
+//! first, each process-runtime worker as one of the others, leased for its life), never
+//! as root by another name: a check by uid alone (a file's owner, a keyring's, a `/proc`
+//! file's) then fails as it does for any user, and what the kernel counts per user
+//! (processes, inotify instances, pipe buffers, pending signals) is each worker's own. That user need not reach the server's folders (`/root/...` is
 //! closed to it): each folder a sandbox binds is mounted by root first, in a mount
 //! namespace of the sandbox's own, at a place the user can reach
 //! (`/run/lh-sandbox/<n>`), and bubblewrap binds it from there. What a sandbox writes
 //! is handed to that user ([`Jail::give`]); what it only reads needs to be readable by
 //! others, as built environments are.
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use tokio::process::Command;
 
@@ -33,9 +37,12 @@ pub struct HostUser {
 }
 
 impl HostUser {
-    /// The uid and gid sandboxes run as, on a server started as root, unless told
-    /// otherwise (`--sandbox-uid`): distroless's `nonroot`, no account of a Debian system.
-    pub const DEFAULT_ID: u32 = 65532;
+    /// The first of the ids sandboxes run as, on a server started as root, unless told
+    /// otherwise (`--sandbox-uid`): far above any account's or any user's subordinate
+    /// ids on a Debian system, below 2^31.
+    pub const DEFAULT_ID: u32 = 1_879_048_192;
+    /// How many ids from the first sandboxes take: builds the first, workers the others.
+    pub const IDS: u32 = 65_536;
 
     /// The user the server runs as (its effective uid and gid).
     pub fn server() -> HostUser {
@@ -54,11 +61,12 @@ impl HostUser {
         }
     }
 
-    /// Whom sandboxes run as: user and group `id` when the server runs as root (which
-    /// may give its processes any uid), none (the server's own uid, which holds nothing
-    /// of root's) otherwise.
+    /// Whom sandboxes run as: users and groups from `id` on when the server runs as root
+    /// (which may give its processes any uid), none (the server's own uid, which holds
+    /// nothing of root's) otherwise.
     pub fn for_sandboxes(id: u32) -> Option<HostUser> {
-        (HostUser::server().uid == 0 && id != 0).then_some(HostUser { uid: id, gid: id })
+        let fits = id != 0 && id.checked_add(HostUser::IDS).is_some();
+        (HostUser::server().uid == 0 && fits).then_some(HostUser { uid: id, gid: id })
     }
 }
 
@@ -73,6 +81,26 @@ pub(crate) struct Jail {
     bwrap: PathBuf,
     seccomp: PathBuf,
     host: Option<Host>,
+    /// The ids (offsets from the first) that workers hold now.
+    leased: Arc<Mutex<BTreeSet<u32>>>,
+}
+
+/// A host user a worker runs as for its life: another worker gets it only once this is
+/// dropped (after the worker's processes are gone).
+#[derive(Debug)]
+pub(crate) struct Lease {
+    pub(crate) user: HostUser,
+    offset: u32,
+    leased: Arc<Mutex<BTreeSet<u32>>>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.leased
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.offset);
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -111,7 +139,35 @@ impl Jail {
             bwrap,
             seccomp: write_seccomp(dir)?,
             host,
+            leased: Arc::default(),
         })
+    }
+
+    /// A host user of its own for a worker (none where sandboxes run as the server's
+    /// uid); an error when every id is held.
+    pub(crate) fn lease(&self) -> Result<Option<Lease>, RunnerError> {
+        let Some(host) = &self.host else {
+            return Ok(None);
+        };
+        let mut leased = self
+            .leased
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let offset = (1..HostUser::IDS)
+            .find(|o| !leased.contains(o))
+            .ok_or_else(|| {
+                RunnerError::Sandbox(format!(
+                    "all {} sandbox ids are in use by workers",
+                    HostUser::IDS - 1
+                ))
+            })?;
+        leased.insert(offset);
+        let id = host.user.uid + offset;
+        Ok(Some(Lease {
+            user: HostUser { uid: id, gid: id },
+            offset,
+            leased: self.leased.clone(),
+        }))
     }
 
     /// The host user sandboxes run as, where it is not the server's.
@@ -121,7 +177,12 @@ impl Jail {
 
     /// Hands `path` (a folder a sandbox writes) to the sandbox's user.
     pub(crate) fn give(&self, path: &Path) -> std::io::Result<()> {
-        match self.user() {
+        self.give_to(path, self.user())
+    }
+
+    /// Hands `path` to `user` (none: the server keeps it).
+    pub(crate) fn give_to(&self, path: &Path, user: Option<HostUser>) -> std::io::Result<()> {
+        match user {
             Some(u) => std::os::unix::fs::lchown(path, Some(u.uid), Some(u.gid)),
             None => Ok(()),
         }
@@ -158,6 +219,12 @@ impl Jail {
     /// namespace of its own where root first mounts the folders `b` binds at the stage,
     /// then as the sandbox's host user with no supplementary group.
     pub(crate) fn command(&self, b: Bwrap) -> Command {
+        self.command_as(b, self.user())
+    }
+
+    /// [`Jail::command`], as host user `user` rather than the first id (a worker's
+    /// lease).
+    pub(crate) fn command_as(&self, b: Bwrap, user: Option<HostUser>) -> Command {
         let mut c = match &self.host {
             None => {
                 let mut c = Command::new("/bin/sh");
@@ -171,8 +238,8 @@ impl Jail {
                 c.arg(STAGE_SCRIPT)
                     .arg(&self.seccomp)
                     .arg(STAGE)
-                    .arg(h.user.uid.to_string())
-                    .arg(h.user.gid.to_string())
+                    .arg(user.unwrap_or(h.user).uid.to_string())
+                    .arg(user.unwrap_or(h.user).gid.to_string())
                     .arg(b.staged.len().to_string())
                     .arg(&h.mount)
                     .arg(&h.setpriv)
@@ -180,7 +247,11 @@ impl Jail {
                 c
             }
         };
-        c.arg(&self.bwrap).args(&b.args).env_clear();
+        // Nothing of the server's environment, nor its folder (a shell exports `PWD`).
+        c.arg(&self.bwrap)
+            .args(&b.args)
+            .env_clear()
+            .current_dir("/");
         c
     }
 }
@@ -293,15 +364,23 @@ pub(crate) fn proc_and_dev() -> Vec<String> {
     c
 }
 
-/// The system calls no sandbox makes, as Docker's default profile refuses them: the
-/// kernel's keyrings (charged to the server's uid, and shared through its session
-/// keyring: a channel between projects that outlives every call) and io_uring (kernel
-/// surface no function needs). Numbers by architecture; the other ABIs of x86-64 (x32,
-/// i386) are refused whole.
+/// The system calls no sandbox makes: the kernel's keyrings (charged to the sandbox's
+/// host user, and shared through its session keyring: a channel between projects that
+/// outlives every call) and io_uring (kernel surface no function needs), as Docker's
+/// default profile refuses them; and reaching into another process of the sandbox
+/// (`ptrace`, `process_vm_readv`/`writev`, `pidfd_getfd`): a package's build code could
+/// otherwise make uv, its parent, drop its parent-death signal and outlive its step.
+/// Numbers by architecture; the other ABIs of x86-64 (x32, i386) are refused whole.
 #[cfg(target_arch = "x86_64")]
-const SECCOMP: (u32, &[u32]) = (0xc000_003e, &[248, 249, 250, 425, 426, 427]);
+const SECCOMP: (u32, &[u32]) = (
+    0xc000_003e,
+    &[248, 249, 250, 425, 426, 427, 101, 310, 311, 438],
+);
 #[cfg(target_arch = "aarch64")]
-const SECCOMP: (u32, &[u32]) = (0xc000_00b7, &[217, 218, 219, 425, 426, 427]);
+const SECCOMP: (u32, &[u32]) = (
+    0xc000_00b7,
+    &[217, 218, 219, 425, 426, 427, 117, 270, 271, 438],
+);
 
 /// The seccomp filter of [`SECCOMP`] as classic BPF, what bubblewrap's `--seccomp FD`
 /// reads: other architectures and x32 calls fail, the listed calls fail with EPERM,
@@ -354,3 +433,36 @@ pub(crate) fn write_seccomp(dir: &Path) -> std::io::Result<PathBuf> {
 
 /// A sandbox's `/dev/shm` (POSIX shared memory, multiprocessing's semaphores).
 const SHM_BYTES: u64 = 64 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Workers hold ids of their own, past the first; one freed goes to the next worker.
+    #[test]
+    fn workers_lease_ids_of_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = HostUser {
+            uid: 2_000_000_000,
+            gid: 2_000_000_000,
+        };
+        let jail = Jail::new(dir.path(), Some(first)).unwrap();
+        let a = jail.lease().unwrap().unwrap();
+        let b = jail.lease().unwrap().unwrap();
+        assert_ne!(a.user, b.user);
+        for u in [a.user, b.user] {
+            assert!(u.uid > first.uid && u.uid < first.uid + HostUser::IDS && u.gid == u.uid);
+        }
+        let freed = a.user;
+        drop(a);
+        assert_eq!(jail.lease().unwrap().unwrap().user, freed);
+        // A server that is not root leases nothing: its sandboxes are its own uid.
+        assert!(
+            Jail::new(dir.path(), None)
+                .unwrap()
+                .lease()
+                .unwrap()
+                .is_none()
+        );
+    }
+}

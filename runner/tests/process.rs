@@ -269,8 +269,8 @@ async fn the_sandbox_hides_the_host_and_the_network() {
 }
 
 /// On a server started as root, a worker runs as a host user of its own (what it writes
-/// is that user's), never as root by another name; the environment it runs on stays the
-/// server's.
+/// is that user's), never as root by another name, nor as another worker's user; the
+/// environment it runs on stays the server's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_runs_as_a_host_user_of_its_own() {
     use lh_runner::HostUser;
@@ -281,9 +281,13 @@ async fn a_worker_runs_as_a_host_user_of_its_own() {
     let server = HostUser::server();
     let owner = std::fs::metadata(&out).unwrap().uid();
     match HostUser::for_sandboxes(HostUser::DEFAULT_ID) {
-        Some(user) => {
+        Some(first) => {
             assert_eq!(server.uid, 0);
-            assert_eq!(owner, user.uid, "the function's output is its host user's");
+            // A worker's own id, past the first (the builds').
+            assert!(
+                owner > first.uid && owner < first.uid + HostUser::IDS,
+                "the function's output is its worker's host user's: {owner}"
+            );
         }
         None => assert_eq!(owner, server.uid),
     }

@@ -110,9 +110,10 @@ pub struct ServerArgs {
     /// source builds' folders), measured while it runs
     #[arg(long, default_value = "32g", value_name = "SIZE", value_parser = parse_size)]
     pub build_disk: u64,
-    /// The host uid and gid that sandboxed functions and package builds run as, when the
-    /// server runs as root (otherwise they run as the server's own user)
-    #[arg(long, default_value_t = lh_runner::HostUser::DEFAULT_ID, value_name = "ID", value_parser = clap::value_parser!(u32).range(1..))]
+    /// The first of 65,536 host uids (and gids) that sandboxes run as when the server runs
+    /// as root: package builds as this one, each process-runtime worker as one of the
+    /// others (otherwise they run as the server's own user)
+    #[arg(long, default_value_t = lh_runner::HostUser::DEFAULT_ID, value_name = "ID", value_parser = clap::value_parser!(u32).range(1..=i64::from(u32::MAX - lh_runner::HostUser::IDS)))]
     pub sandbox_uid: u32,
     /// Pipeline nodes running at once [default: the number of cores]
     #[arg(long, value_name = "N")]

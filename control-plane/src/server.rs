@@ -513,6 +513,7 @@ async fn runs_service(
                     default_memory: 4 << 30,
                     remote: !addr.is_local(),
                     cache_idle: lh_runner::docker::CACHE_IDLE,
+                    sandbox_ids: config.sandbox_user,
                 },
             )
             .await?;

@@ -56,7 +56,21 @@ pub struct DockerConfig {
     /// A remote engine's cache volumes (environments, code snapshots) that this server
     /// has not used for this long, and no container uses, are removed.
     pub cache_idle: Duration,
+    /// The first of the host ids containers run as, each container one of the 65,535
+    /// after it of its own, leased on this host (`--sandbox-uid`; a root server's); none:
+    /// every container runs as uid 1000.
+    pub sandbox_ids: Option<crate::HostUser>,
 }
+
+/// A worker's container: its name, and the host id it runs as, free for another once
+/// the container is removed.
+pub struct Container {
+    name: String,
+    _lease: Option<crate::sandbox::Lease>,
+}
+
+/// The uid and gid a container runs as without a lease of its own.
+const CONTAINER_ID: u32 = 1000;
 
 /// How long a remote engine keeps a cache volume nobody uses: a day.
 pub const CACHE_IDLE: Duration = Duration::from_secs(24 * 3600);
@@ -391,6 +405,7 @@ impl DockerLauncher {
         code: &Path,
         limits: &Limits,
         name: &str,
+        user: u32,
     ) -> Result<Mounts, RunnerError> {
         let image = self.image(&env.python_version);
         let env_volume = format!("lh-env-{}", short_hash(&env.key));
@@ -408,7 +423,7 @@ impl DockerLauncher {
                     ("device".to_string(), "tmpfs".to_string()),
                     (
                         "o".to_string(),
-                        format!("size={size},uid=1000,gid=1000,mode=0700,nosuid,nodev"),
+                        format!("size={size},uid={user},gid={user},mode=0700,nosuid,nodev"),
                     ),
                 ])),
                 labels: Some(HashMap::from([(
@@ -595,7 +610,13 @@ impl DockerLauncher {
     }
 
     /// The container's settings: the mounts, the isolation and the limits.
-    fn container(&self, env: &Env, limits: &Limits, mounts: Mounts) -> ContainerCreateBody {
+    fn container(
+        &self,
+        env: &Env,
+        limits: &Limits,
+        mounts: Mounts,
+        user: u32,
+    ) -> ContainerCreateBody {
         let memory = limits.memory_bytes.unwrap_or(self.config.default_memory) as i64;
         let (binds, mounts) = match mounts {
             // The environment, the container's own code snapshot (and no other
@@ -659,7 +680,7 @@ impl DockerLauncher {
         };
         ContainerCreateBody {
             image: Some(self.image(&env.python_version)),
-            user: Some("1000:1000".into()),
+            user: Some(format!("{user}:{user}")),
             // The container's /tmp is its own: the harness empties it between calls.
             env: Some(vec![
                 format!("PYTHONPATH={ENV}"),
@@ -688,7 +709,7 @@ impl DockerLauncher {
 #[async_trait::async_trait]
 impl Launcher for DockerLauncher {
     /// The container's id.
-    type Handle = String;
+    type Handle = Container;
 
     const NAME: &'static str = "docker";
     const NOUN: &'static str = "container";
@@ -700,7 +721,7 @@ impl Launcher for DockerLauncher {
         env: &Env,
         code: &Path,
         limits: &Limits,
-    ) -> Result<Worker<String>, RunnerError> {
+    ) -> Result<Worker<Container>, RunnerError> {
         if !self.has_image(&env.python_version).await {
             return Err(RunnerError::Sandbox(format!(
                 "the runtime image {} does not exist: build it with `make images` (images/build.sh)",
@@ -708,6 +729,13 @@ impl Launcher for DockerLauncher {
             )));
         }
         let site = site_packages(&env.dir)?;
+        // A host id of the container's own: what the kernel counts per user (processes,
+        // inotify instances, pipe buffers) no container takes from another.
+        let lease = match &self.config.sandbox_ids {
+            Some(first) => Some(crate::sandbox::Ids::new(*first).lease()?),
+            None => None,
+        };
+        let user = lease.as_ref().map_or(CONTAINER_ID, |l| l.user.uid);
         let unique = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.config.work_root.join(format!("container-{unique}"));
         std::fs::create_dir_all(&dir)?;
@@ -722,7 +750,10 @@ impl Launcher for DockerLauncher {
         loop {
             attempts += 1;
             let mounts = if self.config.remote {
-                match self.remote_volumes(env, &site, code, limits, &name).await {
+                match self
+                    .remote_volumes(env, &site, code, limits, &name, user)
+                    .await
+                {
                     Ok(m) => m,
                     Err(e) => {
                         let _ = std::fs::remove_dir_all(&dir);
@@ -740,7 +771,7 @@ impl Launcher for DockerLauncher {
                 Mounts::Volumes { env, code, .. } => vec![env.clone(), code.clone()],
                 Mounts::Host { .. } => Vec::new(),
             };
-            let body = self.container(env, limits, mounts);
+            let body = self.container(env, limits, mounts, user);
             if let Err(e) = self
                 .docker
                 .create_container(
@@ -805,7 +836,11 @@ impl Launcher for DockerLauncher {
             }
         };
         // One stream carries both stdout and stderr, in frames.
-        let (worker, mut out) = Worker::wire(id, dir, attached.input);
+        let container = Container {
+            name: id,
+            _lease: lease,
+        };
+        let (worker, mut out) = Worker::wire(container, dir, attached.input);
         let mut frames = attached.output;
         tokio::spawn(async move {
             while let Some(Ok(frame)) = frames.next().await {
@@ -820,14 +855,15 @@ impl Launcher for DockerLauncher {
         Ok(worker)
     }
 
-    async fn stop(&self, worker: Worker<String>) {
-        self.remove(&worker.handle).await;
-        self.remove_work_volume(&worker.handle).await;
+    async fn stop(&self, worker: Worker<Container>) {
+        self.remove(&worker.handle.name).await;
+        self.remove_work_volume(&worker.handle.name).await;
         let _ = std::fs::remove_dir_all(&worker.dir);
     }
 
     /// Out of memory, or the container's exit code.
-    async fn why_dead(&self, id: &mut String) -> String {
+    async fn why_dead(&self, container: &mut Container) -> String {
+        let id = &container.name;
         // Give the engine a moment to record how the container ended.
         tokio::time::sleep(Duration::from_millis(100)).await;
         match self.docker.inspect_container(id, None).await {

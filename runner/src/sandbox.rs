@@ -14,10 +14,8 @@
 //! is handed to that user ([`Jail::give`]); what it only reads needs to be readable by
 //! others, as built environments are.
 
-use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 use tokio::process::Command;
 
@@ -81,26 +79,8 @@ pub(crate) struct Jail {
     bwrap: PathBuf,
     seccomp: PathBuf,
     host: Option<Host>,
-    /// The ids (offsets from the first) that workers hold now.
-    leased: Arc<Mutex<BTreeSet<u32>>>,
-}
-
-/// A host user a worker runs as for its life: another worker gets it only once this is
-/// dropped (after the worker's processes are gone).
-#[derive(Debug)]
-pub(crate) struct Lease {
-    pub(crate) user: HostUser,
-    offset: u32,
-    leased: Arc<Mutex<BTreeSet<u32>>>,
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.leased
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&self.offset);
-    }
+    /// The ids workers lease.
+    ids: Option<Ids>,
 }
 
 #[derive(Debug, Clone)]
@@ -109,6 +89,53 @@ struct Host {
     unshare: PathBuf,
     mount: PathBuf,
     setpriv: PathBuf,
+}
+
+/// The host ids sandboxes run as: `first` for builds, and the 65,535 after it, each
+/// leased to one worker (of this server or of another on the host) at a time.
+#[derive(Debug, Clone)]
+pub struct Ids {
+    first: HostUser,
+}
+
+/// A host user a worker runs as for its life: the lock of its id, which the kernel
+/// releases when this is dropped (after the worker's processes are gone) or the server
+/// dies, is what keeps every other worker of the host off it.
+#[derive(Debug)]
+pub struct Lease {
+    pub user: HostUser,
+    _lock: std::fs::File,
+}
+
+impl Ids {
+    pub fn new(first: HostUser) -> Ids {
+        Ids { first }
+    }
+
+    /// An id of its own for a worker; an error when every one is held.
+    pub fn lease(&self) -> Result<Lease, RunnerError> {
+        use rustix::fs::{FlockOperation, flock};
+        let locks = Path::new(STAGE).join("ids");
+        std::fs::create_dir_all(&locks)?;
+        for offset in 1..HostUser::IDS {
+            let id = self.first.uid + offset;
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(locks.join(id.to_string()))?;
+            if flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok() {
+                return Ok(Lease {
+                    user: HostUser { uid: id, gid: id },
+                    _lock: file,
+                });
+            }
+        }
+        Err(RunnerError::Sandbox(format!(
+            "all {} sandbox ids are held by workers",
+            HostUser::IDS - 1
+        )))
+    }
 }
 
 impl Jail {
@@ -138,36 +165,15 @@ impl Jail {
         Ok(Jail {
             bwrap,
             seccomp: write_seccomp(dir)?,
+            ids: host.as_ref().map(|h| Ids::new(h.user)),
             host,
-            leased: Arc::default(),
         })
     }
 
     /// A host user of its own for a worker (none where sandboxes run as the server's
     /// uid); an error when every id is held.
     pub(crate) fn lease(&self) -> Result<Option<Lease>, RunnerError> {
-        let Some(host) = &self.host else {
-            return Ok(None);
-        };
-        let mut leased = self
-            .leased
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let offset = (1..HostUser::IDS)
-            .find(|o| !leased.contains(o))
-            .ok_or_else(|| {
-                RunnerError::Sandbox(format!(
-                    "all {} sandbox ids are in use by workers",
-                    HostUser::IDS - 1
-                ))
-            })?;
-        leased.insert(offset);
-        let id = host.user.uid + offset;
-        Ok(Some(Lease {
-            user: HostUser { uid: id, gid: id },
-            offset,
-            leased: self.leased.clone(),
-        }))
+        self.ids.as_ref().map(Ids::lease).transpose()
     }
 
     /// The host user sandboxes run as, where it is not the server's.

@@ -259,6 +259,7 @@ async fn fixture_full(engine: Engine, max_containers: usize, cache_idle: Duratio
             default_memory: 512 << 20,
             remote: engine != Engine::Local,
             cache_idle,
+            sandbox_ids: lh_runner::HostUser::for_sandboxes(lh_runner::HostUser::DEFAULT_ID),
         },
     )
     .await
@@ -357,10 +358,20 @@ async fn warm_containers_run_one_call_after_another(engine: Engine) {
     assert!(!r.cold, "the second call reuses the warm container");
     let r = call(&f, "raises", &limits).await;
     assert_eq!(error(&r), "RuntimeError: boom");
-    assert!(
-        error(&call(&f, "whoami", &limits).await).contains("uid=1000"),
-        "not root"
-    );
+    // Not root: a host id of the container's own (past the first, the builds'), or
+    // uid 1000 where the server leases none.
+    let who = error(&call(&f, "whoami", &limits).await);
+    let uid: u32 = who
+        .trim_start_matches("RuntimeError: uid=")
+        .parse()
+        .unwrap_or_else(|_| panic!("{who}"));
+    match lh_runner::HostUser::for_sandboxes(lh_runner::HostUser::DEFAULT_ID) {
+        Some(first) => assert!(
+            uid > first.uid && uid < first.uid + lh_runner::HostUser::IDS,
+            "{who}"
+        ),
+        None => assert_eq!(uid, 1000, "{who}"),
+    }
 
     // A warm container killed between calls costs a retry, not a failure.
     let out = tokio::process::Command::new("docker")
@@ -586,6 +597,7 @@ async fn a_restarted_server_removes_its_orphans(engine: Engine) {
             default_memory: 256 << 20,
             remote: engine != Engine::Local,
             cache_idle: lh_runner::docker::CACHE_IDLE,
+            sandbox_ids: lh_runner::HostUser::for_sandboxes(lh_runner::HostUser::DEFAULT_ID),
         },
     )
     .await
@@ -618,6 +630,7 @@ async fn two_servers_fill_one_cache_volume_on_a_shared_engine() {
             default_memory: 512 << 20,
             remote: true,
             cache_idle: lh_runner::docker::CACHE_IDLE,
+            sandbox_ids: lh_runner::HostUser::for_sandboxes(lh_runner::HostUser::DEFAULT_ID),
         },
     )
     .await

@@ -23,7 +23,65 @@ crate::both_runtimes!(
     a_function_cannot_change_the_hosts_kernel_or_fill_dev,
     a_function_reaches_no_keyring_and_no_io_uring,
     a_function_is_held_to_its_memory_and_processes_together,
+    one_projects_function_takes_nothing_the_kernel_counts_per_user_from_another,
 );
+
+/// Found by a review: every sandbox ran as one host user, so a function that took every
+/// inotify instance the kernel allows a user (128) made another project's function's
+/// `inotify_init` fail (EMFILE); processes, pipe buffers and pending signals are counted
+/// per user too. Each worker (or container) runs as a host user of its own.
+fn one_projects_function_takes_nothing_the_kernel_counts_per_user_from_another(runtime: &str) {
+    let server = server_with(runtime, &[]);
+    let lh = server.lh();
+    orders(&lh);
+    let holder = r#"
+import ctypes, time
+import lh
+import pyarrow as pa
+
+@lh.model()
+@lh.resources(timeout="5m")
+def hold(o=lh.Model("raw.orders", columns=["id"])):
+    libc = ctypes.CDLL(None, use_errno=True)
+    held = 0
+    while libc.inotify_init() >= 0 and held < 100000:
+        held += 1
+    time.sleep(40)
+    return pa.table({"v": [held]})
+"#;
+    let victim = r#"
+import ctypes, os
+import lh
+import pyarrow as pa
+
+@lh.model()
+def other(o=lh.Model("raw.orders", columns=["id"])):
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init()
+    return pa.table({"v": ["ok" if fd >= 0 else os.strerror(ctypes.get_errno())]})
+"#;
+    let a = project(
+        &lh,
+        "holder",
+        &[("lh_project.yml", PROJECT), ("m.py", holder)],
+    );
+    let b = project(
+        &lh,
+        "victim",
+        &[("lh_project.yml", PROJECT), ("m.py", victim)],
+    );
+    let id = start_until_running(&lh, &a);
+    // The holder's function takes its instances as it starts.
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    let (code, run) = run_json(&lh, &[b.to_str().unwrap()]);
+    let _ = lh.run(&["runs", "cancel", &id[..12]]);
+    assert_eq!(code, 0, "{run}");
+    assert_eq!(
+        value(&lh, "select v from analytics.other"),
+        "ok",
+        "{runtime}: another project's function took this one's inotify instances"
+    );
+}
 
 /// Found by a review: in a user namespace of its own, a function (uid 1000 mapped to the
 /// server's uid) held every capability over what the server's uid owns: it raised its

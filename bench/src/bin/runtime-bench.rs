@@ -130,6 +130,7 @@ async fn main() -> Result<()> {
             default_memory: 1 << 30,
             remote: false,
             cache_idle: lh_runner::docker::CACHE_IDLE,
+            sandbox_ids: lh_runner::HostUser::for_sandboxes(lh_runner::HostUser::DEFAULT_ID),
         },
     )
     .await?;
@@ -181,6 +182,7 @@ async fn main() -> Result<()> {
             default_memory: 1 << 30,
             remote: true,
             cache_idle: lh_runner::docker::CACHE_IDLE,
+            sandbox_ids: lh_runner::HostUser::for_sandboxes(lh_runner::HostUser::DEFAULT_ID),
         },
     )
     .await?;

@@ -1007,13 +1007,17 @@ fn site_packages(env: &Path) -> Result<PathBuf, RunnerError> {
 }
 
 /// The container's user must write the output into folders the server made.
+/// Through the opened folder: a link a container swapped in is never followed.
 fn open_to_all(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))?;
+    use rustix::fs::{Mode, OFlags, fchmod, openat};
+    let folder = crate::sandbox::open_folder(dir)?;
+    fchmod(&folder, Mode::from_raw_mode(0o777))?;
     // The call's secrets, for the container's user (the call removes the file).
-    let secrets = dir.join(crate::protocol::SECRETS_FILE);
-    if secrets.exists() {
-        std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o644))?;
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match openat(&folder, crate::protocol::SECRETS_FILE, flags, Mode::empty()) {
+        Ok(secrets) => fchmod(&secrets, Mode::from_raw_mode(0o644))?,
+        Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(e.into()),
     }
     Ok(())
 }

@@ -181,9 +181,25 @@ impl ProcessLauncher {
 pub struct Sandboxed {
     child: Child,
     groups: Option<crate::env::BuildGroups>,
-    /// The host user it runs as, free for another worker once the groups are empty
-    /// (fields drop in order).
-    _lease: Option<crate::sandbox::Lease>,
+    /// The host user it runs as, free for another worker once the groups are empty.
+    lease: Option<crate::sandbox::Lease>,
+}
+
+impl Drop for Sandboxed {
+    fn drop(&mut self) {
+        // A worker whose processes would not all die keeps its host user: no other
+        // worker runs as the uid its leftovers still hold.
+        if let Some(groups) = &self.groups
+            && !groups.kill_all()
+            && let Some(lease) = self.lease.take()
+        {
+            tracing::error!(
+                uid = lease.user.uid,
+                "a stopped worker's processes would not all die; its host user is not reused"
+            );
+            std::mem::forget(lease);
+        }
+    }
 }
 
 /// The processes and threads of one worker together (its calls' children included).
@@ -221,20 +237,15 @@ impl Launcher for ProcessLauncher {
             return Ok(());
         }
         // The worker's user: the one its folder was handed to.
-        let worker = inside
-            .parent()
-            .map(std::fs::symlink_metadata)
-            .transpose()?
-            .map(|m| HostUser {
-                uid: m.uid(),
-                gid: m.gid(),
-            });
-        jail.give_to(inside, worker)?;
-        let secrets = inside.join(crate::protocol::SECRETS_FILE);
-        if secrets.exists() {
-            jail.give_to(&secrets, worker)?;
-        }
-        Ok(())
+        let Some(worker) = inside.parent() else {
+            return Ok(());
+        };
+        let m = std::fs::symlink_metadata(worker)?;
+        let user = HostUser {
+            uid: m.uid(),
+            gid: m.gid(),
+        };
+        crate::sandbox::give_folder(inside, crate::protocol::SECRETS_FILE, user)
     }
 
     async fn start(
@@ -297,7 +308,7 @@ impl Launcher for ProcessLauncher {
         let handle = Sandboxed {
             child,
             groups,
-            _lease: lease,
+            lease,
         };
         Ok(Worker::piped(handle, dir, stdin, stdout, stderr))
     }
@@ -309,7 +320,7 @@ impl Launcher for ProcessLauncher {
             let _ = worker.handle.child.wait().await;
             // Nothing of the worker is left running when its folder goes.
             if let Some(groups) = &worker.handle.groups {
-                groups.kill_all();
+                let _ = groups.kill_all();
             }
             let _ = std::fs::remove_dir_all(&worker.dir);
         });

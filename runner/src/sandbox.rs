@@ -68,6 +68,55 @@ impl HostUser {
     }
 }
 
+/// Opens the folder `path` itself: an error if it is a link (or no folder), which a
+/// sandbox may have swapped in for it.
+pub(crate) fn open_folder(path: &Path) -> std::io::Result<rustix::fd::OwnedFd> {
+    use rustix::fs::{CWD, Mode, OFlags, openat};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    openat(CWD, path, flags, Mode::empty()).map_err(std::io::Error::from)
+}
+
+/// Hands the folder `dir` and its entry `file` (when there, and not a link) to `user`,
+/// through the opened folder: a link swapped in for either is never followed.
+pub(crate) fn give_folder(dir: &Path, file: &str, user: HostUser) -> std::io::Result<()> {
+    use rustix::fs::{AtFlags, Gid, Uid, chownat, fchown};
+    let (uid, gid) = (Some(Uid::from_raw(user.uid)), Some(Gid::from_raw(user.gid)));
+    let folder = open_folder(dir)?;
+    fchown(&folder, uid, gid)?;
+    match chownat(&folder, file, uid, gid, AtFlags::SYMLINK_NOFOLLOW) {
+        Err(rustix::io::Errno::NOENT) | Ok(()) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Takes back an invocation's folder `dir` from its worker once it is out of the
+/// worker's reach: the server's again, so that nothing the worker still holds open can
+/// change what is in it; refused (and the link removed) if the worker left a link in
+/// its place.
+pub(crate) fn take_back(dir: &Path) -> std::io::Result<()> {
+    use rustix::fs::{Gid, Mode, Uid, fchmod, fchown};
+    let folder = match open_folder(dir) {
+        Ok(f) => f,
+        Err(e) => {
+            if std::fs::symlink_metadata(dir).is_ok_and(|m| !m.is_dir()) {
+                let _ = std::fs::remove_file(dir);
+                return Err(std::io::Error::other(
+                    "the function replaced its invocation folder with a link",
+                ));
+            }
+            return Err(e);
+        }
+    };
+    let server = HostUser::server();
+    fchown(
+        &folder,
+        Some(Uid::from_raw(server.uid)),
+        Some(Gid::from_raw(server.gid)),
+    )?;
+    fchmod(&folder, Mode::from_raw_mode(0o755))?;
+    Ok(())
+}
+
 /// Where, in a sandbox's own mount namespace, root mounts the folders it binds, for a
 /// sandbox's user to reach them.
 const STAGE: &str = "/run/lh-sandbox";
@@ -332,6 +381,9 @@ pub(crate) fn proc_and_dev() -> Vec<String> {
     let mut c: Vec<String> = Vec::new();
     let mut args = |a: &[&str]| c.extend(a.iter().map(|s| s.to_string()));
     args(&["--proc", "/proc"]);
+    // PID 1 (bubblewrap's init, the sandbox's own user and dumpable) out of reach: its
+    // memory written through /proc/1/mem would make it outlive its stop.
+    args(&["--tmpfs", "/proc/1", "--remount-ro", "/proc/1"]);
     for ro in [
         "/proc/sys",
         "/proc/sysrq-trigger",

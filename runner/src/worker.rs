@@ -129,7 +129,8 @@ pub trait Launcher: Send + Sync + 'static {
         folder: &str,
         work: &Path,
     ) -> std::io::Result<()> {
-        std::fs::rename(worker.dir.join(folder), work)
+        std::fs::rename(worker.dir.join(folder), work)?;
+        crate::sandbox::take_back(work)
     }
 
     /// Whether an invocation's folder crosses the worker's own channel (its files after

@@ -207,6 +207,12 @@ def keys(o=lh.Model("raw.orders", columns=["id"])):
         done.append("process_vm_readv")
     os.kill(kid, 9)
     os.waitpid(kid, 0)
+    # PID 1 (bubblewrap's init, or the harness), written into without ptrace.
+    try:
+        open("/proc/1/mem", "r+b").close()
+        done.append("init memory")
+    except OSError:
+        pass
     if libc.syscall(add_key, b"user", b"lh-note", b"x", 1, ctypes.c_int(-3)) >= 0:
         done.append("add_key")
     # KEYCTL_GET_KEYRING_ID of the session keyring
@@ -905,6 +911,11 @@ said.append("keyrings refused" if libc.syscall(keyctl, 0, ctypes.c_int(-3), 0) <
 # Its parent (uv) made to drop its parent-death signal, the step would outlive its stop.
 ptrace = {"x86_64": 101, "aarch64": 117}[os.uname().machine]
 said.append("ptrace refused" if libc.syscall(ptrace, 16, os.getppid(), 0, 0) < 0 else "ptrace reached")
+try:
+    open("/proc/1/mem", "r+b").close()
+    said.append("init reached")
+except OSError:
+    said.append("init refused")
 kids = []
 for _ in range(2):
     pid = os.fork()
@@ -1341,6 +1352,135 @@ def stays(o=lh.Model("raw.orders", columns=["id"])):
     assert_eq!(running(), 0, "a stopped worker's sandbox lived on");
 }
 
+/// Found by a review: a package's `.pth`, in the worker, swapped a call's invocation
+/// folder for a link just before the answer, and the server, moving the folder back,
+/// read and published `out.parquet` wherever the link pointed (another run's output, a
+/// root-only file). A folder the worker left as a link is refused, and the folder taken
+/// back is the server's before anything in it is read. (The process runtime: a
+/// container's folder is the same code path.)
+#[test]
+fn a_worker_cannot_hand_back_a_link_for_its_folder() {
+    let scratch = tempfile::tempdir().unwrap();
+    let index = scratch.path().join("index");
+    std::fs::create_dir_all(&index).unwrap();
+    let script = r#"
+import base64, hashlib, sys, zipfile
+out = sys.argv[1]
+swap = '''
+import os
+def _swap():
+    real = os.write
+    def write(fd, data, _w=real):
+        try:
+            if b'"id"' in bytes(data[:4096]):
+                for n in os.listdir("."):
+                    t = os.path.join(n, "swap-target")
+                    if n.startswith("inv-") and not os.path.islink(n) and os.path.exists(t):
+                        target = open(t).read().strip()
+                        os.rename(n, ".stash-" + n)
+                        os.symlink(target, n)
+        except Exception:
+            pass
+        return _w(fd, data)
+    os.write = write
+if os.environ.get("LH_PRIVATE_TMP"):
+    _swap()
+'''
+files = {
+    "swappkg/__init__.py": "V = 1\n",
+    "swappkg_swap.py": swap,
+    "swappkg.pth": "import swappkg_swap\n",
+    "swappkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: swappkg\nVersion: 1.0\n",
+    "swappkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: lh-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = []
+for name, text in files.items():
+    digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+    record.append(f"{name},sha256={digest},{len(text.encode())}")
+record.append("swappkg-1.0.dist-info/RECORD,,")
+files["swappkg-1.0.dist-info/RECORD"] = "\n".join(record) + "\n"
+with zipfile.ZipFile(f"{out}/swappkg-1.0-py3-none-any.whl", "w") as z:
+    for name, text in files.items():
+        z.writestr(name, text)
+"#;
+    let out = std::process::Command::new(lh_e2e::python())
+        .args(["-c", script])
+        .arg(&index)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let envs = scratch.path().join("envs");
+    let server = lh_e2e::Server::start_with_env(
+        &[
+            "--env-cache",
+            envs.to_str().unwrap(),
+            "--runtime",
+            "process",
+        ],
+        &[("UV_FIND_LINKS", index.to_str().unwrap())],
+    );
+    let lh = server.lh();
+    orders(&lh);
+    // Another run's output, in flight where the server reads outputs from.
+    let victim = server.data_dir().join("work/invocations/otherrun-victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    let planted = r#"
+import sys, pyarrow as pa, pyarrow.parquet as pq
+pq.write_table(pa.table({"mine": [424242]}), sys.argv[1] + "/out.parquet")
+"#;
+    let out = std::process::Command::new(lh_e2e::python())
+        .args(["-c", planted])
+        .arg(&victim)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let models = r#"
+import os
+import lh
+import pyarrow as pa
+
+@lh.model()
+@lh.python(packages={"swappkg": "1.0"})
+def swapped(o=lh.Model("raw.orders", columns=["id"])):
+    import swappkg
+    for line in open("/proc/self/mountinfo"):
+        mount = line.split()[4]
+        if "/worker-" in mount:
+            for n in os.listdir(mount):
+                if n.startswith("inv-"):
+                    with open(os.path.join(mount, n, "swap-target"), "w") as f:
+                        f.write("VICTIM")
+    return pa.table({"mine": [1]})
+"#
+    .replace("VICTIM", victim.to_str().unwrap());
+    let dir = project(
+        &lh,
+        "swapped",
+        &[("lh_project.yml", PROJECT), ("m.py", &models)],
+    );
+    let head = lh.head("main");
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_ne!(code, 0, "the run published: {run}");
+    assert!(
+        run.to_string()
+            .contains("replaced its invocation folder with a link"),
+        "{run}"
+    );
+    assert_eq!(lh.head("main"), head, "nothing was published");
+    assert!(
+        victim.join("out.parquet").exists(),
+        "the other run's output stays"
+    );
+}
+
 #[test]
 fn a_package_build_is_held_to_its_limits() {
     let scratch = tempfile::tempdir().unwrap();
@@ -1369,7 +1509,7 @@ fn a_package_build_is_held_to_its_limits() {
     for (package, says) in [
         (
             "bombpkg",
-            "bomb: memory refused, file refused, userns refused, kernel settings refused, keyrings refused, ptrace refused, memory together bounded, forks bounded",
+            "bomb: memory refused, file refused, userns refused, kernel settings refused, keyrings refused, ptrace refused, init refused, memory together bounded, forks bounded",
         ),
         ("diskpkg", "past its 512 MiB (the server's --build-disk)"),
         ("diskgone", "past its 512 MiB (the server's --build-disk)"),

@@ -15,7 +15,8 @@
 //!
 //! [`QueryEngine::views`] is the one way a table becomes a DuckDB view, for queries,
 //! pipeline inputs and SQL models alike; `commits.rs` holds the commit catalogs the views
-//! live in, `view.rs` writes a view's SQL, `sql.rs` reads DuckDB's parse of a statement.
+//! live in, `view.rs` writes a view's SQL, `sql.rs` reads DuckDB's parse of a statement,
+//! `execute.rs` runs one statement and collects its answer within the query's bounds.
 
 use lh_auth as auth;
 use lh_core::{duck, error};
@@ -24,6 +25,7 @@ use lh_warehouse as warehouse;
 
 mod commits;
 pub mod diff;
+mod execute;
 pub mod ipc;
 pub mod maintenance;
 pub mod memory;
@@ -54,6 +56,7 @@ use crate::tables::Tables;
 use crate::warehouse::cache::Pins;
 pub use commits::View;
 use commits::{CommitCatalog, Session, connect};
+use execute::{Bounds, Rows, Started, execute, fetch_timeout, input_error, sql_error};
 use sql::TableRef;
 use view::{view_name, view_sql};
 
@@ -834,246 +837,4 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| Error::internal(format!("query task failed: {e}")))?
-}
-
-/// What a query's rows were collected as.
-enum Rows {
-    Batches(Vec<RecordBatch>, memory::Charge),
-    Ipc(ipc::IpcStream),
-    /// Sent as they came (see [`Started`]).
-    Streamed,
-}
-
-/// An Arrow answer larger than this, with no `max_rows`, is sent while DuckDB produces
-/// it; a smaller one (and any error before this size) is answered whole.
-const STREAM_AFTER: u64 = 16 << 20;
-
-/// A streamed answer's start: what was encoded so far, the channel of the rest, and a
-/// sender for the query's own error (a timeout).
-struct Started {
-    schema: SchemaRef,
-    first: Vec<Bytes>,
-    rest: tokio::sync::mpsc::Receiver<Result<Bytes>>,
-    errors: tokio::sync::mpsc::Sender<Result<Bytes>>,
-    /// Set once the whole stream, its end marker included, is in the channel: a
-    /// channel closed before that is a broken answer, never a short one.
-    done: Arc<std::sync::atomic::AtomicBool>,
-}
-
-/// Hands a piece to the sender of a streamed answer: waits while the client is slow,
-/// but not past the query's deadline, and fails when the client is gone.
-fn send_piece(
-    tx: &tokio::sync::mpsc::Sender<Result<Bytes>>,
-    mut piece: Result<Bytes>,
-    deadline: std::time::Instant,
-) -> Result<()> {
-    loop {
-        match tx.try_send(piece) {
-            Ok(()) => return Ok(()),
-            Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
-                return Err(Error::new(
-                    Kind::Unavailable,
-                    Code::Interrupted,
-                    "the client went away",
-                ));
-            }
-            Err(tokio::sync::mpsc::error::TrySendError::Full(p)) => {
-                if std::time::Instant::now() > deadline {
-                    return Err(Error::new(
-                        Kind::Timeout,
-                        Code::Timeout,
-                        "the client read the answer too slowly: the query's timeout passed",
-                    ));
-                }
-                piece = p;
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        }
-    }
-}
-
-/// Makes the views the commit's catalog lacks, runs the query and collects its result
-/// (`ipc`: encoded as an Arrow IPC stream batch by batch, while DuckDB's threads go on
-/// scanning; a large answer with no `max_rows` is sent through `early` as it comes,
-/// waiting on a slow client no later than `deadline`).
-/// The bounds and the form of one statement's answer.
-struct Bounds {
-    max_bytes: u64,
-    max_rows: Option<u64>,
-    /// Arrow IPC (else batches, for JSON).
-    ipc: bool,
-    deadline: std::time::Instant,
-}
-
-fn execute(
-    session: Session,
-    views: &[View],
-    sql: &str,
-    bounds: Bounds,
-    mut early: Option<tokio::sync::oneshot::Sender<Started>>,
-    mut charge: memory::Charge,
-) -> Result<(SchemaRef, Rows, bool)> {
-    let Bounds {
-        max_bytes,
-        max_rows,
-        ipc,
-        deadline,
-    } = bounds;
-    session.ensure_views(views)?;
-    let conn = &session.conn;
-    let mut stmt = conn.prepare(sql).map_err(sql_error)?;
-    // Stream the result chunk by chunk, so that an oversized result stops early and
-    // an error part-way (a failed cast, an interrupt) is an error, not a short result.
-    let schema = stmt.stream_arrow([]).map_err(sql_error)?.get_schema();
-    let mut batches = Vec::new();
-    // Everything the answer holds is charged to the server's answer memory: the
-    // stream's held bytes (its pieces take their part along when handed over), or the
-    // batches.
-    let mut stream = if ipc {
-        Some(ipc::IpcStream::new(&schema, Some(charge.another()))?)
-    } else {
-        None
-    };
-    let mut bytes = 0u64;
-    let mut rows = 0u64;
-    let mut truncated = false;
-    let mut sending: Option<(
-        tokio::sync::mpsc::Sender<Result<Bytes>>,
-        Arc<std::sync::atomic::AtomicBool>,
-    )> = None;
-    while let Some(chunk) = stmt.step().map_err(sql_error)? {
-        let mut batch = RecordBatch::from(&chunk);
-        if let Some(max) = max_rows {
-            if rows + batch.num_rows() as u64 > max {
-                batch = batch.slice(0, (max - rows) as usize);
-                truncated = true;
-            }
-            rows += batch.num_rows() as u64;
-        }
-        bytes += batch.get_array_memory_size() as u64;
-        if bytes > max_bytes {
-            let too_large = || {
-                Error::new(
-                    Kind::TooLarge,
-                    Code::ResultTooLarge,
-                    format!("the result is larger than the limit of {max_bytes} bytes"),
-                )
-                .with_hint(
-                    "add a LIMIT or aggregate, or write the result to a file with --out FILE.parquet",
-                )
-            };
-            // The reason reaches the client even when the channel is full (a slow
-            // reader): dropped, the stream would end as "stopped part-way".
-            if let Some((tx, _)) = &sending {
-                let _ = send_piece(tx, Err(too_large()), deadline);
-            }
-            return Err(too_large());
-        }
-        match &mut stream {
-            Some(s) => s.push(&batch)?,
-            None => {
-                charge.grow(batch.get_array_memory_size() as u64)?;
-                batches.push(batch);
-            }
-        }
-        if let (Some(s), Some((tx, _))) = (&mut stream, &sending) {
-            for piece in s.drain() {
-                send_piece(tx, Ok(piece), deadline)?;
-            }
-        } else if let Some(s) = &mut stream
-            && s.bytes_written() > STREAM_AFTER
-            && let Some(start) = early.take()
-        {
-            let (tx, rx) = tokio::sync::mpsc::channel(16);
-            let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let started = Started {
-                schema: schema.clone(),
-                first: s.drain(),
-                rest: rx,
-                errors: tx.clone(),
-                done: done.clone(),
-            };
-            if start.send(started).is_err() {
-                return Err(Error::internal("the query's caller went away"));
-            }
-            sending = Some((tx, done));
-        }
-        if truncated {
-            break;
-        }
-    }
-    let rows = match (stream, sending) {
-        (Some(mut s), Some((tx, done))) => {
-            s.end()?;
-            for piece in s.drain() {
-                send_piece(&tx, Ok(piece), deadline)?;
-            }
-            done.store(true, std::sync::atomic::Ordering::SeqCst);
-            Rows::Streamed
-        }
-        (Some(s), None) => Rows::Ipc(s),
-        (None, _) => Rows::Batches(batches, charge),
-    };
-    Ok((schema, rows, truncated))
-}
-
-fn fetch_timeout(timeout: Duration) -> Error {
-    Error::new(
-        Kind::Timeout,
-        Code::Timeout,
-        format!(
-            "fetching the tables' data files from the warehouse took longer than the \
-             timeout of {} ms",
-            timeout.as_millis()
-        ),
-    )
-    .with_hint("the next query finds what was fetched in the read cache")
-}
-
-fn input_error(table: &str, e: duckdb::Error) -> Error {
-    Error::bad_request(Code::BadInput, format!("cannot read input '{table}': {e}"))
-}
-
-fn sql_error(e: duckdb::Error) -> Error {
-    let text = e.to_string();
-    if let Some(path) = text
-        .split("No files found that match the pattern \"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-    {
-        return crate::error::collected(path);
-    }
-    if text.contains("INTERRUPT") || text.contains("Interrupted") {
-        return Error::new(
-            Kind::Timeout,
-            Code::Interrupted,
-            "the query was interrupted",
-        );
-    }
-    if text.contains("Loading external extensions is disabled") {
-        return Error::bad_request(
-            Code::UnsupportedFunction,
-            format!(
-                "the query needs a DuckDB extension, which lh's sandboxed DuckDB does not \
-                 load: {text}"
-            ),
-        )
-        .with_hint(
-            "lh's DuckDB has the parquet, json and ICU extensions built in and loads no \
-             others (a `bundled-duckdb` build lacks ICU: there, compute TIMESTAMPTZ values \
-             in UTC on a TIMESTAMP, e.g. date_trunc('day', ts::timestamp))",
-        );
-    }
-    if text.contains("Permission Error") || text.contains("disabled by configuration") {
-        return Error::bad_request(Code::Forbidden, format!("not allowed: {text}")).with_hint(
-            "queries read lh tables only; files, extensions and settings are off limits",
-        );
-    }
-    let err = Error::bad_request(Code::SqlError, format!("SQL error: {text}"));
-    if text.contains("does not exist") {
-        return err
-            .with_hint("tables are named namespace.table")
-            .with_remedy(lh_api::remedy::Remedy::ListTables { at: None });
-    }
-    err
 }

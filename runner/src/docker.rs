@@ -66,7 +66,9 @@ pub struct DockerConfig {
 /// the container is removed.
 pub struct Container {
     name: String,
-    _lease: Option<crate::sandbox::Lease>,
+    lease: Option<crate::sandbox::Lease>,
+    /// The container's processes (its pids cgroup's `cgroup.procs` on this host).
+    tasks: Option<PathBuf>,
 }
 
 /// The uid and gid a container runs as without a lease of its own.
@@ -283,16 +285,53 @@ impl DockerLauncher {
     }
 
     /// Removes a container, waiting at most half a minute for its engine.
-    async fn remove(&self, id: &str) {
+    /// Whether the container is gone (removed now, or no longer there).
+    async fn remove(&self, id: &str) -> bool {
         let opts = RemoveContainerOptionsBuilder::new()
             .force(true)
             .v(true)
             .build();
-        let _ = tokio::time::timeout(
+        let removed = tokio::time::timeout(
             Duration::from_secs(30),
             self.docker.remove_container(id, Some(opts)),
         )
         .await;
+        matches!(
+            removed,
+            Ok(Ok(())
+                | Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404,
+                    ..
+                }))
+        )
+    }
+
+    /// The file listing a running container's processes on this host: its first
+    /// process's pids cgroup (cgroup v1), or its cgroup (v2).
+    async fn tasks_of(&self, id: &str) -> Option<PathBuf> {
+        if self.config.remote {
+            return None;
+        }
+        let info = self.docker.inspect_container(id, None).await.ok()?;
+        let pid = info.state?.pid.filter(|p| *p > 0)?;
+        let groups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        let mut unified = None;
+        for line in groups.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            let path = path.trim_start_matches('/');
+            if controllers.split(',').any(|c| c == "pids") {
+                return Some(
+                    Path::new("/sys/fs/cgroup/pids")
+                        .join(path)
+                        .join("cgroup.procs"),
+                );
+            }
+            if controllers.is_empty() {
+                unified = Some(Path::new("/sys/fs/cgroup").join(path).join("cgroup.procs"));
+            }
+        }
+        unified
     }
 
     /// Removes the cache volumes of a remote engine that this server has not used for
@@ -836,9 +875,11 @@ impl Launcher for DockerLauncher {
             }
         };
         // One stream carries both stdout and stderr, in frames.
+        let tasks = self.tasks_of(&id).await;
         let container = Container {
             name: id,
-            _lease: lease,
+            lease,
+            tasks,
         };
         let (worker, mut out) = Worker::wire(container, dir, attached.input);
         let mut frames = attached.output;
@@ -855,8 +896,19 @@ impl Launcher for DockerLauncher {
         Ok(worker)
     }
 
-    async fn stop(&self, worker: Worker<Container>) {
-        self.remove(&worker.handle.name).await;
+    async fn stop(&self, mut worker: Worker<Container>) {
+        // A container the engine did not remove may still run as its host id: the id is
+        // never handed to another.
+        if !self.remove(&worker.handle.name).await
+            && let Some(lease) = worker.handle.lease.take()
+        {
+            tracing::error!(
+                container = %worker.handle.name,
+                uid = lease.user.uid,
+                "a stopped container was not removed; its host id is not reused"
+            );
+            std::mem::forget(lease);
+        }
         self.remove_work_volume(&worker.handle.name).await;
         let _ = std::fs::remove_dir_all(&worker.dir);
     }
@@ -907,6 +959,10 @@ impl Launcher for DockerLauncher {
     /// measured while the call runs.
     fn measures_folder(&self) -> bool {
         !self.config.remote
+    }
+
+    fn tasks(&self, container: &Container) -> Option<PathBuf> {
+        container.tasks.clone()
     }
 
     /// The engine answers its ping within two seconds.

@@ -16,9 +16,9 @@ use crate::protocol::HARNESS;
 use crate::sandbox::{HostUser, Jail, SANDBOX_ID, proc_and_dev};
 
 mod limits;
-pub(crate) use limits::BuildGroups;
 pub use limits::sweep_build_groups;
 use limits::{BUILD_FILE, BUILD_MEMORY, BUILD_TMP, BuildLimits, output_within, run, tail};
+pub(crate) use limits::{BuildGroups, disk_used};
 
 /// The pyarrow every environment gets unless the project pins another (the harness
 /// needs it).

@@ -64,6 +64,7 @@ pub(crate) async fn exchange<L: Launcher>(
     }
     let log_start = worker.log().len();
     let dir = worker.dir.clone();
+    let tasks = launcher.tasks(&worker.handle);
     let measured = launcher.measures_folder();
     let watch = async {
         let Some(max) = limits.disk_bytes.filter(|_| measured) else {
@@ -72,7 +73,8 @@ pub(crate) async fn exchange<L: Launcher>(
         loop {
             tokio::time::sleep(DISK_CHECK_EVERY).await;
             let dir = dir.clone();
-            let used = tokio::task::spawn_blocking(move || dir_size(&dir))
+            let tasks = tasks.clone();
+            let used = tokio::task::spawn_blocking(move || dir_size(&dir, tasks.as_deref()))
                 .await
                 .unwrap_or(u64::MAX);
             if used > max {
@@ -277,31 +279,14 @@ fn request<L: Launcher>(
     Ok((line + "\n", files))
 }
 
-/// The bytes allocated to the files under `dir` (links not followed, each inode once,
-/// so hard links and sparse files count as what they hold); a folder that cannot be
-/// read counts as full (a call must not hide its files from the measure).
-fn dir_size(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut seen = std::collections::HashSet::new();
-    let mut total = 0u64;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let entries = match std::fs::read_dir(&d) {
-            Ok(e) => e,
-            Err(_) if d == dir => return 0, // the worker's folder is gone: nothing to count
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(_) => return u64::MAX,
-        };
-        for e in entries.flatten() {
-            let Ok(m) = e.path().symlink_metadata() else {
-                continue;
-            };
-            if m.is_dir() {
-                stack.push(e.path());
-            } else if m.is_file() && seen.insert((m.dev(), m.ino())) {
-                total = total.saturating_add(m.blocks().saturating_mul(512));
-            }
-        }
+/// What the worker's folder `dir` holds on disk, as a build's folders are measured
+/// (`env::disk_used`): each file once, every entry at least a block (countless empty
+/// files count), files the worker's `tasks` removed but hold open, and a folder that
+/// cannot be read as full (a call must not hide its files from the measure); nothing
+/// once the worker's folder is gone.
+fn dir_size(dir: &Path, tasks: Option<&Path>) -> u64 {
+    if !dir.exists() {
+        return 0;
     }
-    total
+    crate::env::disk_used(&[dir.to_path_buf()], tasks)
 }

@@ -248,6 +248,10 @@ impl Launcher for ProcessLauncher {
         crate::sandbox::give_folder(inside, crate::protocol::SECRETS_FILE, user)
     }
 
+    fn tasks(&self, handle: &Sandboxed) -> Option<PathBuf> {
+        handle.groups.as_ref().and_then(|g| g.procs())
+    }
+
     async fn start(
         &self,
         env: &Env,

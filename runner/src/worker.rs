@@ -147,6 +147,12 @@ pub trait Launcher: Send + Sync + 'static {
         true
     }
 
+    /// The file listing the worker's processes (a cgroup's `cgroup.procs`), whose files
+    /// removed but still open count toward the call's disk; none where it is unknown.
+    fn tasks(&self, _handle: &Self::Handle) -> Option<PathBuf> {
+        None
+    }
+
     /// Whether the place that runs the workers answers (a Docker engine's ping); a worker
     /// that ended while it does not was lost with it, the function did not fail.
     async fn reachable(&self) -> bool {

@@ -216,6 +216,11 @@ impl BuildGroups {
     /// Kills every process in these groups until none is left (one may fork while the
     /// others die; the pids limit bounds how many). Stopping a sandbox does not rest on
     /// its processes' parent-death signals, which their own code could clear.
+    /// The file listing the processes of these groups (the first group's).
+    pub(crate) fn procs(&self) -> Option<PathBuf> {
+        self.dirs.first().map(|d| d.join("cgroup.procs"))
+    }
+
     /// Whether none is left.
     pub(crate) fn kill_all(&self) -> bool {
         use rustix::process::{Pid, Signal, kill_process};
@@ -325,44 +330,65 @@ impl BuildLimits {
 /// What `dirs` hold on disk (each file once, however many links it has; links not
 /// followed; every entry at least a block, so that countless empty files count), and
 /// what files the `tasks` (the build's processes) hold open after they were removed.
-/// A folder that cannot be read (a path past the system's length, say) counts as
-/// everything: what cannot be measured is not let through.
-pub(super) fn disk_used(dirs: &[PathBuf], tasks: Option<&Path>) -> u64 {
-    use std::os::unix::fs::MetadataExt;
+/// The folders are walked through opened handles (`O_NOFOLLOW`): however deep, and a
+/// link swapped in for a folder is never followed out of it. A folder that cannot be
+/// read counts as everything: what cannot be measured is not let through.
+pub(crate) fn disk_used(dirs: &[PathBuf], tasks: Option<&Path>) -> u64 {
+    use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, openat, statat};
+    use rustix::io::Errno;
     const BLOCK: u64 = 4096;
+    const DEPTH: usize = 1024;
+    let folder = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     fn walk(
-        dir: &Path,
+        dir: &rustix::fd::OwnedFd,
         seen: &mut std::collections::HashSet<(u64, u64)>,
         total: &mut u64,
-    ) -> std::io::Result<()> {
-        let entries = match std::fs::read_dir(dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        for e in entries {
-            let e = e?;
-            let meta = match e.metadata() {
-                Ok(meta) => meta,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+        depth: usize,
+    ) -> Result<(), Errno> {
+        let folder = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        if depth > DEPTH {
+            return Err(Errno::LOOP);
+        }
+        for entry in Dir::read_from(dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            if name == c"." || name == c".." {
+                continue;
+            }
+            let st = match statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(Errno::NOENT) => continue,
                 Err(e) => return Err(e),
             };
-            if seen.insert((meta.dev(), meta.ino())) {
-                *total += (meta.blocks() * 512).max(BLOCK);
+            #[allow(clippy::unnecessary_cast)]
+            let (dev, ino, blocks) = (st.st_dev as u64, st.st_ino as u64, st.st_blocks as u64);
+            if seen.insert((dev, ino)) {
+                *total += (blocks * 512).max(BLOCK);
             }
-            if meta.is_dir() {
-                walk(&e.path(), seen, total)?;
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                match openat(dir, name, folder, Mode::empty()) {
+                    Ok(sub) => walk(&sub, seen, total, depth + 1)?,
+                    // Gone, or swapped for what is no folder since: not followed.
+                    Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => continue,
+                    Err(e) => return Err(e),
+                }
             }
         }
         Ok(())
     }
     let (mut seen, mut total) = (std::collections::HashSet::new(), 0);
     for d in dirs {
-        if walk(d, &mut seen, &mut total).is_err() {
+        let top = match openat(rustix::fs::CWD, d.as_path(), folder, Mode::empty()) {
+            Ok(top) => top,
+            Err(Errno::NOENT) => continue,
+            Err(_) => return u64::MAX,
+        };
+        if walk(&top, &mut seen, &mut total, 0).is_err() {
             return u64::MAX;
         }
     }
     // Removed files still open: counted until their last descriptor closes.
+    use std::os::unix::fs::MetadataExt;
     let pids = tasks
         .and_then(|t| std::fs::read_to_string(t).ok())
         .unwrap_or_default();
@@ -489,7 +515,7 @@ pub(super) async fn output_within(
     match ended {
         Ok(Ok(out)) => out.map_err(failed),
         Ok(Err(used)) if used == u64::MAX => Err(RunnerError::Environment(format!(
-            "cannot {what}: the environment's build wrote what cannot be measured (a path past the system's length, say), and was stopped"
+            "cannot {what}: the environment's build wrote what cannot be measured (a folder it cannot read, say), and was stopped"
         ))),
         Ok(Err(used)) => Err(RunnerError::Environment(format!(
             "cannot {what}: the environment's build wrote {} MiB, past its {} MiB (the server's --build-disk), and was stopped",

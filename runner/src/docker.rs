@@ -698,14 +698,20 @@ impl DockerLauncher {
             nano_cpus: limits.cpus_milli.map(|m| i64::from(m) * 1_000_000),
             pids_limit: Some(self.config.pids_limit),
             // No one file larger than the call's disk limit (one unlinked while open
-            // escapes the folder's measure, not this).
-            ulimits: limits.disk_bytes.map(|b| {
-                vec![bollard::models::ResourcesUlimits {
-                    name: Some("fsize".into()),
-                    soft: Some(b as i64),
-                    hard: Some(b as i64),
-                }]
-            }),
+            // escapes the folder's measure, not this), and a few thousand descriptors.
+            ulimits: Some(
+                limits
+                    .disk_bytes
+                    .map(|b| ("fsize", b))
+                    .into_iter()
+                    .chain([("nofile", crate::runtime::MAX_OPEN_FILES)])
+                    .map(|(name, n)| bollard::models::ResourcesUlimits {
+                        name: Some(name.into()),
+                        soft: Some(n as i64),
+                        hard: Some(n as i64),
+                    })
+                    .collect(),
+            ),
             tmpfs: Some(HashMap::from([(
                 "/tmp".to_string(),
                 format!("rw,nosuid,nodev,size={TMP_BYTES}"),

@@ -14,6 +14,7 @@ use tokio::process::Command;
 use crate::error::RunnerError;
 use crate::protocol::HARNESS;
 use crate::sandbox::{HostUser, Jail, SANDBOX_ID, proc_and_dev};
+use crate::tools::find_on_path;
 
 mod limits;
 pub use limits::sweep_build_groups;
@@ -580,6 +581,7 @@ impl Sandbox<'_> {
         let limits = [
             format!("--as={BUILD_MEMORY}"),
             format!("--fsize={BUILD_FILE}"),
+            format!("--nofile={}", crate::runtime::MAX_OPEN_FILES),
             "--core=0".to_string(),
             "--".to_string(),
         ];
@@ -1251,14 +1253,6 @@ fn load(key: &str, dir: &Path) -> Result<Option<Env>, RunnerError> {
 fn private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new().mode(0o700).create(dir)
-}
-
-/// The first executable `name` on PATH.
-pub fn find_on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
 }
 
 #[cfg(test)]

@@ -89,6 +89,9 @@ impl ProcessLauncher {
         if let Some(bytes) = limits.disk_bytes {
             rlimits.push(format!("--fsize={bytes}"));
         }
+        // Descriptors: each process's own few thousand (files sent over a socket and
+        // not yet received count against it too).
+        rlimits.push(format!("--nofile={}", crate::runtime::MAX_OPEN_FILES));
         if !rlimits.is_empty() {
             inner.push("prlimit".into());
             inner.extend(rlimits);

@@ -17,6 +17,11 @@ pub const TMP_BYTES: u64 = 256 << 20;
 /// the folder must have a size (a remote engine's volume in memory, what crosses back).
 pub const DEFAULT_DISK_BYTES: u64 = 1 << 30;
 
+/// The descriptors one process of a sandbox may hold (a build step's, a function's): a
+/// few thousand is plenty, and it bounds what a sandbox can keep on disk out of its
+/// folder's measure (files removed but open, or in flight on a socket).
+pub const MAX_OPEN_FILES: u64 = 4096;
+
 /// Limits of one function.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Limits {

@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 
 use tokio::process::Command;
 
-use crate::env::find_on_path;
 use crate::error::RunnerError;
+use crate::tools::find_on_path;
 
 /// The uid and gid that sandboxed processes (workers, environment builds) see
 /// themselves as in their user namespace: as the Docker runtime's containers do, a

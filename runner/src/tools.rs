@@ -114,6 +114,14 @@ fn without_credentials(url: &str) -> String {
     }
 }
 
+/// The first executable `name` on PATH.
+pub fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

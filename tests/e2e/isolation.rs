@@ -27,10 +27,13 @@ crate::both_runtimes!(
     a_function_cannot_hide_what_it_writes_from_the_measure,
 );
 
-/// Found by a review: a call's folder was measured by its regular files only, so a
+/// Found by reviews: a call's folder was measured by its regular files only, so a
 /// function held 470 MB in files it removed but kept open, and 60,000 empty files, under
-/// a 20 MB limit. Every entry counts at least a block, and removed files the worker's
-/// processes hold open count until closed, as a build's do.
+/// a 20 MB limit; then in removed files only mapped, or open in a thread's own table;
+/// and made each measure take seconds with two million descriptors. Every entry counts
+/// at least a block; removed files the worker's processes hold open or mapped count
+/// until they go; a process holds at most 4,096 descriptors, and a worker's past 65,536
+/// cannot be measured (stopped).
 fn a_function_cannot_hide_what_it_writes_from_the_measure(runtime: &str) {
     let server = server_with(runtime, &["--max-function-disk", "100m"]);
     let lh = server.lh();
@@ -69,6 +72,58 @@ def many(o=lh.Model("raw.orders", columns=["id"])):
         open(os.path.join(d, "%d" % i), "w").close()
     time.sleep(5)
     return o
+
+def filled(path):
+    with open(path, "wb") as f:
+        f.write(b"x" * (20 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+
+@lh.model()
+def maps(o=lh.Model("raw.orders", columns=["id"])):
+    import ctypes, mmap
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    for i in range(10):
+        path = os.path.join(folder(), "mapped-%d" % i)
+        filled(path)
+        fd = os.open(path, os.O_RDONLY)
+        libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        os.close(fd)
+        os.remove(path)
+    time.sleep(5)
+    return o
+
+@lh.model()
+def threads(o=lh.Model("raw.orders", columns=["id"])):
+    import ctypes, threading
+    libc = ctypes.CDLL(None, use_errno=True)
+    def hold():
+        libc.unshare(0x400)  # CLONE_FILES: a descriptor table of the thread's own
+        held = []
+        for i in range(10):
+            path = os.path.join(folder(), "own-%d" % i)
+            filled(path)
+            held.append(open(path, "rb"))
+            os.remove(path)
+        time.sleep(6)
+    t = threading.Thread(target=hold)
+    t.start()
+    t.join()
+    return o
+
+@lh.model()
+def storm(o=lh.Model("raw.orders", columns=["id"])):
+    fd = os.open(os.path.join(folder(), "one"), os.O_CREAT | os.O_RDWR)
+    for _ in range(4000):
+        os.dup(fd)
+    for _ in range(20):
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+    time.sleep(5)
+    return o
 "#;
     let dir = project(
         &lh,
@@ -78,7 +133,13 @@ def many(o=lh.Model("raw.orders", columns=["id"])):
     let before = lh.head("main");
     let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
     assert_ne!(code, 0, "{run}");
-    for name in ["analytics.hides", "analytics.many"] {
+    for name in [
+        "analytics.hides",
+        "analytics.many",
+        "analytics.maps",
+        "analytics.threads",
+        "analytics.storm",
+    ] {
         let err = node(&run, name)["error"]
             .as_str()
             .unwrap_or_default()

@@ -9,8 +9,9 @@ use std::sync::Mutex;
 
 use tokio::process::Command;
 
-use super::{BuildBounds, find_on_path};
+use super::BuildBounds;
 use crate::error::RunnerError;
+use crate::tools::find_on_path;
 
 /// What one environment's build may use: every step's processes are held to an address
 /// space and a file size (`prlimit`); where the server may make cgroups, all of them
@@ -387,21 +388,38 @@ pub(crate) fn disk_used(dirs: &[PathBuf], tasks: Option<&Path>) -> u64 {
             return u64::MAX;
         }
     }
-    // Removed files still open: counted until their last descriptor closes.
+    // Removed files still open, or mapped: counted until the last descriptor or mapping
+    // goes. Every thread's table (a thread may have one of its own) and every mapping
+    // are looked at; past `HANDLES` of them the measure costs too much to run every few
+    // moments, and what cannot be measured is not let through.
     use std::os::unix::fs::MetadataExt;
+    const HANDLES: usize = 65_536;
     let pids = tasks
         .and_then(|t| std::fs::read_to_string(t).ok())
         .unwrap_or_default();
+    let mut handles = 0usize;
     for pid in pids.split_whitespace() {
-        let fds = Path::new("/proc").join(pid).join("fd");
-        for fd in std::fs::read_dir(&fds).into_iter().flatten().flatten() {
-            let removed = std::fs::read_link(fd.path())
-                .is_ok_and(|t| t.to_string_lossy().ends_with(" (deleted)"));
-            if let (true, Ok(meta)) = (removed, std::fs::metadata(fd.path()))
-                && meta.is_file()
-                && seen.insert((meta.dev(), meta.ino()))
-            {
-                total += meta.blocks() * 512;
+        let proc = Path::new("/proc").join(pid);
+        let tables = std::fs::read_dir(proc.join("task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|t| t.path().join("fd"))
+            .chain([proc.join("map_files")]);
+        for table in tables {
+            for fd in std::fs::read_dir(&table).into_iter().flatten().flatten() {
+                handles += 1;
+                if handles > HANDLES {
+                    return u64::MAX;
+                }
+                let removed = std::fs::read_link(fd.path())
+                    .is_ok_and(|t| t.to_string_lossy().ends_with(" (deleted)"));
+                if let (true, Ok(meta)) = (removed, std::fs::metadata(fd.path()))
+                    && meta.is_file()
+                    && seen.insert((meta.dev(), meta.ino()))
+                {
+                    total += meta.blocks() * 512;
+                }
             }
         }
     }

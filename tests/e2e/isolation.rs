@@ -1151,6 +1151,43 @@ sdist("evilsd", "", {"evilbackend.py": backend,
     );
 }
 
+/// Writes into `index` (a find-links folder) the pure-Python wheel `name` 1.0 holding
+/// `files` (paths in the wheel, texts), its metadata and record made here.
+fn pure_wheel(index: &std::path::Path, name: &str, files: &[(&str, &str)]) {
+    let script = r#"
+import base64, hashlib, json, sys, zipfile
+out, name, files = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+info = f"{name}-1.0.dist-info"
+files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n"
+files[f"{info}/WHEEL"] = "Wheel-Version: 1.0\nGenerator: lh-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+record = []
+for path, text in files.items():
+    digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+    record.append(f"{path},sha256={digest},{len(text.encode())}")
+record.append(f"{info}/RECORD,,")
+files[f"{info}/RECORD"] = "\n".join(record) + "\n"
+with zipfile.ZipFile(f"{out}/{name}-1.0-py3-none-any.whl", "w") as z:
+    for path, text in files.items():
+        z.writestr(path, text)
+"#;
+    let files: serde_json::Map<String, serde_json::Value> = files
+        .iter()
+        .map(|(p, t)| (p.to_string(), serde_json::Value::from(*t)))
+        .collect();
+    let out = std::process::Command::new(lh_e2e::python())
+        .args(["-c", script])
+        .arg(index)
+        .arg(name)
+        .arg(serde_json::Value::Object(files).to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A loopback listener that answers every request 404 and keeps each request's first
 /// line: a package index with nothing in it, and a door a build might knock on.
 fn loopback_index() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
@@ -1386,47 +1423,25 @@ fn a_stopped_worker_leaves_nothing_running() {
     std::fs::create_dir_all(&index).unwrap();
     // A thread's name (at most 15 bytes), seen on the host under /proc/*/task/*/comm.
     let mark = format!("lhstay{}", std::process::id() % 100_000);
-    let script = r#"
-import base64, hashlib, sys, zipfile
-out, mark = sys.argv[1], sys.argv[2]
-stay = (
-    "import os\n"
-    "if os.environ.get('LH_PRIVATE_TMP'):\n"
-    "    import ctypes, threading, time\n"
-    "    libc = ctypes.CDLL(None)\n"
-    "    libc.prctl(1, 0, 0, 0, 0)\n"
-    "    def keep():\n"
-    f"        libc.prctl(15, {mark.encode()!r}, 0, 0, 0)\n"
-    "        time.sleep(3600)\n"
-    "    threading.Thread(target=keep).start()\n"
-)
-files = {
-    "staypkg/__init__.py": "VALUE = 1\n",
-    "staypkg_stay.py": stay,
-    "staypkg.pth": "import staypkg_stay\n",
-    "staypkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: staypkg\nVersion: 1.0\n",
-    "staypkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: lh-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-}
-record = []
-for name, text in files.items():
-    digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-    record.append(f"{name},sha256={digest},{len(text.encode())}")
-record.append("staypkg-1.0.dist-info/RECORD,,")
-files["staypkg-1.0.dist-info/RECORD"] = "\n".join(record) + "\n"
-with zipfile.ZipFile(f"{out}/staypkg-1.0-py3-none-any.whl", "w") as z:
-    for name, text in files.items():
-        z.writestr(name, text)
-"#;
-    let out = std::process::Command::new(lh_e2e::python())
-        .args(["-c", script])
-        .arg(&index)
-        .arg(&mark)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stay = format!(
+        "import os\n\
+         if os.environ.get('LH_PRIVATE_TMP'):\n\
+         \x20   import ctypes, threading, time\n\
+         \x20   libc = ctypes.CDLL(None)\n\
+         \x20   libc.prctl(1, 0, 0, 0, 0)\n\
+         \x20   def keep():\n\
+         \x20       libc.prctl(15, b'{mark}', 0, 0, 0)\n\
+         \x20       time.sleep(3600)\n\
+         \x20   threading.Thread(target=keep).start()\n"
+    );
+    pure_wheel(
+        &index,
+        "staypkg",
+        &[
+            ("staypkg/__init__.py", "VALUE = 1\n"),
+            ("staypkg_stay.py", &stay),
+            ("staypkg.pth", "import staypkg_stay\n"),
+        ],
     );
     let envs = scratch.path().join("envs");
     let server = lh_e2e::Server::start_with_env(
@@ -1494,10 +1509,7 @@ fn a_worker_cannot_hand_back_a_link_for_its_folder() {
     let scratch = tempfile::tempdir().unwrap();
     let index = scratch.path().join("index");
     std::fs::create_dir_all(&index).unwrap();
-    let script = r#"
-import base64, hashlib, sys, zipfile
-out = sys.argv[1]
-swap = '''
+    const SWAP: &str = r#"
 import os
 def _swap():
     real = os.write
@@ -1516,33 +1528,15 @@ def _swap():
     os.write = write
 if os.environ.get("LH_PRIVATE_TMP"):
     _swap()
-'''
-files = {
-    "swappkg/__init__.py": "V = 1\n",
-    "swappkg_swap.py": swap,
-    "swappkg.pth": "import swappkg_swap\n",
-    "swappkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: swappkg\nVersion: 1.0\n",
-    "swappkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: lh-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-}
-record = []
-for name, text in files.items():
-    digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-    record.append(f"{name},sha256={digest},{len(text.encode())}")
-record.append("swappkg-1.0.dist-info/RECORD,,")
-files["swappkg-1.0.dist-info/RECORD"] = "\n".join(record) + "\n"
-with zipfile.ZipFile(f"{out}/swappkg-1.0-py3-none-any.whl", "w") as z:
-    for name, text in files.items():
-        z.writestr(name, text)
 "#;
-    let out = std::process::Command::new(lh_e2e::python())
-        .args(["-c", script])
-        .arg(&index)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    pure_wheel(
+        &index,
+        "swappkg",
+        &[
+            ("swappkg/__init__.py", "V = 1\n"),
+            ("swappkg_swap.py", SWAP),
+            ("swappkg.pth", "import swappkg_swap\n"),
+        ],
     );
     let envs = scratch.path().join("envs");
     let server = lh_e2e::Server::start_with_env(

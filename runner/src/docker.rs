@@ -725,6 +725,9 @@ impl DockerLauncher {
         };
         ContainerCreateBody {
             image: Some(self.image(&env.python_version)),
+            // The harness under lh's seccomp filter for untrusted code, on top of the
+            // engine's profile (which lets descriptors be sent over sockets).
+            entrypoint: Some(crate::sandbox::container_entrypoint()),
             user: Some(format!("{user}:{user}")),
             // The container's /tmp is its own: the harness empties it between calls.
             env: Some(vec![

@@ -13,7 +13,7 @@ use tokio::process::Command;
 
 use crate::error::RunnerError;
 use crate::protocol::HARNESS;
-use crate::sandbox::{HostUser, Jail, SANDBOX_ID, proc_and_dev};
+use crate::sandbox::{Code, HostUser, Jail, SANDBOX_ID, proc_and_dev};
 use crate::tools::find_on_path;
 
 mod limits;
@@ -592,7 +592,11 @@ impl Sandbox<'_> {
                 c
             }
             Some(jail) => {
-                let mut c = jail.args();
+                // uv reaching the index runs no package's code; every other step may.
+                let mut c = jail.args(match step.net {
+                    Net::Index => Code::Tools,
+                    Net::None => Code::Untrusted,
+                });
                 c.args([
                     "--die-with-parent",
                     "--new-session",

@@ -18,7 +18,7 @@ use crate::error::RunnerError;
 use crate::pool::PoolConfig;
 use crate::pooled::PooledRuntime;
 use crate::runtime::{Limits, TMP_BYTES};
-use crate::sandbox::{HostUser, Jail, SANDBOX_ID, proc_and_dev};
+use crate::sandbox::{Code, HostUser, Jail, SANDBOX_ID, proc_and_dev};
 use crate::worker::{Launcher, Worker, WorkerKey};
 
 /// How the process runtime runs workers.
@@ -104,7 +104,7 @@ impl ProcessLauncher {
         ]);
         let mut cmd = match &self.jail {
             Some(jail) => {
-                let mut c = jail.args();
+                let mut c = jail.args(Code::Untrusted);
                 // /tmp first: binds under it come after and stay visible.
                 // No capability inside: a server started as root would otherwise give
                 // its functions every capability in their namespaces (ptrace of the

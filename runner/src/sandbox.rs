@@ -126,7 +126,7 @@ const STAGE: &str = "/run/lh-sandbox";
 #[derive(Debug, Clone)]
 pub(crate) struct Jail {
     bwrap: PathBuf,
-    seccomp: PathBuf,
+    seccomp: Filters,
     host: Option<Host>,
     /// The ids workers lease.
     ids: Option<Ids>,
@@ -260,12 +260,13 @@ impl Jail {
         Ok(())
     }
 
-    /// Arguments for bubblewrap, to be started by [`Jail::command`].
-    pub(crate) fn args(&self) -> Bwrap {
+    /// Arguments for bubblewrap running `code`, to be started by [`Jail::command`].
+    pub(crate) fn args(&self, code: Code) -> Bwrap {
         Bwrap {
             args: vec!["--seccomp".into(), "3".into()],
             staged: Vec::new(),
             staging: self.host.is_some(),
+            code,
         }
     }
 
@@ -280,18 +281,21 @@ impl Jail {
     /// [`Jail::command`], as host user `user` rather than the first id (a worker's
     /// lease).
     pub(crate) fn command_as(&self, b: Bwrap, user: Option<HostUser>) -> Command {
+        let seccomp = match b.code {
+            Code::Tools => &self.seccomp.tools,
+            Code::Untrusted => &self.seccomp.untrusted,
+        };
         let mut c = match &self.host {
             None => {
                 let mut c = Command::new("/bin/sh");
-                c.args(["-c", "exec 3< \"$0\" && exec \"$@\""])
-                    .arg(&self.seccomp);
+                c.args(["-c", "exec 3< \"$0\" && exec \"$@\""]).arg(seccomp);
                 c
             }
             Some(h) => {
                 let mut c = Command::new(&h.unshare);
                 c.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"]);
                 c.arg(STAGE_SCRIPT)
-                    .arg(&self.seccomp)
+                    .arg(seccomp)
                     .arg(STAGE)
                     .arg(user.unwrap_or(h.user).uid.to_string())
                     .arg(user.unwrap_or(h.user).gid.to_string())
@@ -335,6 +339,7 @@ pub(crate) struct Bwrap {
     args: Vec<OsString>,
     staged: Vec<PathBuf>,
     staging: bool,
+    code: Code,
 }
 
 impl Bwrap {
@@ -422,40 +427,77 @@ pub(crate) fn proc_and_dev() -> Vec<String> {
     c
 }
 
+/// Which code a sandbox runs, and so which seccomp filter it gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Code {
+    /// lh's own tools only (uv reaching the index): the calls no sandbox makes are
+    /// refused.
+    Tools,
+    /// A package's or a function's code: descriptors cannot be sent over a socket
+    /// either.
+    Untrusted,
+}
+
+/// One architecture's seccomp numbers: its audit value, the calls no sandbox makes,
+/// and the calls that send descriptors over a socket.
+struct Arch {
+    name: &'static str,
+    audit: u32,
+    refused: &'static [u32],
+    sends: &'static [u32],
+}
+
 /// The system calls no sandbox makes: the kernel's keyrings (charged to the sandbox's
 /// host user, and shared through its session keyring: a channel between projects that
 /// outlives every call) and io_uring (kernel surface no function needs), as Docker's
-/// default profile refuses them; and reaching into another process of the sandbox
+/// default profile refuses them; reaching into another process of the sandbox
 /// (`ptrace`, `process_vm_readv`/`writev`, `pidfd_getfd`): a package's build code could
-/// otherwise make uv, its parent, drop its parent-death signal and outlive its step.
-/// Numbers by architecture; the other ABIs of x86-64 (x32, i386) are refused whole.
+/// otherwise make uv, its parent, drop its parent-death signal and outlive its step;
+/// and Landlock, whose rules hold the files they name. `sends` (`sendmsg`, `sendmmsg`)
+/// are refused to untrusted code: a descriptor in flight on a socket is in no
+/// process's table, so a removed file held that way would keep its blocks out of any
+/// measure of a folder. Other ABIs of x86-64 (x32, i386) are refused whole.
+const X86_64: Arch = Arch {
+    name: "x86_64",
+    audit: 0xc000_003e,
+    refused: &[
+        248, 249, 250, 425, 426, 427, 101, 310, 311, 438, 444, 445, 446,
+    ],
+    sends: &[46, 307],
+};
+const AARCH64: Arch = Arch {
+    name: "aarch64",
+    audit: 0xc000_00b7,
+    refused: &[
+        217, 218, 219, 425, 426, 427, 117, 270, 271, 438, 444, 445, 446,
+    ],
+    sends: &[211, 269],
+};
 #[cfg(target_arch = "x86_64")]
-const SECCOMP: (u32, &[u32]) = (
-    0xc000_003e,
-    &[248, 249, 250, 425, 426, 427, 101, 310, 311, 438],
-);
+const NATIVE: &Arch = &X86_64;
 #[cfg(target_arch = "aarch64")]
-const SECCOMP: (u32, &[u32]) = (
-    0xc000_00b7,
-    &[217, 218, 219, 425, 426, 427, 117, 270, 271, 438],
-);
+const NATIVE: &Arch = &AARCH64;
 
-/// The seccomp filter of [`SECCOMP`] as classic BPF, what bubblewrap's `--seccomp FD`
-/// reads: other architectures and x32 calls fail, the listed calls fail with EPERM,
-/// anything else is allowed.
-fn seccomp_filter() -> Vec<u8> {
+/// The seccomp filter for `code` on `arch` as classic BPF, what bubblewrap's
+/// `--seccomp FD` and `prctl(PR_SET_SECCOMP)` take: other architectures and x32 calls
+/// fail, the refused calls fail with EPERM, anything else is allowed.
+fn seccomp_filter(arch: &Arch, code: Code) -> Vec<u8> {
     const LD_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
     const JEQ: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
     const JGE: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
     const RET: u16 = 0x06; // BPF_RET | BPF_K
     const ALLOW: u32 = 0x7fff_0000;
     const EPERM: u32 = 0x0005_0000 | 1;
-    let (arch, calls) = SECCOMP;
+    let sends = match code {
+        Code::Tools => &[][..],
+        Code::Untrusted => arch.sends,
+    };
+    let calls: Vec<u32> = arch.refused.iter().chain(sends).copied().collect();
     let n = calls.len() as u8;
     let mut prog: Vec<(u16, u8, u8, u32)> = vec![
         (LD_ABS, 0, 0, 4), // seccomp_data.arch
         // Another architecture: to the refusal at the end.
-        (JEQ, 0, n + 3, arch),
+        (JEQ, 0, n + 3, arch.audit),
         (LD_ABS, 0, 0, 0), // seccomp_data.nr
         // x32's calls (the same architecture, numbers from 0x40000000).
         (JGE, n + 1, 0, 0x4000_0000),
@@ -467,26 +509,72 @@ fn seccomp_filter() -> Vec<u8> {
     prog.push((RET, 0, 0, EPERM));
     prog.iter()
         .flat_map(|(code, jt, jf, k)| {
-            let mut b = code.to_ne_bytes().to_vec();
+            let mut b = code.to_le_bytes().to_vec();
             b.extend([*jt, *jf]);
-            b.extend(k.to_ne_bytes());
+            b.extend(k.to_le_bytes());
             b
         })
         .collect()
 }
 
-/// Writes the seccomp filter into `dir` (a folder no sandbox sees: one that could
-/// write it could lift the filter), once; its path.
-pub(crate) fn write_seccomp(dir: &Path) -> std::io::Result<PathBuf> {
+/// Writes the seccomp filters of both kinds of code into `dir` (a folder no sandbox
+/// sees: one that could write them could lift the filter), once; their paths.
+pub(crate) fn write_seccomp(dir: &Path) -> std::io::Result<Filters> {
     std::fs::create_dir_all(dir)?;
-    let file = dir.join(".lh-seccomp.bpf");
-    let filter = seccomp_filter();
-    if std::fs::read(&file).ok().as_deref() != Some(filter.as_slice()) {
-        let tmp = dir.join(format!(".lh-seccomp-{}.tmp", uuid::Uuid::new_v4().simple()));
-        std::fs::write(&tmp, &filter)?;
-        std::fs::rename(&tmp, &file)?;
+    let write = |name: &str, code: Code| -> std::io::Result<PathBuf> {
+        let file = dir.join(name);
+        let filter = seccomp_filter(NATIVE, code);
+        if std::fs::read(&file).ok().as_deref() != Some(filter.as_slice()) {
+            let tmp = dir.join(format!(".lh-seccomp-{}.tmp", uuid::Uuid::new_v4().simple()));
+            std::fs::write(&tmp, &filter)?;
+            std::fs::rename(&tmp, &file)?;
+        }
+        Ok(file)
+    };
+    Ok(Filters {
+        tools: write(".lh-seccomp.bpf", Code::Tools)?,
+        untrusted: write(".lh-seccomp-untrusted.bpf", Code::Untrusted)?,
+    })
+}
+
+/// The files of the seccomp filters.
+#[derive(Debug, Clone)]
+pub(crate) struct Filters {
+    tools: PathBuf,
+    untrusted: PathBuf,
+}
+
+/// How a container's first process, before any code of the environment runs (no
+/// `site`, no `PYTHON*` variables), puts itself under the seccomp filter for untrusted
+/// code (the one of the engine's architecture, among the arguments) on top of the
+/// engine's own profile, then becomes the worker harness. A filter that cannot be
+/// installed stops the container: no worker runs without it.
+const CONTAINER_FILTER: &str = "import ctypes,os,sys
+fs=dict(a.split('=',1) for a in sys.argv[1:])
+m=os.uname().machine
+if m not in fs: sys.exit('lh: no seccomp filter for the architecture '+m)
+b=bytes.fromhex(fs[m])
+class P(ctypes.Structure): _fields_=[('n',ctypes.c_ushort),('f',ctypes.c_char_p)]
+p=P(len(b)//8,b)
+c=ctypes.CDLL(None,use_errno=True)
+u=ctypes.c_ulong
+if c.prctl(38,u(1),u(0),u(0),u(0)) or c.prctl(22,u(2),ctypes.byref(p),u(0),u(0)): sys.exit('lh: cannot install the seccomp filter: '+os.strerror(ctypes.get_errno()))
+os.execv(sys.executable,[sys.executable,'-m','lh._worker'])";
+
+/// A container's command line: the worker harness under the seccomp filter for
+/// untrusted code ([`CONTAINER_FILTER`]).
+pub(crate) fn container_entrypoint() -> Vec<String> {
+    let mut args: Vec<String> = ["python3", "-I", "-S", "-c", CONTAINER_FILTER]
+        .map(String::from)
+        .to_vec();
+    for arch in [&X86_64, &AARCH64] {
+        let hex: String = seccomp_filter(arch, Code::Untrusted)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        args.push(format!("{}={hex}", arch.name));
     }
-    Ok(file)
+    args
 }
 
 /// A sandbox's `/dev/shm` (POSIX shared memory, multiprocessing's semaphores).

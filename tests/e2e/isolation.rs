@@ -25,6 +25,7 @@ crate::both_runtimes!(
     a_function_is_held_to_its_memory_and_processes_together,
     one_projects_function_takes_nothing_the_kernel_counts_per_user_from_another,
     a_function_cannot_hide_what_it_writes_from_the_measure,
+    a_function_can_hold_no_file_outside_its_processes,
 );
 
 /// Found by reviews: a call's folder was measured by its regular files only, so a
@@ -149,6 +150,114 @@ def storm(o=lh.Model("raw.orders", columns=["id"])):
             "{runtime} {name}: {err}"
         );
     }
+    assert_eq!(lh.head("main"), before, "nothing was published");
+}
+
+/// Found by a review: a descriptor sent over a socket and not yet received is in no
+/// process's table, so a function held removed files in flight (up to 4,096 of them, each
+/// as large as its disk limit) out of its folder's measure; Landlock's rules hold the
+/// files they name the same way. A function (and a package's build) can send no
+/// descriptor and make no Landlock rule; sockets, asyncio and multiprocessing work.
+fn a_function_can_hold_no_file_outside_its_processes(runtime: &str) {
+    let server = server_with(runtime, &["--max-function-disk", "100m"]);
+    let lh = server.lh();
+    orders(&lh);
+    let models = r#"
+import ctypes, errno, os, socket, time
+import lh
+
+def folder():
+    found = None
+    for line in open("/proc/self/mountinfo"):
+        point = line.split()[4]
+        if point == "/lh/work" or "/workers/worker-" in point:
+            found = point
+    return found
+
+@lh.model()
+def inflight(o=lh.Model("raw.orders", columns=["id"])):
+    a, b = socket.socketpair()
+    for i in range(10):
+        path = os.path.join(folder(), "sent-%d" % i)
+        with open(path, "wb") as f:
+            f.write(b"x" * (20 << 20))
+            f.flush()
+            os.fsync(f.fileno())
+        fd = os.open(path, os.O_RDONLY)
+        socket.send_fds(a, [b"x"], [fd])
+        os.close(fd)
+        os.remove(path)
+    time.sleep(5)
+    return o
+
+@lh.model()
+def batched(o=lh.Model("raw.orders", columns=["id"])):
+    # sendmmsg, by hand: one message carrying a descriptor.
+    libc = ctypes.CDLL(None, use_errno=True)
+    a, b = socket.socketpair()
+    class IoVec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+    class Cmsg(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_size_t), ("level", ctypes.c_int), ("type", ctypes.c_int), ("fd", ctypes.c_int), ("pad", ctypes.c_int)]
+    class MsgHdr(ctypes.Structure):
+        _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint), ("iov", ctypes.POINTER(IoVec)), ("iovlen", ctypes.c_size_t), ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t), ("flags", ctypes.c_int)]
+    class MMsgHdr(ctypes.Structure):
+        _fields_ = [("hdr", MsgHdr), ("len", ctypes.c_uint)]
+    data = ctypes.create_string_buffer(b"x")
+    iov = IoVec(ctypes.cast(data, ctypes.c_void_p), 1)
+    cmsg = Cmsg(20, socket.SOL_SOCKET, socket.SCM_RIGHTS, os.open("/proc/self/mountinfo", os.O_RDONLY), 0)
+    msg = MMsgHdr(MsgHdr(None, 0, ctypes.pointer(iov), 1, ctypes.cast(ctypes.pointer(cmsg), ctypes.c_void_p), 24, 0), 0)
+    sent = libc.syscall(307 if os.uname().machine == "x86_64" else 269, a.fileno(), ctypes.byref(msg), 1, 0)
+    if sent != 1:
+        raise OSError(ctypes.get_errno(), "sendmmsg: " + os.strerror(ctypes.get_errno()))
+    return o
+
+@lh.model()
+def ruled(o=lh.Model("raw.orders", columns=["id"])):
+    libc = ctypes.CDLL(None, use_errno=True)
+    # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    if libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)) < 0 and ctypes.get_errno() == errno.EPERM:
+        raise PermissionError("landlock refused")
+    return o
+
+@lh.model()
+def allowed(o=lh.Model("raw.orders", columns=["id"])):
+    import asyncio, multiprocessing
+    a, b = socket.socketpair()
+    a.sendall(b"ping")
+    assert b.recv(4) == b"ping"
+    async def main():
+        await asyncio.sleep(0.01)
+        return 2
+    assert asyncio.run(main()) == 2
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        assert pool.map(abs, [-1, -2, 3]) == [1, 2, 3]
+    return o
+"#;
+    let dir = project(
+        &lh,
+        "inflight",
+        &[("lh_project.yml", PROJECT), ("m.py", models)],
+    );
+    let before = lh.head("main");
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_ne!(code, 0, "{run}");
+    for (name, said) in [
+        ("analytics.inflight", "[Errno 1] Operation not permitted"),
+        ("analytics.batched", "Operation not permitted"),
+        ("analytics.ruled", "landlock refused"),
+    ] {
+        let err = node(&run, name)["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(err.contains(said), "{runtime} {name}: {err}");
+    }
+    assert_eq!(
+        node(&run, "analytics.allowed")["status"],
+        "done",
+        "{runtime}: {run}"
+    );
     assert_eq!(lh.head("main"), before, "nothing was published");
 }
 
@@ -1042,6 +1151,14 @@ try:
     said.append("init reached")
 except OSError:
     said.append("init refused")
+# A removed file in flight on a socket is in no process's table: out of the build's measure.
+import socket
+a, b = socket.socketpair()
+try:
+    socket.send_fds(a, [b"x"], [os.open("/", os.O_RDONLY)])
+    said.append("descriptors sent")
+except PermissionError:
+    said.append("descriptors refused")
 kids = []
 for _ in range(2):
     pid = os.fork()
@@ -1634,7 +1751,7 @@ fn a_package_build_is_held_to_its_limits() {
     for (package, says) in [
         (
             "bombpkg",
-            "bomb: memory refused, file refused, userns refused, kernel settings refused, keyrings refused, ptrace refused, init refused, memory together bounded, forks bounded",
+            "bomb: memory refused, file refused, userns refused, kernel settings refused, keyrings refused, ptrace refused, init refused, descriptors refused, memory together bounded, forks bounded",
         ),
         ("diskpkg", "past its 512 MiB (the server's --build-disk)"),
         ("diskgone", "past its 512 MiB (the server's --build-disk)"),

@@ -33,11 +33,43 @@ pub fn router() -> Router<AppState> {
         )
 }
 
+/// A secret as the API shows it.
+fn secret_info(s: crate::auth::secrets::Secret) -> SecretInfo {
+    SecretInfo {
+        name: s.name,
+        version: s.version,
+        refs: s.refs,
+        updated_by: s.updated.by,
+        updated_at: s.updated.at.to_rfc3339(),
+    }
+}
+
+/// A role as the API shows it.
+fn role_info(r: crate::auth::roles::RoleDef) -> RoleInfo {
+    let (updated_by, updated_at) = match r.updated {
+        Some(u) => (Some(u.by), Some(u.at.to_rfc3339())),
+        None => (None, None),
+    };
+    RoleInfo {
+        name: r.name,
+        builtin: r.builtin,
+        grants: r.grants,
+        updated_by,
+        updated_at,
+    }
+}
+
 /// Every pipeline secret's name and version (never a value).
 #[utoipa::path(get, path = "/api/v1/secrets", responses((status = 200, body = SecretList)))]
 async fn list_secrets(State(s): State<AppState>) -> ApiResult<Json<SecretList>> {
     Ok(Json(SecretList {
-        secrets: s.secrets.list().await?,
+        secrets: s
+            .secrets
+            .list()
+            .await?
+            .into_iter()
+            .map(secret_info)
+            .collect(),
     }))
 }
 
@@ -56,7 +88,7 @@ async fn set_secret(
         .set(&name, &req.value, refs, &identity.user)
         .await?;
     tracing::info!(secret = %name, version = info.version, by = %identity.user, "secret set");
-    Ok(Json(info))
+    Ok(Json(secret_info(info)))
 }
 
 /// Removes a secret.
@@ -76,7 +108,7 @@ async fn remove_secret(
 #[utoipa::path(get, path = "/api/v1/roles", responses((status = 200, body = RoleList)))]
 async fn list_roles(State(s): State<AppState>) -> ApiResult<Json<RoleList>> {
     Ok(Json(RoleList {
-        roles: s.roles.list().await?,
+        roles: s.roles.list().await?.into_iter().map(role_info).collect(),
     }))
 }
 
@@ -91,7 +123,7 @@ async fn set_role(
 ) -> ApiResult<Json<RoleInfo>> {
     let info = s.roles.set(&name, &req.grants, &identity.user).await?;
     tracing::info!(role = %name, grants = ?info.grants, by = %identity.user, "role set");
-    Ok(Json(info))
+    Ok(Json(role_info(info)))
 }
 
 /// Removes a role no live token has.

@@ -78,7 +78,9 @@ async fn show_table(
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<TableDetail>> {
     let at = ref_param(&q);
-    Ok(Json(s.tables.detail_for(&identity, &at, &name).await?))
+    Ok(Json(table_detail(
+        s.tables.detail_for(&identity, &at, &name).await?,
+    )))
 }
 
 /// Removes a table from a branch (one commit; its files stay for other refs).
@@ -149,16 +151,72 @@ async fn expire(
     Ok(Json(r))
 }
 
+/// A table's detail as the API shows it.
+fn table_detail(d: crate::tables::TableDetail) -> TableDetail {
+    TableDetail {
+        name: d.name,
+        commit: d.commit,
+        pointer: crate::error::pointer(&d.pointer),
+        location: d.location,
+        format_version: d.format_version,
+        columns: d
+            .columns
+            .into_iter()
+            .map(|c| lh_api::Column {
+                id: c.id,
+                name: c.name,
+                data_type: c.data_type,
+                required: c.required,
+            })
+            .collect(),
+        rows: d.rows,
+        files: d.files,
+        size_bytes: d.size_bytes,
+        delete_files: d.delete_files,
+        snapshots: d
+            .snapshots
+            .into_iter()
+            .map(|s| lh_api::SnapshotInfo {
+                snapshot_id: s.snapshot_id,
+                parent_id: s.parent_id,
+                timestamp: s.timestamp,
+                operation: s.operation,
+                summary: s.summary,
+            })
+            .collect(),
+        partition_by: d.partition_by,
+        partition_spec_id: d.partition_spec_id,
+    }
+}
+
 /// Removes the warehouse files that no commit of the catalog reaches (what failed or
 /// refused writes left), once older than a grace period; `dry_run` lists them.
 #[utoipa::path(post, path = "/api/v1/gc", request_body = GcRequest,
     responses((status = 200, body = GcResponse), (status = 400, body = lh_api::ErrorBody),
         (status = 409, body = lh_api::ErrorBody)))]
 async fn gc(State(s): State<AppState>, Json(req): Json<GcRequest>) -> ApiResult<Json<GcResponse>> {
+    use crate::tables::gc::{GcOptions, collect};
     let memo: &dyn crate::tables::gc::Memo = &s.runs.store;
-    Ok(Json(
-        crate::tables::gc::collect(&s.tables, &req, Some(memo)).await?,
-    ))
+    let options = GcOptions {
+        older_than: req.older_than_secs.map(std::time::Duration::from_secs),
+        dry_run: req.dry_run,
+    };
+    let r = collect(&s.tables, &options, Some(memo)).await?;
+    Ok(Json(GcResponse {
+        dry_run: r.dry_run,
+        older_than_secs: r.older_than.as_secs(),
+        table_versions: r.table_versions,
+        scanned_files: r.scanned_files,
+        live_files: r.live_files,
+        recent_files: r.recent_files,
+        foreign_files: r.foreign_files,
+        removed_files: r.removed_files,
+        removed_bytes: r.removed_bytes,
+        removed_folders: r.removed_folders,
+        removed: r.removed,
+        unreadable: r.unreadable,
+        protected_files: r.protected_files,
+    }))
 }
 
 /// Stages a file for an import (`?name=orders.csv`; the body is the file).

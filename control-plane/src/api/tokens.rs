@@ -30,6 +30,21 @@ fn store(s: &AppState) -> Result<&Tokens, Error> {
     })
 }
 
+/// A token as the API shows it.
+fn token_info(t: crate::auth::tokens::Token) -> TokenInfo {
+    TokenInfo {
+        id: t.id,
+        name: t.name,
+        user: t.user,
+        role: t.role,
+        created_by: t.created_by,
+        created_at: t.created_at,
+        expires_at: t.expires_at,
+        revoked_at: t.revoked_at,
+        last_used_at: t.last_used_at,
+    }
+}
+
 /// Makes a token; the answer holds its secret, which is stored nowhere.
 #[utoipa::path(post, path = "/api/v1/tokens", request_body = TokenCreate,
     responses((status = 201, body = TokenCreated)))]
@@ -59,14 +74,25 @@ async fn create_token(
         })
         .await?;
     tracing::info!(id = %info.id, user = %info.user, role = %info.role, by = %identity.user, "token created");
-    Ok((StatusCode::CREATED, Json(TokenCreated { token, info })))
+    Ok((
+        StatusCode::CREATED,
+        Json(TokenCreated {
+            token,
+            info: token_info(info),
+        }),
+    ))
 }
 
 /// Every token, revoked and expired ones included; never a secret.
 #[utoipa::path(get, path = "/api/v1/tokens", responses((status = 200, body = TokenList)))]
 async fn list_tokens(State(s): State<AppState>) -> ApiResult<Json<TokenList>> {
     Ok(Json(TokenList {
-        tokens: store(&s)?.list().await?,
+        tokens: store(&s)?
+            .list()
+            .await?
+            .into_iter()
+            .map(token_info)
+            .collect(),
     }))
 }
 
@@ -81,5 +107,5 @@ async fn revoke_token(
 ) -> ApiResult<Json<TokenInfo>> {
     let info = store(&s)?.revoke(&id).await?;
     tracing::info!(id = %info.id, user = %info.user, by = %identity.user, "token revoked");
-    Ok(Json(info))
+    Ok(Json(token_info(info)))
 }

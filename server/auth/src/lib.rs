@@ -39,6 +39,25 @@ use serde::{Deserialize, Serialize};
 
 pub use roles::Access;
 
+/// Who last changed a stored thing (a role, a secret), and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Updated {
+    pub by: String,
+    pub at: chrono::DateTime<chrono::Utc>,
+}
+
+impl Updated {
+    /// `by` at the stored time `ms` (Unix milliseconds).
+    pub fn new(by: String, ms: i64) -> Updated {
+        use chrono::TimeZone;
+        let at = chrono::Utc
+            .timestamp_millis_opt(ms)
+            .single()
+            .unwrap_or_default();
+        Updated { by, at }
+    }
+}
+
 use crate::error::{Code, Error, Result};
 
 /// What a request does, as permissions name it.

@@ -343,6 +343,17 @@ fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// A role as `lh role ls` shows it: built in or defined, and its grants in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleDef {
+    pub name: String,
+    /// One of the built-in roles (not changeable).
+    pub builtin: bool,
+    pub grants: Vec<String>,
+    /// Who defined it last, and when (none for a built-in role).
+    pub updated: Option<crate::Updated>,
+}
+
 impl Roles {
     pub fn new(pool: AnyPool) -> Roles {
         Roles { pool }
@@ -407,7 +418,7 @@ impl Roles {
     }
 
     /// Defines a role, or replaces its grants.
-    pub async fn set(&self, name: &str, grants: &[String], by: &str) -> Result<lh_api::RoleInfo> {
+    pub async fn set(&self, name: &str, grants: &[String], by: &str) -> Result<RoleDef> {
         check_name(name)?;
         if Role::parse(name).is_ok() {
             return Err(Error::bad_request(
@@ -439,12 +450,11 @@ impl Roles {
         .execute(&self.pool)
         .await
         .map_err(db)?;
-        Ok(lh_api::RoleInfo {
+        Ok(RoleDef {
             name: name.to_string(),
             builtin: false,
             grants: texts,
-            updated_by: Some(by.to_string()),
-            updated_at: Some(crate::db::time(now)),
+            updated: Some(crate::Updated::new(by.to_string(), now)),
         })
     }
 
@@ -482,15 +492,14 @@ impl Roles {
     }
 
     /// The built-in roles, then the defined ones by name.
-    pub async fn list(&self) -> Result<Vec<lh_api::RoleInfo>> {
-        let mut out: Vec<lh_api::RoleInfo> = Role::ALL
+    pub async fn list(&self) -> Result<Vec<RoleDef>> {
+        let mut out: Vec<RoleDef> = Role::ALL
             .into_iter()
-            .map(|r| lh_api::RoleInfo {
+            .map(|r| RoleDef {
                 name: r.as_str().to_string(),
                 builtin: true,
                 grants: Access::builtin(r).grants.iter().map(Grant::text).collect(),
-                updated_by: None,
-                updated_at: None,
+                updated: None,
             })
             .collect();
         let rows =
@@ -501,13 +510,15 @@ impl Roles {
         for r in rows {
             let grants: String = r.try_get("grants").map_err(db)?;
             let at: i64 = r.try_get("updated_at").map_err(db)?;
-            out.push(lh_api::RoleInfo {
+            out.push(RoleDef {
                 name: r.try_get("name").map_err(db)?,
                 builtin: false,
                 grants: serde_json::from_str(&grants)
                     .map_err(|e| Error::internal(format!("corrupt role grants: {e}")))?,
-                updated_by: Some(r.try_get("updated_by").map_err(db)?),
-                updated_at: Some(crate::db::time(at)),
+                updated: Some(crate::Updated::new(
+                    r.try_get("updated_by").map_err(db)?,
+                    at,
+                )),
             });
         }
         Ok(out)

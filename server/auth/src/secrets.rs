@@ -18,7 +18,6 @@ use sqlx::{AnyPool, Row};
 
 use super::key::ServerKey;
 use super::roles::Pattern;
-use crate::db::time;
 use crate::error::{Code, Error, Kind, Result};
 
 pub struct Secrets {
@@ -70,19 +69,24 @@ pub struct Value {
     pub value: String,
 }
 
+/// A secret as the store shows it: its name, version and scope, never its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Secret {
+    pub name: String,
+    /// Grows with each set (functions using it run again).
+    pub version: i64,
+    /// The branches whose runs get it (a pattern: `main`, `team-a.*`, `*`).
+    pub refs: String,
+    pub updated: crate::Updated,
+}
+
 impl Secrets {
     pub fn new(pool: AnyPool, key: Arc<ServerKey>) -> Secrets {
         Secrets { pool, key }
     }
 
     /// Sets a secret; returns its new version.
-    pub async fn set(
-        &self,
-        name: &str,
-        value: &str,
-        refs: &str,
-        by: &str,
-    ) -> Result<lh_api::SecretInfo> {
+    pub async fn set(&self, name: &str, value: &str, refs: &str, by: &str) -> Result<Secret> {
         check_name(name).map_err(|m| Error::bad_request(Code::InvalidArgument, m))?;
         let refs = Pattern::parse(refs, "ref")?;
         if value.is_empty() || value.len() > MAX_VALUE {
@@ -122,7 +126,7 @@ impl Secrets {
     }
 
     /// Names and versions; never a value.
-    pub async fn list(&self) -> Result<Vec<lh_api::SecretInfo>> {
+    pub async fn list(&self) -> Result<Vec<Secret>> {
         let rows = sqlx::query(
             "SELECT name, version, refs, updated_by, updated_at FROM lh_secrets ORDER BY name",
         )
@@ -131,12 +135,14 @@ impl Secrets {
         .map_err(db)?;
         rows.iter()
             .map(|r| {
-                Ok(lh_api::SecretInfo {
+                Ok(Secret {
                     name: r.try_get("name").map_err(db)?,
                     version: r.try_get("version").map_err(db)?,
                     refs: r.try_get("refs").map_err(db)?,
-                    updated_by: r.try_get("updated_by").map_err(db)?,
-                    updated_at: time(r.try_get("updated_at").map_err(db)?),
+                    updated: crate::Updated::new(
+                        r.try_get("updated_by").map_err(db)?,
+                        r.try_get("updated_at").map_err(db)?,
+                    ),
                 })
             })
             .collect()

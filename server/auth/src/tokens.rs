@@ -8,7 +8,6 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeZone, Utc};
-use lh_api::TokenInfo;
 use rand::RngCore;
 use sqlx::{AnyPool, Row};
 
@@ -27,6 +26,21 @@ pub struct Tokens {
 
 fn db(e: sqlx::Error) -> Error {
     crate::db::failed("token storage", e)
+}
+
+/// A token as the store knows it (never its secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Token {
+    pub id: String,
+    pub name: String,
+    pub user: String,
+    pub role: String,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    /// When it last authenticated a request (to the minute).
+    pub last_used_at: Option<DateTime<Utc>>,
 }
 
 fn unauthenticated(message: &str) -> Error {
@@ -96,7 +110,7 @@ impl Tokens {
     }
 
     /// Makes a token; its secret is in the returned string and nowhere else.
-    pub async fn create(&self, t: NewToken<'_>) -> Result<(String, TokenInfo)> {
+    pub async fn create(&self, t: NewToken<'_>) -> Result<(String, Token)> {
         validate_user(t.user)?;
         validate_token_name(t.name)?;
         let mut id = [0u8; 8];
@@ -144,7 +158,7 @@ impl Tokens {
         .execute(&self.pool)
         .await
         .map_err(db)?;
-        let info = TokenInfo {
+        let info = Token {
             id: id.clone(),
             name: t.name.to_string(),
             user: t.user.to_string(),
@@ -222,7 +236,7 @@ impl Tokens {
         }
     }
 
-    pub async fn list(&self) -> Result<Vec<TokenInfo>> {
+    pub async fn list(&self) -> Result<Vec<Token>> {
         let rows = sqlx::query(
             "SELECT id, name, user_name, role, created_by, created_at, expires_at, revoked_at, last_used_at \
              FROM lh_tokens ORDER BY created_at, id",
@@ -232,7 +246,7 @@ impl Tokens {
         .map_err(db)?;
         rows.iter()
             .map(|r| {
-                Ok(TokenInfo {
+                Ok(Token {
                     id: r.try_get("id").map_err(db)?,
                     name: r.try_get("name").map_err(db)?,
                     user: r.try_get("user_name").map_err(db)?,
@@ -249,7 +263,7 @@ impl Tokens {
     }
 
     /// Revokes a token (from its next request on); revoking one twice is no error.
-    pub async fn revoke(&self, id: &str) -> Result<TokenInfo> {
+    pub async fn revoke(&self, id: &str) -> Result<Token> {
         sqlx::query("UPDATE lh_tokens SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
             .bind(Utc::now().timestamp_millis())
             .bind(id)

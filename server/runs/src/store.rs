@@ -693,7 +693,7 @@ pub fn reusable_since(now: DateTime<Utc>, catch_all: std::time::Duration) -> Dat
 
 #[async_trait::async_trait]
 impl crate::tables::gc::Memo for RunStore {
-    async fn kept(&self, since: DateTime<Utc>) -> Result<Vec<TablePointer>> {
+    async fn kept(&self, since: DateTime<Utc>) -> Result<Vec<lh_catalog::TablePointer>> {
         let rows = sqlx::query("SELECT pointer FROM lh_memo WHERE created_at >= $1")
             .bind(micros(since))
             .fetch_all(&self.pool)
@@ -701,7 +701,8 @@ impl crate::tables::gc::Memo for RunStore {
             .map_err(db)?;
         Ok(rows
             .iter()
-            .filter_map(|r| serde_json::from_str(&r.get::<String, _>(0)).ok())
+            .filter_map(|r| serde_json::from_str::<TablePointer>(&r.get::<String, _>(0)).ok())
+            .map(|p| crate::exec::call::catalog_pointer(&p))
             .collect())
     }
 

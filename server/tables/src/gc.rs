@@ -39,7 +39,6 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use iceberg::spec::TableMetadata;
-use lh_api::{GcRequest, GcResponse};
 
 use super::{Tables, snapshot};
 use crate::error::{Code, Error, Kind, Result};
@@ -60,20 +59,59 @@ static RUNNING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 #[async_trait::async_trait]
 pub trait Memo: Sync {
     /// The table versions of the outputs memoized since `since`.
-    async fn kept(&self, since: chrono::DateTime<chrono::Utc>)
-    -> Result<Vec<lh_api::TablePointer>>;
+    async fn kept(
+        &self,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<lh_catalog::TablePointer>>;
     /// Forgets the outputs memoized before `before`; how many.
     async fn forget_before(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64>;
 }
 
+/// What a collection is asked to do.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GcOptions {
+    /// Only files last modified at least this long ago are candidates
+    /// ([`DEFAULT_OLDER_THAN`] when none; at least [`MIN_OLDER_THAN`]).
+    pub older_than: Option<Duration>,
+    /// List what would be removed, and remove nothing.
+    pub dry_run: bool,
+}
+
+/// What a collection found and did.
+#[derive(Debug, Clone, Default)]
+pub struct GcReport {
+    pub dry_run: bool,
+    pub older_than: Duration,
+    /// Distinct table metadata files the catalog's commits point at.
+    pub table_versions: u64,
+    /// Files in the warehouse.
+    pub scanned_files: u64,
+    /// Files some commit reaches.
+    pub live_files: u64,
+    /// Files no commit reaches, kept: younger than `older_than`, or in a folder a write
+    /// of this server is filling.
+    pub recent_files: u64,
+    /// Files outside lh's table folders, never removed.
+    pub foreign_files: u64,
+    /// Files no commit reaches, removed (or, in a dry run, to remove).
+    pub removed_files: u64,
+    pub removed_bytes: u64,
+    /// Empty folders removed with them (not counted in a dry run).
+    pub removed_folders: u64,
+    /// The first of them (at most 1000), relative to the warehouse.
+    pub removed: Vec<String>,
+    /// Table versions that could not be read, with why: their folders are left whole.
+    pub unreadable: Vec<String>,
+    /// The files of those folders.
+    pub protected_files: u64,
+}
+
 pub async fn collect(
     tables: &Tables,
-    req: &GcRequest,
+    req: &GcOptions,
     memo: Option<&dyn Memo>,
-) -> Result<GcResponse> {
-    let older_than = req
-        .older_than_secs
-        .map_or(DEFAULT_OLDER_THAN, Duration::from_secs);
+) -> Result<GcReport> {
+    let older_than = req.older_than.unwrap_or(DEFAULT_OLDER_THAN);
     if older_than.as_secs() > lh_api::units::MAX_CLIENT_SECS {
         return Err(Error::bad_request(
             Code::InvalidArgument,
@@ -173,9 +211,9 @@ pub async fn collect(
         })
         .collect();
 
-    let mut resp = GcResponse {
+    let mut resp = GcReport {
         dry_run: req.dry_run,
-        older_than_secs: older_than.as_secs(),
+        older_than,
         table_versions: seen.len() as u64,
         scanned_files: found.len() as u64,
         live_files: 0,

@@ -40,7 +40,7 @@ impl Tables {
         identity: &Identity,
         at: &str,
         name: &str,
-    ) -> Result<lh_api::TableDetail> {
+    ) -> Result<crate::TableDetail> {
         identity.require_table(Action::Read, at, name, "reading it")?;
         let scoped = crate::auth::history::scoped(&self.catalog, identity, at).await?;
         if !scoped.can_table(Action::Read, at, name) {

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use iceberg::spec::TableMetadata;
 use lh_catalog::{Catalog, Commit, TablePointer};
 
-use crate::error::{Code, Error, Kind, Result, pointer};
+use crate::error::{Code, Error, Kind, Result};
 use crate::warehouse::Warehouse;
 
 /// A table at a commit, with its metadata read.
@@ -246,7 +246,7 @@ impl Tables {
     }
 
     /// What `lh table show` prints.
-    pub async fn detail(&self, at: &str, name: &str) -> Result<lh_api::TableDetail> {
+    pub async fn detail(&self, at: &str, name: &str) -> Result<TableDetail> {
         let resolved = self.catalog.resolve(at).await?;
         let t = self.load_required(&resolved.commit, name, at).await?;
         let m = &t.metadata;
@@ -255,7 +255,7 @@ impl Tables {
             .as_struct()
             .fields()
             .iter()
-            .map(|f| lh_api::Column {
+            .map(|f| Column {
                 id: f.id,
                 name: f.name.clone(),
                 data_type: types::display_type(&f.field_type),
@@ -295,9 +295,9 @@ impl Tables {
                 })
                 .unwrap_or(0)
         };
-        let mut snapshots: Vec<lh_api::SnapshotInfo> = m
+        let mut snapshots: Vec<SnapshotSummary> = m
             .snapshots()
-            .map(|s| lh_api::SnapshotInfo {
+            .map(|s| SnapshotSummary {
                 snapshot_id: s.snapshot_id(),
                 parent_id: s.parent_snapshot_id(),
                 timestamp: s.timestamp().unwrap_or_default(),
@@ -315,10 +315,10 @@ impl Tables {
                 .cmp(&a.timestamp)
                 .then(b.snapshot_id.cmp(&a.snapshot_id))
         });
-        Ok(lh_api::TableDetail {
+        Ok(TableDetail {
             name: name.to_string(),
             commit: resolved.commit.id.to_hex(),
-            pointer: pointer(&t.pointer),
+            pointer: t.pointer.clone(),
             location: m.location().to_string(),
             format_version: match m.format_version() {
                 iceberg::spec::FormatVersion::V1 => 1,
@@ -340,6 +340,51 @@ impl Tables {
             partition_spec_id: m.default_partition_spec_id(),
         })
     }
+}
+
+/// A table at a commit, as `Tables::detail` reads it.
+#[derive(Debug, Clone)]
+pub struct TableDetail {
+    pub name: String,
+    /// The commit read.
+    pub commit: String,
+    pub pointer: TablePointer,
+    pub location: String,
+    pub format_version: u8,
+    pub columns: Vec<Column>,
+    /// Rows (net of position deletes), data files and bytes of the current snapshot.
+    pub rows: u64,
+    pub files: u64,
+    pub size_bytes: u64,
+    /// Delete files of the current snapshot.
+    pub delete_files: u64,
+    /// Newest first.
+    pub snapshots: Vec<SnapshotSummary>,
+    /// The partition spec new data is written with (`day(ts), bucket(16, id)`); empty
+    /// for an unpartitioned table.
+    pub partition_by: String,
+    pub partition_spec_id: i32,
+}
+
+/// A column of a table's current schema.
+#[derive(Debug, Clone)]
+pub struct Column {
+    pub id: i32,
+    pub name: String,
+    /// The Iceberg type (`long`, `string`, `decimal(12,2)`, `list<int>`...).
+    pub data_type: String,
+    pub required: bool,
+}
+
+/// A snapshot of a table: its id, parent, time, operation and summary.
+#[derive(Debug, Clone)]
+pub struct SnapshotSummary {
+    pub snapshot_id: i64,
+    pub parent_id: Option<i64>,
+    pub timestamp: chrono::DateTime<chrono::Utc>,
+    /// `append`, `overwrite`, `replace`, `delete`.
+    pub operation: String,
+    pub summary: BTreeMap<String, String>,
 }
 
 /// The branches runs write their outputs on (`run/<id>`): only their run writes there,

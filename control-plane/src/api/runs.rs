@@ -108,7 +108,9 @@ async fn start_run(
     };
     Ok((
         StatusCode::CREATED,
-        Json(s.runs.start_for(&identity, target, code, ask).await?),
+        Json(run_info(
+            s.runs.start_for(&identity, target, code, ask).await?,
+        )),
     ))
 }
 
@@ -125,7 +127,13 @@ async fn list_runs(
         .and_then(|(_, v)| v.parse().ok())
         .unwrap_or(20);
     Ok(Json(RunList {
-        runs: s.runs.list_for(&identity, limit).await?,
+        runs: s
+            .runs
+            .list_for(&identity, limit)
+            .await?
+            .into_iter()
+            .map(run_info)
+            .collect(),
     }))
 }
 
@@ -137,7 +145,7 @@ async fn get_run(
     identity: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<Json<RunInfo>> {
-    Ok(Json(s.runs.get_for(&identity, &id).await?))
+    Ok(Json(run_info(s.runs.get_for(&identity, &id).await?)))
 }
 
 /// The logs of a run's nodes (`?node=` for one), as text.
@@ -178,7 +186,7 @@ async fn cancel_run(
     identity: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<Json<RunInfo>> {
-    Ok(Json(s.runs.cancel_for(&identity, &id).await?))
+    Ok(Json(run_info(s.runs.cancel_for(&identity, &id).await?)))
 }
 
 /// Replays a run: same code (or new code), environments, parameters and input commit.
@@ -195,5 +203,32 @@ async fn rerun(
         .runs
         .rerun_for(&identity, &id, req.from_failed, code)
         .await?;
-    Ok((StatusCode::CREATED, Json(run)))
+    Ok((StatusCode::CREATED, Json(run_info(run))))
+}
+
+/// A run as the API shows it (a partitioned run's partitions from its nodes).
+fn run_info(r: crate::runs::RunRecord) -> RunInfo {
+    RunInfo {
+        partitions: lh_api::RunPartition::of(&r.nodes),
+        id: r.id,
+        project: r.project,
+        author: r.author,
+        target: r.target,
+        run_branch: r.run_branch,
+        code_hash: r.code_hash,
+        input_commit: r.input_commit,
+        check: r.check,
+        params: r.params,
+        status: r.status,
+        error: r.error,
+        merge_commit: r.merge_commit,
+        no_cache: r.no_cache,
+        strict: r.strict,
+        rerun_of: r.rerun_of,
+        created_at: r.created_at,
+        finished_at: r.finished_at,
+        environments: r.environments,
+        nodes: r.nodes,
+        hidden_nodes: r.hidden_nodes,
+    }
 }

@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use lh_api::{PlanResponse, RunInfo};
+use lh_api::PlanResponse;
+
+use crate::RunRecord;
 
 use crate::auth::{Action, Identity};
 use crate::error::{Code, Error, Result};
@@ -57,7 +59,7 @@ impl RunService {
         target: &str,
         code: impl Future<Output = Result<String>>,
         ask: RunAsk,
-    ) -> Result<RunInfo> {
+    ) -> Result<RunRecord> {
         identity.require_ref(Action::Run, target, "running a pipeline on it")?;
         let protected = &self.merger.protected;
         // A check reads a commit of the branch it is recorded on and publishes nothing.
@@ -116,18 +118,18 @@ impl RunService {
     }
 
     /// A run `identity` may see (it may read the run's target), as it sees it.
-    pub async fn get_for(&self, identity: &Identity, id: &str) -> Result<RunInfo> {
+    pub async fn get_for(&self, identity: &Identity, id: &str) -> Result<RunRecord> {
         Ok(as_seen(identity, self.readable(identity, id).await?))
     }
 
-    async fn readable(&self, identity: &Identity, id: &str) -> Result<RunInfo> {
+    async fn readable(&self, identity: &Identity, id: &str) -> Result<RunRecord> {
         let run = self.get(id).await?;
         identity.require_ref(Action::Read, &run.target, "reading its runs")?;
         Ok(run)
     }
 
     /// Recent runs, newest first, of the refs `identity` may read, as it sees them.
-    pub async fn list_for(&self, identity: &Identity, limit: i64) -> Result<Vec<RunInfo>> {
+    pub async fn list_for(&self, identity: &Identity, limit: i64) -> Result<Vec<RunRecord>> {
         Ok(self
             .list(limit)
             .await?
@@ -159,7 +161,7 @@ impl RunService {
     }
 
     /// Stops a run: the caller may read and run on its target.
-    pub async fn cancel_for(&self, identity: &Identity, id: &str) -> Result<RunInfo> {
+    pub async fn cancel_for(&self, identity: &Identity, id: &str) -> Result<RunRecord> {
         let run = self.readable(identity, id).await?;
         identity.require_ref(Action::Run, &run.target, "cancelling its runs")?;
         self.cancel(id).await
@@ -173,7 +175,7 @@ impl RunService {
         id: &str,
         from_failed: bool,
         code: Option<impl Future<Output = Result<String>>>,
-    ) -> Result<RunInfo> {
+    ) -> Result<RunRecord> {
         let original = self.get(id).await?;
         identity.require_ref(Action::Run, &original.target, "running a pipeline on it")?;
         self.merger
@@ -323,7 +325,7 @@ fn node_visible(identity: &Identity, target: &str, n: &lh_api::RunNode) -> bool 
 /// (their names are tables', their errors may hold data), counted in `hidden_nodes`;
 /// so are the edges to them, the partitions' lists of them, and a run error that names
 /// one of them.
-fn as_seen(identity: &Identity, mut run: RunInfo) -> RunInfo {
+fn as_seen(identity: &Identity, mut run: RunRecord) -> RunRecord {
     let target = run.target.clone();
     let (shown, hidden): (Vec<_>, Vec<_>) = std::mem::take(&mut run.nodes)
         .into_iter()
@@ -341,9 +343,6 @@ fn as_seen(identity: &Identity, mut run: RunInfo) -> RunInfo {
         })
         .collect();
     run.hidden_nodes = hidden.len();
-    if !run.partitions.is_empty() {
-        run.partitions = lh_api::RunPartition::of(&run.nodes);
-    }
     if run.error.as_deref().is_some_and(|e| {
         hidden
             .iter()

@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
-use lh_api::{ImportMode, NodeStatus, RunInfo, RunStatus, TablePointer};
+use lh_api::{ImportMode, NodeStatus, RunStatus, TablePointer};
+
+use crate::RunRecord;
 use lh_catalog::{Commit, CommitMeta, MergeOptions, TableOp};
 use lh_runner::{Invocation, InvocationKind, Outcome};
 use tokio::task::JoinSet;
@@ -125,7 +127,7 @@ impl Control {
 
 pub(crate) struct Run {
     shared: Arc<Shared>,
-    info: RunInfo,
+    info: RunRecord,
     strict: bool,
     publish: bool,
     /// Each node's state when execution starts (all waiting, unless resumed).
@@ -135,7 +137,7 @@ pub(crate) struct Run {
 impl Run {
     pub fn new(
         svc: Arc<RunService>,
-        info: RunInfo,
+        info: RunRecord,
         plan: Plan,
         start: RunStart,
         claim: Claim,

@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
-use lh_api::{NodeStatus, PlanResponse, PlannedInput, PlannedNode, RunInfo, RunNode, RunStatus};
+use lh_api::{NodeStatus, PlanResponse, PlannedInput, PlannedNode, RunNode, RunStatus};
 use lh_catalog::Catalog;
 use lh_runner::{EnvCache, Runtime};
 
@@ -50,6 +50,40 @@ use code::CodeStore;
 use project::{Lang, NodeKind, Plan, Planner};
 use serde::{Deserialize, Serialize};
 use store::{Claim, Lease, RunStore};
+
+/// A run as the run service keeps it: who started it, on what, its state and its nodes.
+/// (Its nodes and states are the vocabulary every client shares, `lh_api`'s.)
+#[derive(Debug, Clone)]
+pub struct RunRecord {
+    pub id: String,
+    pub project: String,
+    pub author: String,
+    /// The branch it publishes to.
+    pub target: String,
+    /// The temporary branch it writes on (kept after a failure).
+    pub run_branch: String,
+    /// The content hash of the code snapshot.
+    pub code_hash: String,
+    /// The commit of the target the run read.
+    pub input_commit: String,
+    /// A check's run: only expectations, publishing nothing.
+    pub check: bool,
+    pub params: BTreeMap<String, serde_json::Value>,
+    pub status: RunStatus,
+    pub error: Option<String>,
+    /// The merge commit that published it.
+    pub merge_commit: Option<String>,
+    pub no_cache: bool,
+    pub strict: bool,
+    pub rerun_of: Option<String>,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Python environment key to its lock (`uv pip freeze`).
+    pub environments: BTreeMap<String, String>,
+    pub nodes: Vec<RunNode>,
+    /// Nodes left out of `nodes` because they touch tables the caller may not read.
+    pub hidden_nodes: usize,
+}
 
 /// How runs run.
 #[derive(Debug, Clone)]
@@ -429,7 +463,7 @@ impl RunService {
     }
 
     /// Starts a run; it goes on in the background.
-    pub async fn start(self: &Arc<Self>, start: RunStart) -> Result<RunInfo> {
+    pub async fn start(self: &Arc<Self>, start: RunStart) -> Result<RunRecord> {
         let resolved = self.catalog.resolve(&start.target).await?;
         crate::tables::require_branch(&start.target, &resolved)?;
         // A replay reads the commit the replayed run read.
@@ -539,7 +573,7 @@ impl RunService {
                 }
             })
             .collect();
-        let info = RunInfo {
+        let info = RunRecord {
             id: id.clone(),
             project: plan.project.name.clone(),
             author: start.by.user.clone(),
@@ -558,7 +592,6 @@ impl RunService {
             created_at: Utc::now(),
             finished_at: None,
             environments: BTreeMap::new(),
-            partitions: lh_api::RunPartition::of(&nodes),
             hidden_nodes: 0,
             nodes,
         };
@@ -614,12 +647,12 @@ impl RunService {
         Ok(info)
     }
 
-    pub async fn get(&self, id: &str) -> Result<RunInfo> {
+    pub async fn get(&self, id: &str) -> Result<RunRecord> {
         let id = self.store.resolve_id(id).await?;
         Ok(self.store.get(&id).await?.0)
     }
 
-    pub async fn list(&self, limit: i64) -> Result<Vec<RunInfo>> {
+    pub async fn list(&self, limit: i64) -> Result<Vec<RunRecord>> {
         self.store.list(limit.clamp(1, 1000)).await
     }
 
@@ -629,7 +662,7 @@ impl RunService {
     }
 
     /// Stops a running run: no node starts, running ones are stopped, nothing publishes.
-    pub async fn cancel(&self, id: &str) -> Result<RunInfo> {
+    pub async fn cancel(&self, id: &str) -> Result<RunRecord> {
         let id = self.store.resolve_id(id).await?;
         // Recorded first, so that whichever server drives the run (or takes it over)
         // sees it at its next heartbeat; driven here, it stops at once too.
@@ -679,7 +712,7 @@ impl RunService {
         from_failed: bool,
         code: Option<String>,
         by: Identity,
-    ) -> Result<RunInfo> {
+    ) -> Result<RunRecord> {
         let id = self.store.resolve_id(id).await?;
         let (old, old_plan) = self.store.get(&id).await?;
         // The partitions it ran, again.

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use lh_api::{NodeStatus, RunInfo, RunNode, RunStatus, TablePointer};
+use lh_api::{NodeStatus, RunNode, RunStatus, TablePointer};
+
+use crate::RunRecord;
 use sqlx::{AnyPool, Row};
 
 use crate::error::{Code, Error, Result};
@@ -112,7 +114,7 @@ impl RunStore {
     /// what a server taking it over needs to resume it (JSON).
     pub async fn insert_run(
         &self,
-        run: &RunInfo,
+        run: &RunRecord,
         plan_json: &str,
         start: &str,
         claim: &Claim,
@@ -399,7 +401,7 @@ impl RunStore {
     }
 
     /// A run, with its nodes in plan order; also its stored plan (JSON).
-    pub async fn get(&self, id: &str) -> Result<(RunInfo, String)> {
+    pub async fn get(&self, id: &str) -> Result<(RunRecord, String)> {
         let row = sqlx::query(
             "SELECT id, project, author, target, run_branch, code_hash, input_commit, params, plan, no_cache, strict, status, error, merge_commit, environments, rerun_of, created_at, finished_at, is_check FROM lh_runs WHERE id = $1",
         )
@@ -427,7 +429,7 @@ impl RunStore {
                 }
             }
         }
-        let info = RunInfo {
+        let info = RunRecord {
             id: row.get(0),
             project: row.get(1),
             author: row.get(2),
@@ -446,7 +448,6 @@ impl RunStore {
             rerun_of: row.get(15),
             created_at: time(Some(row.get(16))).unwrap_or_default(),
             finished_at: time(row.get(17)),
-            partitions: lh_api::RunPartition::of(&nodes),
             hidden_nodes: 0,
             nodes,
         };
@@ -512,7 +513,7 @@ impl RunStore {
     }
 
     /// The newest runs, newest first.
-    pub async fn list(&self, limit: i64) -> Result<Vec<RunInfo>> {
+    pub async fn list(&self, limit: i64) -> Result<Vec<RunRecord>> {
         let rows = sqlx::query("SELECT id FROM lh_runs ORDER BY created_at DESC, id DESC LIMIT $1")
             .bind(limit)
             .fetch_all(&self.pool)

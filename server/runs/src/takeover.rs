@@ -317,7 +317,7 @@ impl RunService {
     /// The merge commit by which run `info` was published on its target, if it was:
     /// the target's first-parent history since the run began, searched for the commit
     /// that names the run.
-    pub(crate) async fn published(&self, info: &RunInfo) -> Result<Option<String>> {
+    pub(crate) async fn published(&self, info: &RunRecord) -> Result<Option<String>> {
         // Not contained in the target: not published, and nothing to search (the
         // target's history may be long and busy).
         match self.catalog.resolve(&info.run_branch).await {

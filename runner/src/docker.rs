@@ -716,6 +716,13 @@ impl DockerLauncher {
                 "/tmp".to_string(),
                 format!("rw,nosuid,nodev,size={TMP_BYTES}"),
             )])),
+            // The engine keeps no log of its own: lh reads the attached stream and keeps
+            // its tail, and the engine's log (json-file by default) would keep whatever a
+            // call prints on the engine's disk, unbounded, while the container lives.
+            log_config: Some(bollard::models::HostConfigLogConfig {
+                typ: Some("none".into()),
+                config: None,
+            }),
             // No init process: the harness is the container's first process. An init
             // (docker-init) would hold the container's stdin and stdout and stay
             // dumpable, so a call could open its /proc/1/fd/0 and 1 and read the next

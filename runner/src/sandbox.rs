@@ -439,12 +439,13 @@ pub(crate) enum Code {
 }
 
 /// One architecture's seccomp numbers: its audit value, the calls no sandbox makes,
-/// and the calls that send descriptors over a socket.
+/// the calls that send descriptors over a socket, and `fallocate`.
 struct Arch {
     name: &'static str,
     audit: u32,
     refused: &'static [u32],
     sends: &'static [u32],
+    fallocate: u32,
 }
 
 /// The system calls no sandbox makes: the kernel's keyrings (charged to the sandbox's
@@ -453,10 +454,13 @@ struct Arch {
 /// default profile refuses them; reaching into another process of the sandbox
 /// (`ptrace`, `process_vm_readv`/`writev`, `pidfd_getfd`): a package's build code could
 /// otherwise make uv, its parent, drop its parent-death signal and outlive its step;
-/// and Landlock, whose rules hold the files they name. `sends` (`sendmsg`, `sendmmsg`)
-/// are refused to untrusted code: a descriptor in flight on a socket is in no
+/// and Landlock, whose rules hold the files they name. Untrusted code is also refused
+/// `sends` (`sendmsg`, `sendmmsg`: a descriptor in flight on a socket is in no
 /// process's table, so a removed file held that way would keep its blocks out of any
-/// measure of a folder. Other ABIs of x86-64 (x32, i386) are refused whole.
+/// measure of a folder) and `fallocate` with any mode (`FALLOC_FL_KEEP_SIZE` allocates
+/// blocks without growing the file, past the file-size limit; it fails as where the
+/// file system cannot, with EOPNOTSUPP; a plain `fallocate` is allowed). Other ABIs of
+/// x86-64 (x32, i386) are refused whole.
 const X86_64: Arch = Arch {
     name: "x86_64",
     audit: 0xc000_003e,
@@ -464,6 +468,7 @@ const X86_64: Arch = Arch {
         248, 249, 250, 425, 426, 427, 101, 310, 311, 438, 444, 445, 446,
     ],
     sends: &[46, 307],
+    fallocate: 285,
 };
 const AARCH64: Arch = Arch {
     name: "aarch64",
@@ -472,6 +477,7 @@ const AARCH64: Arch = Arch {
         217, 218, 219, 425, 426, 427, 117, 270, 271, 438, 444, 445, 446,
     ],
     sends: &[211, 269],
+    fallocate: 47,
 };
 #[cfg(target_arch = "x86_64")]
 const NATIVE: &Arch = &X86_64;
@@ -488,26 +494,56 @@ fn seccomp_filter(arch: &Arch, code: Code) -> Vec<u8> {
     const RET: u16 = 0x06; // BPF_RET | BPF_K
     const ALLOW: u32 = 0x7fff_0000;
     const EPERM: u32 = 0x0005_0000 | 1;
-    let sends = match code {
-        Code::Tools => &[][..],
-        Code::Untrusted => arch.sends,
-    };
+    const EOPNOTSUPP: u32 = 0x0005_0000 | 95;
+    // seccomp_data: nr at 0, arch at 4, args from 16 (the low half of args[1] at 24 on
+    // these little-endian architectures).
+    const MODE: u32 = 24;
+    let untrusted = code == Code::Untrusted;
+    let sends = if untrusted { arch.sends } else { &[][..] };
     let calls: Vec<u32> = arch.refused.iter().chain(sends).copied().collect();
-    let n = calls.len() as u8;
-    let mut prog: Vec<(u16, u8, u8, u32)> = vec![
-        (LD_ABS, 0, 0, 4), // seccomp_data.arch
-        // Another architecture: to the refusal at the end.
-        (JEQ, 0, n + 3, arch.audit),
-        (LD_ABS, 0, 0, 0), // seccomp_data.nr
-        // x32's calls (the same architecture, numbers from 0x40000000).
-        (JGE, n + 1, 0, 0x4000_0000),
-    ];
-    for (i, nr) in calls.iter().enumerate() {
-        prog.push((JEQ, n - i as u8, 0, *nr));
+    // Instructions with their jump targets by label, resolved below.
+    enum To {
+        Next,
+        Allow,
+        Deny,
+        Unsupported,
     }
-    prog.push((RET, 0, 0, ALLOW));
-    prog.push((RET, 0, 0, EPERM));
-    prog.iter()
+    let mut prog: Vec<(u16, To, To, u32)> = vec![
+        (LD_ABS, To::Next, To::Next, 4),
+        // Another architecture: refused.
+        (JEQ, To::Next, To::Deny, arch.audit),
+        (LD_ABS, To::Next, To::Next, 0),
+        // x32's calls (the same architecture, numbers from 0x40000000).
+        (JGE, To::Deny, To::Next, 0x4000_0000),
+    ];
+    for nr in &calls {
+        prog.push((JEQ, To::Deny, To::Next, *nr));
+    }
+    if untrusted {
+        prog.push((JEQ, To::Next, To::Allow, arch.fallocate));
+        prog.push((LD_ABS, To::Next, To::Next, MODE));
+        prog.push((JEQ, To::Allow, To::Unsupported, 0));
+    }
+    let allow = prog.len();
+    let (deny, unsupported) = (allow + 1, allow + 2);
+    let at = |i: usize, to: &To| -> u8 {
+        let target = match to {
+            To::Next => i + 1,
+            To::Allow => allow,
+            To::Deny => deny,
+            To::Unsupported => unsupported,
+        };
+        (target - i - 1) as u8
+    };
+    let mut out: Vec<(u16, u8, u8, u32)> = prog
+        .iter()
+        .enumerate()
+        .map(|(i, (op, jt, jf, k))| (*op, at(i, jt), at(i, jf), *k))
+        .collect();
+    out.push((RET, 0, 0, ALLOW));
+    out.push((RET, 0, 0, EPERM));
+    out.push((RET, 0, 0, EOPNOTSUPP));
+    out.iter()
         .flat_map(|(code, jt, jf, k)| {
             let mut b = code.to_le_bytes().to_vec();
             b.extend([*jt, *jf]);

@@ -37,6 +37,11 @@ def reads_host(t):
 def lists_root(t):
     raise RuntimeError(sorted(os.listdir("/lh")))
 
+def prints(t):
+    for _ in range(20):
+        os.write(2, b"y" * (1 << 20))
+    return t
+
 def writes_rootfs(t):
     open("/etc/pwned", "w").write("x")
 
@@ -494,6 +499,28 @@ async fn the_container_hides_the_host_and_the_network(engine: Engine) {
     assert!(e.contains("Read-only file system"), "{e}");
     let e = error(&call(&f, "answers_for_the_worker", &limits).await);
     assert_eq!(e, "RuntimeError: the channel is out of reach");
+    // What a call prints reaches lh's bounded tail only: the engine keeps no log of a
+    // container (its json-file log grew without bound on the engine's disk).
+    let printed = call(&f, "prints", &limits).await;
+    assert!(
+        matches!(printed.outcome, lh_runner::Outcome::Model { .. }),
+        "{:?}",
+        printed.outcome
+    );
+    let filter = format!("label=lh.owner={}", f.owner);
+    let ids = engine.docker(&["ps", "-q", "--filter", &filter]).await;
+    assert!(!ids.trim().is_empty());
+    for id in ids.lines() {
+        let logs = engine
+            .docker(&[
+                "inspect",
+                "-f",
+                "{{.HostConfig.LogConfig.Type}}|{{.LogPath}}",
+                id,
+            ])
+            .await;
+        assert_eq!(logs.trim(), "none|", "{id}");
+    }
     if engine != Engine::Local {
         // Nothing of this host is mounted: the environment, the code and the call's
         // folder are volumes of the engine, and the server's folders for the

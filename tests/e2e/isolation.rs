@@ -31,9 +31,12 @@ crate::both_runtimes!(
 /// Found by reviews: a call's folder was measured by its regular files only, so a
 /// function held 470 MB in files it removed but kept open, and 60,000 empty files, under
 /// a 20 MB limit; then in removed files only mapped, or open in a thread's own table;
-/// and made each measure take seconds with two million descriptors. Every entry counts
-/// at least a block; removed files the worker's processes hold open or mapped count
-/// until they go; a process holds at most 4,096 descriptors, and a worker's past 65,536
+/// and made each measure take seconds with two million descriptors; then (the tenth
+/// review) in removed files under a path longer than /proc gives back, and in removed
+/// folders (held open, or as a process's working folder only). Every entry counts at
+/// least a block; removed files and folders the worker's processes hold (open, mapped,
+/// as a working folder, root or program) count until they go, each looked at through
+/// its handle; a process holds at most 4,096 descriptors, and a worker's past 65,536
 /// cannot be measured (stopped).
 fn a_function_cannot_hide_what_it_writes_from_the_measure(runtime: &str) {
     let server = server_with(runtime, &["--max-function-disk", "100m"]);
@@ -115,6 +118,55 @@ def threads(o=lh.Model("raw.orders", columns=["id"])):
     return o
 
 @lh.model()
+def deep(o=lh.Model("raw.orders", columns=["id"])):
+    # Removed files held open under a path longer than /proc can give back.
+    fd = os.open(folder(), os.O_RDONLY | os.O_DIRECTORY)
+    for i in range(18):
+        n = "d%02d" % i + "x" * 240
+        os.mkdir(n, dir_fd=fd)
+        fd = os.open(n, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+    held = []
+    for i in range(10):
+        f = os.open("f%d" % i, os.O_CREAT | os.O_RDWR, 0o600, dir_fd=fd)
+        os.write(f, b"x" * (20 << 20))
+        os.fsync(f)
+        os.unlink("f%d" % i, dir_fd=fd)
+        held.append(f)
+    time.sleep(5)
+    return o
+
+@lh.model()
+def rooms(o=lh.Model("raw.orders", columns=["id"])):
+    # Removed folders keep their blocks: held by a descriptor, or as a process's
+    # working folder only.
+    base = folder()
+    targets = [os.path.join(base, "t%d" % i) for i in range(2)]
+    for t in targets:
+        open(t, "w").close()
+    held = []
+    for d in range(4):
+        path = os.path.join(base, "room-%d" % d)
+        os.mkdir(path)
+        dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        names = [("%06d" % i) + "y" * 245 for i in range(120000)]
+        for i, n in enumerate(names):
+            os.link(targets[i // 60000], n, dst_dir_fd=dfd)
+        for n in names:
+            os.unlink(n, dir_fd=dfd)
+        if d == 0 and os.fork() == 0:
+            os.chdir(path)
+            os.closerange(3, 65536)
+            time.sleep(60)
+            os._exit(0)
+        os.rmdir(path)
+        if d == 0:
+            os.close(dfd)
+        else:
+            held.append(dfd)
+    time.sleep(5)
+    return o
+
+@lh.model()
 def storm(o=lh.Model("raw.orders", columns=["id"])):
     fd = os.open(os.path.join(folder(), "one"), os.O_CREAT | os.O_RDWR)
     for _ in range(4000):
@@ -140,6 +192,8 @@ def storm(o=lh.Model("raw.orders", columns=["id"])):
         "analytics.maps",
         "analytics.threads",
         "analytics.storm",
+        "analytics.deep",
+        "analytics.rooms",
     ] {
         let err = node(&run, name)["error"]
             .as_str()
@@ -153,11 +207,13 @@ def storm(o=lh.Model("raw.orders", columns=["id"])):
     assert_eq!(lh.head("main"), before, "nothing was published");
 }
 
-/// Found by a review: a descriptor sent over a socket and not yet received is in no
+/// Found by reviews: a descriptor sent over a socket and not yet received is in no
 /// process's table, so a function held removed files in flight (up to 4,096 of them, each
 /// as large as its disk limit) out of its folder's measure; Landlock's rules hold the
-/// files they name the same way. A function (and a package's build) can send no
-/// descriptor and make no Landlock rule; sockets, asyncio and multiprocessing work.
+/// files they name the same way; `fallocate` with `FALLOC_FL_KEEP_SIZE` took 1 GiB of
+/// blocks past a 20 MB file-size limit. A function (and a package's build) can send no
+/// descriptor, make no Landlock rule and allocate no block past a file's size; sockets,
+/// asyncio, multiprocessing and a plain `posix_fallocate` work.
 fn a_function_can_hold_no_file_outside_its_processes(runtime: &str) {
     let server = server_with(runtime, &["--max-function-disk", "100m"]);
     let lh = server.lh();
@@ -221,8 +277,21 @@ def ruled(o=lh.Model("raw.orders", columns=["id"])):
     return o
 
 @lh.model()
+def allocates(o=lh.Model("raw.orders", columns=["id"])):
+    # FALLOC_FL_KEEP_SIZE: blocks without a size, past the file-size limit.
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(os.path.join(folder(), "kept"), os.O_CREAT | os.O_RDWR)
+    if libc.fallocate(fd, 1, ctypes.c_long(0), ctypes.c_long(1 << 30)) != 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    time.sleep(5)
+    return o
+
+@lh.model()
 def allowed(o=lh.Model("raw.orders", columns=["id"])):
     import asyncio, multiprocessing
+    fd = os.open(os.path.join(folder(), "sized"), os.O_CREAT | os.O_RDWR)
+    os.posix_fallocate(fd, 0, 1 << 20)
+    assert os.fstat(fd).st_size == 1 << 20
     a, b = socket.socketpair()
     a.sendall(b"ping")
     assert b.recv(4) == b"ping"
@@ -246,6 +315,7 @@ def allowed(o=lh.Model("raw.orders", columns=["id"])):
         ("analytics.inflight", "[Errno 1] Operation not permitted"),
         ("analytics.batched", "Operation not permitted"),
         ("analytics.ruled", "landlock refused"),
+        ("analytics.allocates", "Operation not supported"),
     ] {
         let err = node(&run, name)["error"]
             .as_str()

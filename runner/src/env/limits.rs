@@ -388,38 +388,71 @@ pub(crate) fn disk_used(dirs: &[PathBuf], tasks: Option<&Path>) -> u64 {
             return u64::MAX;
         }
     }
-    // Removed files still open, or mapped: counted until the last descriptor or mapping
-    // goes. Every thread's table (a thread may have one of its own) and every mapping
-    // are looked at; past `HANDLES` of them the measure costs too much to run every few
+    // Removed files and folders still held (open, mapped, a process's working folder,
+    // root or program): counted until the last hold goes, whatever their names (a path
+    // too long to read back hides nothing: each is looked at through its handle).
+    // Every thread's table (a thread may have one of its own) and every mapping are
+    // looked at; past `HANDLES` of them the measure costs too much to run every few
     // moments, and what cannot be measured is not let through.
     use std::os::unix::fs::MetadataExt;
     const HANDLES: usize = 65_536;
+    let devices: std::collections::HashSet<u64> = dirs
+        .iter()
+        .filter_map(|d| std::fs::symlink_metadata(d).ok())
+        .map(|m| m.dev())
+        .collect();
     let pids = tasks
         .and_then(|t| std::fs::read_to_string(t).ok())
         .unwrap_or_default();
     let mut handles = 0usize;
     for pid in pids.split_whitespace() {
         let proc = Path::new("/proc").join(pid);
-        let tables = std::fs::read_dir(proc.join("task"))
+        let mut held: Vec<PathBuf> = vec![proc.join("exe")];
+        for task in std::fs::read_dir(proc.join("task"))
             .into_iter()
             .flatten()
             .flatten()
-            .map(|t| t.path().join("fd"))
-            .chain([proc.join("map_files")]);
-        for table in tables {
-            for fd in std::fs::read_dir(&table).into_iter().flatten().flatten() {
-                handles += 1;
-                if handles > HANDLES {
-                    return u64::MAX;
-                }
-                let removed = std::fs::read_link(fd.path())
-                    .is_ok_and(|t| t.to_string_lossy().ends_with(" (deleted)"));
-                if let (true, Ok(meta)) = (removed, std::fs::metadata(fd.path()))
-                    && meta.is_file()
-                    && seen.insert((meta.dev(), meta.ino()))
+        {
+            let task = task.path();
+            held.extend([task.join("cwd"), task.join("root")]);
+            held.extend(
+                std::fs::read_dir(task.join("fd"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|fd| fd.path()),
+            );
+        }
+        held.extend(
+            std::fs::read_dir(proc.join("map_files"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|m| m.path()),
+        );
+        for handle in held {
+            handles += 1;
+            if handles > HANDLES {
+                return u64::MAX;
+            }
+            let meta = match std::fs::metadata(&handle) {
+                Ok(meta) => meta,
+                // Closed, unmapped or exited since it was listed; or a process a server
+                // that is not root may not look into (its tables are closed to it too).
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::NotFound
+                        || e.kind() == std::io::ErrorKind::PermissionDenied
+                        || e.raw_os_error() == Some(3) =>
                 {
-                    total += meta.blocks() * 512;
+                    continue;
                 }
+                Err(_) => return u64::MAX,
+            };
+            if meta.nlink() == 0
+                && devices.contains(&meta.dev())
+                && seen.insert((meta.dev(), meta.ino()))
+            {
+                total += (meta.blocks() * 512).max(BLOCK);
             }
         }
     }

@@ -226,6 +226,21 @@ pub fn function_allowed(catalog: &str, schema: &str, name: &str) -> bool {
     catalog_ok && schema_ok && ALLOWED_FUNCTIONS.contains(&name.to_ascii_lowercase())
 }
 
+/// The function a bare column reference stands for when it is one of the keywords
+/// DuckDB's binder turns into a call of the session's catalog or schema.
+fn keyword_call(m: &serde_json::Map<String, Value>) -> Option<&'static str> {
+    let names = m.get("column_names").and_then(Value::as_array)?;
+    let [name] = names.as_slice() else {
+        return None;
+    };
+    match name.as_str()?.to_ascii_lowercase().as_str() {
+        "current_catalog" => Some("current_database"),
+        "current_schema" => Some("current_schema"),
+        "current_schemas" => Some("current_schemas"),
+        _ => None,
+    }
+}
+
 fn walk(v: &Value, out: &mut Analysis) -> Result<()> {
     walk_node(v, out, false)
 }
@@ -260,6 +275,21 @@ fn walk_node(v: &Value, out: &mut Analysis, table_function: bool) -> Result<()> 
                          settings, session or catalog, or run SQL text, are left out",
                     ));
                 }
+            }
+            // Bare keywords DuckDB's binder makes calls of where no column has their
+            // name (`current_catalog` is `current_database()`): held to the same list.
+            if m.get("class").and_then(Value::as_str) == Some("COLUMN_REF")
+                && let Some(call) = keyword_call(m)
+                && !function_allowed("", "", call)
+            {
+                return Err(Error::bad_request(
+                    Code::Forbidden,
+                    format!("not allowed: {call}() is not one lh queries may call"),
+                )
+                .with_hint(
+                    "lh queries call DuckDB's functions of values; those that read the \
+                     server's settings, session or catalog are left out",
+                ));
             }
             if m.get("type").and_then(Value::as_str) == Some("VALUE_PARAMETER")
                 && let Some(id) = m.get("identifier").and_then(Value::as_str)

@@ -19,7 +19,7 @@ use crate::tools::find_on_path;
 mod limits;
 pub use limits::sweep_build_groups;
 use limits::{BUILD_FILE, BUILD_MEMORY, BUILD_TMP, BuildLimits, output_within, run, tail};
-pub(crate) use limits::{BuildGroups, disk_used};
+pub(crate) use limits::{BuildGroups, disk_used_still};
 
 /// The pyarrow every environment gets unless the project pins another (the harness
 /// needs it).

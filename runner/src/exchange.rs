@@ -280,13 +280,13 @@ fn request<L: Launcher>(
 }
 
 /// What the worker's folder `dir` holds on disk, as a build's folders are measured
-/// (`env::disk_used`): each file once, every entry at least a block (countless empty
-/// files count), files the worker's `tasks` removed but hold open, and a folder that
-/// cannot be read as full (a call must not hide its files from the measure); nothing
-/// once the worker's folder is gone.
+/// (`env::disk_used_still`, with the worker's processes stopped meanwhile): each file
+/// once, every entry at least a block (countless empty files count), what the worker's
+/// `tasks` removed but still hold, and a folder that cannot be read as full (a call must
+/// not hide its files from the measure); nothing once the worker's folder is gone.
 fn dir_size(dir: &Path, tasks: Option<&Path>) -> u64 {
     if !dir.exists() {
         return 0;
     }
-    crate::env::disk_used(&[dir.to_path_buf()], tasks)
+    crate::env::disk_used_still(&[dir.to_path_buf()], tasks)
 }

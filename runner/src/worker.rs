@@ -28,6 +28,9 @@ use crate::runtime::Limits;
 const LOG_MAX: usize = 4 << 20;
 /// How much of the log is kept when it is cut.
 const LOG_KEEP: usize = 2 << 20;
+/// The longest line of a worker's stderr held back for its end; longer goes to the log
+/// in pieces.
+const LINE_MAX: usize = 64 << 10;
 
 /// What makes two workers interchangeable: the environment, the code snapshot (the only
 /// code a worker sees) and the limits they were started with. The pool keeps warm
@@ -517,13 +520,18 @@ pub struct LogSink {
 }
 
 impl LogSink {
-    /// Takes bytes of stderr; complete lines go to the log.
+    /// Takes bytes of stderr; complete lines go to the log, and so does a line longer
+    /// than [`LINE_MAX`] so far (output that never ends a line is held to the log's
+    /// bound, and each chunk is scanned once).
     pub fn push(&mut self, bytes: &[u8]) {
         self.pending.extend_from_slice(bytes);
-        if let Some(i) = self.pending.iter().rposition(|b| *b == b'\n') {
-            let lines: Vec<u8> = self.pending.drain(..=i).collect();
-            self.log.push(&String::from_utf8_lossy(&lines));
-        }
+        let cut = match bytes.iter().rposition(|b| *b == b'\n') {
+            Some(i) => self.pending.len() - bytes.len() + i + 1,
+            None if self.pending.len() >= LINE_MAX => self.pending.len(),
+            None => return,
+        };
+        let lines: Vec<u8> = self.pending.drain(..cut).collect();
+        self.log.push(&String::from_utf8_lossy(&lines));
     }
 
     /// Stderr ended.
@@ -589,6 +597,26 @@ pub(crate) fn tail(text: &str, lines: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the eleventh review: stderr that never ended a line was kept whole and
+    /// scanned again with every chunk (a server's memory and CPU for one call's output).
+    #[test]
+    fn a_line_that_never_ends_goes_to_the_log_in_pieces() {
+        let log = Log::default();
+        let mut sink = LogSink {
+            pending: Vec::new(),
+            log: log.clone(),
+        };
+        let chunk = vec![b'y'; 64 << 10];
+        for _ in 0..(64 << 20) / chunk.len() {
+            sink.push(&chunk);
+            assert!(sink.pending.len() < LINE_MAX, "{}", sink.pending.len());
+        }
+        assert!(log.len() <= LOG_MAX, "{}", log.len());
+        assert!(log.len() >= LOG_KEEP, "{}", log.len());
+        sink.push(b"end\n");
+        assert!(log.since(0).ends_with("yend\n"));
+    }
 
     #[tokio::test]
     async fn output_becomes_answer_lines_and_a_log() {

@@ -26,6 +26,7 @@ crate::both_runtimes!(
     one_projects_function_takes_nothing_the_kernel_counts_per_user_from_another,
     a_function_cannot_hide_what_it_writes_from_the_measure,
     a_function_can_hold_no_file_outside_its_processes,
+    a_function_cannot_hide_blocks_in_its_folder_behind_an_exited_thread_or_by_racing_the_measure,
 );
 
 /// Found by reviews: a call's folder was measured by its regular files only, so a
@@ -201,6 +202,158 @@ def storm(o=lh.Model("raw.orders", columns=["id"])):
             .to_string();
         assert!(
             err.contains("wrote more than 100 MiB into its folder and was stopped"),
+            "{runtime} {name}: {err}"
+        );
+    }
+    assert_eq!(lh.head("main"), before, "nothing was published");
+}
+
+/// Found by the eleventh review: the measured folder's own blocks were not counted (a
+/// folder grows with its entries and never shrinks: 100,000 names linked to one empty
+/// file and removed again left 26 MB); the mappings of a process whose first thread had
+/// exited read as none (its `/proc/<pid>/map_files` is empty while its other threads
+/// hold them); and a call told by inotify that the measure opened a folder moved its
+/// data into one the walk had passed, every time. The worker's processes are stopped
+/// (its cgroups frozen) while it is measured.
+fn a_function_cannot_hide_blocks_in_its_folder_behind_an_exited_thread_or_by_racing_the_measure(
+    runtime: &str,
+) {
+    let server = server_with(runtime, &["--max-function-disk", "20m"]);
+    let lh = server.lh();
+    orders(&lh);
+    let models = r#"
+import ctypes, mmap, os, threading, time
+import lh
+
+def folder():
+    found = None
+    for line in open("/proc/self/mountinfo"):
+        point = line.split()[4]
+        if point == "/lh/work" or "/workers/worker-" in point:
+            found = point
+    return found
+
+@lh.model()
+def grows(o=lh.Model("raw.orders", columns=["id"])):
+    base = folder()
+    targets = [os.path.join(base, "g%d" % i) for i in range(2)]
+    for t in targets:
+        open(t, "w").close()
+    bfd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+    names = [("%06d" % i) + "z" * 245 for i in range(100000)]
+    for i, n in enumerate(names):
+        os.link(targets[i // 60000], n, dst_dir_fd=bfd)
+    for n in names:
+        os.unlink(n, dir_fd=bfd)
+    time.sleep(3)
+    return o
+
+@lh.model()
+def orphaned(o=lh.Model("raw.orders", columns=["id"])):
+    if os.fork() == 0:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        def hold():
+            for i in range(5):
+                path = os.path.join(folder(), "orphan-%d" % i)
+                with open(path, "wb") as f:
+                    f.write(b"x" * (10 << 20))
+                    f.flush()
+                    os.fsync(f.fileno())
+                fd = os.open(path, os.O_RDONLY)
+                libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+                os.close(fd)
+                os.remove(path)
+            time.sleep(30)
+        threading.Thread(target=hold).start()
+        time.sleep(0.2)
+        # The first thread alone exits (SYS_exit, not exit_group).
+        libc.syscall(60 if os.uname().machine == "x86_64" else 93, 0)
+    time.sleep(6)
+    return o
+
+@lh.model()
+def racer(o=lh.Model("raw.orders", columns=["id"])):
+    import select, struct
+    base = folder()
+    # E before P in the folder's order: the walk passes E before it opens P.
+    for i in range(100):
+        e, p = "E%d" % i, "P%d" % i
+        os.mkdir(os.path.join(base, e))
+        os.mkdir(os.path.join(base, p))
+        order = os.listdir(base)
+        if order.index(e) < order.index(p):
+            break
+        os.rmdir(os.path.join(base, e))
+        os.rmdir(os.path.join(base, p))
+    E, P = os.path.join(base, e), os.path.join(base, p)
+    # P slow to walk (links to one empty file count once), D late in it.
+    src = os.path.join(base, "s")
+    open(src, "w").close()
+    pfd = os.open(P, os.O_RDONLY | os.O_DIRECTORY)
+    for k in range(60000):
+        os.link(src, "%05d" % k, dst_dir_fd=pfd)
+    for k in range(200):
+        os.mkdir("d%03d" % k, dir_fd=pfd)
+    order = os.listdir(P)
+    late = max(("d%03d" % k for k in range(200)), key=order.index)
+    for k in range(200):
+        if "d%03d" % k != late:
+            os.rmdir("d%03d" % k, dir_fd=pfd)
+    d_in, d_out = os.path.join(P, late), os.path.join(E, "D")
+    libc = ctypes.CDLL(None, use_errno=True)
+    ifd = libc.inotify_init1(0)
+    libc.inotify_add_watch(ifd, P.encode(), 0x20 | 0x10)  # IN_OPEN | IN_CLOSE_NOWRITE
+    told, tell = os.pipe()
+    def mover():
+        inside = True
+        while True:
+            buf = os.read(ifd, 65536)
+            i = 0
+            while i < len(buf):
+                wd, mask, cookie, ln = struct.unpack_from("iIII", buf, i)
+                i += 16 + ln
+                if mask & 0x20 and inside:
+                    os.rename(d_in, d_out)
+                    inside = False
+                    os.write(tell, b"m")
+                elif mask & 0x10 and not inside:
+                    os.rename(d_out, d_in)
+                    inside = True
+    while select.select([ifd], [], [], 0)[0]:
+        os.read(ifd, 65536)
+    # A process of its own (no lock shared with the writer) moves D.
+    dfd = os.open(d_in, os.O_RDONLY | os.O_DIRECTORY)  # D wherever it is
+    if os.fork() == 0:
+        mover()
+    # The data is written once the mover has stepped out of two measures' way.
+    for _ in range(2):
+        if select.select([told], [], [], 5)[0]:
+            os.read(told, 1)
+    for i in range(4):
+        f = os.open("f%d" % i, os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=dfd)
+        os.write(f, b"x" * (10 << 20))
+        os.fsync(f)
+        os.close(f)
+    time.sleep(5)
+    return o
+"#;
+    let dir = project(
+        &lh,
+        "hidden",
+        &[("lh_project.yml", PROJECT), ("m.py", models)],
+    );
+    let before = lh.head("main");
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_ne!(code, 0, "{run}");
+    for name in ["analytics.grows", "analytics.orphaned", "analytics.racer"] {
+        let err = node(&run, name)["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            err.contains("wrote more than 20 MiB into its folder and was stopped"),
             "{runtime} {name}: {err}"
         );
     }

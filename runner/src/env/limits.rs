@@ -62,9 +62,11 @@ impl BuildGroups {
             std::process::id(),
             uuid::Uuid::new_v4().simple()
         );
-        let [pids, mem, unified] = own_groups()?;
+        let [pids, mem, unified, freezer] = own_groups()?;
         let wanted: Vec<(PathBuf, Vec<(&str, String)>)> = match (pids, mem) {
-            (Some(pids), Some(mem)) => vec![
+            // The freezer (cgroup v1's own controller; v2's is in every group) stops
+            // the processes while their folders are measured.
+            (Some(pids), Some(mem)) => [
                 (pids.join(&name), vec![("pids.max", max_tasks.to_string())]),
                 (
                     mem.join(&name),
@@ -78,7 +80,10 @@ impl BuildGroups {
                         None => Vec::new(),
                     },
                 ),
-            ],
+            ]
+            .into_iter()
+            .chain(freezer.map(|f| (f.join(&name), Vec::new())))
+            .collect(),
             _ => vec![(
                 unified?.join(&name),
                 [("pids.max", max_tasks.to_string())]
@@ -109,10 +114,10 @@ impl BuildGroups {
     }
 }
 
-/// The server's own cgroups: cgroup v1's `pids` and `memory`, and v2's.
-fn own_groups() -> Option<[Option<PathBuf>; 3]> {
+/// The server's own cgroups: cgroup v1's `pids`, `memory` and `freezer`, and v2's.
+fn own_groups() -> Option<[Option<PathBuf>; 4]> {
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let (mut pids, mut mem, mut unified) = (None, None, None);
+    let (mut pids, mut mem, mut unified, mut freezer) = (None, None, None, None);
     for line in own.lines() {
         let mut parts = line.splitn(3, ':');
         let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
@@ -124,12 +129,13 @@ fn own_groups() -> Option<[Option<PathBuf>; 3]> {
             match c {
                 "pids" => pids = Some(Path::new("/sys/fs/cgroup/pids").join(path)),
                 "memory" => mem = Some(Path::new("/sys/fs/cgroup/memory").join(path)),
+                "freezer" => freezer = Some(Path::new("/sys/fs/cgroup/freezer").join(path)),
                 "" => unified = Some(Path::new("/sys/fs/cgroup").join(path)),
                 _ => {}
             }
         }
     }
-    Some([pids, mem, unified])
+    Some([pids, mem, unified, freezer])
 }
 
 /// Removes the cgroups that servers no longer running left next to this one's (a server
@@ -225,6 +231,13 @@ impl BuildGroups {
     /// Whether none is left.
     pub(crate) fn kill_all(&self) -> bool {
         use rustix::process::{Pid, Signal, kill_process};
+        // Frozen processes die only once thawed.
+        for dir in &self.dirs {
+            let _ = std::fs::write(dir.join("freezer.state"), "THAWED");
+            if dir.join("cgroup.freeze").exists() {
+                let _ = std::fs::write(dir.join("cgroup.freeze"), "0");
+            }
+        }
         for _ in 0..500 {
             let mut any = false;
             for dir in &self.dirs {
@@ -328,6 +341,116 @@ impl BuildLimits {
     }
 }
 
+/// The freezer of a sandbox's cgroups, found from the file listing its processes:
+/// cgroup v1's `freezer` group of the same path as its `pids` group, or v2's
+/// `cgroup.freeze` beside it.
+pub(crate) enum Freezer {
+    V1(PathBuf),
+    V2(PathBuf),
+}
+
+/// How long a sandbox may take to stop for a measure (a process in the kernel stops when
+/// it leaves it); past it, its folders cannot be measured.
+const FREEZE_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Freezer {
+    /// The freezer of the group whose processes `procs` lists, where there is one: by
+    /// the group's path, or where one of its processes is.
+    pub(crate) fn of(procs: &Path) -> Option<Freezer> {
+        let group = procs.parent()?;
+        if let Ok(rest) = group.strip_prefix("/sys/fs/cgroup/pids") {
+            let state = Path::new("/sys/fs/cgroup/freezer")
+                .join(rest)
+                .join("freezer.state");
+            if state.exists() {
+                return Some(Freezer::V1(state));
+            }
+        } else if group.join("cgroup.freeze").exists() {
+            return Some(Freezer::V2(group.to_path_buf()));
+        }
+        let pid = std::fs::read_to_string(procs).ok()?;
+        let pid = pid.split_whitespace().next()?;
+        let groups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        groups.lines().find_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            let path = path.trim_start_matches('/');
+            if controllers.split(',').any(|c| c == "freezer") {
+                let state = Path::new("/sys/fs/cgroup/freezer")
+                    .join(path)
+                    .join("freezer.state");
+                return state.exists().then_some(Freezer::V1(state));
+            }
+            let group = Path::new("/sys/fs/cgroup").join(path);
+            (controllers.is_empty() && group.join("cgroup.freeze").exists())
+                .then_some(Freezer::V2(group))
+        })
+    }
+
+    /// Stops every process of the group, and waits until all have stopped; false (and
+    /// thawed again) if they did not within [`FREEZE_WITHIN`].
+    fn freeze(&self) -> bool {
+        let (control, value) = match self {
+            Freezer::V1(state) => (state.clone(), "FROZEN"),
+            Freezer::V2(group) => (group.join("cgroup.freeze"), "1"),
+        };
+        if std::fs::write(&control, value).is_err() {
+            return false;
+        }
+        let start = std::time::Instant::now();
+        while start.elapsed() < FREEZE_WITHIN {
+            let frozen = match self {
+                Freezer::V1(state) => {
+                    std::fs::read_to_string(state).is_ok_and(|s| s.trim() == "FROZEN")
+                }
+                Freezer::V2(group) => std::fs::read_to_string(group.join("cgroup.events"))
+                    .is_ok_and(|s| s.lines().any(|l| l.trim() == "frozen 1")),
+            };
+            if frozen {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        self.thaw();
+        false
+    }
+
+    /// Lets the group's processes run again.
+    pub(crate) fn thaw(&self) {
+        let _ = match self {
+            Freezer::V1(state) => std::fs::write(state, "THAWED"),
+            Freezer::V2(group) => std::fs::write(group.join("cgroup.freeze"), "0"),
+        };
+    }
+}
+
+/// Thaws its freezer when dropped.
+struct Thaw<'a>(&'a Freezer);
+
+impl Drop for Thaw<'_> {
+    fn drop(&mut self) {
+        self.0.thaw();
+    }
+}
+
+/// [`disk_used`] with the processes of `tasks` stopped meanwhile (where their cgroups
+/// have a freezer): nothing of the sandbox moves while its folders are walked, so no
+/// file can be moved from a folder not walked yet into one walked already, nor a
+/// descriptor passed between the looks. Unmeasurable when they would not stop.
+pub(crate) fn disk_used_still(dirs: &[PathBuf], tasks: Option<&Path>) -> u64 {
+    let freezer = tasks.and_then(Freezer::of);
+    let _thaw = match &freezer {
+        Some(f) => {
+            if !f.freeze() {
+                return u64::MAX;
+            }
+            Some(Thaw(f))
+        }
+        None => None,
+    };
+    disk_used(dirs, tasks)
+}
+
 /// What `dirs` hold on disk (each file once, however many links it has; links not
 /// followed; every entry at least a block, so that countless empty files count), and
 /// what files the `tasks` (the build's processes) hold open after they were removed.
@@ -384,6 +507,17 @@ pub(crate) fn disk_used(dirs: &[PathBuf], tasks: Option<&Path>) -> u64 {
             Err(Errno::NOENT) => continue,
             Err(_) => return u64::MAX,
         };
+        // The folder's own blocks too: a folder grows with its entries and never
+        // shrinks, whatever is removed from it since.
+        match rustix::fs::fstat(&top) {
+            #[allow(clippy::unnecessary_cast)]
+            Ok(st) => {
+                if seen.insert((st.st_dev as u64, st.st_ino as u64)) {
+                    total += (st.st_blocks as u64 * 512).max(BLOCK);
+                }
+            }
+            Err(_) => return u64::MAX,
+        }
         if walk(&top, &mut seen, &mut total, 0).is_err() {
             return u64::MAX;
         }
@@ -407,13 +541,21 @@ pub(crate) fn disk_used(dirs: &[PathBuf], tasks: Option<&Path>) -> u64 {
     let mut handles = 0usize;
     for pid in pids.split_whitespace() {
         let proc = Path::new("/proc").join(pid);
-        let mut held: Vec<PathBuf> = vec![proc.join("exe")];
+        // The process's mappings and program, through a thread that is alive: those of a
+        // leader that exited before its other threads read as empty.
+        let mut memory = proc.clone();
+        let mut held: Vec<PathBuf> = Vec::new();
         for task in std::fs::read_dir(proc.join("task"))
             .into_iter()
             .flatten()
             .flatten()
         {
             let task = task.path();
+            if !is_zombie(&task)
+                && let Some(tid) = task.file_name()
+            {
+                memory = Path::new("/proc").join(tid);
+            }
             held.extend([task.join("cwd"), task.join("root")]);
             held.extend(
                 std::fs::read_dir(task.join("fd"))
@@ -423,8 +565,9 @@ pub(crate) fn disk_used(dirs: &[PathBuf], tasks: Option<&Path>) -> u64 {
                     .map(|fd| fd.path()),
             );
         }
+        held.push(memory.join("exe"));
         held.extend(
-            std::fs::read_dir(proc.join("map_files"))
+            std::fs::read_dir(memory.join("map_files"))
                 .into_iter()
                 .flatten()
                 .flatten()
@@ -457,6 +600,17 @@ pub(crate) fn disk_used(dirs: &[PathBuf], tasks: Option<&Path>) -> u64 {
         }
     }
     total
+}
+
+/// Whether the thread whose `/proc` folder is `task` has exited (a zombie).
+fn is_zombie(task: &Path) -> bool {
+    std::fs::read_to_string(task.join("stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
 }
 
 /// The longest one build step may take (a hung download, a build that never ends).
@@ -534,7 +688,7 @@ pub(super) async fn output_within(
     }
     let measure = || {
         let (dirs, tasks) = (dirs.clone(), tasks.clone());
-        tokio::task::spawn_blocking(move || disk_used(&dirs, tasks.as_deref()))
+        tokio::task::spawn_blocking(move || disk_used_still(&dirs, tasks.as_deref()))
     };
     let measured = async {
         loop {
@@ -672,6 +826,46 @@ mod tests {
         for d in dirs {
             assert!(!d.exists(), "{} left behind", d.display());
         }
+    }
+
+    /// A measure stops the sandbox's processes while it looks (nothing can be moved out
+    /// of the walk's way), and lets them run again after; a frozen group still dies
+    /// when dropped.
+    #[test]
+    fn a_measure_stops_the_sandbox_while_it_looks() {
+        let groups = BuildGroups::new(16, None).expect("the server may make cgroups");
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args(["-c", "while :; do :; done"]);
+        let mut child = groups.join(&cmd).into_std().spawn().unwrap();
+        let procs = groups.procs().unwrap();
+        let freezer = Freezer::of(&procs).expect("the sandbox's cgroups have a freezer");
+        let ticks = || -> u64 {
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
+            let rest = stat.rsplit_once(')').unwrap().1;
+            rest.split_whitespace().nth(11).unwrap().parse().unwrap() // utime
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(freezer.freeze(), "frozen");
+        let before = ticks();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(ticks(), before, "it ran while frozen");
+        freezer.thaw();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(ticks() > before, "it did not run again");
+        // Measured through the freezer: the same answer, and running after.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), vec![1u8; 1 << 20]).unwrap();
+        let used = disk_used_still(&[dir.path().to_path_buf()], Some(&procs));
+        assert!((1 << 20..4 << 20).contains(&used), "{used}");
+        let after = ticks();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(ticks() > after, "left frozen by the measure");
+        assert!(freezer.freeze());
+        drop(groups);
+        assert!(
+            child.wait().unwrap().code().is_none(),
+            "killed while frozen"
+        );
     }
 
     /// What a server that died left (empty groups named with its pid) is swept; a

@@ -19,7 +19,7 @@ pub mod gc;
 mod guarded;
 pub mod namespaces;
 pub mod partition;
-pub mod rebase;
+mod rebase;
 pub mod rest_catalog;
 pub mod retention;
 pub mod snapshot;

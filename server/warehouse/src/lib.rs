@@ -14,7 +14,7 @@ use lh_core::error;
 
 pub mod cache;
 pub mod io;
-pub mod own;
+mod own;
 pub mod s3;
 
 use std::fs::File;

@@ -113,7 +113,8 @@ pub(crate) async fn exchange<L: Launcher>(
     };
     // Give the log reader a moment to drain what the function printed last.
     tokio::time::sleep(Duration::from_millis(2)).await;
-    let log = worker.log().since(log_start);
+    // What the call printed, as its result keeps it (a node's log is stored with its run).
+    let log = crate::protocol::last(worker.log().since(log_start), crate::protocol::MAX_CALL_LOG);
     // What became of the files the answer listed (over the channel).
     let landed = if channel { worker.landed() } else { None };
     let back = if channel {

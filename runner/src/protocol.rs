@@ -93,19 +93,68 @@ pub(crate) struct Answer {
     pub ready: Option<bool>,
 }
 
+/// The most of a function's error message, an expectation's detail, and a traceback
+/// that a call's outcome keeps (runs store them, and answer them whole): their start
+/// and end, with what was cut said between.
+pub const MAX_MESSAGE: usize = 8 << 10;
+pub const MAX_TRACEBACK: usize = 64 << 10;
+
+/// `text` within `max` bytes: its first and last parts, and how much was left out.
+pub(crate) fn bounded(text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let floor = |i: usize| {
+        (0..=i)
+            .rev()
+            .find(|j| text.is_char_boundary(*j))
+            .unwrap_or(0)
+    };
+    let ceil = |i: usize| {
+        (i..=text.len())
+            .find(|j| text.is_char_boundary(*j))
+            .unwrap_or(text.len())
+    };
+    let head = floor(max / 2);
+    let tail = ceil(text.len() - max / 2);
+    format!(
+        "{}\n[... {} bytes left out ...]\n{}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
+}
+
+/// The most of what one call printed that its result keeps (runs store it with the
+/// node): the last part.
+pub const MAX_CALL_LOG: usize = 1 << 20;
+
+/// The last `max` bytes of `text`, said to be so.
+pub(crate) fn last(text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let from = (text.len() - max..=text.len())
+        .find(|i| text.is_char_boundary(*i))
+        .unwrap_or(text.len());
+    format!("[... earlier output dropped ...]\n{}", &text[from..])
+}
+
 impl Answer {
     pub fn outcome(self) -> Outcome {
         match (self.ok, self.passed, self.rows) {
             (Some(true), Some(passed), _) => Outcome::Expectation {
                 passed,
-                detail: self.detail.unwrap_or_default(),
+                detail: bounded(self.detail.unwrap_or_default(), MAX_MESSAGE),
             },
             (Some(true), None, Some(rows)) => Outcome::Model { rows },
             _ => Outcome::Failed {
-                error: self
-                    .error
-                    .unwrap_or_else(|| "the worker gave no answer".into()),
-                traceback: self.traceback.unwrap_or_default(),
+                error: bounded(
+                    self.error
+                        .unwrap_or_else(|| "the worker gave no answer".into()),
+                    MAX_MESSAGE,
+                ),
+                traceback: bounded(self.traceback.unwrap_or_default(), MAX_TRACEBACK),
             },
         }
     }
@@ -129,4 +178,29 @@ pub fn write_harness(dir: &Path) -> std::io::Result<()> {
         std::fs::write(p, text)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the twelfth review: a failed call's error and traceback were kept whole
+    /// (8 MB each, 20 nodes: 160 MB in the catalog and in each answer about the run).
+    #[test]
+    fn a_failed_calls_error_and_traceback_are_bounded() {
+        let a: Answer = serde_json::from_str(&format!(
+            r#"{{"id": "x", "ok": false, "error": "{}", "traceback": "{}"}}"#,
+            "é".repeat(1 << 20),
+            "t".repeat(1 << 20)
+        ))
+        .unwrap();
+        let Outcome::Failed { error, traceback } = a.outcome() else {
+            panic!("not a failure");
+        };
+        assert!(error.len() <= MAX_MESSAGE + 64, "{}", error.len());
+        assert!(error.starts_with("éé") && error.ends_with("éé"));
+        assert!(error.contains("bytes left out"));
+        assert!(traceback.len() <= MAX_TRACEBACK + 64);
+        assert_eq!(bounded("short".into(), MAX_MESSAGE), "short");
+    }
 }

@@ -550,30 +550,48 @@ impl Drop for LogSink {
 /// What a worker wrote to stderr over its life, bounded; a call's part of it is the
 /// slice from the length it had when the call began.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Log(Arc<Mutex<String>>);
+pub(crate) struct Log(Arc<Mutex<Kept>>);
+
+/// The part of a worker's log kept, and how many bytes of its whole output lie before it
+/// (positions in the log are in the whole output: they outlive a cut).
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    text: String,
+    dropped: usize,
+}
+
+/// What a cut log starts with.
+const DROPPED: &str = "[... earlier output dropped ...]\n";
 
 impl Log {
     fn push(&self, text: &str) {
         let mut l = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        l.push_str(text);
-        if l.len() > LOG_MAX {
-            let cut = l.len() - LOG_KEEP;
-            let cut = (cut..l.len())
-                .find(|i| l.is_char_boundary(*i))
-                .unwrap_or(l.len());
-            l.replace_range(..cut, "[... earlier output dropped ...]\n");
+        l.text.push_str(text);
+        if l.text.len() > LOG_MAX {
+            let cut = l.text.len() - LOG_KEEP;
+            let cut = (cut..l.text.len())
+                .find(|i| l.text.is_char_boundary(*i))
+                .unwrap_or(l.text.len());
+            l.text.replace_range(..cut, DROPPED);
+            l.dropped += cut - DROPPED.len();
         }
     }
 
-    /// How long the log is now.
+    /// Where the log ends now, in the worker's whole output.
     pub(crate) fn len(&self) -> usize {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
+        let l = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        l.dropped + l.text.len()
     }
 
-    /// The log from `start` on (empty if it was cut since).
+    /// The log from `start` (a position [`Log::len`] gave) on: all that is kept of it
+    /// when it was cut since (the kept part begins with the word that it was).
     pub(crate) fn since(&self, start: usize) -> String {
         let l = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        l.get(start..).unwrap_or_default().to_string()
+        let from = start.saturating_sub(l.dropped);
+        if l.dropped > 0 && from < DROPPED.len() {
+            return l.text.clone();
+        }
+        l.text.get(from..).unwrap_or_default().to_string()
     }
 }
 
@@ -612,10 +630,17 @@ mod tests {
             sink.push(&chunk);
             assert!(sink.pending.len() < LINE_MAX, "{}", sink.pending.len());
         }
-        assert!(log.len() <= LOG_MAX, "{}", log.len());
-        assert!(log.len() >= LOG_KEEP, "{}", log.len());
+        let kept = log.since(0).len();
+        assert!((LOG_KEEP..=LOG_MAX).contains(&kept), "{kept}");
+        assert_eq!(log.len(), 64 << 20, "positions count the whole output");
         sink.push(b"end\n");
         assert!(log.since(0).ends_with("yend\n"));
+        // A call that began before a cut gets what is kept of its output, one after it
+        // its own part.
+        assert!(log.since(0).starts_with(DROPPED));
+        let start = log.len();
+        sink.push(b"next call\n");
+        assert_eq!(log.since(start), "next call\n");
     }
 
     #[tokio::test]

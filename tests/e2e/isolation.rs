@@ -27,6 +27,7 @@ crate::both_runtimes!(
     a_function_cannot_hide_what_it_writes_from_the_measure,
     a_function_can_hold_no_file_outside_its_processes,
     a_function_cannot_hide_blocks_in_its_folder_behind_an_exited_thread_or_by_racing_the_measure,
+    a_call_leaves_nothing_for_the_next_and_its_failure_is_bounded,
 );
 
 /// Found by reviews: a call's folder was measured by its regular files only, so a
@@ -206,6 +207,65 @@ def storm(o=lh.Model("raw.orders", columns=["id"])):
         );
     }
     assert_eq!(lh.head("main"), before, "nothing was published");
+}
+
+/// Found by the twelfth review: a folder a call named like an invocation's (`inv-keep`)
+/// stayed in its warm worker for the next call; a failed call's error and traceback were
+/// kept whole (8 MB each, stored with the run and answered with it every time).
+fn a_call_leaves_nothing_for_the_next_and_its_failure_is_bounded(runtime: &str) {
+    let server = server_with(runtime, &[]);
+    let lh = server.lh();
+    orders(&lh);
+    let models = r#"
+import os
+import lh
+
+def folder():
+    found = None
+    for line in open("/proc/self/mountinfo"):
+        point = line.split()[4]
+        if point == "/lh/work" or "/workers/worker-" in point:
+            found = point
+    return found
+
+@lh.model()
+def leaves(o=lh.Model("raw.orders", columns=["id"])):
+    kept = os.path.join(folder(), "inv-keep")
+    if os.path.exists(kept):
+        raise RuntimeError("left by an earlier call: " + open(os.path.join(kept, "note")).read())
+    os.mkdir(kept)
+    with open(os.path.join(kept, "note"), "w") as f:
+        f.write("a note from pid %d" % os.getpid())
+    return o
+
+@lh.model()
+def shouts(o=lh.Model("raw.orders", columns=["id"])):
+    raise RuntimeError("E" * 4_000_000)
+"#;
+    let dir = project(
+        &lh,
+        "leaves",
+        &[("lh_project.yml", PROJECT), ("m.py", models)],
+    );
+    for round in 0..2 {
+        let (code, run) = run_json(&lh, &[dir.to_str().unwrap(), "--no-cache"]);
+        assert_ne!(code, 0, "{run}");
+        let leaves = node(&run, "analytics.leaves");
+        assert_eq!(
+            leaves["status"], "done",
+            "{runtime} round {round}: {leaves}"
+        );
+        let shouts = node(&run, "analytics.shouts");
+        let error = shouts["error"].as_str().unwrap_or_default();
+        let traceback = shouts["traceback"].as_str().unwrap_or_default();
+        assert!(
+            error.starts_with("RuntimeError: EEEE") && error.contains("bytes left out"),
+            "{runtime}: {}",
+            &error[..error.len().min(200)]
+        );
+        assert!(error.len() < 9 << 10, "{runtime}: {}", error.len());
+        assert!(traceback.len() < 65 << 10, "{runtime}: {}", traceback.len());
+    }
 }
 
 /// Found by the eleventh review: the measured folder's own blocks were not counted (a

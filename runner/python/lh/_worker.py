@@ -328,7 +328,7 @@ def mount_points():
 
 
 def clear_dir(top, keep, mounts):
-    """Empties `top`, except entries starting with `keep`, mount points and the folders
+    """Empties `top`, except the entries named in `keep`, mount points and the folders
     that lead to one (the sandbox binds the worker's folder, its code and its environment
     under paths that may start in /tmp): those are walked, never removed."""
     import shutil
@@ -337,7 +337,7 @@ def clear_dir(top, keep, mounts):
     except OSError:
         return
     for name in entries:
-        if keep and name.startswith(keep):
+        if name in keep:
             continue
         path = os.path.join(top, name)
         if path in mounts:
@@ -364,12 +364,13 @@ def clear_dir(top, keep, mounts):
             pass
 
 
-def clear_scratch(work):
-    """Removes what a call left in the worker's folder (invocation folders excepted: the
-    runner moves them) and in /tmp when it is the worker's own (LH_PRIVATE_TMP, set by
-    the sandboxes; never the host's), so that no file passes from one call to the next."""
+def clear_scratch(work, invocation):
+    """Removes what a call left in the worker's folder (but the call's own invocation
+    folder, `invocation`: the runner moves it back) and in /tmp when it is the worker's
+    own (LH_PRIVATE_TMP, set by the sandboxes; never the host's), so that no file passes
+    from one call to the next (a folder the call named like an invocation's included)."""
     mounts = mount_points()
-    clear_dir(work, ("inv-",), mounts)
+    clear_dir(work, (invocation,), mounts)
     if os.environ.get("LH_PRIVATE_TMP") == "1":
         clear_dir("/tmp", (), mounts)
 
@@ -676,7 +677,7 @@ def main():
             answer = call(req, fd)
         answer["id"] = req.get("id")
         answer = {k: v for k, v in answer.items() if k in ANSWER_KEYS}
-        clear_scratch(work)
+        clear_scratch(work, "inv-%s" % req.get("id"))
         modules = answer.pop("preload", None)
         found = []
         if channel is not None:

@@ -146,7 +146,11 @@ pub(crate) async fn exchange<L: Launcher>(
             Ok(a) if a.id.as_deref() == Some(inv.id.as_str()) => (a.outcome(), true),
             _ => (
                 Outcome::Failed {
-                    error: format!("the worker answered garbage: {}", tail(&line, 3)),
+                    // Bounded as every failure is: the line is the call's to write.
+                    error: crate::protocol::bounded(
+                        format!("the worker answered garbage: {}", tail(&line, 3)),
+                        crate::protocol::MAX_MESSAGE,
+                    ),
                     traceback: String::new(),
                 },
                 false,
@@ -161,8 +165,14 @@ pub(crate) async fn exchange<L: Launcher>(
             };
             (
                 Outcome::Failed {
-                    error: format!("the {} died: {why}", L::NOUN),
-                    traceback: tail(&log, 30),
+                    error: crate::protocol::bounded(
+                        format!("the {} died: {why}", L::NOUN),
+                        crate::protocol::MAX_MESSAGE,
+                    ),
+                    traceback: crate::protocol::bounded(
+                        tail(&log, 30),
+                        crate::protocol::MAX_TRACEBACK,
+                    ),
                 },
                 false,
             )

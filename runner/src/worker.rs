@@ -318,10 +318,17 @@ impl<H> Worker<H> {
 
     /// The answer to invocation `id`, or `None` when the worker's output ended first.
     pub(crate) async fn answer(&mut self, id: &str) -> Option<String> {
+        /// An answer's id, whatever else its line holds: a line with the call's id is
+        /// its answer, and one of another shape fails the call (it was waited past,
+        /// until the call's timeout).
+        #[derive(serde::Deserialize)]
+        struct Tagged {
+            id: Option<String>,
+        }
         // Skip stray lines (say, from a process the function forked) until our answer.
         loop {
             let line = self.answers.recv().await?;
-            if serde_json::from_str::<Answer>(&line).is_ok_and(|a| a.id.as_deref() == Some(id)) {
+            if serde_json::from_str::<Tagged>(&line).is_ok_and(|a| a.id.as_deref() == Some(id)) {
                 return Some(line);
             }
         }
@@ -615,6 +622,27 @@ pub(crate) fn tail(text: &str, lines: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the thirteenth review: an answer line of the wrong shape (a call can write
+    /// its own) was skipped as stray, and the call waited for its timeout; a line with the
+    /// call's id is its answer, whatever it holds, and lines of other calls are skipped.
+    #[tokio::test]
+    async fn a_line_with_the_calls_id_is_its_answer_whatever_its_shape() {
+        let (mut worker, mut output) = Worker::wire(
+            (),
+            PathBuf::from("/nonexistent"),
+            Box::pin(tokio::io::sink()),
+        );
+        output
+            .answers
+            .push(b"{\"id\": \"other\", \"ok\": true, \"rows\": 1}\nnot json\n");
+        output
+            .answers
+            .push(b"{\"id\": \"mine\", \"ok\": \"yes\", \"rows\": \"many\"}\n");
+        let line = worker.answer("mine").await.expect("the call's own line");
+        assert!(line.contains("\"many\""), "{line}");
+        assert!(serde_json::from_str::<Answer>(&line).is_err());
+    }
 
     /// Found by the eleventh review: stderr that never ended a line was kept whole and
     /// scanned again with every chunk (a server's memory and CPU for one call's output).

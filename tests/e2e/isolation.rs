@@ -28,7 +28,51 @@ crate::both_runtimes!(
     a_function_can_hold_no_file_outside_its_processes,
     a_function_cannot_hide_blocks_in_its_folder_behind_an_exited_thread_or_by_racing_the_measure,
     a_call_leaves_nothing_for_the_next_and_its_failure_is_bounded,
+    a_call_cannot_answer_for_itself,
 );
+
+/// A module of models: `imports`, lh, `folder()` (the worker's own folder, where the
+/// call's invocation folder lies, as the sandbox mounts it) and `body`.
+fn with_folder(imports: &str, body: &str) -> String {
+    format!(
+        r#"{imports}
+import lh
+
+def folder():
+    found = None
+    for line in open("/proc/self/mountinfo"):
+        point = line.split()[4]
+        if point == "/lh/work" or "/workers/worker-" in point:
+            found = point
+    return found
+{body}"#
+    )
+}
+
+/// Each of `names` in `run` was stopped for writing more than `mib` MiB, and nothing
+/// was published.
+fn stopped_past_disk(
+    lh: &lh_e2e::Lh,
+    run: &serde_json::Value,
+    before: &str,
+    names: &[&str],
+    mib: u64,
+    runtime: &str,
+) {
+    for name in names {
+        let err = node(run, &format!("analytics.{name}"))["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            err.contains(&format!(
+                "wrote more than {mib} MiB into its folder and was stopped"
+            )),
+            "{runtime} {name}: {err}"
+        );
+    }
+    assert_eq!(lh.head("main"), before, "nothing was published");
+}
 
 /// Found by reviews: a call's folder was measured by its regular files only, so a
 /// function held 470 MB in files it removed but kept open, and 60,000 empty files, under
@@ -44,18 +88,9 @@ fn a_function_cannot_hide_what_it_writes_from_the_measure(runtime: &str) {
     let server = server_with(runtime, &["--max-function-disk", "100m"]);
     let lh = server.lh();
     orders(&lh);
-    let models = r#"
-import os, time
-import lh
-
-def folder():
-    found = None
-    for line in open("/proc/self/mountinfo"):
-        point = line.split()[4]
-        if point == "/lh/work" or "/workers/worker-" in point:
-            found = point
-    return found
-
+    let models = &with_folder(
+        "import os, time",
+        r#"
 @lh.model()
 def hides(o=lh.Model("raw.orders", columns=["id"])):
     held = []
@@ -179,7 +214,8 @@ def storm(o=lh.Model("raw.orders", columns=["id"])):
             os._exit(0)
     time.sleep(5)
     return o
-"#;
+"#,
+    );
     let dir = project(
         &lh,
         "hides",
@@ -188,25 +224,14 @@ def storm(o=lh.Model("raw.orders", columns=["id"])):
     let before = lh.head("main");
     let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
     assert_ne!(code, 0, "{run}");
-    for name in [
-        "analytics.hides",
-        "analytics.many",
-        "analytics.maps",
-        "analytics.threads",
-        "analytics.storm",
-        "analytics.deep",
-        "analytics.rooms",
-    ] {
-        let err = node(&run, name)["error"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        assert!(
-            err.contains("wrote more than 100 MiB into its folder and was stopped"),
-            "{runtime} {name}: {err}"
-        );
-    }
-    assert_eq!(lh.head("main"), before, "nothing was published");
+    stopped_past_disk(
+        &lh,
+        &run,
+        &before,
+        &["hides", "many", "maps", "threads", "storm", "deep", "rooms"],
+        100,
+        runtime,
+    );
 }
 
 /// Found by the twelfth review: a folder a call named like an invocation's (`inv-keep`)
@@ -216,18 +241,9 @@ fn a_call_leaves_nothing_for_the_next_and_its_failure_is_bounded(runtime: &str) 
     let server = server_with(runtime, &[]);
     let lh = server.lh();
     orders(&lh);
-    let models = r#"
-import os
-import lh
-
-def folder():
-    found = None
-    for line in open("/proc/self/mountinfo"):
-        point = line.split()[4]
-        if point == "/lh/work" or "/workers/worker-" in point:
-            found = point
-    return found
-
+    let models = &with_folder(
+        "import os",
+        r#"
 @lh.model()
 def leaves(o=lh.Model("raw.orders", columns=["id"])):
     kept = os.path.join(folder(), "inv-keep")
@@ -241,7 +257,8 @@ def leaves(o=lh.Model("raw.orders", columns=["id"])):
 @lh.model()
 def shouts(o=lh.Model("raw.orders", columns=["id"])):
     raise RuntimeError("E" * 4_000_000)
-"#;
+"#,
+    );
     let dir = project(
         &lh,
         "leaves",
@@ -268,6 +285,76 @@ def shouts(o=lh.Model("raw.orders", columns=["id"])):
     }
 }
 
+/// Found by the thirteenth review: a call finds its answer's pipe (a local of the
+/// harness's frame, under its own) and writes an answer of its own. One of the wrong
+/// shape (6 MB) was passed on whole and waited past by the runner until the call's
+/// timeout; one claiming rows it never wrote must not publish them. The harness passes
+/// on only answers of an answer's shape and types, and the runner takes any line with
+/// the call's id as its answer.
+fn a_call_cannot_answer_for_itself(runtime: &str) {
+    let server = server_with(runtime, &[]);
+    let lh = server.lh();
+    orders(&lh);
+    let models = r#"
+import json, os, sys
+import lh
+
+def forge(answer):
+    f = sys._getframe()
+    while f is not None and not (f.f_code.co_name == "child" and "out" in f.f_locals):
+        f = f.f_back
+    if f is None:
+        raise RuntimeError("no answer pipe found")
+    data = (json.dumps(dict(answer, id=f.f_locals["req"]["id"])) + "\n").encode()
+    while data:
+        data = data[os.write(f.f_locals["out"], data):]
+    os._exit(0)
+
+@lh.model()
+@lh.resources(timeout="60s")
+def shaped(o=lh.Model("raw.orders", columns=["id"])):
+    forge({"ok": "yes", "rows": "many", "error": "G" * 6_000_000})
+
+@lh.model()
+@lh.resources(timeout="60s")
+def negative(o=lh.Model("raw.orders", columns=["id"])):
+    forge({"ok": True, "rows": -1})
+
+@lh.model()
+@lh.resources(timeout="60s")
+def claims(o=lh.Model("raw.orders", columns=["id"])):
+    forge({"ok": True, "rows": 1000000, "files": [{"path": "../../x", "size": 1}]})
+
+@lh.model()
+@lh.resources(timeout="60s")
+def passes(o=lh.Model("raw.orders", columns=["id"])):
+    return o
+
+@lh.expectation()
+def holds(t=lh.Model("passes", columns=["id"])):
+    forge({"ok": True, "passed": True, "detail": 7})
+"#;
+    let dir = project(
+        &lh,
+        "forger",
+        &[("lh_project.yml", PROJECT), ("m.py", models)],
+    );
+    let before = lh.head("main");
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap(), "--no-cache"]);
+    assert_ne!(code, 0, "{run}");
+    // Each failed at once (waited past, it would have failed at its timeout).
+    for name in ["analytics.shaped", "analytics.negative", "holds"] {
+        let n = node(&run, name);
+        assert_eq!(
+            n["error"], "the function's process answered what is not an answer",
+            "{runtime} {name}: {n}"
+        );
+    }
+    let claims = node(&run, "analytics.claims");
+    assert_eq!(claims["status"], "failed", "{runtime}: {claims}");
+    assert_eq!(lh.head("main"), before, "nothing was published");
+}
+
 /// Found by the eleventh review: the measured folder's own blocks were not counted (a
 /// folder grows with its entries and never shrinks: 100,000 names linked to one empty
 /// file and removed again left 26 MB); the mappings of a process whose first thread had
@@ -281,18 +368,9 @@ fn a_function_cannot_hide_blocks_in_its_folder_behind_an_exited_thread_or_by_rac
     let server = server_with(runtime, &["--max-function-disk", "20m"]);
     let lh = server.lh();
     orders(&lh);
-    let models = r#"
-import ctypes, mmap, os, threading, time
-import lh
-
-def folder():
-    found = None
-    for line in open("/proc/self/mountinfo"):
-        point = line.split()[4]
-        if point == "/lh/work" or "/workers/worker-" in point:
-            found = point
-    return found
-
+    let models = &with_folder(
+        "import ctypes, mmap, os, threading, time",
+        r#"
 @lh.model()
 def grows(o=lh.Model("raw.orders", columns=["id"])):
     base = folder()
@@ -398,7 +476,8 @@ def racer(o=lh.Model("raw.orders", columns=["id"])):
         os.close(f)
     time.sleep(5)
     return o
-"#;
+"#,
+    );
     let dir = project(
         &lh,
         "hidden",
@@ -407,17 +486,14 @@ def racer(o=lh.Model("raw.orders", columns=["id"])):
     let before = lh.head("main");
     let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
     assert_ne!(code, 0, "{run}");
-    for name in ["analytics.grows", "analytics.orphaned", "analytics.racer"] {
-        let err = node(&run, name)["error"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        assert!(
-            err.contains("wrote more than 20 MiB into its folder and was stopped"),
-            "{runtime} {name}: {err}"
-        );
-    }
-    assert_eq!(lh.head("main"), before, "nothing was published");
+    stopped_past_disk(
+        &lh,
+        &run,
+        &before,
+        &["grows", "orphaned", "racer"],
+        20,
+        runtime,
+    );
 }
 
 /// Found by reviews: a descriptor sent over a socket and not yet received is in no
@@ -431,18 +507,9 @@ fn a_function_can_hold_no_file_outside_its_processes(runtime: &str) {
     let server = server_with(runtime, &["--max-function-disk", "100m"]);
     let lh = server.lh();
     orders(&lh);
-    let models = r#"
-import ctypes, errno, os, socket, time
-import lh
-
-def folder():
-    found = None
-    for line in open("/proc/self/mountinfo"):
-        point = line.split()[4]
-        if point == "/lh/work" or "/workers/worker-" in point:
-            found = point
-    return found
-
+    let models = &with_folder(
+        "import ctypes, errno, os, socket, time",
+        r#"
 @lh.model()
 def inflight(o=lh.Model("raw.orders", columns=["id"])):
     a, b = socket.socketpair()
@@ -515,7 +582,8 @@ def allowed(o=lh.Model("raw.orders", columns=["id"])):
     with multiprocessing.get_context("fork").Pool(2) as pool:
         assert pool.map(abs, [-1, -2, 3]) == [1, 2, 3]
     return o
-"#;
+"#,
+    );
     let dir = project(
         &lh,
         "inflight",
@@ -2101,20 +2169,13 @@ fn planted_links_and_runaway_filters_fail_cleanly(runtime: &str) {
     let server = server_with(runtime, &["--max-concurrent-queries", "1"]);
     let lh = server.lh();
     orders(&lh);
-    let planter = r#"
-import glob, os
-import lh
-import pyarrow as pa
-
+    let planter = &with_folder(
+        "import glob, os\nimport pyarrow as pa",
+        r#"
 @lh.model()
 def planted(o=lh.Model("raw.orders", columns=["id"])):
-    folders = []
-    for line in open("/proc/self/mountinfo"):
-        point = line.split()[4]
-        if point == "/lh/work" or "/workers/worker-" in point:
-            folders += glob.glob(os.path.join(point, "inv-*"))
     planted = 0
-    for inv in folders:
+    for inv in glob.glob(os.path.join(folder(), "inv-*")):
         for name in ("out.parquet", "out.parquet.tmp"):
             try:
                 os.symlink("/tmp/elsewhere.parquet", os.path.join(inv, name))
@@ -2122,7 +2183,8 @@ def planted(o=lh.Model("raw.orders", columns=["id"])):
             except OSError:
                 pass
     return pa.table({"v": [planted]})
-"#;
+"#,
+    );
     let dir = project(
         &lh,
         "planter",
@@ -2220,18 +2282,12 @@ fn a_function_cannot_fill_its_folder_without_bound(runtime: &str) {
     let server = server_with(runtime, &["--max-function-disk", "100m"]);
     let lh = server.lh();
     orders(&lh);
-    let model = r#"
-import os, time
-import lh
-
+    let model = &with_folder(
+        "import os, time",
+        r#"
 @lh.model()
 def fills(o=lh.Model("raw.orders", columns=["id"])):
-    folder = None
-    for line in open("/proc/self/mountinfo"):
-        point = line.split()[4]
-        if point == "/lh/work" or "/workers/worker-" in point:
-            folder = point
-    with open(os.path.join(folder, "fill"), "wb") as f:
+    with open(os.path.join(folder(), "fill"), "wb") as f:
         for _ in range(1024):
             f.write(b"x" * (8 << 20))
             f.flush()
@@ -2241,7 +2297,8 @@ def fills(o=lh.Model("raw.orders", columns=["id"])):
 @lh.model()
 def after(f=lh.Model("fills"), o=lh.Model("raw.orders", columns=["id"])):
     return o
-"#;
+"#,
+    );
     let dir = project(&lh, "disk", &[("lh_project.yml", PROJECT), ("m.py", model)]);
     let before = lh.head("main");
     let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);

@@ -427,17 +427,45 @@ def call(req, answers):
     text = b"".join(chunks).decode("utf-8", "replace").strip()
     try:
         answer = json.loads(text)
-        if isinstance(answer, dict) and answer.get("id") == req["id"]:
-            return answer
     except ValueError:
-        pass
-    return {"id": req["id"], "ok": False, "error": f"the function's process {describe_status(status, ooms_before)}", "traceback": ""}
+        answer = None
+    if isinstance(answer, dict) and answer.get("id") == req["id"]:
+        answer = typed(answer)
+        if answer is not None:
+            return answer
+        why = "answered what is not an answer"
+    else:
+        why = describe_status(status, ooms_before)
+    return {"id": req["id"], "ok": False, "error": f"the function's process {why}", "traceback": ""}
+
+
+# What each key of an answer holds, and the only keys it has (the call's process writes
+# its answer, and the code it runs can write one of its own: the runner takes only
+# answers of this shape).
+ANSWER_TYPES = {"id": str, "ok": bool, "rows": int, "passed": bool, "detail": str, "error": str,
+                "traceback": str, "preload": list}
+
+
+def typed(answer):
+    """The answer's keys an answer may have, each of its type (None: a key of another
+    type, or no `ok`)."""
+    kept = {}
+    for key, kind in ANSWER_TYPES.items():
+        if key not in answer:
+            continue
+        value = answer[key]
+        if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < 0)):
+            return None
+        kept[key] = value
+    if "ok" not in kept:
+        return None
+    if "preload" in kept:
+        kept["preload"] = [m for m in kept["preload"][:500] if isinstance(m, str)]
+    return kept
 
 
 # The most files a call's folder may send back.
 MAX_FILES = 10000
-# An answer may say only these (a call's own answer cannot announce files of its own).
-ANSWER_KEYS = ("id", "ok", "rows", "passed", "detail", "error", "traceback", "preload")
 
 
 def write_all(fd, data):
@@ -676,7 +704,8 @@ def main():
         if answer is None:
             answer = call(req, fd)
         answer["id"] = req.get("id")
-        answer = {k: v for k, v in answer.items() if k in ANSWER_KEYS}
+        # An answer says only what answers say (a call's cannot announce files of its own).
+        answer = {k: v for k, v in answer.items() if k in ANSWER_TYPES}
         clear_scratch(work, "inv-%s" % req.get("id"))
         modules = answer.pop("preload", None)
         found = []

@@ -223,6 +223,9 @@ fn uuid_like() -> String {
 
 /// Starts `lh server` on `<dir>/data` with extra flags; its log is appended to `log`.
 /// Returns the child and the URL it listens on.
+/// Not a variable: in a test's `envs`, a file the server inherits open as descriptor 9.
+pub const INHERIT_FD9: &str = "lh-test:inherit-fd9";
+
 fn spawn(dir: &Path, args: &[String], envs: &[(String, String)], log: &Path) -> (Child, String) {
     spawn_on(dir, &dir.join("data"), args, envs, log)
 }
@@ -251,7 +254,23 @@ fn try_spawn_on(
         .append(true)
         .open(log)
         .expect("log file");
-    let mut child = Command::new(lh_bin())
+    // A test's file the server inherits as descriptor 9 (as `lh server 9>>FILE` would).
+    let inherit = envs
+        .iter()
+        .find(|(k, _)| k == INHERIT_FD9)
+        .map(|(_, v)| v.clone());
+    let envs: Vec<&(String, String)> = envs.iter().filter(|(k, _)| k != INHERIT_FD9).collect();
+    let mut command = match &inherit {
+        Some(file) => {
+            let mut c = Command::new("/bin/sh");
+            c.args(["-c", "exec 9>>\"$0\" && exec \"$@\""])
+                .arg(file)
+                .arg(lh_bin());
+            c
+        }
+        None => Command::new(lh_bin()),
+    };
+    let mut child = command
         .args(["server", "--bind", "127.0.0.1:0", "--data-dir"])
         .arg(data)
         .args(args)

@@ -24,7 +24,7 @@ use crate::group::CommitQueues;
 use crate::model::*;
 use crate::names::{validate_namespace, validate_ref_name, validate_table_name};
 use crate::objects::Objects;
-use crate::refexpr::RefExpr;
+use crate::refexpr::{RefExpr, ToRefExpr};
 use crate::retry::Retry;
 use crate::store::{PostgresStore, RefRow, RefUpdate, SqliteStore, SqliteSync, Store, WriteError};
 use crate::tree;
@@ -35,8 +35,24 @@ pub const DEFAULT_BRANCH: &str = "main";
 /// The ref expression a request is about: the one it names, or (named none) the default
 /// branch. The one place that decides it, for lh's API and the Iceberg REST catalog's
 /// warehouse alike.
-pub fn ref_or_default(named: Option<String>) -> String {
-    named.unwrap_or_else(|| DEFAULT_BRANCH.to_string())
+pub fn ref_or_default(named: Option<String>) -> Result<RefExpr> {
+    match named {
+        Some(text) => RefExpr::parse(&text),
+        None => Ok(RefExpr::named(DEFAULT_BRANCH)),
+    }
+}
+
+/// The branch a request changes: the one it names, or (named none) the default branch.
+/// A ref expression that names a commit (`main@1a2b3c4d`) is refused: changes go to a
+/// branch's head.
+pub fn branch_or_default(named: Option<String>) -> Result<String> {
+    match ref_or_default(named)? {
+        RefExpr::Named(name) => Ok(name),
+        other => Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!("'{other}' names a commit, not a branch: a change goes to a branch's head"),
+        )),
+    }
 }
 
 /// The largest page of history.
@@ -176,16 +192,29 @@ impl Catalog {
     }
 
     /// Creates a branch at the commit `from` resolves to. O(1): no data is copied.
-    pub async fn create_branch(&self, name: &str, from: &str) -> Result<Reference> {
+    pub async fn create_branch<E: ToRefExpr + ?Sized>(
+        &self,
+        name: &str,
+        from: &E,
+    ) -> Result<Reference> {
         self.create_ref(name, RefKind::Branch, from).await
     }
 
     /// Creates a tag at the commit `from` resolves to. Tags never move.
-    pub async fn create_tag(&self, name: &str, from: &str) -> Result<Reference> {
+    pub async fn create_tag<E: ToRefExpr + ?Sized>(
+        &self,
+        name: &str,
+        from: &E,
+    ) -> Result<Reference> {
         self.create_ref(name, RefKind::Tag, from).await
     }
 
-    async fn create_ref(&self, name: &str, kind: RefKind, from: &str) -> Result<Reference> {
+    async fn create_ref<E: ToRefExpr + ?Sized>(
+        &self,
+        name: &str,
+        kind: RefKind,
+        from: &E,
+    ) -> Result<Reference> {
         validate_ref_name(name)?;
         let target = self.resolve(from).await?;
         let update = RefUpdate {
@@ -298,8 +327,8 @@ impl Catalog {
     // ---------------------------------------------------------------- reading
 
     /// Resolves a ref expression (see [`RefExpr`]) to one commit.
-    pub async fn resolve(&self, expr: &str) -> Result<Resolved> {
-        match RefExpr::parse(expr)? {
+    pub async fn resolve<E: ToRefExpr + ?Sized>(&self, expr: &E) -> Result<Resolved> {
+        match expr.to_ref_expr()?.into_owned() {
             RefExpr::Named(name) => {
                 let row = self
                     .store()
@@ -462,7 +491,7 @@ impl Catalog {
 
     /// A page of the history of a ref, newest first, following first parents (the
     /// history of the branch itself; a merge commit stands for what it merged).
-    pub async fn log(&self, at: &str, query: &LogQuery) -> Result<LogPage> {
+    pub async fn log<E: ToRefExpr + ?Sized>(&self, at: &E, query: &LogQuery) -> Result<LogPage> {
         if query.limit == 0 || query.limit > MAX_LOG_PAGE {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -615,9 +644,9 @@ impl Catalog {
     /// Merges the commit `from` resolves to into `into`, three-way from their merge
     /// base: a table changed on one side only takes that side; changed on both sides to
     /// different pointers is a conflict. All conflicts are reported and nothing changes.
-    pub async fn merge(
+    pub async fn merge<E: ToRefExpr + ?Sized>(
         &self,
-        from: &str,
+        from: &E,
         into: &str,
         options: MergeOptions,
     ) -> Result<MergeOutcome> {

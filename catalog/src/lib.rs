@@ -22,7 +22,9 @@ mod retry;
 pub mod store;
 mod tree;
 
-pub use catalog::{Catalog, CatalogOptions, DEFAULT_BRANCH, MAX_LOG_PAGE, ref_or_default};
+pub use catalog::{
+    Catalog, CatalogOptions, DEFAULT_BRANCH, MAX_LOG_PAGE, branch_or_default, ref_or_default,
+};
 pub use error::{Error, ErrorKind, Result, TableConflict};
 pub use model::*;
-pub use refexpr::RefExpr;
+pub use refexpr::{RefExpr, ToRefExpr};

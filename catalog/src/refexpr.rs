@@ -57,12 +57,67 @@ impl RefExpr {
         }
     }
 
+    /// A branch or tag lh names itself (a run's branch, the default branch): not parsed,
+    /// as no user wrote it.
+    pub fn named(name: impl Into<String>) -> RefExpr {
+        RefExpr::Named(name.into())
+    }
+
     /// The named ref the expression starts from, if any.
     pub fn ref_name(&self) -> Option<&str> {
         match self {
             RefExpr::Named(n) | RefExpr::NamedAtHash(n, _) | RefExpr::NamedAtTime(n, _) => Some(n),
             RefExpr::Hash(_) => None,
         }
+    }
+}
+
+/// The expression as a user writes it (parsing it gives it back).
+impl std::fmt::Display for RefExpr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RefExpr::Named(n) => write!(f, "{n}"),
+            RefExpr::NamedAtHash(n, h) => write!(f, "{n}@{h}"),
+            RefExpr::NamedAtTime(n, t) => write!(
+                f,
+                "{n}@{}",
+                t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+            ),
+            RefExpr::Hash(h) => write!(f, "@{h}"),
+        }
+    }
+}
+
+impl std::str::FromStr for RefExpr {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<RefExpr> {
+        RefExpr::parse(s)
+    }
+}
+
+/// What resolves to a commit: a [`RefExpr`], or the text of one (parsed where it is
+/// resolved: the server parses a client's text once, at its edge, and passes the
+/// expression).
+pub trait ToRefExpr: std::fmt::Display {
+    fn to_ref_expr(&self) -> Result<std::borrow::Cow<'_, RefExpr>>;
+}
+
+impl ToRefExpr for RefExpr {
+    fn to_ref_expr(&self) -> Result<std::borrow::Cow<'_, RefExpr>> {
+        Ok(std::borrow::Cow::Borrowed(self))
+    }
+}
+
+impl ToRefExpr for str {
+    fn to_ref_expr(&self) -> Result<std::borrow::Cow<'_, RefExpr>> {
+        RefExpr::parse(self).map(std::borrow::Cow::Owned)
+    }
+}
+
+impl ToRefExpr for String {
+    fn to_ref_expr(&self) -> Result<std::borrow::Cow<'_, RefExpr>> {
+        self.as_str().to_ref_expr()
     }
 }
 
@@ -128,6 +183,10 @@ mod tests {
         ];
         for (input, want) in cases {
             assert_eq!(check(input), want, "for {input:?}");
+            // What parses is written back as an expression that parses to itself.
+            if let Ok(e) = RefExpr::parse(input) {
+                assert_eq!(RefExpr::parse(&e.to_string()).unwrap(), e, "for {input:?}");
+            }
         }
     }
 }

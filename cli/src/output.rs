@@ -60,7 +60,12 @@ pub fn item<T: Serialize>(
             w.flush()?;
         }
         OutputFormat::Table => {
-            let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+            let width = lines
+                .iter()
+                .map(|(k, _)| k.len())
+                .max()
+                .unwrap_or(0)
+                .min(80);
             for (k, v) in lines {
                 writeln!(out, "{k:<width$}  {v}")?;
             }

@@ -130,7 +130,7 @@ pub(crate) fn bounded(text: String, max: usize) -> String {
 pub const MAX_CALL_LOG: usize = 1 << 20;
 
 /// The last `max` bytes of `text`, said to be so.
-pub(crate) fn last(text: String, max: usize) -> String {
+pub fn last(text: String, max: usize) -> String {
     if text.len() <= max {
         return text;
     }

@@ -311,7 +311,46 @@ impl Jail {
             .args(&b.args)
             .env_clear()
             .current_dir("/");
+        // Nor its descriptors: one the server inherited (`lh server 9>>file`, a shell's
+        // pipe) or a library opened without close-on-exec was open in every sandbox.
+        close_inherited_at_exec(&mut c);
         c
+    }
+}
+
+/// Makes `c`'s child close, as it execs, every descriptor past stderr: only what the
+/// command line opens itself reaches the sandbox. (The one `unsafe` of lh: no safe API
+/// names a descriptor by number.)
+#[allow(unsafe_code)]
+pub(crate) fn close_inherited_at_exec(c: &mut Command) {
+    // SAFETY: the closure runs between fork and exec in a threaded process, so it makes
+    // system calls only (async-signal-safe): no allocation, no lock.
+    unsafe {
+        c.pre_exec(|| {
+            close_on_exec_from(3);
+            Ok(())
+        });
+    }
+}
+
+/// Marks every descriptor from `first` on close-on-exec. Between fork and exec: system
+/// calls only.
+#[allow(unsafe_code)]
+fn close_on_exec_from(first: u32) {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: plain system calls on descriptor numbers.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, first, u32::MAX, CLOSE_RANGE_CLOEXEC) == 0 {
+            return;
+        }
+        // A kernel before 5.11: one by one, up to the descriptor limit.
+        let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(0, 1 << 20) as libc::c_int;
+        for fd in first as libc::c_int..max {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
     }
 }
 
@@ -439,12 +478,12 @@ pub(crate) enum Code {
 }
 
 /// One architecture's seccomp numbers: its audit value, the calls no sandbox makes,
-/// the calls that send descriptors over a socket, and `fallocate`.
+/// the calls untrusted code does not make, and `fallocate`.
 struct Arch {
     name: &'static str,
     audit: u32,
     refused: &'static [u32],
-    sends: &'static [u32],
+    untrusted: &'static [u32],
     fallocate: u32,
 }
 
@@ -455,9 +494,11 @@ struct Arch {
 /// (`ptrace`, `process_vm_readv`/`writev`, `pidfd_getfd`): a package's build code could
 /// otherwise make uv, its parent, drop its parent-death signal and outlive its step;
 /// and Landlock, whose rules hold the files they name. Untrusted code is also refused
-/// `sends` (`sendmsg`, `sendmmsg`: a descriptor in flight on a socket is in no
-/// process's table, so a removed file held that way would keep its blocks out of any
-/// measure of a folder) and `fallocate` with any mode (`FALLOC_FL_KEEP_SIZE` allocates
+/// sending descriptors (`sendmsg`, `sendmmsg`: a descriptor in flight on a socket is in
+/// no process's table, so a removed file held that way would keep its blocks out of any
+/// measure of a folder), POSIX message queues (`mq_open`: a queue outlives the call
+/// that made it in the worker's IPC namespace, and none can be listed to be removed
+/// between calls) and `fallocate` with any mode (`FALLOC_FL_KEEP_SIZE` allocates
 /// blocks without growing the file, past the file-size limit; it fails as where the
 /// file system cannot, with EOPNOTSUPP; a plain `fallocate` is allowed). Other ABIs of
 /// x86-64 (x32, i386) are refused whole.
@@ -467,7 +508,7 @@ const X86_64: Arch = Arch {
     refused: &[
         248, 249, 250, 425, 426, 427, 101, 310, 311, 438, 444, 445, 446,
     ],
-    sends: &[46, 307],
+    untrusted: &[46, 307, 240],
     fallocate: 285,
 };
 const AARCH64: Arch = Arch {
@@ -476,7 +517,7 @@ const AARCH64: Arch = Arch {
     refused: &[
         217, 218, 219, 425, 426, 427, 117, 270, 271, 438, 444, 445, 446,
     ],
-    sends: &[211, 269],
+    untrusted: &[211, 269, 180],
     fallocate: 47,
 };
 #[cfg(target_arch = "x86_64")]
@@ -499,8 +540,8 @@ fn seccomp_filter(arch: &Arch, code: Code) -> Vec<u8> {
     // these little-endian architectures).
     const MODE: u32 = 24;
     let untrusted = code == Code::Untrusted;
-    let sends = if untrusted { arch.sends } else { &[][..] };
-    let calls: Vec<u32> = arch.refused.iter().chain(sends).copied().collect();
+    let more = if untrusted { arch.untrusted } else { &[][..] };
+    let calls: Vec<u32> = arch.refused.iter().chain(more).copied().collect();
     // Instructions with their jump targets by label, resolved below.
     enum To {
         Next,

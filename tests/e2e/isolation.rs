@@ -29,6 +29,8 @@ crate::both_runtimes!(
     a_function_cannot_hide_blocks_in_its_folder_behind_an_exited_thread_or_by_racing_the_measure,
     a_call_leaves_nothing_for_the_next_and_its_failure_is_bounded,
     a_call_cannot_answer_for_itself,
+    a_call_chooses_nothing_its_worker_imports_and_leaves_no_ipc_for_the_next,
+    no_descriptor_of_the_server_reaches_a_function,
 );
 
 /// A module of models: `imports`, lh, `folder()` (the worker's own folder, where the
@@ -353,6 +355,144 @@ def holds(t=lh.Model("passes", columns=["id"])):
     let claims = node(&run, "analytics.claims");
     assert_eq!(claims["status"], "failed", "{runtime}: {claims}");
     assert_eq!(lh.head("main"), before, "nothing was published");
+}
+
+/// Found by the fourteenth review: a call's forged answer listed modules for its warm
+/// worker to import after it (`preload`), and finding `unittest.__main__.x` imported
+/// `unittest.__main__` in the worker, which imported the call's own folder: the call's
+/// code ran in the worker and stayed for every later call (`this.x` left `this` in
+/// each later call's modules); and SysV shared memory, message queues, semaphores,
+/// POSIX message queues and `/dev/shm` kept what a call left for the next call and
+/// the next run. The worker imports only top-level packages of the environment; it
+/// removes the IPC objects and `/dev/shm`'s files between calls, and a function makes
+/// no POSIX message queue.
+fn a_call_chooses_nothing_its_worker_imports_and_leaves_no_ipc_for_the_next(runtime: &str) {
+    let server = server_with(runtime, &[]);
+    let lh = server.lh();
+    orders(&lh);
+    let models = &with_folder(
+        "import ctypes, errno, json, os, socket, sys",
+        r#"
+KEY = 0x4C48
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+
+def worker():
+    return "%s %s" % (socket.gethostname(), folder())
+
+def leave(inv):
+    with open("/dev/shm/left", "w") as f:
+        f.write("left")
+    sid = libc.shmget(KEY, 4096, 0o1000 | 0o600)
+    ctypes.memmove(libc.shmat(sid, None, 0), b"left\0", 5)
+    q = libc.msgget(KEY, 0o1000 | 0o600)
+    msg = ctypes.create_string_buffer((1).to_bytes(8, "little") + b"left")
+    libc.msgsnd(q, msg, 4, 0o4000)
+    libc.semget(KEY, 1, 0o1000 | 0o600)
+    # mq_open("/lhq", O_CREAT | O_RDWR, 0600, NULL)
+    rt = ctypes.CDLL("librt.so.1", use_errno=True)
+    if rt.mq_open(b"/lhq", 0o100 | 2, 0o600, None) >= 0:
+        return "a POSIX message queue was made"
+    if ctypes.get_errno() != errno.EPERM:
+        return "mq_open failed with %d, not EPERM" % ctypes.get_errno()
+    with open(os.path.join(inv, "__init__.py"), "w") as f:
+        f.write("open('/dev/shm/parent-ran', 'w').write('the call ran in its worker')\n")
+    return None
+
+def found():
+    seen = sorted(os.listdir("/dev/shm"))
+    for name, get in (("shm", lambda: libc.shmget(KEY, 0, 0)),
+                      ("msg", lambda: libc.msgget(KEY, 0)),
+                      ("sem", lambda: libc.semget(KEY, 0, 0))):
+        if get() >= 0:
+            seen.append("sysv " + name)
+    seen += [m for m in sys.modules if m in ("this", "antigravity", "webbrowser", "unittest.__main__") or m.startswith("inv-")]
+    return seen
+
+@lh.expectation()
+def probe(t=lh.Model("raw.orders", columns=["id"]), min_amount=lh.Parameter("min_amount")):
+    # Failed, so that the run keeps what it says.
+    if min_amount == 1:
+        return False, json.dumps({"worker": worker(), "seen": found()})
+    f = sys._getframe()
+    while f is not None and not (f.f_code.co_name == "child" and "out" in f.f_locals):
+        f = f.f_back
+    req, out = f.f_locals["req"], f.f_locals["out"]
+    failed = leave(os.path.dirname(req["inputs"]["t"]))
+    if failed:
+        return False, failed
+    answer = {"id": req["id"], "ok": True, "passed": False, "detail": json.dumps({"worker": worker()}),
+              "preload": ["unittest.__main__.x", "this.x", "antigravity", "json"]}
+    os.write(out, (json.dumps(answer) + "\n").encode())
+    os._exit(0)
+"#,
+    );
+    let dir = project(&lh, "ipc", &[("lh_project.yml", PROJECT), ("m.py", models)]);
+    let d = dir.to_str().unwrap();
+    let mut workers = Vec::new();
+    for round in 0..3 {
+        let (_, run) = run_json(&lh, &[d, "--no-cache", "--param", "min_amount=0"]);
+        let left = node(&run, "probe");
+        // (The worker imports what it may while the runner takes the folder back.)
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let (_, run) = run_json(&lh, &[d, "--no-cache", "--param", "min_amount=1"]);
+        let probe = node(&run, "probe");
+        let said = |n: &serde_json::Value| -> serde_json::Value {
+            serde_json::from_str(n["detail"].as_str().unwrap_or("{}")).unwrap_or_default()
+        };
+        assert_eq!(
+            said(probe)["seen"],
+            serde_json::json!([]),
+            "{runtime} round {round}: {left} {probe}"
+        );
+        workers.push((said(left)["worker"].clone(), said(probe)["worker"].clone()));
+    }
+    // Not vacuous: a later call found the same worker at least once.
+    assert!(
+        workers.iter().any(|(a, b)| a == b && !a.is_null()),
+        "{runtime}: no later call ran on the worker the earlier one used: {workers:?}"
+    );
+}
+
+/// Found by the fourteenth review: a descriptor the server inherited (`lh server
+/// 9>>file`; one session passed its shell's pipe) was open in every function on the
+/// process runtime, which wrote to the host's file through it. Only what the sandbox's
+/// command line opens reaches it.
+fn no_descriptor_of_the_server_reaches_a_function(runtime: &str) {
+    let host = tempfile::NamedTempFile::new().unwrap();
+    let cache = crate::runs::env_cache();
+    let server = lh_e2e::Server::start_with_env(
+        &["--env-cache", &cache, "--runtime", runtime],
+        &[(lh_e2e::INHERIT_FD9, host.path().to_str().unwrap())],
+    );
+    let lh = server.lh();
+    orders(&lh);
+    let models = r#"
+import os
+import lh
+import pyarrow as pa
+
+@lh.model()
+def reaches(o=lh.Model("raw.orders", columns=["id"])):
+    open_fds = sorted(int(n) for n in os.listdir("/proc/self/fd"))
+    wrote = []
+    try:
+        os.write(9, b"from the sandbox\n")
+        wrote.append(9)
+    except OSError:
+        pass
+    return pa.table({"fds": [str(open_fds)], "wrote": [str(wrote)]})
+"#;
+    let dir = project(&lh, "fds", &[("lh_project.yml", PROJECT), ("m.py", models)]);
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+    let host_text = std::fs::read_to_string(host.path()).unwrap();
+    assert!(
+        !host_text.contains("from the sandbox"),
+        "{runtime}: a function wrote to the server's descriptor 9"
+    );
+    let rows = lh.rows("select fds, wrote from analytics.reaches", "main");
+    assert_eq!(rows[0]["wrote"], "[]", "{runtime}: {rows:?}");
 }
 
 /// Found by the eleventh review: the measured folder's own blocks were not counted (a
@@ -1884,6 +2024,82 @@ def built(o=lh.Model("raw.orders", columns=["id"])):
 /// PID 1 is now bubblewrap's own init, which no code of the sandbox reaches, and a
 /// stopped worker's cgroups are emptied: nothing of it runs on. (The process runtime: a
 /// container ends whole with its engine's stop.)
+/// Found by the fourteenth review: a run kept 1 MiB of log per node with no bound on
+/// nodes (100 nodes: 100 MB in the catalog per run), and one node's log was read by
+/// reading every node's; a run listing took any `limit`, parameters any length (1.8 MB
+/// per run, answered in every listing), an expectation any name (200,000 bytes, and
+/// `lh runs show` panicked formatting it). A run's logs keep 64 MiB together, one
+/// node's log is read alone, a listing holds at most 1,000 runs, a parameter 16 KiB,
+/// a node's name 255 bytes.
+#[test]
+fn a_run_keeps_bounded_logs_params_and_names() {
+    let server = server_with("process", &[]);
+    let lh = server.lh();
+    orders(&lh);
+    let project_file = "name: shop\nnamespace: analytics\npython: \"3.11\"\nparameters:\n  k: {type: str, default: \"\"}\n";
+    let floods: String = (0..70)
+        .map(|i| {
+            format!(
+                "\n@lh.expectation()\ndef e{i}(t=lh.Model(\"raw.orders\", columns=[\"id\"])):\n    return flood()\n"
+            )
+        })
+        .collect();
+    let models = format!(
+        "import sys\nimport lh\n\ndef flood():\n    sys.stderr.write((\"x\" * 1023 + \"\\n\") * 1100)\n    sys.stderr.flush()\n    return True\n{floods}"
+    );
+    let dir = project(
+        &lh,
+        "floods",
+        &[("lh_project.yml", project_file), ("m.py", &models)],
+    );
+    let d = dir.to_str().unwrap();
+    let (code, run) = run_json(&lh, &[d]);
+    assert_eq!(code, 0, "{run}");
+    let id = run["id"].as_str().unwrap();
+    let all = lh.run(&["runs", "logs", &id[..12]]);
+    let all = all.ok();
+    assert!(
+        all.len() < 66 << 20 && all.len() > 60 << 20,
+        "a run's logs keep 64 MiB together: {}",
+        all.len()
+    );
+    assert!(all.contains("the run's logs passed 64 MiB"), "said");
+    let one = lh.run(&["runs", "logs", &id[..12], "--node", "e3"]);
+    assert!(one.ok().len() < 2 << 20, "{}", one.ok().len());
+    // Parameters.
+    let long = format!("k={}", "v".repeat(20 << 10));
+    let refused = lh.run(&["run", d, "--param", &long]);
+    assert_ne!(refused.code, 0, "{}", refused.both());
+    assert!(
+        refused.both().contains("holds at most 16 KiB"),
+        "{}",
+        refused.both()
+    );
+    // Listings.
+    let listed = lh.run(&["runs", "ls", "--limit", "100000"]);
+    assert!(
+        listed.both().contains("a listing holds 1 to 1000 runs"),
+        "{}",
+        listed.both()
+    );
+    // Names.
+    let long_name = format!(
+        "import lh\n\n@lh.expectation()\ndef {}(t=lh.Model(\"raw.orders\", columns=[\"id\"])):\n    return True\n",
+        "e".repeat(300)
+    );
+    let dir = project(
+        &lh,
+        "named",
+        &[("lh_project.yml", PROJECT), ("m.py", &long_name)],
+    );
+    let named = lh.run(&["run", dir.to_str().unwrap()]);
+    assert!(
+        named.both().contains("a node's name is at most 255 bytes"),
+        "{}",
+        named.both()
+    );
+}
+
 #[test]
 fn a_stopped_worker_leaves_nothing_running() {
     let scratch = tempfile::tempdir().unwrap();

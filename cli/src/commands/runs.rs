@@ -285,6 +285,8 @@ fn icon(s: NodeStatus) -> &'static str {
 }
 
 fn node_line(n: &RunNode, width: usize) -> String {
+    // A column no wider than a screen (formatting refuses widths past 65,535).
+    let width = width.min(80);
     let elapsed = match (n.started_at, n.finished_at) {
         (Some(s), Some(f)) => format!("{:.1}s", (f - s).num_milliseconds() as f64 / 1000.0),
         (Some(s), None) => format!(

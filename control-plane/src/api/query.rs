@@ -36,7 +36,7 @@ async fn query(
     Json(req): Json<QueryRequest>,
 ) -> ApiResult<Response> {
     let started = std::time::Instant::now();
-    let at = lh_catalog::ref_or_default(req.reference.clone());
+    let at = lh_catalog::ref_or_default(req.reference.clone())?;
     let json = wants_json(&headers);
     let ask = Ask {
         timeout: req.timeout_ms.map(Duration::from_millis),

@@ -102,7 +102,7 @@ async fn create_ref(
     identity: Identity,
     Json(req): Json<CreateRef>,
 ) -> ApiResult<(StatusCode, Json<RefInfo>)> {
-    let from = lh_catalog::ref_or_default(req.from);
+    let from = lh_catalog::ref_or_default(req.from)?;
     let kind = match req.kind {
         RefKind::Branch => lh_catalog::RefKind::Branch,
         RefKind::Tag => lh_catalog::RefKind::Tag,
@@ -195,7 +195,12 @@ async fn assign_ref(
 ) -> ApiResult<Json<RefInfo>> {
     let r = s
         .refs
-        .assign(&identity, &name, &req.to, &req.expected)
+        .assign(
+            &identity,
+            &name,
+            &super::params::ref_expr(&req.to)?,
+            &req.expected,
+        )
         .await?;
     Ok(Json(ref_info(r)))
 }
@@ -242,8 +247,9 @@ async fn log(
             _ => {}
         }
     }
-    let at = lh_catalog::ref_or_default(at);
-    let page = s.refs.log(&identity, &at, query, until.as_deref()).await?;
+    let at = lh_catalog::ref_or_default(at)?;
+    let until = until.as_deref().map(super::params::ref_expr).transpose()?;
+    let page = s.refs.log(&identity, &at, query, until.as_ref()).await?;
     Ok(Json(LogPage {
         commits: page.commits.into_iter().map(commit_info).collect(),
         next_page_token: page.next_page_token,
@@ -275,7 +281,15 @@ async fn diff(
     let get = |key: &str| required(&pairs, key);
     let (from, to) = (get("from")?, get("to")?);
     let rows = flag(&pairs, "rows")?;
-    let d = s.refs.diff(&identity, &from, &to, rows).await?;
+    let d = s
+        .refs
+        .diff(
+            &identity,
+            &super::params::ref_expr(&from)?,
+            &super::params::ref_expr(&to)?,
+            rows,
+        )
+        .await?;
     Ok(Json(DiffResponse {
         from,
         to,
@@ -338,9 +352,13 @@ async fn diff_rows(
         None => 100,
     };
     let full = flag(&pairs, "full")?;
+    let (from_at, to_at) = (
+        super::params::ref_expr(&from)?,
+        super::params::ref_expr(&to)?,
+    );
     let ask = RowsAsk {
-        from: &from,
-        to: &to,
+        from: &from_at,
+        to: &to_at,
         table: &table,
         key: &key,
         limit,
@@ -417,8 +435,9 @@ async fn merge_or_preview(
     req: MergeRequest,
     dry_run: bool,
 ) -> ApiResult<Json<MergeResponse>> {
+    let from = super::params::ref_expr(&req.from)?;
     let ask = MergeAsk {
-        from: &req.from,
+        from: &from,
         into: &req.into,
         expected_head: req.expected_head.as_deref(),
         message: req.message.clone().unwrap_or_default(),

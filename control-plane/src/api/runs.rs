@@ -47,7 +47,7 @@ async fn plan_run(
     Json(req): Json<RunRequest>,
 ) -> ApiResult<Json<PlanResponse>> {
     let at =
-        &lh_catalog::ref_or_default((!req.reference.is_empty()).then(|| req.reference.clone()));
+        &lh_catalog::ref_or_default((!req.reference.is_empty()).then(|| req.reference.clone()))?;
     if req.check.is_some() {
         return Err(Error::bad_request(
             Code::InvalidArgument,
@@ -82,7 +82,7 @@ async fn lineage(
 ) -> ApiResult<Json<lh_api::LineageResponse>> {
     let pairs = super::params::query_pairs(q.as_deref());
     let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-    let at = lh_catalog::ref_or_default(get("ref"));
+    let at = lh_catalog::ref_or_default(get("ref"))?;
     let name = get("name")
         .ok_or_else(|| Error::bad_request(Code::InvalidArgument, "'name' is required"))?;
     Ok(Json(s.runs.lineage_for(&identity, &at, &name).await?))
@@ -97,14 +97,20 @@ async fn start_run(
     Json(req): Json<RunRequest>,
 ) -> ApiResult<(StatusCode, Json<RunInfo>)> {
     let target =
-        &lh_catalog::ref_or_default((!req.reference.is_empty()).then(|| req.reference.clone()));
+        &lh_catalog::branch_or_default((!req.reference.is_empty()).then(|| req.reference.clone()))?;
     let code = code_of(&s, &req.upload);
     let ask = RunAsk {
         params: req.params,
         partitions: req.partitions,
         no_cache: req.no_cache,
         strict: req.strict,
-        check: req.check.map(|c| (c.at, c.expectations)),
+        check: match req.check {
+            Some(c) => match lh_catalog::RefExpr::parse(&c.at) {
+                Ok(at) => Some((at, c.expectations)),
+                Err(_) => return Err(crate::runs::asked::check_elsewhere(target, &c.at).into()),
+            },
+            None => None,
+        },
     };
     Ok((
         StatusCode::CREATED,

@@ -40,8 +40,12 @@ fn param(raw: &Option<String>, key: &str) -> Option<String> {
         .map(|(_, v)| v)
 }
 
-fn ref_param(raw: &Option<String>) -> String {
-    lh_catalog::ref_or_default(param(raw, "ref"))
+fn ref_param(raw: &Option<String>) -> crate::error::Result<lh_catalog::RefExpr> {
+    Ok(lh_catalog::ref_or_default(param(raw, "ref"))?)
+}
+
+fn branch_param(raw: &Option<String>) -> crate::error::Result<String> {
+    Ok(lh_catalog::branch_or_default(param(raw, "ref"))?)
 }
 
 /// The tables at a ref (`?ref=&namespace=`).
@@ -53,7 +57,7 @@ async fn list_tables(
     identity: Identity,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<TableList>> {
-    let at = ref_param(&q);
+    let at = ref_param(&q)?;
     let ns = param(&q, "namespace");
     let (commit, tables) = s.tables.list_for(&identity, &at, ns.as_deref()).await?;
     Ok(Json(TableList {
@@ -77,7 +81,7 @@ async fn show_table(
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<TableDetail>> {
-    let at = ref_param(&q);
+    let at = ref_param(&q)?;
     Ok(Json(table_detail(
         s.tables.detail_for(&identity, &at, &name).await?,
     )))
@@ -92,7 +96,10 @@ async fn drop_table(
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<DropResponse>> {
-    let commit = s.tables.drop_for(&identity, &ref_param(&q), &name).await?;
+    let commit = s
+        .tables
+        .drop_for(&identity, &branch_param(&q)?, &name)
+        .await?;
     Ok(Json(DropResponse {
         table: name,
         commit: commit.id.to_hex(),
@@ -111,7 +118,7 @@ async fn compact(
     Path(name): Path<String>,
     Json(req): Json<CompactRequest>,
 ) -> ApiResult<Json<CompactResponse>> {
-    let at = lh_catalog::ref_or_default(req.reference);
+    let at = lh_catalog::branch_or_default(req.reference)?;
     let target = req
         .target_file_size
         .unwrap_or(crate::maintenance::TARGET_FILE_BYTES);
@@ -137,7 +144,7 @@ async fn expire(
     Path(name): Path<String>,
     Json(req): Json<ExpireRequest>,
 ) -> ApiResult<Json<ExpireResponse>> {
-    let at = lh_catalog::ref_or_default(req.reference);
+    let at = lh_catalog::branch_or_default(req.reference)?;
     let older_than = req.older_than_secs.unwrap_or(30 * 86400);
     if older_than > lh_api::units::MAX_CLIENT_SECS {
         return Err(crate::error::Error::bad_request(
@@ -406,7 +413,26 @@ async fn import_files(
     }
     let result = result?;
     crate::maintenance::after_write(&s.tables, &s.import, &branch, &table, &identity);
-    Ok(Json(result))
+    let import::Imported {
+        table,
+        commit,
+        snapshot_id,
+        rows,
+        files,
+        bytes,
+        partitions,
+        rebased,
+    } = result;
+    Ok(Json(ImportResponse {
+        table,
+        commit,
+        snapshot_id,
+        rows,
+        files,
+        bytes,
+        partitions,
+        rebased,
+    }))
 }
 
 #[cfg(test)]

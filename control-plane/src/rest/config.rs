@@ -14,9 +14,13 @@ pub async fn config(
     identity: Identity,
     Params(q): Params<ConfigQuery>,
 ) -> IcebergResult<Json<serde_json::Value>> {
-    let warehouse = lh_catalog::ref_or_default(q.warehouse);
+    let warehouse = match q.warehouse {
+        Some(text) => super::names::prefix(&text)?,
+        None => lh_catalog::ref_or_default(None)?,
+    };
     s.rest_catalog.config_for(&identity, &warehouse).await?;
-    let prefix = url::form_urlencoded::byte_serialize(warehouse.as_bytes()).collect::<String>();
+    let prefix =
+        url::form_urlencoded::byte_serialize(warehouse.to_string().as_bytes()).collect::<String>();
     let endpoints = [
         "GET /v1/{prefix}/namespaces",
         "POST /v1/{prefix}/namespaces",

@@ -6,6 +6,13 @@ use super::types::{TableIdent, bad_request};
 use crate::http::IcebergResult;
 
 /// A namespace as a path parameter: levels separated by the unit separator (0x1F).
+/// The lh ref expression a catalog prefix (or warehouse) names: parsed here, once, and
+/// passed typed from here on.
+pub fn prefix(raw: &str) -> IcebergResult<lh_catalog::RefExpr> {
+    lh_catalog::RefExpr::parse(raw)
+        .map_err(|e| bad_request(format!("{e} (the catalog prefix is an lh ref)")).into())
+}
+
 pub fn namespace(raw: &str) -> IcebergResult<Vec<String>> {
     let parts: Vec<String> = raw.split('\u{1f}').map(String::from).collect();
     let joined = parts.join(".");

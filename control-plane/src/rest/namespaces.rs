@@ -18,6 +18,7 @@ pub async fn list_namespaces(
     Path(prefix): Path<String>,
     Params(q): Params<ParentQuery>,
 ) -> IcebergResult<Json<serde_json::Value>> {
+    let prefix = super::names::prefix(&prefix)?;
     let parent: Vec<String> = match &q.parent {
         Some(p) if !p.is_empty() => namespace(p)?,
         _ => Vec::new(),
@@ -43,6 +44,7 @@ pub async fn create_namespace(
     Path(prefix): Path<String>,
     Body(req): Body<CreateNamespace>,
 ) -> IcebergResult<Json<serde_json::Value>> {
+    let prefix = super::names::prefix(&prefix)?;
     s.rest_catalog
         .create_namespace_for(&identity, &prefix, &req.namespace, &req.properties)
         .await?;
@@ -56,6 +58,7 @@ pub async fn load_namespace(
     identity: Identity,
     Path((prefix, ns)): Path<(String, String)>,
 ) -> IcebergResult<Json<serde_json::Value>> {
+    let prefix = super::names::prefix(&prefix)?;
     let parts = namespace(&ns)?;
     let props = s
         .rest_catalog
@@ -71,6 +74,7 @@ pub async fn namespace_exists(
     identity: Identity,
     Path((prefix, ns)): Path<(String, String)>,
 ) -> IcebergResult<StatusCode> {
+    let prefix = super::names::prefix(&prefix)?;
     let parts = namespace(&ns)?;
     s.rest_catalog
         .namespace_for(&identity, &prefix, &parts.join("."))
@@ -83,6 +87,7 @@ pub async fn drop_namespace(
     identity: Identity,
     Path((prefix, ns)): Path<(String, String)>,
 ) -> IcebergResult<StatusCode> {
+    let prefix = super::names::prefix(&prefix)?;
     let name = namespace(&ns)?.join(".");
     s.rest_catalog
         .drop_namespace_for(&identity, &prefix, &name)
@@ -96,6 +101,7 @@ pub async fn update_properties(
     Path((prefix, ns)): Path<(String, String)>,
     Body(req): Body<UpdateProperties>,
 ) -> IcebergResult<Json<serde_json::Value>> {
+    let prefix = super::names::prefix(&prefix)?;
     let name = namespace(&ns)?.join(".");
     let done = s
         .rest_catalog

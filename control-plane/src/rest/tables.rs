@@ -25,6 +25,7 @@ pub async fn list_tables(
     Path((prefix, ns)): Path<(String, String)>,
     Params(page): Params<Page>,
 ) -> IcebergResult<Json<serde_json::Value>> {
+    let prefix = super::names::prefix(&prefix)?;
     let parts = namespace(&ns)?;
     let names = s
         .rest_catalog
@@ -67,6 +68,7 @@ pub async fn load_table(
     headers: HeaderMap,
     identity: Identity,
 ) -> IcebergResult<Json<LoadTableResult>> {
+    let prefix = super::names::prefix(&prefix)?;
     let name = table_name(&namespace(&ns)?, &table)?;
     let t = s.rest_catalog.load_for(&identity, &prefix, &name).await?;
     Ok(answer(&s, &identity, &headers, t))
@@ -77,6 +79,7 @@ pub async fn table_exists(
     identity: Identity,
     Path((prefix, ns, table)): Path<(String, String, String)>,
 ) -> IcebergResult<StatusCode> {
+    let prefix = super::names::prefix(&prefix)?;
     let name = table_name(&namespace(&ns)?, &table)?;
     s.rest_catalog.exists_for(&identity, &prefix, &name).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -90,6 +93,7 @@ pub async fn report_metrics(
     Path((prefix, ns, table)): Path<(String, String, String)>,
     Body(report): Body<MetricsReport>,
 ) -> IcebergResult<StatusCode> {
+    let prefix = super::names::prefix(&prefix)?;
     let name = table_name(&namespace(&ns)?, &table)?;
     s.rest_catalog
         .report_for(
@@ -116,6 +120,7 @@ pub async fn commit_table(
     identity: Identity,
     Body(c): Body<CommitTable>,
 ) -> IcebergResult<Json<serde_json::Value>> {
+    let prefix = super::names::prefix(&prefix)?;
     let name = table_name(&namespace(&ns)?, &table)?;
     let t = s
         .rest_catalog
@@ -134,6 +139,7 @@ pub async fn commit_transaction(
     identity: Identity,
     Body(req): Body<CommitTransaction>,
 ) -> IcebergResult<StatusCode> {
+    let prefix = super::names::prefix(&prefix)?;
     let mut changes = Vec::new();
     for c in req.table_changes {
         let id = c
@@ -155,6 +161,7 @@ pub async fn create_table(
     identity: Identity,
     Body(req): Body<CreateTable>,
 ) -> IcebergResult<Json<LoadTableResult>> {
+    let prefix = super::names::prefix(&prefix)?;
     let parts = namespace(&ns)?;
     let name = table_name(&parts, &req.name)?;
     let create = Create {
@@ -182,6 +189,7 @@ pub async fn drop_table(
     identity: Identity,
     Params(q): Params<DropQuery>,
 ) -> IcebergResult<StatusCode> {
+    let prefix = super::names::prefix(&prefix)?;
     let name = table_name(&namespace(&ns)?, &table)?;
     let purge = match q
         .purge_requested
@@ -207,6 +215,7 @@ pub async fn rename_table(
     identity: Identity,
     Body(req): Body<Rename>,
 ) -> IcebergResult<StatusCode> {
+    let prefix = super::names::prefix(&prefix)?;
     let from = ident_name(&req.source)?;
     let to = ident_name(&req.destination)?;
     s.rest_catalog
@@ -222,6 +231,7 @@ pub async fn register_table(
     identity: Identity,
     Body(req): Body<Register>,
 ) -> IcebergResult<Json<LoadTableResult>> {
+    let prefix = super::names::prefix(&prefix)?;
     let name = table_name(&namespace(&ns)?, &req.name)?;
     let t = s
         .rest_catalog

@@ -166,12 +166,12 @@ def site_dirs():
 
 
 def imported_packages(before):
-    """The modules of the environment's packages a call imported that the parent has not:
-    the parent imports them after the call, so that later calls start with them."""
+    """The environment's top-level packages a call imported that the parent has not: the
+    parent imports them after the call, so that later calls start with them."""
     dirs = site_dirs()
     names = []
     for name, module in list(sys.modules.items()):
-        if name in before or len(names) >= 500:
+        if "." in name or name in before or len(names) >= 500:
             continue
         origin = getattr(module, "__file__", None)
         if origin and os.path.realpath(origin).startswith(dirs):
@@ -179,19 +179,26 @@ def imported_packages(before):
     return names
 
 
+def in_environment(spec, dirs):
+    """Whether a module's spec lies in the environment's package folders."""
+    if spec is None:
+        return False
+    places = [spec.origin] if spec.has_location else list(spec.submodule_search_locations or [])
+    return bool(places) and all(p and os.path.realpath(p).startswith(dirs) for p in places)
+
+
 def preload(names):
-    """Imports, in the parent, the environment's modules calls used: only names found in
-    the environment's package folders (the parent has no project on its path)."""
+    """Imports, in the parent, the environment's top-level packages calls used. The list
+    comes from a call's answer, which the call's code can write: so only a top-level
+    name (finding `a.b` imports `a` first, wherever it is) whose module lies in the
+    environment's package folders (never the standard library, the project or the
+    worker's folder) is imported, and finding it imports nothing."""
     dirs = site_dirs()
     for name in names[:500]:
-        if not isinstance(name, str) or name in sys.modules:
-            continue
-        if not all(part.isidentifier() for part in name.split(".")):
+        if not isinstance(name, str) or not name.isidentifier() or name in sys.modules:
             continue
         try:
-            spec = importlib.util.find_spec(name)
-            origin = spec.origin if spec else None
-            if origin and os.path.realpath(origin).startswith(dirs):
+            if in_environment(importlib.util.find_spec(name), dirs):
                 importlib.import_module(name)
         except BaseException:  # a module that fails to import stays for the calls to import
             pass
@@ -366,13 +373,43 @@ def clear_dir(top, keep, mounts):
 
 def clear_scratch(work, invocation):
     """Removes what a call left in the worker's folder (but the call's own invocation
-    folder, `invocation`: the runner moves it back) and in /tmp when it is the worker's
-    own (LH_PRIVATE_TMP, set by the sandboxes; never the host's), so that no file passes
-    from one call to the next (a folder the call named like an invocation's included)."""
+    folder, `invocation`: the runner moves it back), and, when they are the worker's own
+    (LH_PRIVATE_TMP, set by the sandboxes; never the host's), in /tmp, /dev/shm and the
+    worker's IPC namespace (SysV shared memory, message queues, semaphores), so that
+    nothing passes from one call to the next (a folder the call named like an
+    invocation's included). POSIX message queues, which cannot be listed here, a
+    sandbox refuses to make."""
     mounts = mount_points()
     clear_dir(work, (invocation,), mounts)
     if os.environ.get("LH_PRIVATE_TMP") == "1":
         clear_dir("/tmp", (), mounts)
+        clear_dir("/dev/shm", (), mounts)
+        clear_sysv_ipc()
+
+
+IPC_RMID = 0
+
+
+def clear_sysv_ipc():
+    """Removes every SysV shared memory segment, message queue and semaphore set of the
+    worker's IPC namespace (the sandbox's own: no other process shares it)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return
+    for kind, remove in (("shm", lambda i: libc.shmctl(i, IPC_RMID, None)),
+                         ("msg", lambda i: libc.msgctl(i, IPC_RMID, None)),
+                         ("sem", lambda i: libc.semctl(i, 0, IPC_RMID))):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 1 and fields[1].isdigit():
+                remove(int(fields[1]))
 
 
 def call(req, answers):

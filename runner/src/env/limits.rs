@@ -215,6 +215,8 @@ impl BuildGroups {
         if let Some(dir) = step.get_current_dir() {
             joined.current_dir(dir);
         }
+        // What `cmd` would have closed at exec (a sandbox's command), this closes too.
+        crate::sandbox::close_inherited_at_exec(&mut joined);
         joined
     }
 }

@@ -279,20 +279,31 @@ pub async fn guard(State(g): State<Arc<Guard>>, mut req: Request, next: Next) ->
                 let (mut parts, body) = req.into_parts();
                 let params = RawPathParams::from_request_parts(&mut parts, &()).await;
                 req = Request::from_parts(parts, body);
+                // The Iceberg REST catalog's routes name their ref (`{prefix}`) in the
+                // path: parsed once, here.
+                let prefix = match &params {
+                    Ok(p) if path.starts_with("/iceberg/") => {
+                        match p.iter().find(|(k, _)| *k == "prefix") {
+                            Some((_, text)) => match lh_catalog::RefExpr::parse(text) {
+                                Ok(expr) => Some(expr),
+                                Err(e) => return g.refuse(&path, e.into()),
+                            },
+                            None => None,
+                        }
+                    }
+                    _ => None,
+                };
                 // A REST prefix's commit may lie in the history of refs on which the
                 // identity reads less: those limits hold for the whole request.
-                if let (Ok(p), Some(catalog)) = (&params, &g.catalog)
-                    && path.starts_with("/iceberg/")
-                    && let Some((_, prefix)) = p.iter().find(|(k, _)| *k == "prefix")
-                {
+                if let (Some(prefix), Some(catalog)) = (&prefix, &g.catalog) {
                     match super::history::scoped(catalog, &identity, prefix).await {
                         Ok(i) => identity = i,
                         Err(e) => return g.refuse(&path, e),
                     }
                 }
-                let scoped = match &params {
-                    Ok(p) => scope_check(&identity, action, &path, p, &what),
-                    Err(_) => Ok(()),
+                let scoped = match (&params, &prefix) {
+                    (Ok(p), Some(prefix)) => scope_check(&identity, action, prefix, p, &what),
+                    _ => Ok(()),
                 };
                 if let Err(e) = identity.require(action, &what).and(scoped) {
                     let r = g.refuse(&path, e);
@@ -354,19 +365,12 @@ fn same_origin(origin: &str, headers: &HeaderMap) -> bool {
 fn scope_check(
     identity: &Identity,
     action: super::Action,
-    path: &str,
+    prefix: &lh_catalog::RefExpr,
     params: &RawPathParams,
     what: &str,
 ) -> Result<(), Error> {
-    if !path.starts_with("/iceberg/") {
-        return Ok(());
-    }
-    let get = |name: &str| params.iter().find(|(k, _)| *k == name).map(|(_, v)| v);
-    let Some(prefix) = get("prefix") else {
-        return Ok(());
-    };
     identity.require_ref(action, prefix, what)?;
-    if let Some(ns) = get("ns") {
+    if let Some((_, ns)) = params.iter().find(|(k, _)| *k == "ns") {
         identity.require_namespace(action, prefix, &ns.replace('\u{1f}', "."), what)?;
     }
     Ok(())

@@ -24,10 +24,10 @@
 
 use std::sync::Arc;
 
-use lh_catalog::Catalog;
+use lh_catalog::{Catalog, RefExpr};
 
 use super::roles::Pattern;
-use super::{Action, Identity, ref_of};
+use super::{Action, Identity};
 use crate::error::Result;
 
 /// More limited refs than this are not checked one by one: their ceilings all apply.
@@ -38,8 +38,8 @@ const MAX_CHECKED_REFS: usize = 256;
 /// the identity reads nothing its history could limit through it (the ref may be made
 /// before the caller reads it: once, a query queued behind the caller's own slow ones
 /// read a branch made meanwhile from an old commit, with no limit at all).
-pub async fn scoped(catalog: &Catalog, identity: &Identity, expr: &str) -> Result<Identity> {
-    let Some(limits) = Limits::of(catalog, identity, ref_of(expr).as_deref()).await? else {
+pub async fn scoped(catalog: &Catalog, identity: &Identity, expr: &RefExpr) -> Result<Identity> {
+    let Some(limits) = Limits::of(catalog, identity, expr.ref_name()).await? else {
         return Ok(identity.clone());
     };
     match catalog.resolve(expr).await {
@@ -72,7 +72,7 @@ pub async fn scoped(catalog: &Catalog, identity: &Identity, expr: &str) -> Resul
 pub async fn require_unhidden(
     catalog: &Catalog,
     scoped: &Identity,
-    expr: &str,
+    expr: &RefExpr,
     table: &str,
     what: &str,
 ) -> Result<()> {

@@ -35,6 +35,7 @@ use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
+use lh_catalog::RefExpr;
 use serde::{Deserialize, Serialize};
 
 pub use roles::Access;
@@ -146,26 +147,15 @@ pub struct Identity {
     pub token_id: Option<String>,
 }
 
-/// The ref a ref expression reads (`None`: a bare commit hash, on no ref).
-pub fn ref_of(expr: &str) -> Option<String> {
-    use lh_catalog::RefExpr;
-    match RefExpr::parse(expr) {
-        Ok(RefExpr::Named(n) | RefExpr::NamedAtHash(n, _) | RefExpr::NamedAtTime(n, _)) => Some(n),
-        Ok(RefExpr::Hash(_)) => None,
-        // Not an expression: checked by its text; resolving it fails after.
-        Err(_) => Some(expr.to_string()),
-    }
-}
-
 impl Identity {
     /// The ref expression a request reads after `auth::history::scoped` checked `expr`
     /// for this identity: the very commit the check found its limits for, when history
     /// limits it (the ref may have moved since), else `expr` itself. Grants still go
     /// by `expr`'s ref.
-    pub fn reads(&self, expr: &str) -> String {
+    pub fn reads(&self, expr: &RefExpr) -> RefExpr {
         match &self.access.ceilings_at {
-            Some(hash) => format!("@{hash}"),
-            None => expr.to_string(),
+            Some(hash) => RefExpr::Hash(hash.clone()),
+            None => expr.clone(),
         }
     }
 
@@ -205,20 +195,20 @@ impl Identity {
     }
 
     /// Whether `action` is granted on the ref that `expr` reads.
-    pub fn can_ref(&self, action: Action, expr: &str) -> bool {
-        match ref_of(expr) {
-            Some(name) => self.access.on_ref(action, &name),
+    pub fn can_ref(&self, action: Action, expr: &RefExpr) -> bool {
+        match expr.ref_name() {
+            Some(name) => self.access.on_ref(action, name),
             None => self.access.on_every_ref(action),
         }
     }
 
     /// Refuses unless `action` is granted on the ref `expr` names (a bare commit hash
     /// names none: it needs the action on every ref).
-    pub fn require_ref(&self, action: Action, expr: &str, what: &str) -> Result<()> {
+    pub fn require_ref(&self, action: Action, expr: &RefExpr, what: &str) -> Result<()> {
         if self.can_ref(action, expr) {
             return Ok(());
         }
-        let on = match ref_of(expr) {
+        let on = match expr.ref_name() {
             Some(name) => format!(" on ref '{name}'"),
             None => " on every ref (a commit by hash belongs to no ref)".to_string(),
         };
@@ -226,24 +216,30 @@ impl Identity {
     }
 
     /// Whether `action` is granted on `table` at the ref `expr` names.
-    pub fn can_table(&self, action: Action, expr: &str, table: &str) -> bool {
+    pub fn can_table(&self, action: Action, expr: &RefExpr, table: &str) -> bool {
         self.can_namespace(action, expr, roles::namespace_of(table))
     }
 
     /// Whether `action` is granted on namespace `ns` at the ref `expr` names.
-    pub fn can_namespace(&self, action: Action, expr: &str, ns: &str) -> bool {
-        match ref_of(expr) {
-            Some(name) => self.access.on_namespace(action, &name, ns),
+    pub fn can_namespace(&self, action: Action, expr: &RefExpr, ns: &str) -> bool {
+        match expr.ref_name() {
+            Some(name) => self.access.on_namespace(action, name, ns),
             None => self.access.on_every_ref_namespace(action, ns),
         }
     }
 
     /// Refuses unless `action` is granted on `table` at the ref `expr` names.
-    pub fn require_table(&self, action: Action, expr: &str, table: &str, what: &str) -> Result<()> {
+    pub fn require_table(
+        &self,
+        action: Action,
+        expr: &RefExpr,
+        table: &str,
+        what: &str,
+    ) -> Result<()> {
         if self.can_table(action, expr, table) {
             return Ok(());
         }
-        let r = ref_of(expr).unwrap_or_else(|| "every ref".into());
+        let r = expr.ref_name().unwrap_or("every ref");
         Err(self.refuse(action, what, &format!(" on table '{table}' of ref '{r}'")))
     }
 
@@ -276,14 +272,14 @@ impl Identity {
     pub fn require_namespace(
         &self,
         action: Action,
-        expr: &str,
+        expr: &RefExpr,
         ns: &str,
         what: &str,
     ) -> Result<()> {
         if self.can_namespace(action, expr, ns) {
             return Ok(());
         }
-        let r = ref_of(expr).unwrap_or_else(|| "every ref".into());
+        let r = expr.ref_name().unwrap_or("every ref");
         Err(self.refuse(action, what, &format!(" on namespace '{ns}' of ref '{r}'")))
     }
 }

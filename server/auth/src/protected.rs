@@ -59,7 +59,7 @@ impl ProtectedBranches {
         if self.is_protected(branch).await? {
             identity.require_ref(
                 Action::Merge,
-                branch,
+                &lh_catalog::RefExpr::named(branch),
                 &format!("a run publishing to the protected branch '{branch}'"),
             )?;
         }

@@ -46,7 +46,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use duckdb::Connection;
-use lh_catalog::{Commit, CommitId};
+use lh_catalog::{Commit, CommitId, RefExpr};
 use tokio::sync::Semaphore;
 
 use crate::auth::{Action, Identity};
@@ -448,20 +448,22 @@ impl QueryEngine {
         .await
     }
 
-    /// Runs `sql` on the commit `at` resolves to.
-    pub async fn run(
+    /// Runs `sql` on the commit `at` resolves to (lh's own queries: a caller's go
+    /// through [`query_for`](Self::query_for)).
+    pub async fn run<E: lh_catalog::ToRefExpr + ?Sized>(
         &self,
         sql: &str,
-        at: &str,
+        at: &E,
         timeout: Option<Duration>,
         max_rows: Option<u64>,
     ) -> Result<QueryOutput> {
+        let at = at.to_ref_expr()?;
         let ask = Ask {
             timeout,
             max_rows,
             ..Ask::default()
         };
-        self.run_as(sql, at, &ask).await
+        self.run_as(sql, &at, &ask).await
     }
 
     /// A caller's query: `sql` on `at` (a ref expression), as `identity` may read it.
@@ -474,7 +476,7 @@ impl QueryEngine {
         &self,
         identity: &Identity,
         sql: &str,
-        at: &str,
+        at: &RefExpr,
         ask: Ask<'_>,
     ) -> Result<QueryOutput> {
         identity.require_ref(Action::Read, at, "querying it")?;
@@ -491,7 +493,7 @@ impl QueryEngine {
     }
 
     /// [`run`](Self::run), as `ask` says: see [`Ask`].
-    pub async fn run_as(&self, sql: &str, at: &str, ask: &Ask<'_>) -> Result<QueryOutput> {
+    pub async fn run_as(&self, sql: &str, at: &RefExpr, ask: &Ask<'_>) -> Result<QueryOutput> {
         let out = self.run_checked(sql, at, ask).await;
         match out {
             Err(mut e) if ask.restricted => {
@@ -505,7 +507,7 @@ impl QueryEngine {
         }
     }
 
-    async fn run_checked(&self, sql: &str, at: &str, ask: &Ask<'_>) -> Result<QueryOutput> {
+    async fn run_checked(&self, sql: &str, at: &RefExpr, ask: &Ask<'_>) -> Result<QueryOutput> {
         let Ask {
             timeout,
             max_rows,

@@ -202,8 +202,9 @@ async fn maintained(
     what: &str,
 ) -> Result<(lh_catalog::Resolved, crate::tables::LoadedTable)> {
     lh_catalog::names::validate_table_name(table)?;
-    by.require_table(Action::Write, branch, table, what)?;
-    let resolved = tables.catalog.resolve(branch).await?;
+    let at = lh_catalog::RefExpr::named(branch);
+    by.require_table(Action::Write, &at, table, what)?;
+    let resolved = tables.catalog.resolve(&at).await?;
     crate::tables::require_branch(branch, &resolved)?;
     let t = tables.load(&resolved.commit, table).await?.ok_or_else(|| {
         Error::not_found(

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use lh_api::PlanResponse;
+use lh_catalog::RefExpr;
 
 use crate::RunRecord;
 
@@ -21,8 +22,21 @@ pub struct RunAsk {
     pub strict: bool,
     /// A check of these expectations at this commit of the target (`lh bisect`, merge
     /// checks), publishing nothing.
-    pub check: Option<(String, Vec<String>)>,
+    pub check: Option<(RefExpr, Vec<String>)>,
 }
+
+/// A check (`at`) of a commit of another branch than `target`, the one it is recorded on,
+/// or of no commit at all.
+pub fn check_elsewhere(target: &str, at: &str) -> Error {
+    Error::bad_request(
+        Code::InvalidArgument,
+        format!("a check reads a commit of the branch it runs on ('{target}'), not '{at}'"),
+    )
+    .with_hint(format!("e.g. {target}@<hash>"))
+}
+
+/// The most runs one listing answers.
+pub const MAX_LISTED_RUNS: i64 = 1000;
 
 impl RunService {
     /// Plans a project's run on `at` (`lh run --dry-run`): the caller may run there.
@@ -31,7 +45,7 @@ impl RunService {
     pub async fn plan_for(
         &self,
         identity: &Identity,
-        at: &str,
+        at: &RefExpr,
         code: impl Future<Output = Result<String>>,
         ask: &RunAsk,
         changes: Option<bool>,
@@ -60,20 +74,18 @@ impl RunService {
         code: impl Future<Output = Result<String>>,
         ask: RunAsk,
     ) -> Result<RunRecord> {
-        identity.require_ref(Action::Run, target, "running a pipeline on it")?;
+        identity.require_ref(
+            Action::Run,
+            &RefExpr::named(target),
+            "running a pipeline on it",
+        )?;
         let protected = &self.merger.protected;
         // A check reads a commit of the branch it is recorded on and publishes nothing.
         let checked = match &ask.check {
             Some((at, expectations)) => {
                 let secrets = protected.check_publish(identity, target).await.is_ok();
-                if crate::auth::ref_of(at).as_deref() != Some(target) {
-                    return Err(Error::bad_request(
-                        Code::InvalidArgument,
-                        format!(
-                            "a check reads a commit of the branch it runs on ('{target}'), not '{at}'"
-                        ),
-                    )
-                    .with_hint(format!("e.g. {target}@<hash>")));
+                if at.ref_name() != Some(target) {
+                    return Err(check_elsewhere(target, &at.to_string()));
                 }
                 if ask.partitions.is_some() {
                     return Err(Error::bad_request(
@@ -124,17 +136,27 @@ impl RunService {
 
     async fn readable(&self, identity: &Identity, id: &str) -> Result<RunRecord> {
         let run = self.get(id).await?;
-        identity.require_ref(Action::Read, &run.target, "reading its runs")?;
+        identity.require_ref(
+            Action::Read,
+            &RefExpr::named(&run.target),
+            "reading its runs",
+        )?;
         Ok(run)
     }
 
     /// Recent runs, newest first, of the refs `identity` may read, as it sees them.
     pub async fn list_for(&self, identity: &Identity, limit: i64) -> Result<Vec<RunRecord>> {
+        if !(1..=MAX_LISTED_RUNS).contains(&limit) {
+            return Err(Error::bad_request(
+                Code::InvalidArgument,
+                format!("a listing holds 1 to {MAX_LISTED_RUNS} runs, not {limit}"),
+            ));
+        }
         Ok(self
             .list(limit)
             .await?
             .into_iter()
-            .filter(|r| identity.can_ref(Action::Read, &r.target))
+            .filter(|r| identity.can_ref(Action::Read, &RefExpr::named(&r.target)))
             .map(|r| as_seen(identity, r))
             .collect())
     }
@@ -163,7 +185,11 @@ impl RunService {
     /// Stops a run: the caller may read and run on its target.
     pub async fn cancel_for(&self, identity: &Identity, id: &str) -> Result<RunRecord> {
         let run = self.readable(identity, id).await?;
-        identity.require_ref(Action::Run, &run.target, "cancelling its runs")?;
+        identity.require_ref(
+            Action::Run,
+            &RefExpr::named(&run.target),
+            "cancelling its runs",
+        )?;
         self.cancel(id).await
     }
 
@@ -177,7 +203,11 @@ impl RunService {
         code: Option<impl Future<Output = Result<String>>>,
     ) -> Result<RunRecord> {
         let original = self.get(id).await?;
-        identity.require_ref(Action::Run, &original.target, "running a pipeline on it")?;
+        identity.require_ref(
+            Action::Run,
+            &RefExpr::named(&original.target),
+            "running a pipeline on it",
+        )?;
         self.merger
             .protected
             .check_publish(identity, &original.target)
@@ -196,18 +226,18 @@ impl RunService {
     pub async fn lineage_for(
         &self,
         identity: &Identity,
-        at: &str,
+        at: &RefExpr,
         name: &str,
     ) -> Result<lh_api::LineageResponse> {
-        let (at, name) = (at.to_string(), name.to_string());
-        identity.require_ref(Action::Read, &at, "reading its lineage")?;
-        if at.contains(['@', '~', '^']) {
+        identity.require_ref(Action::Read, at, "reading its lineage")?;
+        if !matches!(at, RefExpr::Named(_)) {
             return Err(Error::bad_request(
                 Code::InvalidArgument,
                 format!("lineage reads the runs of a branch; '{at}' is no branch name"),
             ));
         }
-        let head = self.catalog.resolve(&at).await?.commit;
+        let name = name.to_string();
+        let head = self.catalog.resolve(at).await?.commit;
         // A table the caller may not read reads as one that is not there.
         let not_found = || {
             Error::not_found(
@@ -217,7 +247,7 @@ impl RunService {
         };
         let readable_table = async |t: &str| -> Option<Vec<String>> {
             if lh_catalog::names::validate_table_name(t).is_err()
-                || !identity.can_table(Action::Read, &at, t)
+                || !identity.can_table(Action::Read, at, t)
             {
                 return None;
             }
@@ -245,8 +275,10 @@ impl RunService {
                 (t.to_string(), Some(c.clone()))
             }
         };
+        let at = at.to_string();
         let (edges, unresolved) = self.lineage_edges(&at, &head).await?;
-        let readable = |t: &str| identity.can_table(Action::Read, &at, t);
+        let on = RefExpr::named(&at);
+        let readable = |t: &str| identity.can_table(Action::Read, &on, t);
         let unresolved: Vec<String> = unresolved
             .into_iter()
             .filter(|u| u.tables.iter().all(|t| readable(t)))
@@ -313,6 +345,7 @@ impl RunService {
 /// Whether `identity` may see what a node of a run on `target` did: a model's table
 /// it may read, an expectation whose inputs it may read.
 fn node_visible(identity: &Identity, target: &str, n: &lh_api::RunNode) -> bool {
+    let target = &RefExpr::named(target);
     let model = n.kind == "model";
     let table = crate::partitions::table_of(&n.name);
     (!model || identity.can_table(Action::Read, target, table))

@@ -13,6 +13,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use lh_api::{BreakingChange, ColumnReader, SchemaChange, SchemaChangeKind};
+use lh_catalog::RefExpr;
 
 use super::RunService;
 use super::project::NodeKind;
@@ -50,7 +51,7 @@ impl RunService {
     pub async fn breaking(
         &self,
         into: &str,
-        from: &str,
+        from: &RefExpr,
         changed: &[Changed],
         by: &Identity,
     ) -> Result<Vec<BreakingChange>> {
@@ -68,9 +69,9 @@ impl RunService {
         }
         // The projects whose last run on the merged branch made each table.
         let mut makers: HashMap<String, BTreeSet<String>> = HashMap::new();
-        if let Some(branch) = crate::auth::ref_of(from).filter(|b| b != into) {
-            for p in self.store.projects_on(&branch).await? {
-                if let Some((_, plan)) = self.previous_plan(&p, &branch).await? {
+        if let Some(branch) = from.ref_name().filter(|b| *b != into) {
+            for p in self.store.projects_on(branch).await? {
+                if let Some((_, plan)) = self.previous_plan(&p, branch).await? {
                     for n in &plan.nodes {
                         if matches!(n.kind, NodeKind::Model { .. }) {
                             makers.entry(n.name.clone()).or_default().insert(p.clone());
@@ -97,10 +98,11 @@ impl RunService {
                         continue;
                     }
                     let model = matches!(d.kind, NodeKind::Model { .. });
-                    let visible = (!model || by.can_table(Action::Read, into, &d.name))
+                    let on = RefExpr::named(into);
+                    let visible = (!model || by.can_table(Action::Read, &on, &d.name))
                         && d.inputs
                             .iter()
-                            .all(|i| by.can_table(Action::Read, into, &i.table));
+                            .all(|i| by.can_table(Action::Read, &on, &i.table));
                     let reader = ColumnReader {
                         project: project.clone(),
                         node: d.name.clone(),

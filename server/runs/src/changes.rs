@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use lh_api::PlannedChange;
-use lh_catalog::{Commit, TablePointer};
+use lh_catalog::{Commit, RefExpr, TablePointer};
 
 use super::RunService;
 use super::exec::call::catalog_pointer;
@@ -328,7 +328,11 @@ impl RunService {
         };
         // Both queries read tables: only a reader of all of them is told their columns.
         for inp in node.inputs.iter().chain(&before.inputs) {
-            if inp.producer.is_none() && !of.by.can_table(Action::Read, of.target, &inp.table) {
+            if inp.producer.is_none()
+                && !of
+                    .by
+                    .can_table(Action::Read, &RefExpr::named(of.target), &inp.table)
+            {
                 return unknown(format!("you may not read its input {}", inp.table));
             }
         }
@@ -411,10 +415,11 @@ impl RunService {
                     continue;
                 }
                 let model = matches!(d.kind, NodeKind::Model { .. });
-                let visible = (!model || of.by.can_table(Action::Read, of.target, &d.name))
+                let on = RefExpr::named(of.target);
+                let visible = (!model || of.by.can_table(Action::Read, &on, &d.name))
                     && d.inputs
                         .iter()
-                        .all(|i| of.by.can_table(Action::Read, of.target, &i.table));
+                        .all(|i| of.by.can_table(Action::Read, &on, &i.table));
                 let name = visible.then(|| format!("{} (project {project})", d.name));
                 let cols = self.columns_read(d, &node.name).await;
                 readers.push((key, name, cols));

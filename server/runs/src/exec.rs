@@ -15,7 +15,7 @@ use chrono::Utc;
 use lh_api::{ImportMode, NodeStatus, RunStatus, TablePointer};
 
 use crate::RunRecord;
-use lh_catalog::{Commit, CommitMeta, MergeOptions, TableOp};
+use lh_catalog::{Commit, CommitMeta, MergeOptions, RefExpr, TableOp};
 use lh_runner::{Invocation, InvocationKind, Outcome};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -57,9 +57,31 @@ struct Shared {
     /// Held by the instance of a partitioned model that creates its table, while it
     /// does: the other instances then overwrite partitions of it.
     creating: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Bytes of its functions' logs the run keeps so far (see [`MAX_RUN_LOG`]).
+    logged: std::sync::atomic::AtomicUsize,
 }
 
+/// The most of its functions' logs a run keeps, all its nodes together (each call keeps
+/// its last MiB; a project may have any number of nodes): a call past it keeps the end
+/// of its log that fits, if any.
+const MAX_RUN_LOG: usize = 64 << 20;
+
 impl Shared {
+    /// What the run keeps of a call's `log`, within [`MAX_RUN_LOG`].
+    fn keep_log(&self, log: String) -> String {
+        use std::sync::atomic::Ordering;
+        let before = self.logged.fetch_add(log.len(), Ordering::Relaxed);
+        let room = MAX_RUN_LOG.saturating_sub(before);
+        if log.len() <= room {
+            return log;
+        }
+        let kept = lh_runner::protocol::last(log, room);
+        format!(
+            "[lh] the run's logs passed {} MiB: this call keeps the end of its own\n{kept}",
+            MAX_RUN_LOG >> 20
+        )
+    }
+
     /// The oldest memoized output the run may reuse (see `store::reusable_since`).
     fn reusable_since(&self) -> chrono::DateTime<Utc> {
         super::store::reusable_since(Utc::now(), self.svc.tables.retention().unreachable())
@@ -160,6 +182,7 @@ impl Run {
             control,
             input_commit: info.input_commit.clone(),
             creating: Mutex::new(BTreeMap::new()),
+            logged: Default::default(),
         });
         Run {
             initial: vec![NodeStatus::Waiting; shared.plan.nodes.len()],
@@ -383,7 +406,7 @@ impl Run {
                 .merger
                 .merge(
                     &self.shared.by,
-                    &self.shared.run_branch,
+                    &RefExpr::named(&self.shared.run_branch),
                     &self.info.target,
                     Via::RunPublish,
                     options,
@@ -732,7 +755,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
             };
             shared.by.require_table(
                 Action::Write,
-                &shared.target,
+                &RefExpr::named(&shared.target),
                 &table,
                 "reusing a memoized output",
             )?;

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use lh_api::{NodeStatus, PlanResponse, PlannedInput, PlannedNode, RunNode, RunStatus};
-use lh_catalog::Catalog;
+use lh_catalog::{Catalog, RefExpr};
 use lh_runner::{EnvCache, Runtime};
 
 use crate::auth::Identity;
@@ -432,7 +432,7 @@ impl RunService {
     pub async fn plan(
         &self,
         code_hash: &str,
-        at: &str,
+        at: &RefExpr,
         params: &BTreeMap<String, String>,
         partitions: Option<&str>,
         by: &Identity,
@@ -441,8 +441,9 @@ impl RunService {
         let reader = crate::auth::history::scoped(&self.catalog, by, at).await?;
         let resolved = self.catalog.resolve(&reader.reads(at)).await?;
         let readable = |t: &str| reader.can_table(crate::auth::Action::Read, at, t);
+        let at = at.to_string();
         let plan = self
-            .planner_plan(code_hash, &resolved.commit, at, params, None, &readable)
+            .planner_plan(code_hash, &resolved.commit, &at, params, None, &readable)
             .await?;
         let changes = changes.map(|no_cache| (no_cache, by));
         let plan = instances::apply(plan, partitions)?;
@@ -451,7 +452,7 @@ impl RunService {
                 let of = changes::ChangesOf {
                     code_hash,
                     head: &resolved.commit,
-                    target: at,
+                    target: &at,
                     no_cache,
                     by,
                 };
@@ -459,7 +460,7 @@ impl RunService {
             }
             None => BTreeMap::new(),
         };
-        Ok(plan_response(&plan, at, changes))
+        Ok(plan_response(&plan, &at, changes))
     }
 
     /// Starts a run; it goes on in the background.
@@ -482,13 +483,14 @@ impl RunService {
         // Every table it reads, the starter may read, at the commit it reads (a check
         // or a replay reads an older one, whose history may bound the starter more); a
         // table it may not read is planned as one that is not there.
+        let target = RefExpr::named(&start.target);
         let reader = crate::auth::history::scoped(
             &self.catalog,
             &start.by,
-            &format!("{}@{}", start.target, input.id.to_hex()),
+            &RefExpr::NamedAtHash(start.target.clone(), input.id.to_hex()),
         )
         .await?;
-        let readable = |t: &str| reader.can_table(crate::auth::Action::Read, &start.target, t);
+        let readable = |t: &str| reader.can_table(crate::auth::Action::Read, &target, t);
         let mut plan = self
             .planner_plan(
                 &start.code_hash,
@@ -531,7 +533,7 @@ impl RunService {
                 crate::auth::history::require_unhidden(
                     &self.catalog,
                     &reader,
-                    &start.target,
+                    &target,
                     out,
                     &format!("a run writing '{out}'"),
                 )
@@ -540,7 +542,7 @@ impl RunService {
             for i in n.inputs.iter().filter(|i| i.producer.is_none()) {
                 reader.require_table(
                     crate::auth::Action::Read,
-                    &start.target,
+                    &target,
                     &i.table,
                     &format!("a run reading '{}'", i.table),
                 )?;

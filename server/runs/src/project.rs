@@ -279,6 +279,9 @@ pub struct PlanInput {
     pub line: u32,
 }
 
+/// The longest name of a node (an expectation's function, a model's table).
+pub const MAX_NODE_NAME: usize = 255;
+
 /// What planning needs.
 pub struct Planner<'a> {
     pub tables: &'a Tables,
@@ -359,6 +362,7 @@ struct PyInput {
 impl Planner<'_> {
     /// Plans the project at `root` against the tables of `commit` (where inputs the
     /// project does not make must exist).
+    /// Plans the project in `root` against `commit`.
     pub async fn plan(
         &self,
         root: &Path,
@@ -420,6 +424,19 @@ impl Planner<'_> {
             }
         }
 
+        // Names are stored with each run and shown in columns: bounded. (A table's name
+        // is bounded by the catalog's rules; an expectation's is a function's.)
+        nodes.retain(|n| {
+            let fits = n.name.len() <= MAX_NODE_NAME;
+            if !fits {
+                problems.push(format!(
+                    "{}: a node's name is at most {MAX_NODE_NAME} bytes, not {}",
+                    n.location(),
+                    n.name.len()
+                ));
+            }
+            fits
+        });
         // One writer per table, one name per expectation.
         let mut owners: HashMap<String, Vec<String>> = HashMap::new();
         for n in &nodes {

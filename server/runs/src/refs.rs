@@ -9,7 +9,9 @@
 use std::sync::Arc;
 
 use lh_api::{BreakingChange, Change, TableDiff};
-use lh_catalog::{Catalog, Commit, CommitMeta, LogQuery, MergeOptions, RefKind, Reference};
+use lh_catalog::{
+    Catalog, Commit, CommitMeta, LogQuery, MergeOptions, RefExpr, RefKind, Reference,
+};
 
 use crate::RunService;
 use crate::auth::protected::ProtectedBranches;
@@ -71,8 +73,8 @@ pub struct RowsDiff {
 
 /// The rows of one table asked for between two ref expressions.
 pub struct RowsAsk<'a> {
-    pub from: &'a str,
-    pub to: &'a str,
+    pub from: &'a RefExpr,
+    pub to: &'a RefExpr,
     pub table: &'a str,
     /// Columns that identify a row (empty: none).
     pub key: &'a [String],
@@ -93,7 +95,7 @@ pub struct MergeDone {
 
 /// A merge as asked.
 pub struct MergeAsk<'a> {
-    pub from: &'a str,
+    pub from: &'a RefExpr,
     pub into: &'a str,
     /// The hash (or prefix) the target must still be at.
     pub expected_head: Option<&'a str>,
@@ -144,7 +146,7 @@ impl Refs {
 
     /// One branch or tag.
     pub async fn get(&self, identity: &Identity, name: &str) -> Result<RefView> {
-        identity.require_ref(Action::Read, name, "reading it")?;
+        identity.require_ref(Action::Read, &RefExpr::named(name), "reading it")?;
         let mut r = RefView::plain(self.catalog.get_ref(name).await?);
         r.protected =
             r.reference.kind == RefKind::Branch && self.protected.is_protected(name).await?;
@@ -160,7 +162,7 @@ impl Refs {
         identity: &Identity,
         name: &str,
         kind: RefKind,
-        from: &str,
+        from: &RefExpr,
     ) -> Result<RefView> {
         identity.require_ref(Action::Read, from, "creating a ref from it")?;
         if crate::tables::is_run_branch(name) {
@@ -168,7 +170,7 @@ impl Refs {
         }
         identity.require_ref(
             Action::Write,
-            name,
+            &RefExpr::named(name),
             &format!("creating the {} '{name}'", kind.as_str()),
         )?;
         // A new ref holds every table of its source: none the identity could read there
@@ -178,7 +180,7 @@ impl Refs {
         let pinned = reads.reads(from);
         if !reads
             .access
-            .on_ref_every_namespace(Action::Read, &crate::auth::ref_of(from).unwrap_or_default())
+            .on_ref_every_namespace(Action::Read, from.ref_name().unwrap_or_default())
         {
             let source = self.catalog.resolve(&pinned).await?.commit;
             let tables: Vec<String> = self
@@ -188,7 +190,13 @@ impl Refs {
                 .into_iter()
                 .map(|t| t.name)
                 .collect();
-            crate::merges::require_no_widening(identity, &reads, from, name, &tables)?;
+            crate::merges::require_no_widening(
+                identity,
+                &reads,
+                from,
+                &RefExpr::named(name),
+                &tables,
+            )?;
         }
         let r = match kind {
             RefKind::Branch => self.catalog.create_branch(name, &pinned).await?,
@@ -273,10 +281,11 @@ impl Refs {
         &self,
         identity: &Identity,
         name: &str,
-        to: &str,
+        to: &RefExpr,
         expected: &str,
     ) -> Result<RefView> {
-        identity.require_ref(Action::Merge, name, "pointing it at another commit")?;
+        let branch = RefExpr::named(name);
+        identity.require_ref(Action::Merge, &branch, "pointing it at another commit")?;
         identity.require_ref(Action::Read, to, "pointing a branch at it")?;
         if crate::tables::is_run_branch(name) {
             return Err(crate::tables::run_branch_refused(
@@ -294,7 +303,7 @@ impl Refs {
         let refused: Vec<&str> = changed
             .iter()
             .map(String::as_str)
-            .filter(|t| !identity.can_table(Action::Merge, name, t))
+            .filter(|t| !identity.can_table(Action::Merge, &branch, t))
             .collect();
         if !refused.is_empty() {
             return Err(crate::auth::roles::refused(
@@ -306,9 +315,9 @@ impl Refs {
             ));
         }
         let reads = crate::auth::history::scoped(&self.catalog, identity, to).await?;
-        crate::merges::require_no_widening(identity, &reads, to, name, &changed)?;
-        let here = crate::auth::history::scoped(&self.catalog, identity, name).await?;
-        crate::merges::require_no_overwrite(identity, &here, name, &diffs)?;
+        crate::merges::require_no_widening(identity, &reads, to, &branch, &changed)?;
+        let here = crate::auth::history::scoped(&self.catalog, identity, &branch).await?;
+        crate::merges::require_no_overwrite(identity, &here, &branch, &diffs)?;
         self.protected
             .check_direct(name, "pointing it at another commit")
             .await?;
@@ -324,13 +333,13 @@ impl Refs {
     pub async fn log(
         &self,
         identity: &Identity,
-        at: &str,
+        at: &RefExpr,
         mut query: LogQuery,
-        until: Option<&str>,
+        until: Option<&RefExpr>,
     ) -> Result<LogPage> {
         identity.require_ref(Action::Read, at, "reading its history")?;
         // With a table: the history of the commit checked, not of the ref again.
-        let mut log_at = at.to_string();
+        let mut log_at = at.clone();
         if let Some(t) = &query.table {
             let scoped = crate::auth::history::scoped(&self.catalog, identity, at).await?;
             scoped.require_table(Action::Read, at, t, "reading its history")?;
@@ -342,12 +351,8 @@ impl Refs {
         }
         let page = self.catalog.log(&log_at, &query).await?;
         let filtered = !query.properties.is_empty();
-        let limits = crate::auth::history::Limits::of(
-            &self.catalog,
-            identity,
-            crate::auth::ref_of(at).as_deref(),
-        )
-        .await?;
+        let limits =
+            crate::auth::history::Limits::of(&self.catalog, identity, at.ref_name()).await?;
         let mut commits = Vec::with_capacity(page.commits.len());
         for c in page.commits {
             let had = c.properties.len();
@@ -366,7 +371,7 @@ impl Refs {
 
     /// One commit, by full hash or unique prefix.
     pub async fn commit(&self, identity: &Identity, id: &str) -> Result<Commit> {
-        let at = format!("@{id}");
+        let at = RefExpr::parse(&format!("@{id}"))?;
         identity.require_ref(Action::Read, &at, "reading a commit")?;
         let commit = self.catalog.resolve(&at).await?.commit;
         let limits = crate::auth::history::Limits::of(&self.catalog, identity, None).await?;
@@ -382,7 +387,7 @@ impl Refs {
         &self,
         identity: &Identity,
         limits: Option<&crate::auth::history::Limits>,
-        at: &str,
+        at: &RefExpr,
         mut c: Commit,
     ) -> Result<Commit> {
         // What history allows of this commit, read through `at`'s ref.
@@ -390,8 +395,8 @@ impl Refs {
             Some(l) => l.at(&self.catalog, &c).await?,
             None => identity.clone(),
         };
-        let whole = match crate::auth::ref_of(at) {
-            Some(name) => identity.access.on_ref_every_namespace(Action::Read, &name),
+        let whole = match at.ref_name() {
+            Some(name) => identity.access.on_ref_every_namespace(Action::Read, name),
             None => identity.access.covers(crate::auth::Role::Reader),
         };
         let Some(parent) = c.parents.first().copied().filter(|_| !whole) else {
@@ -424,8 +429,8 @@ impl Refs {
     pub async fn diff(
         &self,
         identity: &Identity,
-        from: &str,
-        to: &str,
+        from: &RefExpr,
+        to: &RefExpr,
         rows: bool,
     ) -> Result<Diff> {
         identity.require_ref(Action::Read, from, "diffing it")?;
@@ -606,7 +611,7 @@ impl Refs {
     async fn breaking_changes(
         &self,
         identity: &Identity,
-        from: &str,
+        from: &RefExpr,
         into: &str,
         tables: &mut [TableDiff],
     ) -> (Vec<BreakingChange>, Option<String>) {
@@ -633,7 +638,7 @@ impl Refs {
     async fn look_for_breaking_changes(
         &self,
         identity: &Identity,
-        from: &str,
+        from: &RefExpr,
         into: &str,
         tables: &mut [TableDiff],
     ) -> (Vec<BreakingChange>, Option<String>) {
@@ -644,7 +649,7 @@ impl Refs {
         let mut unknown = None;
         for t in tables.iter_mut() {
             // Columns are told only to a reader of the table.
-            if !identity.can_table(Action::Read, into, &t.table) {
+            if !identity.can_table(Action::Read, &RefExpr::named(into), &t.table) {
                 continue;
             }
             let (Some(a), to) = (&t.from, &t.to) else {

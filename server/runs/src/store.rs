@@ -489,27 +489,35 @@ impl RunStore {
 
     /// The log of one node, or of every node in plan order.
     pub async fn logs(&self, id: &str, node: Option<&str>) -> Result<Vec<(String, String)>> {
-        let rows =
-            sqlx::query("SELECT node, log FROM lh_run_nodes WHERE run_id = $1 ORDER BY position")
-                .bind(id)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(db)?;
-        let all: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-        match node {
-            None => Ok(all),
-            Some(n) => {
-                let one: Vec<(String, String)> =
-                    all.into_iter().filter(|(name, _)| name == n).collect();
-                if one.is_empty() {
-                    return Err(Error::not_found(
-                        Code::NodeNotFound,
-                        format!("the run has no node '{n}'"),
-                    ));
-                }
-                Ok(one)
-            }
+        // One node's log is read alone (a run's logs together may be large).
+        let rows = match node {
+            None => sqlx::query(
+                "SELECT node, log FROM lh_run_nodes WHERE run_id = $1 ORDER BY position",
+            )
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db)?,
+            Some(n) => sqlx::query(
+                "SELECT node, log FROM lh_run_nodes WHERE run_id = $1 AND node = $2 \
+                 ORDER BY position",
+            )
+            .bind(id)
+            .bind(n)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db)?,
+        };
+        let found: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        if let Some(n) = node
+            && found.is_empty()
+        {
+            return Err(Error::not_found(
+                Code::NodeNotFound,
+                format!("the run has no node '{n}'"),
+            ));
         }
+        Ok(found)
     }
 
     /// The newest runs, newest first.

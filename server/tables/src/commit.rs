@@ -381,7 +381,12 @@ impl Transaction<'_> {
             let table = match op {
                 TableOp::Put { table, .. } | TableOp::Delete { table, .. } => table,
             };
-            by.require_table(Action::Write, grants_on, table, "changing a table")?;
+            by.require_table(
+                Action::Write,
+                &lh_catalog::RefExpr::named(grants_on),
+                table,
+                "changing a table",
+            )?;
         }
         // A protected branch changes only by a merge: dropped here, the transaction
         // removes what it wrote.

@@ -1,7 +1,7 @@
 //! The table service as a caller meets it: each method validates, authorizes (grants,
 //! and what history hides at the commit read) and acts, for lh's HTTP API.
 
-use lh_catalog::{Commit, TableEntry};
+use lh_catalog::{Commit, RefExpr, TableEntry};
 
 use crate::Tables;
 use crate::auth::{Action, Identity};
@@ -13,7 +13,7 @@ impl Tables {
     pub async fn list_for(
         &self,
         identity: &Identity,
-        at: &str,
+        at: &RefExpr,
         namespace: Option<&str>,
     ) -> Result<(Commit, Vec<TableEntry>)> {
         identity.require_ref(Action::Read, at, "listing its tables")?;
@@ -38,7 +38,7 @@ impl Tables {
     pub async fn detail_for(
         &self,
         identity: &Identity,
-        at: &str,
+        at: &RefExpr,
         name: &str,
     ) -> Result<crate::TableDetail> {
         identity.require_table(Action::Read, at, name, "reading it")?;
@@ -63,7 +63,7 @@ impl Tables {
         name: &str,
         what: &str,
     ) -> Result<()> {
-        identity.require_table(Action::Write, branch, name, what)?;
+        identity.require_table(Action::Write, &RefExpr::named(branch), name, what)?;
         self.require_unhidden(identity, branch, name, what).await
     }
 
@@ -76,8 +76,9 @@ impl Tables {
         name: &str,
         what: &str,
     ) -> Result<()> {
-        let scoped = crate::auth::history::scoped(&self.catalog, identity, branch).await?;
-        crate::auth::history::require_unhidden(&self.catalog, &scoped, branch, name, what).await
+        let branch = RefExpr::named(branch);
+        let scoped = crate::auth::history::scoped(&self.catalog, identity, &branch).await?;
+        crate::auth::history::require_unhidden(&self.catalog, &scoped, &branch, name, what).await
     }
 
     /// Drops `name` from `branch` as `identity` (one commit; its files stay for other

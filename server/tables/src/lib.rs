@@ -231,7 +231,7 @@ impl Tables {
         &self,
         commit: &Commit,
         name: &str,
-        at: &str,
+        at: impl std::fmt::Display,
     ) -> Result<LoadedTable> {
         lh_catalog::names::validate_table_name(name)?;
         self.load(commit, name).await?.ok_or_else(|| {
@@ -246,7 +246,7 @@ impl Tables {
     }
 
     /// What `lh table show` prints.
-    pub async fn detail(&self, at: &str, name: &str) -> Result<TableDetail> {
+    pub async fn detail(&self, at: &lh_catalog::RefExpr, name: &str) -> Result<TableDetail> {
         let resolved = self.catalog.resolve(at).await?;
         let t = self.load_required(&resolved.commit, name, at).await?;
         let m = &t.metadata;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use iceberg::spec::TableMetadata;
 use iceberg::{TableRequirement, TableUpdate};
-use lh_catalog::{Commit, CommitMeta};
+use lh_catalog::{Commit, CommitMeta, RefExpr};
 
 use crate::Tables;
 use crate::auth::{Action, Identity};
@@ -77,16 +77,16 @@ impl RestCatalog {
 
     /// The commit a prefix names, for a read by `identity`: the very commit the guard
     /// found its history limits for (`Identity::reads`), not the prefix resolved again.
-    pub async fn at(&self, identity: &Identity, prefix: &str) -> Result<At> {
+    pub async fn at(&self, identity: &Identity, prefix: &RefExpr) -> Result<At> {
         self.resolve(prefix, &identity.reads(prefix)).await
     }
 
     /// The ref a prefix names as it is now.
-    async fn named(&self, prefix: &str) -> Result<At> {
+    async fn named(&self, prefix: &RefExpr) -> Result<At> {
         self.resolve(prefix, prefix).await
     }
 
-    async fn resolve(&self, prefix: &str, read: &str) -> Result<At> {
+    async fn resolve(&self, prefix: &RefExpr, read: &RefExpr) -> Result<At> {
         let resolved = self.tables.catalog.resolve(read).await.map_err(|e| {
             let message = format!("{} (the catalog prefix is an lh ref)", e.message());
             match e.kind() {
@@ -108,7 +108,7 @@ impl RestCatalog {
     /// the identity reads there, that head must be the commit the limits were found for
     /// (a branch moved since is a conflict the client retries), so that what the write
     /// reads and answers (a table's metadata, whether it exists) is held to them.
-    async fn branch(&self, identity: &Identity, prefix: &str) -> Result<At> {
+    async fn branch(&self, identity: &Identity, prefix: &RefExpr) -> Result<At> {
         let a = self.named(prefix).await?;
         if let Some(checked) = &identity.access.ceilings_at
             && *checked != a.commit.id.to_hex()
@@ -137,7 +137,7 @@ impl RestCatalog {
 
     /// The catalog a client configures: `warehouse` (an lh ref) must exist and be
     /// readable by `identity`.
-    pub async fn config_for(&self, identity: &Identity, warehouse: &str) -> Result<()> {
+    pub async fn config_for(&self, identity: &Identity, warehouse: &RefExpr) -> Result<()> {
         identity.require_ref(Action::Read, warehouse, "reading its catalog")?;
         self.named(warehouse).await.map(|_| ())
     }
@@ -147,7 +147,7 @@ impl RestCatalog {
     pub async fn namespaces_for(
         &self,
         identity: &Identity,
-        prefix: &str,
+        prefix: &RefExpr,
         parent: &[String],
     ) -> Result<Vec<Vec<String>>> {
         let a = self.at(identity, prefix).await?;
@@ -169,7 +169,7 @@ impl RestCatalog {
     pub async fn create_namespace_for(
         &self,
         identity: &Identity,
-        prefix: &str,
+        prefix: &RefExpr,
         levels: &[String],
         properties: &Properties,
     ) -> Result<()> {
@@ -187,7 +187,7 @@ impl RestCatalog {
     pub async fn namespace_for(
         &self,
         identity: &Identity,
-        prefix: &str,
+        prefix: &RefExpr,
         name: &str,
     ) -> Result<Properties> {
         let a = self.at(identity, prefix).await?;
@@ -198,7 +198,7 @@ impl RestCatalog {
     pub async fn drop_namespace_for(
         &self,
         identity: &Identity,
-        prefix: &str,
+        prefix: &RefExpr,
         name: &str,
     ) -> Result<()> {
         identity.require_namespace_everywhere(Action::Write, name, "dropping a namespace")?;
@@ -210,7 +210,7 @@ impl RestCatalog {
     pub async fn update_properties_for(
         &self,
         identity: &Identity,
-        prefix: &str,
+        prefix: &RefExpr,
         name: &str,
         updates: Properties,
         removals: &[String],
@@ -252,7 +252,7 @@ impl RestCatalog {
     pub async fn tables_for(
         &self,
         identity: &Identity,
-        prefix: &str,
+        prefix: &RefExpr,
         levels: &[String],
     ) -> Result<Vec<String>> {
         let a = self.at(identity, prefix).await?;
@@ -274,7 +274,12 @@ impl RestCatalog {
     }
 
     /// Table `name` at the prefix.
-    pub async fn load_for(&self, identity: &Identity, prefix: &str, name: &str) -> Result<Loaded> {
+    pub async fn load_for(
+        &self,
+        identity: &Identity,
+        prefix: &RefExpr,
+        name: &str,
+    ) -> Result<Loaded> {
         let a = self.at(identity, prefix).await?;
         let t = self
             .tables
@@ -288,7 +293,12 @@ impl RestCatalog {
     }
 
     /// Whether table `name` is at the prefix (an error when it is not).
-    pub async fn exists_for(&self, identity: &Identity, prefix: &str, name: &str) -> Result<()> {
+    pub async fn exists_for(
+        &self,
+        identity: &Identity,
+        prefix: &RefExpr,
+        name: &str,
+    ) -> Result<()> {
         let a = self.at(identity, prefix).await?;
         match self.tables.catalog.table_in(&a.commit, name).await? {
             Some(_) => Ok(()),
@@ -301,7 +311,7 @@ impl RestCatalog {
     pub async fn report_for(
         &self,
         identity: &Identity,
-        prefix: &str,
+        prefix: &RefExpr,
         name: &str,
         report_type: &str,
         snapshot: Option<i64>,
@@ -401,7 +411,7 @@ impl RestCatalog {
     pub async fn commit_for(
         &self,
         identity: &Identity,
-        prefix: &str,
+        prefix: &RefExpr,
         name: &str,
         change: TableChange,
     ) -> Result<Loaded> {
@@ -451,7 +461,12 @@ impl RestCatalog {
         use crate::rebase::{MAX_REBASES, Rebases};
         use crate::snapshot::{self, ClientAppend};
         // Nothing is read for a caller that may not write.
-        identity.require_table(Action::Write, branch, name, "appending to a table")?;
+        identity.require_table(
+            Action::Write,
+            &RefExpr::named(branch),
+            name,
+            "appending to a table",
+        )?;
         let wh = &self.tables.warehouse;
         let not_rebased = |why: &dyn std::fmt::Display| {
             tracing::info!(table = %name, "a stale append is not rebased: {why}");
@@ -545,7 +560,7 @@ impl RestCatalog {
     pub async fn transaction_for(
         &self,
         identity: &Identity,
-        prefix: &str,
+        prefix: &RefExpr,
         changes: Vec<(String, TableChange)>,
     ) -> Result<()> {
         let a = self.branch(identity, prefix).await?;
@@ -575,7 +590,7 @@ impl RestCatalog {
     pub async fn create_for(
         &self,
         identity: &Identity,
-        prefix: &str,
+        prefix: &RefExpr,
         levels: &[String],
         name: &str,
         create: Create,
@@ -651,7 +666,7 @@ impl RestCatalog {
     pub async fn drop_for(
         &self,
         identity: &Identity,
-        prefix: &str,
+        prefix: &RefExpr,
         name: &str,
         purge: bool,
     ) -> Result<()> {
@@ -685,7 +700,7 @@ impl RestCatalog {
     pub async fn rename_for(
         &self,
         identity: &Identity,
-        prefix: &str,
+        prefix: &RefExpr,
         from: &str,
         to: &str,
         to_levels: &[String],
@@ -736,7 +751,7 @@ impl RestCatalog {
     pub async fn register_for(
         &self,
         identity: &Identity,
-        prefix: &str,
+        prefix: &RefExpr,
         name: &str,
         metadata_location: &str,
     ) -> Result<Loaded> {

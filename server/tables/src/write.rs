@@ -21,7 +21,7 @@ use iceberg::spec::{
     UnboundPartitionSpec,
 };
 use lh_api::remedy::Remedy;
-use lh_api::{FileFormat, ImportMode, ImportResponse};
+use lh_api::{FileFormat, ImportMode};
 use lh_catalog::CommitMeta;
 use uuid::Uuid;
 
@@ -183,12 +183,24 @@ impl ImportContext {
 /// Rows of one Parquet data file (DuckDB rolls files at this size).
 const DATA_FILE_BYTES: &str = "512MB";
 
+/// What a write did: the table's new snapshot and commit, and what it wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Imported {
+    pub table: String,
+    /// The commit the write made (the branch's head, for an append of no rows).
+    pub commit: String,
+    pub snapshot_id: Option<i64>,
+    pub rows: u64,
+    pub files: u64,
+    pub bytes: u64,
+    /// Partitions written (0 for an unpartitioned table).
+    pub partitions: u64,
+    /// Times the write was rebased onto a table other writes had moved meanwhile.
+    pub rebased: u32,
+}
+
 /// An import: files into a table.
-pub async fn import(
-    tables: &Tables,
-    ctx: &ImportContext,
-    job: ImportJob,
-) -> Result<ImportResponse> {
+pub async fn import(tables: &Tables, ctx: &ImportContext, job: ImportJob) -> Result<Imported> {
     if job.files.is_empty() {
         return Err(Error::bad_request(
             Code::NoFiles,
@@ -217,11 +229,7 @@ pub async fn import(
 }
 
 /// Writes rows into a table on a branch, as one snapshot and one commit.
-pub async fn write_table(
-    tables: &Tables,
-    ctx: &ImportContext,
-    job: WriteJob,
-) -> Result<ImportResponse> {
+pub async fn write_table(tables: &Tables, ctx: &ImportContext, job: WriteJob) -> Result<Imported> {
     lh_catalog::names::validate_table_name(&job.table)?;
     let resolved = tables.catalog.resolve(&job.branch).await?;
     require_branch(&job.branch, &resolved)?;
@@ -690,7 +698,7 @@ struct Written {
 /// A write ready for its catalog commit: its table files are written.
 enum Ready<'a> {
     /// An append of no rows: no snapshot, no commit.
-    Nothing(ImportResponse),
+    Nothing(Imported),
     Staged {
         written: WrittenPut<'a>,
         meta: CommitMeta,
@@ -725,7 +733,7 @@ async fn stage_write<'a>(
     };
     if nothing && job.replaces.is_none() {
         let head = tables.catalog.resolve(&job.branch).await?;
-        return Ok(Ready::Nothing(ImportResponse {
+        return Ok(Ready::Nothing(Imported {
             table: job.table.clone(),
             commit: head.commit.id.to_hex(),
             snapshot_id: existing.and_then(|t| t.pointer.snapshot_id),
@@ -814,11 +822,7 @@ async fn stage_write<'a>(
     })
 }
 
-async fn commit_staged(
-    tables: &Tables,
-    job: &WriteJob,
-    ready: Ready<'_>,
-) -> Result<ImportResponse> {
+async fn commit_staged(tables: &Tables, job: &WriteJob, ready: Ready<'_>) -> Result<Imported> {
     let (written, meta, rows, files, bytes, partitions) = match ready {
         Ready::Nothing(response) => return Ok(response),
         Ready::Staged {
@@ -836,7 +840,7 @@ async fn commit_staged(
         Some(on) => tx.commit_as(&job.branch, on, &job.by, meta).await?,
         None => tx.commit(&job.branch, &job.by, meta).await?,
     };
-    Ok(ImportResponse {
+    Ok(Imported {
         table: job.table.clone(),
         commit: committed.commit.id.to_hex(),
         snapshot_id: committed

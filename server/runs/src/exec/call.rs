@@ -117,7 +117,8 @@ pub(super) async fn invoke_in(
             Error::bad_request(Code::RuntimeFailed, format!("cannot run the function: {e}"))
         })?;
     // No secret value leaves in the run's record.
-    rec.log.push_str(&redact(&result.log, &secrets));
+    rec.log
+        .push_str(&shared.keep_log(redact(&result.log, &secrets)));
     Ok(match result.outcome {
         Outcome::Failed { error, traceback } => Outcome::Failed {
             error: redact(&error, &secrets),

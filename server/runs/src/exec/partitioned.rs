@@ -208,7 +208,7 @@ pub(super) async fn put_back(
     }
     shared.by.require_table(
         Action::Write,
-        &shared.target,
+        &lh_catalog::RefExpr::named(&shared.target),
         table,
         "reusing a memoized output",
     )?;

@@ -18,7 +18,7 @@ pub mod hooks;
 use std::sync::Arc;
 
 use lh_api::CheckResult;
-use lh_catalog::{Catalog, MergeKind, MergeOptions, MergeOutcome};
+use lh_catalog::{Catalog, MergeKind, MergeOptions, MergeOutcome, RefExpr};
 
 use crate::auth::protected::ProtectedBranches;
 use crate::auth::roles::Roles;
@@ -72,7 +72,7 @@ impl Merger {
         &self,
         by: &Identity,
         action: Action,
-        from: &str,
+        from: &RefExpr,
         into: &str,
         options: MergeOptions,
     ) -> Result<lh_catalog::MergeOutcome> {
@@ -84,7 +84,7 @@ impl Merger {
         let mut resolutions = Vec::new();
         for c in e.conflicts() {
             // Nothing is written for a table the identity may not change there.
-            if !by.can_table(action, into, &c.table) {
+            if !by.can_table(action, &RefExpr::named(into), &c.table) {
                 return Err(e.into());
             }
             let theirs = c.incoming.clone().flatten();
@@ -109,7 +109,7 @@ impl Merger {
             }
         }
         tracing::info!(
-            from,
+            %from,
             into,
             tables = resolutions.len(),
             "merge combines both sides' appends"
@@ -140,7 +140,7 @@ impl Merger {
     async fn authorize(
         &self,
         by: &Identity,
-        from: &str,
+        from: &RefExpr,
         into: &str,
         via: Via,
     ) -> Result<Authorized> {
@@ -160,7 +160,7 @@ impl Merger {
                 by.require_ref(Action::Read, from, "merging from it")?;
                 (
                     crate::auth::history::scoped(&self.catalog, &by, from).await?,
-                    crate::auth::history::scoped(&self.catalog, &by, into).await?,
+                    crate::auth::history::scoped(&self.catalog, &by, &RefExpr::named(into)).await?,
                 )
             }
             Via::RunPublish => (by.clone(), by.clone()),
@@ -170,7 +170,7 @@ impl Merger {
         } else {
             format!("merging into '{into}'")
         };
-        by.require_ref(action, into, &what)?;
+        by.require_ref(action, &RefExpr::named(into), &what)?;
         Ok(Authorized {
             by,
             source,
@@ -185,7 +185,7 @@ impl Merger {
     /// or (`lh merge`) copies one past the grants that hide it.
     fn require_tables(
         a: &Authorized,
-        from: &str,
+        from: &RefExpr,
         into: &str,
         via: Via,
         out: &MergeOutcome,
@@ -194,7 +194,7 @@ impl Merger {
             .tables
             .iter()
             .map(|t| t.table.as_str())
-            .filter(|t| !a.by.can_table(a.action, into, t))
+            .filter(|t| !a.by.can_table(a.action, &RefExpr::named(into), t))
             .collect();
         if !refused.is_empty() {
             return Err(crate::auth::roles::refused(
@@ -207,8 +207,9 @@ impl Merger {
         }
         if via == Via::Merge {
             let incoming: Vec<String> = out.tables.iter().map(|t| t.table.clone()).collect();
-            require_no_widening(&a.by, &a.source, from, into, &incoming)?;
-            require_no_overwrite(&a.by, &a.dest, into, &out.tables)?;
+            let into = RefExpr::named(into);
+            require_no_widening(&a.by, &a.source, from, &into, &incoming)?;
+            require_no_overwrite(&a.by, &a.dest, &into, &out.tables)?;
         }
         Ok(())
     }
@@ -219,7 +220,7 @@ impl Merger {
     pub async fn preview(
         &self,
         by: &Identity,
-        from: &str,
+        from: &RefExpr,
         into: &str,
         options: MergeOptions,
     ) -> Result<MergeOutcome> {
@@ -236,7 +237,7 @@ impl Merger {
     pub async fn merge(
         &self,
         by: &Identity,
-        from: &str,
+        from: &RefExpr,
         into: &str,
         via: Via,
         options: MergeOptions,
@@ -259,7 +260,9 @@ impl Merger {
             }
             Self::require_tables(&a, from, into, via, &out)?;
             let results = if protected {
-                self.checks.run_required(by, from, into, &out).await?
+                self.checks
+                    .run_required(by, &from.to_string(), into, &out)
+                    .await?
             } else {
                 Vec::new()
             };
@@ -269,7 +272,7 @@ impl Merger {
             let to = format!("@{}", out.head.to_hex());
             match self.catalog.assign_branch(into, out.base_head, &to).await {
                 Ok(_) => {
-                    self.hooks.merged(by, from, into, &out);
+                    self.hooks.merged(by, &from.to_string(), into, &out);
                     return Ok(Merged {
                         outcome: out,
                         checks: results,
@@ -297,7 +300,7 @@ impl Merger {
 pub fn require_no_overwrite(
     by: &Identity,
     reads_dest: &Identity,
-    dest: &str,
+    dest: &RefExpr,
     changes: &[lh_catalog::TableDiff],
 ) -> Result<()> {
     let hidden = changes
@@ -327,8 +330,8 @@ pub fn require_no_overwrite(
 pub fn require_no_widening(
     by: &Identity,
     reads_source: &Identity,
-    source: &str,
-    dest: &str,
+    source: &RefExpr,
+    dest: &RefExpr,
     tables: &[String],
 ) -> Result<()> {
     let widened: Vec<&str> = tables

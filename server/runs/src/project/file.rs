@@ -323,10 +323,34 @@ pub(super) fn check_value(
 }
 
 /// Parameter values: declared defaults, overridden by `--param k=v` strings.
+/// The longest value of one parameter, and of a run's parameters together.
+pub const MAX_PARAM_BYTES: usize = 16 << 10;
+pub const MAX_PARAMS_BYTES: usize = 64 << 10;
+
 pub fn resolve_params(
     project: &ProjectFile,
     given: &BTreeMap<String, String>,
 ) -> Result<BTreeMap<String, serde_json::Value>> {
+    // Values are stored with the run and answered with every listing of it.
+    if let Some((name, raw)) = given.iter().find(|(_, v)| v.len() > MAX_PARAM_BYTES) {
+        return Err(Error::bad_request(
+            Code::InvalidArgument,
+            format!(
+                "parameter '{name}' is {} bytes long: a parameter's value holds at most {} KiB",
+                raw.len(),
+                MAX_PARAM_BYTES >> 10
+            ),
+        ));
+    }
+    if given.values().map(String::len).sum::<usize>() > MAX_PARAMS_BYTES {
+        return Err(Error::bad_request(
+            Code::InvalidArgument,
+            format!(
+                "a run's parameters hold at most {} KiB together",
+                MAX_PARAMS_BYTES >> 10
+            ),
+        ));
+    }
     let mut out = BTreeMap::new();
     let mut problems = Vec::new();
     for name in given.keys() {

@@ -41,6 +41,9 @@ enum Stopped {
     Timeout,
     /// It wrote more than its disk limit into the worker's folder.
     Disk(u64),
+    /// What it holds in the worker's folder could not be measured (more handles than
+    /// are looked at, a folder it cannot be read, a freeze that did not finish).
+    Unmeasurable,
 }
 
 /// Runs `inv`, whose folder is `work`, on `worker` within `limits` (its timeout, and the
@@ -77,6 +80,9 @@ pub(crate) async fn exchange<L: Launcher>(
             let used = tokio::task::spawn_blocking(move || dir_size(&dir, tasks.as_deref()))
                 .await
                 .unwrap_or(u64::MAX);
+            if used == u64::MAX {
+                return Stopped::Unmeasurable;
+            }
             if used > max {
                 return Stopped::Disk(max);
             }
@@ -184,6 +190,16 @@ pub(crate) async fn exchange<L: Launcher>(
                     "wrote more than {} MiB into its folder and was stopped",
                     max >> 20
                 ),
+                traceback: String::new(),
+            },
+            false,
+        ),
+        Err(Stopped::Unmeasurable) => (
+            Outcome::Failed {
+                error: "was stopped: what it holds in its folder could not be measured (more \
+                        open files or threads than the measure looks at, a folder it made \
+                        unreadable, or processes that would not pause)"
+                    .into(),
                 traceback: String::new(),
             },
             false,

@@ -31,6 +31,7 @@ crate::both_runtimes!(
     a_call_cannot_answer_for_itself,
     a_call_chooses_nothing_its_worker_imports_and_leaves_no_ipc_for_the_next,
     no_descriptor_of_the_server_reaches_a_function,
+    nothing_a_call_nests_or_configures_reaches_its_worker_or_the_next_call,
 );
 
 /// A module of models: `imports`, lh, `folder()` (the worker's own folder, where the
@@ -51,8 +52,8 @@ def folder():
     )
 }
 
-/// Each of `names` in `run` was stopped for writing more than `mib` MiB, and nothing
-/// was published.
+/// Each of `names` in `run` was stopped for writing more than `mib` MiB (or for holding
+/// what cannot be measured), and nothing was published.
 fn stopped_past_disk(
     lh: &lh_e2e::Lh,
     run: &serde_json::Value,
@@ -66,10 +67,10 @@ fn stopped_past_disk(
             .as_str()
             .unwrap_or_default()
             .to_string();
+        let past = format!("wrote more than {mib} MiB into its folder and was stopped");
         assert!(
-            err.contains(&format!(
-                "wrote more than {mib} MiB into its folder and was stopped"
-            )),
+            err.contains(&past)
+                || err.contains("what it holds in its folder could not be measured"),
             "{runtime} {name}: {err}"
         );
     }
@@ -452,6 +453,102 @@ def probe(t=lh.Model("raw.orders", columns=["id"]), min_amount=lh.Parameter("min
         workers.iter().any(|(a, b)| a == b && !a.is_null()),
         "{runtime}: no later call ran on the worker the earlier one used: {workers:?}"
     );
+}
+
+/// Found by the fifteenth review: a folder nested 1,000 deep in `/tmp` was past the
+/// cleanup between calls (its recursion gave up), so the files under it, and extended
+/// attributes of the worker's folder, `/tmp` and `/dev/shm`, reached the next call and
+/// run; and an environment's package that reads a configuration from HOME at import
+/// (keyring 19.3.0, a real PyPI release) ran the call's own module in the warm worker
+/// when the worker imported it after the call. Folders of any depth are removed without
+/// recursion, attributes cleared, a worker whose call left what it cannot remove
+/// retires, and what calls imported is imported only before the next call, from `/`,
+/// with no HOME.
+fn nothing_a_call_nests_or_configures_reaches_its_worker_or_the_next_call(runtime: &str) {
+    let server = server_with(runtime, &[]);
+    let lh = server.lh();
+    orders(&lh);
+    let project_file =
+        "name: shop\nnamespace: analytics\npython: \"3.11\"\npackages:\n  keyring: \"19.3.0\"\n";
+    let models = &with_folder(
+        "import os, sys",
+        r#"
+HOME = os.path.expanduser("~")
+CONF = os.path.join(HOME, ".local", "share", "python_keyring")
+MODS = os.path.join(CONF, "mods")
+PARENT_CODE = "import os\nos.environ.setdefault('LH_PWNED', 'the call ran in its worker, pid %d' % os.getpid())\n"
+
+def deep(base, depth=1000):
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+    for i in range(depth):
+        try:
+            os.mkdir("d", dir_fd=fd)
+        except FileExistsError:
+            pass
+        n = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = n
+    with open(os.open("kept", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd), "w") as f:
+        f.write("left at the bottom")
+    os.close(fd)
+
+def found():
+    seen = []
+    if os.environ.get("LH_PWNED"):
+        seen.append(os.environ["LH_PWNED"])
+    if "lhevil" in sys.modules:
+        seen.append("lhevil imported")
+    # (The sandbox's binds may start in /tmp: the folders leading to them are not the call's.)
+    mounts = [line.split()[4] for line in open("/proc/self/mountinfo")]
+    for place in ("/tmp", "/dev/shm", folder()):
+        for name in os.listdir(place):
+            path = os.path.join(place, name)
+            if not name.startswith("inv-") and not any(m == path or m.startswith(path + "/") for m in mounts):
+                seen.append(path)
+        seen += ["%s: %s" % (place, a) for a in os.listxattr(place) if a.startswith("user.")]
+    return seen
+
+@lh.model()
+def plants(o=lh.Model("raw.orders", columns=["id"])):
+    import keyring  # honestly: the worker imports it for later calls
+    os.makedirs(MODS, exist_ok=True)
+    with open(os.path.join(CONF, "keyringrc.cfg"), "w") as f:
+        f.write("[backend]\ndefault-keyring=lhevil.Nope\nkeyring-path=%s\n" % MODS)
+    with open(os.path.join(MODS, "lhevil.py"), "w") as f:
+        f.write(PARENT_CODE)
+    deep(os.path.join(HOME, ".local"))
+    os.mkdir("/dev/shm/nest")
+    deep("/dev/shm/nest")
+    os.mkdir(os.path.join(folder(), "nest"))
+    deep(os.path.join(folder(), "nest"))
+    for place in ("/tmp", "/dev/shm", folder()):
+        try:
+            os.setxattr(place, "user.lh", b"left")
+        except OSError:  # where the file system has none
+            pass
+    return o
+
+@lh.model()
+def finds(o=lh.Model("plants", columns=["id"])):
+    seen = found()
+    if seen:
+        raise RuntimeError("left by the earlier call: %r" % seen)
+    return o
+"#,
+    );
+    let dir = project(
+        &lh,
+        "nests",
+        &[("lh_project.yml", project_file), ("m.py", models)],
+    );
+    let d = dir.to_str().unwrap();
+    for round in 0..2 {
+        let (code, run) = run_json(&lh, &[d, "--no-cache"]);
+        assert_eq!(code, 0, "{runtime} round {round}: {run}");
+    }
+    // A later run finds nothing of them either.
+    let (code, run) = run_json(&lh, &[d, "--no-cache"]);
+    assert_eq!(code, 0, "{runtime}: {run}");
 }
 
 /// Found by the fourteenth review: a descriptor the server inherited (`lh server
@@ -2097,6 +2194,22 @@ fn a_run_keeps_bounded_logs_params_and_names() {
         named.both().contains("a node's name is at most 255 bytes"),
         "{}",
         named.both()
+    );
+    // Source files, which the planner parses on the server's host (found by the
+    // fifteenth review: a 2 MB model file took the planner 1.4 GB).
+    let big = format!(
+        "import lh\n\nDATA = [{}]\n",
+        "[[1, 2], [3, 4]], ".repeat(90_000)
+    );
+    let dir = project(&lh, "big", &[("lh_project.yml", PROJECT), ("m.py", &big)]);
+    let planned = lh.run(&["run", dir.to_str().unwrap(), "--dry-run"]);
+    assert_ne!(planned.code, 0, "{}", planned.both());
+    assert!(
+        planned
+            .both()
+            .contains("past the 1024 KiB a project's Python or SQL file may hold"),
+        "{}",
+        planned.both()
     );
 }
 

@@ -187,6 +187,27 @@ def in_environment(spec, dirs):
     return bool(places) and all(p and os.path.realpath(p).startswith(dirs) for p in places)
 
 
+def preload_pristine(names, work):
+    """[`preload`] where nothing a call could leave is looked at: from `/`, with HOME and
+    XDG folders that do not exist (a package that reads a configuration at import, say
+    keyring's, finds none)."""
+    keys = ("HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME",
+            "XDG_RUNTIME_DIR", "TMPDIR", "PWD")
+    saved = {k: os.environ.get(k) for k in keys}
+    try:
+        for k in keys:
+            os.environ[k] = "/nonexistent"
+        os.chdir("/")
+        preload(names)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        os.chdir(work)
+
+
 def preload(names):
     """Imports, in the parent, the environment's top-level packages calls used. The list
     comes from a call's answer, which the call's code can write: so only a top-level
@@ -337,12 +358,13 @@ def mount_points():
 def clear_dir(top, keep, mounts):
     """Empties `top`, except the entries named in `keep`, mount points and the folders
     that lead to one (the sandbox binds the worker's folder, its code and its environment
-    under paths that may start in /tmp): those are walked, never removed."""
-    import shutil
+    under paths that may start in /tmp): those are walked, never removed. Whether nothing
+    else is left."""
     try:
         entries = os.listdir(top)
     except OSError:
-        return
+        return False
+    clean = True
     for name in entries:
         if name in keep:
             continue
@@ -351,24 +373,86 @@ def clear_dir(top, keep, mounts):
             continue
         if any(m.startswith(path + "/") for m in mounts):
             if os.path.isdir(path) and not os.path.islink(path):
-                clear_dir(path, (), mounts)
+                clean = clear_dir(path, (), mounts) and clean
             continue
-        try:
-            if os.path.isdir(path) and not os.path.islink(path):
+        remove_tree(top, name)
+    try:
+        left = [n for n in os.listdir(top) if n not in keep
+                and not any(m == os.path.join(top, n) or m.startswith(os.path.join(top, n) + "/") for m in mounts)]
+    except OSError:
+        return False
+    clear_xattrs(top)
+    return clean and not left
+
+
+def remove_tree(top, name):
+    """Removes `top/name`, a file or a folder of any depth, without recursion and with
+    paths two names long: each folder's subfolders are first moved up into `top` (a
+    folder nested past any path or recursion limit goes as a flat one does)."""
+    try:
+        tfd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    moved = 0
+    queue = [name]
+    try:
+        while queue:
+            n = queue.pop()
+            try:
+                st = os.stat(n, dir_fd=tfd, follow_symlinks=False)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                try:
+                    os.unlink(n, dir_fd=tfd)
+                except OSError:
+                    pass
+                continue
+            try:
                 # A folder the call made unreadable or unwritable is opened up first.
-                os.chmod(path, 0o700)
-                for d, subdirs, _ in os.walk(path, onerror=lambda e: None):
-                    for sub in [d] + [os.path.join(d, x) for x in subdirs]:
-                        try:
-                            if not os.path.islink(sub):
-                                os.chmod(sub, 0o700)
-                        except OSError:
-                            pass
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.unlink(path)
-        except (OSError, RecursionError):
-            pass
+                os.chmod(n, 0o700, dir_fd=tfd, follow_symlinks=False)
+            except (OSError, NotImplementedError):
+                try:
+                    os.chmod(os.path.join(top, n), 0o700)
+                except OSError:
+                    pass
+            try:
+                dfd = os.open(n, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=tfd)
+            except OSError:
+                continue
+            try:
+                for entry in os.scandir(dfd):
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            moved += 1
+                            up = ".lh-rm-%d-%d" % (os.getpid(), moved)
+                            os.rename(entry.name, up, src_dir_fd=dfd, dst_dir_fd=tfd)
+                            queue.append(up)
+                        else:
+                            os.unlink(entry.name, dir_fd=dfd)
+                    except OSError:
+                        pass
+            finally:
+                os.close(dfd)
+            try:
+                os.rmdir(n, dir_fd=tfd)
+            except OSError:
+                pass
+    finally:
+        os.close(tfd)
+
+
+def clear_xattrs(path):
+    """Removes the extended attributes a call set on a folder it keeps (its `user.*`
+    ones: the only kind it may set)."""
+    try:
+        for attr in os.listxattr(path, follow_symlinks=False):
+            try:
+                os.removexattr(path, attr, follow_symlinks=False)
+            except OSError:
+                pass
+    except (OSError, AttributeError):
+        pass
 
 
 def clear_scratch(work, invocation):
@@ -378,13 +462,15 @@ def clear_scratch(work, invocation):
     worker's IPC namespace (SysV shared memory, message queues, semaphores), so that
     nothing passes from one call to the next (a folder the call named like an
     invocation's included). POSIX message queues, which cannot be listed here, a
-    sandbox refuses to make."""
+    sandbox refuses to make. Whether nothing is left (else the worker must not serve
+    another call)."""
     mounts = mount_points()
-    clear_dir(work, (invocation,), mounts)
+    clean = clear_dir(work, (invocation,), mounts)
     if os.environ.get("LH_PRIVATE_TMP") == "1":
-        clear_dir("/tmp", (), mounts)
-        clear_dir("/dev/shm", (), mounts)
+        clean = clear_dir("/tmp", (), mounts) and clean
+        clean = clear_dir("/dev/shm", (), mounts) and clean
         clear_sysv_ipc()
+    return clean
 
 
 IPC_RMID = 0
@@ -726,6 +812,7 @@ def main():
     import pyarrow.compute  # noqa: F401
     write_all(fd, (json.dumps({"ready": True, "pid": os.getpid()}) + "\n").encode())
     stdin = Channel(sys.stdin.fileno())
+    modules = None
     while True:
         line = stdin.readline()
         if not line:
@@ -738,13 +825,18 @@ def main():
         if channel is not None:
             base, answer = receive_files(stdin, work, channel)
         print(f"--- lh: {req.get('kind')} {req.get('function')} ---", file=sys.stderr, flush=True)
+        if modules:
+            # What the last call imported, imported here before this call's fork, once
+            # nothing of that call is left (its folder is back with the runner).
+            preload_pristine(modules, work)
+            modules = None
         if answer is None:
             answer = call(req, fd)
         answer["id"] = req.get("id")
         # An answer says only what answers say (a call's cannot announce files of its own).
         answer = {k: v for k, v in answer.items() if k in ANSWER_TYPES}
-        clear_scratch(work, "inv-%s" % req.get("id"))
-        modules = answer.pop("preload", None)
+        clean = clear_scratch(work, "inv-%s" % req.get("id"))
+        modules = answer.pop("preload", None) if clean else None
         found = []
         if channel is not None:
             answer, found = files_back(answer, base, channel)
@@ -753,10 +845,15 @@ def main():
         send_files(fd, found)
         if channel is not None:
             # Nothing of the call stays for the next one, in its folder or in memory.
-            clear_dir(work, (), mount_points())
+            clean = clear_dir(work, (), mount_points()) and clean
             stdin.wipe()
-        if isinstance(modules, list):
-            preload(modules)
+        if not clean:
+            # Something of the call could not be removed: no later call may find it.
+            print("--- lh: the worker retires: its call left what it cannot remove ---",
+                  file=sys.stderr, flush=True)
+            break
+        if not isinstance(modules, list):
+            modules = None
 
 
 if __name__ == "__main__":

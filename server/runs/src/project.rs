@@ -279,6 +279,12 @@ pub struct PlanInput {
     pub line: u32,
 }
 
+/// The largest Python or SQL file of a project (the server's planner parses each).
+pub const MAX_SOURCE_FILE: u64 = 1 << 20;
+/// The Python planner's address space and time.
+const PLANNER_MEMORY: u64 = 2 << 30;
+const PLANNER_TIME: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The longest name of a node (an expectation's function, a model's table).
 pub const MAX_NODE_NAME: usize = 255;
 
@@ -379,19 +385,60 @@ impl Planner<'_> {
         };
         let params = resolve_params(&project, given)?;
         let (py_files, sql_files) = project_files(root)?;
+        // The planner parses every Python file on the server's host: each is bounded, and
+        // so is the planner's memory and time (a 2 MB file took it 1.4 GB).
+        let too_large: Vec<String> = py_files
+            .iter()
+            .chain(&sql_files)
+            .filter_map(|f| {
+                let len = std::fs::metadata(root.join(f)).ok()?.len();
+                (len > MAX_SOURCE_FILE).then(|| {
+                    format!(
+                        "{f}: {} KiB, past the {} KiB a project's Python or SQL file may hold",
+                        len >> 10,
+                        MAX_SOURCE_FILE >> 10
+                    )
+                })
+            })
+            .collect();
+        if !too_large.is_empty() {
+            return Err(invalid(too_large));
+        }
         let mut problems = Vec::new();
         let mut nodes: Vec<PlanNode> = Vec::new();
 
         // Python: parsed by lh._plan, never imported.
         if !py_files.is_empty() {
-            let out = tokio::process::Command::new(self.python)
-                .args(["-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[1:]; import lh._plan as p; p.main(sys.argv[1:])"])
+            let planner = tokio::process::Command::new(self.python)
+                .args(["-I", "-c", "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]),) * 2); sys.path.insert(0, sys.argv[2]); sys.argv = sys.argv[2:]; import lh._plan as p; p.main(sys.argv[1:])"])
+                .arg(PLANNER_MEMORY.to_string())
                 .arg(self.harness)
                 .args(&py_files)
                 .current_dir(root)
-                .output()
+                .kill_on_drop(true)
+                .output();
+            let out = tokio::time::timeout(PLANNER_TIME, planner)
                 .await
+                .map_err(|_| {
+                    Error::bad_request(
+                        Code::InvalidProject,
+                        format!(
+                            "planning the project's Python files took more than {} s",
+                            PLANNER_TIME.as_secs()
+                        ),
+                    )
+                })?
                 .map_err(|e| Error::internal(format!("cannot run the Python planner: {e}")))?;
+            if !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("MemoryError")
+            {
+                return Err(Error::bad_request(
+                    Code::InvalidProject,
+                    format!(
+                        "planning the project's Python files took more than {} MiB of memory",
+                        PLANNER_MEMORY >> 20
+                    ),
+                ));
+            }
             if !out.status.success() {
                 return Err(Error::internal(format!(
                     "the Python planner failed: {}",

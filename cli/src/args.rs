@@ -431,6 +431,9 @@ pub struct LogArgs {
     /// Only the commits where this table changed
     #[arg(long, value_name = "NAME")]
     pub table: Option<String>,
+    /// One line per commit: its short id and the first line of its message
+    #[arg(long)]
+    pub oneline: bool,
 }
 
 #[derive(Debug, Args)]

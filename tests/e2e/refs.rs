@@ -160,6 +160,12 @@ fn log_diff_and_merge() {
         serde_json::from_str(lh.run(&["log", "-n", "1", "-o", "json"]).ok()).unwrap();
     assert_eq!(log[0]["message"], "publish dev");
     assert_eq!(log[0]["author"], "tester");
+    // One line per commit, as `git log --oneline`.
+    let oneline = lh.run(&["log", "-n", "2", "--oneline"]);
+    let lines: Vec<&str> = oneline.ok().lines().collect();
+    assert_eq!(lines.len(), 2, "{}", oneline.stdout);
+    let id = log[0]["id"].as_str().unwrap();
+    assert_eq!(lines[0], format!("{} (merge) publish dev", &id[..12]));
     snap!(
         "merge_up_to_date",
         server,

@@ -207,7 +207,18 @@ def ids_present(data=lh.Model("clean", columns=["id"])):
     let logs = lh.run(&["runs", "logs", &id[..12], "--node", "analytics.clean"]);
     assert!(logs.ok().contains("clean got 3 rows"), "{}", logs.stdout);
 
-    // Unchanged: every model is cached, nothing runs, the same outputs stay.
+    // Unchanged: every model is cached, nothing runs, the same outputs stay; the run
+    // says it published nothing (it said "in commit " with none).
+    let said = lh.run(&["run", d]);
+    assert!(
+        {
+            assert_eq!(said.code, 0, "{}", said.both());
+            said.both()
+        }
+        .contains("'main' already held every output: nothing to publish"),
+        "{}",
+        said.both()
+    );
     let (code, again) = run_json(&lh, &[d]);
     assert_eq!(code, 0);
     assert_eq!(node(&again, "analytics.clean")["status"], "cached");
@@ -249,8 +260,8 @@ def ids_present(data=lh.Model("clean", columns=["id"])):
     );
 
     let ls = lh.run(&["runs", "ls"]);
-    assert_eq!(ls.ok().lines().count(), 7, "{}", ls.stdout);
-    let show = lh.run(&["runs", "show", &id[..10]]);
+    assert_eq!(ls.ok().lines().count(), 8, "{}", ls.stdout);
+    let show = lh.run(&["runs", "show", id]);
     assert!(
         show.ok().contains("analytics.clean") && show.stdout.contains("succeeded"),
         "{}",

@@ -407,3 +407,21 @@ fn sql_on_standard_input_gives_one_result_per_statement() {
         out.stderr
     );
 }
+
+/// Found trying lh as a new user would: `lh secret set NAME` on a terminal waited with no
+/// prompt and showed the secret as it was typed. It asks, and shows nothing of it.
+#[test]
+fn a_secret_typed_on_a_terminal_is_asked_for_and_not_shown() {
+    let server = Server::start();
+    let lh = server.lh();
+    let value = "sk_typed_0123456789";
+    let mut term = Term::start(&lh, &["secret", "set", "TYPED"], &[]);
+    term.expect("value of secret 'TYPED' (not shown; Enter to end): ");
+    term.type_slowly(value);
+    term.send("\r");
+    term.expect("secret 'TYPED' set (version 1)");
+    assert_eq!(term.wait(), 0);
+    assert!(!term.text().contains(value), "{}", term.text());
+    let listed = lh.run(&["secret", "ls"]);
+    assert!(listed.ok().contains("TYPED"), "{}", listed.both());
+}

@@ -168,9 +168,22 @@ pub async fn secret(client: &Client, settings: &Settings, cmd: SecretCommand) ->
     match cmd {
         SecretCommand::Set { name, refs } => {
             let mut value = String::new();
-            std::io::stdin().read_to_string(&mut value).map_err(|e| {
-                CliError::invalid(format!("cannot read the secret from stdin: {e}"), None)
-            })?;
+            if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+                // Typed: asked for, and not shown.
+                value = rpassword::prompt_password(format!(
+                    "value of secret '{name}' (not shown; Enter to end): "
+                ))
+                .map_err(|e| {
+                    CliError::invalid(
+                        format!("cannot read the secret from the terminal: {e}"),
+                        None,
+                    )
+                })?;
+            } else {
+                std::io::stdin().read_to_string(&mut value).map_err(|e| {
+                    CliError::invalid(format!("cannot read the secret from stdin: {e}"), None)
+                })?;
+            }
             // `echo value | lh secret set` and a file alike: one final newline is not the value's.
             if value.ends_with('\n') {
                 value.pop();

@@ -146,6 +146,18 @@ pub async fn log(client: &Client, settings: &Settings, args: LogArgs) -> CliResu
         .log_filtered(&at, args.limit, args.table.as_deref(), None, None)
         .await?;
     match settings.output {
+        OutputFormat::Table if args.oneline => {
+            use std::io::Write;
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            for c in &page.commits {
+                let first = c.message.lines().next().unwrap_or("");
+                let merge = if c.parents.len() > 1 { "(merge) " } else { "" };
+                writeln!(out, "{} {merge}{first}", short(&c.id))?;
+            }
+            out.flush()?;
+            Ok(())
+        }
         OutputFormat::Table => {
             use std::io::Write;
             let stdout = std::io::stdout();

@@ -394,11 +394,17 @@ fn report(settings: &Settings, run: &RunInfo) -> CliResult<()> {
     match run.status {
         RunStatus::Succeeded => {
             let cached = run.nodes.iter().filter(|n| n.cached).count();
+            // A run whose outputs were all there already makes no commit.
+            let published = match run.merge_commit.as_deref().filter(|c| !c.is_empty()) {
+                Some(c) => format!("published to '{}' in commit {}", run.target, short(c)),
+                None => format!(
+                    "'{}' already held every output: nothing to publish",
+                    run.target
+                ),
+            };
             eprintln!(
-                "run {} succeeded: published to '{}' in commit {}{}",
+                "run {} succeeded: {published}{}",
                 short(&run.id),
-                run.target,
-                short(run.merge_commit.as_deref().unwrap_or("")),
                 if cached > 0 {
                     format!(" ({cached} of {} nodes cached)", run.nodes.len())
                 } else {

@@ -64,9 +64,9 @@ async fn plan_run(
     };
     let changes = req.changes.then_some(req.no_cache);
     let code = code_of(&s, &req.upload);
-    Ok(Json(
+    Ok(Json(plan_response(
         s.runs.plan_for(&identity, at, code, &ask, changes).await?,
-    ))
+    )))
 }
 
 /// Column-level lineage of `name` (a table, or `table.column`) on a branch: the steps
@@ -236,5 +236,59 @@ fn run_info(r: crate::runs::RunRecord) -> RunInfo {
         environments: r.environments,
         nodes: r.nodes,
         hidden_nodes: r.hidden_nodes,
+    }
+}
+
+/// A planned run as the API shows it: its nodes in execution order.
+fn plan_response(planned: crate::runs::Planned) -> PlanResponse {
+    use crate::runs::project::Lang;
+    let crate::runs::Planned {
+        plan,
+        at,
+        mut changes,
+    } = planned;
+    let nodes = plan
+        .order
+        .iter()
+        .map(|&i| {
+            let n = &plan.nodes[i];
+            let (python, packages) = match &n.lang {
+                Lang::Python { env, .. } => (Some(env.python.clone()), env.packages.clone()),
+                Lang::Sql { .. } => (None, Default::default()),
+            };
+            lh_api::PlannedNode {
+                name: n.display_name(),
+                kind: crate::runs::kind_name(&n.kind).into(),
+                language: crate::runs::lang_name(&n.lang).into(),
+                location: n.location(),
+                inputs: n
+                    .inputs
+                    .iter()
+                    .map(|inp| lh_api::PlannedInput {
+                        table: inp.table.clone(),
+                        columns: inp.columns.clone(),
+                        filter: inp.filter.clone(),
+                        producer: inp.producer.map(|p| plan.nodes[p].display_name()),
+                    })
+                    .collect(),
+                output: n.output().map(String::from),
+                python,
+                packages,
+                change: changes.remove(&i).map(|c| lh_api::PlannedChange {
+                    action: c.action,
+                    reasons: c.reasons,
+                    category: c.category,
+                    details: c.details,
+                    compared_with: c.compared_with,
+                }),
+            }
+        })
+        .collect();
+    PlanResponse {
+        project: plan.project.name.clone(),
+        namespace: plan.project.namespace.clone(),
+        reference: at,
+        params: plan.params.clone(),
+        nodes,
     }
 }

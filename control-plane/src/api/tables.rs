@@ -127,9 +127,26 @@ async fn compact(
             Error::bad_request(Code::BadInput, "the target file size is at least 1 MiB").into(),
         );
     }
-    let r =
-        crate::maintenance::compact(&s.tables, &s.import, &at, &name, target, &identity).await?;
-    Ok(Json(r))
+    let crate::maintenance::Compacted {
+        table,
+        commit,
+        compacted,
+        files_before,
+        files_after,
+        delete_files_removed,
+        files_rewritten,
+        rows,
+    } = crate::maintenance::compact(&s.tables, &s.import, &at, &name, target, &identity).await?;
+    Ok(Json(CompactResponse {
+        table,
+        commit,
+        compacted,
+        files_before,
+        files_after,
+        delete_files_removed,
+        files_rewritten,
+        rows,
+    }))
 }
 
 /// Removes from a table's metadata on a branch the snapshots older than a cutoff that
@@ -154,8 +171,22 @@ async fn expire(
         .into());
     }
     let older_than = std::time::Duration::from_secs(older_than);
-    let r = crate::maintenance::expire(&s.tables, &at, &name, older_than, &identity).await?;
-    Ok(Json(r))
+    let crate::maintenance::Expired {
+        table,
+        commit,
+        snapshots_before,
+        snapshots_after,
+        expired,
+        kept_commits,
+    } = crate::maintenance::expire(&s.tables, &at, &name, older_than, &identity).await?;
+    Ok(Json(ExpireResponse {
+        table,
+        commit,
+        snapshots_before,
+        snapshots_after,
+        expired,
+        kept_commits,
+    }))
 }
 
 /// A table's detail as the API shows it.

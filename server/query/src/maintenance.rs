@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use lh_api::{CompactResponse, ExpireResponse, ImportMode};
+use lh_api::ImportMode;
 
 use crate::auth::{Action, Identity};
 use crate::error::{Code, Error, Result};
@@ -19,6 +19,37 @@ use crate::tables::Tables;
 use crate::tables::write::{ImportContext, Replaces, Source, WriteJob, write_table};
 use crate::view::{view_name, view_sql};
 use crate::warehouse::cache::Pins;
+
+/// What a compaction did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compacted {
+    pub table: String,
+    /// The commit made; the head it found when there was nothing to compact.
+    pub commit: String,
+    pub compacted: bool,
+    /// Data files of the table before and after.
+    pub files_before: u64,
+    pub files_after: u64,
+    /// Delete files applied to the rows rewritten, and removed.
+    pub delete_files_removed: u64,
+    /// Data files rewritten, and the rows they held.
+    pub files_rewritten: u64,
+    pub rows: u64,
+}
+
+/// What an expiry of snapshots did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expired {
+    pub table: String,
+    /// The commit made; the head it found when nothing expired.
+    pub commit: String,
+    /// Snapshots in the table's metadata before and after.
+    pub snapshots_before: u64,
+    pub snapshots_after: u64,
+    pub expired: u64,
+    /// The commits the server's retention keeps (whose snapshots stay).
+    pub kept_commits: u64,
+}
 
 /// After a write left `table` on `branch`: compacts it in the background when a
 /// partition holds more than the server's `--auto-compact-files` small files (off by
@@ -98,7 +129,7 @@ pub async fn compact(
     table: &str,
     target: u64,
     by: &Identity,
-) -> Result<CompactResponse> {
+) -> Result<Compacted> {
     tables
         .require_unhidden(by, branch, table, "compacting it")
         .await?;
@@ -128,7 +159,7 @@ pub async fn compact(
             .collect()
     };
     if picked.is_empty() {
-        return Ok(CompactResponse {
+        return Ok(Compacted {
             table: table.to_string(),
             commit: resolved.commit.id.to_hex(),
             compacted: false,
@@ -181,7 +212,7 @@ pub async fn compact(
     };
     let written = write_table(tables, ctx, job).await?;
     drop(pins);
-    Ok(CompactResponse {
+    Ok(Compacted {
         table: table.to_string(),
         commit: written.commit,
         compacted: true,
@@ -226,7 +257,7 @@ pub async fn expire(
     table: &str,
     older_than: std::time::Duration,
     by: &Identity,
-) -> Result<ExpireResponse> {
+) -> Result<Expired> {
     tables
         .require_unhidden(by, branch, table, "expiring its snapshots")
         .await?;
@@ -256,7 +287,7 @@ async fn expire_once(
     table: &str,
     older_than: std::time::Duration,
     by: &Identity,
-) -> Result<ExpireResponse> {
+) -> Result<Expired> {
     let (resolved, t) =
         maintained(tables, branch, table, by, "expiring a table's snapshots").await?;
     let m = &t.metadata;
@@ -294,7 +325,7 @@ async fn expire_once(
         .collect();
     expired.sort_unstable();
     let before = m.snapshots().count() as u64;
-    let mut response = ExpireResponse {
+    let mut response = Expired {
         table: table.to_string(),
         commit: resolved.commit.id.to_hex(),
         snapshots_before: before,

@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use lh_api::PlanResponse;
 use lh_catalog::RefExpr;
 
 use crate::RunRecord;
@@ -49,7 +48,7 @@ impl RunService {
         code: impl Future<Output = Result<String>>,
         ask: &RunAsk,
         changes: Option<bool>,
-    ) -> Result<PlanResponse> {
+    ) -> Result<crate::Planned> {
         identity.require_ref(Action::Run, at, "planning a pipeline on it")?;
         let code = code.await?;
         self.plan(

@@ -21,7 +21,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use lh_api::PlannedChange;
 use lh_catalog::{Commit, RefExpr, TablePointer};
 
 use super::RunService;
@@ -42,6 +41,23 @@ enum Output {
     Unsure,
 }
 
+/// What a run would do with a node, and what changed (`lh run --dry-run --changes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeChange {
+    /// `run`, `reuse`, or `reuse?` (a Python model whose key matches but whose
+    /// environment's lock is known only once it is resolved).
+    pub action: String,
+    /// Why: what differs from the key of the table's newest memoized output.
+    pub reasons: Vec<String>,
+    /// A changed SQL model's category: `breaking`, `non-breaking`, `metadata-only` or
+    /// `unknown` (the reason in `details`).
+    pub category: Option<String>,
+    /// What the category rests on.
+    pub details: Vec<String>,
+    /// The run whose code the query was compared with.
+    pub compared_with: Option<String>,
+}
+
 /// What a plan of changes needs besides the plan.
 pub(super) struct ChangesOf<'a> {
     pub code_hash: &'a str,
@@ -59,7 +75,7 @@ impl RunService {
         &self,
         plan: &Plan,
         of: &ChangesOf<'_>,
-    ) -> Result<BTreeMap<usize, PlannedChange>> {
+    ) -> Result<BTreeMap<usize, NodeChange>> {
         let previous = self.previous_plan(&plan.project.name, of.target).await?;
         // Other projects' last runs on the branch (their nodes read this one's tables
         // too), loaded for the first category.
@@ -70,7 +86,7 @@ impl RunService {
             let node = &plan.nodes[i];
             let (mut change, output) = match node.kind {
                 NodeKind::Expectation { .. } => (
-                    PlannedChange {
+                    NodeChange {
                         action: "run".into(),
                         reasons: vec!["expectations run on every run".into()],
                         category: None,
@@ -142,8 +158,8 @@ impl RunService {
         node: &PlanNode,
         of: &ChangesOf<'_>,
         outputs: &HashMap<usize, Output>,
-    ) -> Result<(PlannedChange, Output)> {
-        let change = |action: &str, reasons: Vec<String>| PlannedChange {
+    ) -> Result<(NodeChange, Output)> {
+        let change = |action: &str, reasons: Vec<String>| NodeChange {
             action: action.into(),
             reasons,
             category: None,

@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
-use lh_api::{NodeStatus, PlanResponse, PlannedInput, PlannedNode, RunNode, RunStatus};
+use lh_api::{NodeStatus, RunNode, RunStatus};
 use lh_catalog::{Catalog, RefExpr};
 use lh_runner::{EnvCache, Runtime};
 
@@ -278,6 +278,18 @@ impl crate::merges::checks::ExpectationRunner for Expectations {
     }
 }
 
+pub use changes::NodeChange;
+
+/// A run planned without running it (`lh run --dry-run`): the plan, the ref expression
+/// it was made on, and (asked for) what a run would do with each node, by its index in
+/// `plan.nodes`.
+#[derive(Debug)]
+pub struct Planned {
+    pub plan: Plan,
+    pub at: String,
+    pub changes: BTreeMap<usize, NodeChange>,
+}
+
 impl RunService {
     /// The run service of `parts`, publishing through the merger `merger` makes of the
     /// run service's expectations (its merge checks run them).
@@ -437,7 +449,7 @@ impl RunService {
         partitions: Option<&str>,
         by: &Identity,
         changes: Option<bool>,
-    ) -> Result<PlanResponse> {
+    ) -> Result<Planned> {
         let reader = crate::auth::history::scoped(&self.catalog, by, at).await?;
         let resolved = self.catalog.resolve(&reader.reads(at)).await?;
         let readable = |t: &str| reader.can_table(crate::auth::Action::Read, at, t);
@@ -460,7 +472,7 @@ impl RunService {
             }
             None => BTreeMap::new(),
         };
-        Ok(plan_response(&plan, &at, changes))
+        Ok(Planned { plan, at, changes })
     }
 
     /// Starts a run; it goes on in the background.
@@ -854,61 +866,16 @@ fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
 }
 
-pub(crate) fn kind_name(k: &NodeKind) -> &'static str {
+pub fn kind_name(k: &NodeKind) -> &'static str {
     match k {
         NodeKind::Model { .. } => "model",
         NodeKind::Expectation { .. } => "expectation",
     }
 }
 
-pub(crate) fn lang_name(l: &Lang) -> &'static str {
+pub fn lang_name(l: &Lang) -> &'static str {
     match l {
         Lang::Python { .. } => "python",
         Lang::Sql { .. } => "sql",
-    }
-}
-
-fn plan_response(
-    plan: &Plan,
-    at: &str,
-    mut changes: BTreeMap<usize, lh_api::PlannedChange>,
-) -> PlanResponse {
-    let nodes = plan
-        .order
-        .iter()
-        .map(|&i| {
-            let n = &plan.nodes[i];
-            let (python, packages) = match &n.lang {
-                Lang::Python { env, .. } => (Some(env.python.clone()), env.packages.clone()),
-                Lang::Sql { .. } => (None, BTreeMap::new()),
-            };
-            PlannedNode {
-                name: n.display_name(),
-                kind: kind_name(&n.kind).into(),
-                language: lang_name(&n.lang).into(),
-                location: n.location(),
-                inputs: n
-                    .inputs
-                    .iter()
-                    .map(|inp| PlannedInput {
-                        table: inp.table.clone(),
-                        columns: inp.columns.clone(),
-                        filter: inp.filter.clone(),
-                        producer: inp.producer.map(|p| plan.nodes[p].display_name()),
-                    })
-                    .collect(),
-                output: n.output().map(String::from),
-                python,
-                packages,
-                change: changes.remove(&i),
-            }
-        })
-        .collect();
-    PlanResponse {
-        project: plan.project.name.clone(),
-        namespace: plan.project.namespace.clone(),
-        reference: at.to_string(),
-        params: plan.params.clone(),
-        nodes,
     }
 }

@@ -135,6 +135,10 @@ impl ProcessLauncher {
                 }
                 c.args(proc_and_dev());
                 c.bind(dir, true);
+                // The sandbox's own root (bubblewrap's tmpfs, and the folders it made
+                // there) read-only: a call writes only where the harness empties
+                // between calls (a file under `/` stayed for every later call).
+                c.args(["--remount-ro", "/"]);
                 c.arg("--chdir").arg(dir);
                 c.args([
                     "--clearenv",

@@ -496,9 +496,9 @@ struct Arch {
 /// and Landlock, whose rules hold the files they name. Untrusted code is also refused
 /// sending descriptors (`sendmsg`, `sendmmsg`: a descriptor in flight on a socket is in
 /// no process's table, so a removed file held that way would keep its blocks out of any
-/// measure of a folder), POSIX message queues (`mq_open`: a queue outlives the call
-/// that made it in the worker's IPC namespace, and none can be listed to be removed
-/// between calls) and `fallocate` with any mode (`FALLOC_FL_KEEP_SIZE` allocates
+/// measure of a folder), POSIX message queues (`mq_*`: a queue outlives the call that
+/// made it in the worker's IPC namespace; one opened through a mounted `/dev/mqueue`
+/// can be neither sent to nor read) and `fallocate` with any mode (`FALLOC_FL_KEEP_SIZE` allocates
 /// blocks without growing the file, past the file-size limit; it fails as where the
 /// file system cannot, with EOPNOTSUPP; a plain `fallocate` is allowed). Other ABIs of
 /// x86-64 (x32, i386) are refused whole.
@@ -508,7 +508,7 @@ const X86_64: Arch = Arch {
     refused: &[
         248, 249, 250, 425, 426, 427, 101, 310, 311, 438, 444, 445, 446,
     ],
-    untrusted: &[46, 307, 240],
+    untrusted: &[46, 307, 240, 241, 242, 243, 244, 245],
     fallocate: 285,
 };
 const AARCH64: Arch = Arch {
@@ -517,7 +517,7 @@ const AARCH64: Arch = Arch {
     refused: &[
         217, 218, 219, 425, 426, 427, 117, 270, 271, 438, 444, 445, 446,
     ],
-    untrusted: &[211, 269, 180],
+    untrusted: &[211, 269, 180, 181, 182, 183, 184, 185],
     fallocate: 47,
 };
 #[cfg(target_arch = "x86_64")]

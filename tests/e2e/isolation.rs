@@ -460,10 +460,13 @@ def probe(t=lh.Model("raw.orders", columns=["id"]), min_amount=lh.Parameter("min
 /// attributes of the worker's folder, `/tmp` and `/dev/shm`, reached the next call and
 /// run; and an environment's package that reads a configuration from HOME at import
 /// (keyring 19.3.0, a real PyPI release) ran the call's own module in the warm worker
-/// when the worker imported it after the call. Folders of any depth are removed without
-/// recursion, attributes cleared, a worker whose call left what it cannot remove
-/// retires, and what calls imported is imported only before the next call, from `/`,
-/// with no HOME.
+/// when the worker imported it after the call. The sixteenth found the root of the
+/// process runtime's sandbox writable (a config under `/nonexistent`, where the worker
+/// then imported from, did the same), POSIX message queues made through a container's
+/// `/dev/mqueue`, and the kept folders' modes and times passing bits. Folders of any
+/// depth are removed without recursion, attributes cleared, modes and times reset,
+/// `/dev/mqueue` emptied and its queues unusable, the root read-only, a worker whose
+/// call left what it cannot remove retires, and the worker imports nothing a call names.
 fn nothing_a_call_nests_or_configures_reaches_its_worker_or_the_next_call(runtime: &str) {
     let server = server_with(runtime, &[]);
     let lh = server.lh();
@@ -473,6 +476,8 @@ fn nothing_a_call_nests_or_configures_reaches_its_worker_or_the_next_call(runtim
     let models = &with_folder(
         "import os, sys",
         r#"
+PLACES = [p for p in ("/tmp", "/dev/shm", "/dev/mqueue") if os.path.isdir(p)]
+MARK = 5496643345511110265
 HOME = os.path.expanduser("~")
 CONF = os.path.join(HOME, ".local", "share", "python_keyring")
 MODS = os.path.join(CONF, "mods")
@@ -500,12 +505,21 @@ def found():
         seen.append("lhevil imported")
     # (The sandbox's binds may start in /tmp: the folders leading to them are not the call's.)
     mounts = [line.split()[4] for line in open("/proc/self/mountinfo")]
-    for place in ("/tmp", "/dev/shm", folder()):
+    for place in PLACES + [folder()]:
         for name in os.listdir(place):
             path = os.path.join(place, name)
             if not name.startswith("inv-") and not any(m == path or m.startswith(path + "/") for m in mounts):
                 seen.append(path)
         seen += ["%s: %s" % (place, a) for a in os.listxattr(place) if a.startswith("user.")]
+        st = os.stat(place)
+        if st.st_mtime_ns == MARK or st.st_mode & 0o7777 == 0o1757:
+            seen.append("%s: mode %o, mtime %d" % (place, st.st_mode, st.st_mtime_ns))
+    # The root and what the sandbox made there: read-only.
+    for place in ("/", "/etc"):
+        if os.access(place, os.W_OK):
+            seen.append(place + " is writable")
+    if os.path.exists("/nonexistent"):
+        seen.append("/nonexistent")
     return seen
 
 @lh.model()
@@ -521,11 +535,26 @@ def plants(o=lh.Model("raw.orders", columns=["id"])):
     deep("/dev/shm/nest")
     os.mkdir(os.path.join(folder(), "nest"))
     deep(os.path.join(folder(), "nest"))
-    for place in ("/tmp", "/dev/shm", folder()):
-        try:
-            os.setxattr(place, "user.lh", b"left")
-        except OSError:  # where the file system has none
-            pass
+    for place in PLACES + [folder()]:
+        for mark in (lambda: os.setxattr(place, "user.lh", b"left"),
+                     lambda: os.chmod(place, 0o1757),
+                     lambda: os.utime(place, ns=(MARK, MARK))):
+            try:
+                mark()
+            except OSError:  # where the file system or the owner lets it not
+                pass
+    # Where the worker once imported from (it imports nothing a call names, any more).
+    try:
+        os.makedirs("/nonexistent/python_keyring")
+    except OSError:
+        pass
+    # A POSIX message queue through a mounted /dev/mqueue (a container's).
+    if os.path.isdir("/dev/mqueue"):
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open("/dev/mqueue/lh-left", os.O_CREAT | os.O_RDWR | os.O_NONBLOCK, 0o600)
+        if libc.mq_timedsend(fd, b"left", 4, 0, None) == 0:
+            raise RuntimeError("a message was queued for later calls")
     return o
 
 @lh.model()
@@ -2208,6 +2237,34 @@ fn a_run_keeps_bounded_logs_params_and_names() {
         planned
             .both()
             .contains("past the 1024 KiB a project's Python or SQL file may hold"),
+        "{}",
+        planned.both()
+    );
+    // Nodes (found by the sixteenth review: 39,243 one-line models in one file under a
+    // 3 KB path made a 128 MB plan, and a run that never started).
+    let many: String = (0..2_100)
+        .map(|i| format!("@lh.model()\ndef m{i}(o=lh.Model(\"raw.orders\")):\n    return o\n"))
+        .collect();
+    let many = format!("import lh\n{many}");
+    let dir = project(&lh, "many", &[("lh_project.yml", PROJECT), ("m.py", &many)]);
+    let planned = lh.run(&["run", dir.to_str().unwrap(), "--dry-run"]);
+    assert!(
+        planned.both().contains("a project holds at most 2000"),
+        "{}",
+        planned.both()
+    );
+    let deep: String = (0..15)
+        .map(|i| format!("d{i:02}{}/", "x".repeat(197)))
+        .collect();
+    let one_liners: String = (0..39_000)
+        .map(|i| format!("@lh.model()\ndef m{i}():0\n"))
+        .collect();
+    let file = format!("models/{deep}m.py");
+    let wide = format!("import lh\n{one_liners}");
+    let dir = project(&lh, "wide", &[("lh_project.yml", PROJECT), (&file, &wide)]);
+    let planned = lh.run(&["run", dir.to_str().unwrap(), "--dry-run"]);
+    assert!(
+        planned.both().contains("a project holds at most 2000"),
         "{}",
         planned.both()
     );

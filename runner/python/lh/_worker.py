@@ -4,7 +4,9 @@ fresh process.
     python -m lh._worker
 
 The worker is a warm parent that has imported what every call needs (pyarrow) and
-never runs user code itself: for each request it forks a child, which puts the
+never runs user code itself, nor imports anything a call names (a package's import
+reads state a call could leave: keyring's configuration ran a call's module here once):
+for each request it forks a child, which puts the
 project's folder first on `sys.path`, imports the function's module (so `import
 helper` at the top of a model works, and relative imports inside the project's
 packages), calls it and answers; then the child exits. No module, global, patched
@@ -158,77 +160,9 @@ def invoke(req):
     return {"rows": table.num_rows}
 
 
-def site_dirs():
-    """Where the environment's packages are (never the project, never a scratch folder)."""
-    import site
-    dirs = [p for p in site.getsitepackages() + os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
-
-
-def imported_packages(before):
-    """The environment's top-level packages a call imported that the parent has not: the
-    parent imports them after the call, so that later calls start with them."""
-    dirs = site_dirs()
-    names = []
-    for name, module in list(sys.modules.items()):
-        if "." in name or name in before or len(names) >= 500:
-            continue
-        origin = getattr(module, "__file__", None)
-        if origin and os.path.realpath(origin).startswith(dirs):
-            names.append(name)
-    return names
-
-
-def in_environment(spec, dirs):
-    """Whether a module's spec lies in the environment's package folders."""
-    if spec is None:
-        return False
-    places = [spec.origin] if spec.has_location else list(spec.submodule_search_locations or [])
-    return bool(places) and all(p and os.path.realpath(p).startswith(dirs) for p in places)
-
-
-def preload_pristine(names, work):
-    """[`preload`] where nothing a call could leave is looked at: from `/`, with HOME and
-    XDG folders that do not exist (a package that reads a configuration at import, say
-    keyring's, finds none)."""
-    keys = ("HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME",
-            "XDG_RUNTIME_DIR", "TMPDIR", "PWD")
-    saved = {k: os.environ.get(k) for k in keys}
-    try:
-        for k in keys:
-            os.environ[k] = "/nonexistent"
-        os.chdir("/")
-        preload(names)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        os.chdir(work)
-
-
-def preload(names):
-    """Imports, in the parent, the environment's top-level packages calls used. The list
-    comes from a call's answer, which the call's code can write: so only a top-level
-    name (finding `a.b` imports `a` first, wherever it is) whose module lies in the
-    environment's package folders (never the standard library, the project or the
-    worker's folder) is imported, and finding it imports nothing."""
-    dirs = site_dirs()
-    for name in names[:500]:
-        if not isinstance(name, str) or not name.isidentifier() or name in sys.modules:
-            continue
-        try:
-            if in_environment(importlib.util.find_spec(name), dirs):
-                importlib.import_module(name)
-        except BaseException:  # a module that fails to import stays for the calls to import
-            pass
-
-
 def child(req, out):
     """The call, in the forked child: answers through `out`, then exits."""
     me = os.getpid()
-    before = set(sys.modules)
     try:
         answer = {"id": req["id"], "ok": True, **invoke(req)}
     except (Exception, SystemExit, KeyboardInterrupt) as e:  # the function's failure is the answer
@@ -242,10 +176,6 @@ def child(req, out):
         answer = {"id": req["id"], "ok": False, "error": f"{type(e).__name__}: {e}", "traceback": tb}
     if os.getpid() != me:
         os._exit(0)
-    try:
-        answer["preload"] = imported_packages(before)
-    except Exception:
-        pass
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -382,6 +312,7 @@ def clear_dir(top, keep, mounts):
     except OSError:
         return False
     clear_xattrs(top)
+    reset_kept(top)
     return clean and not left
 
 
@@ -467,10 +398,54 @@ def clear_scratch(work, invocation):
     mounts = mount_points()
     clean = clear_dir(work, (invocation,), mounts)
     if os.environ.get("LH_PRIVATE_TMP") == "1":
-        clean = clear_dir("/tmp", (), mounts) and clean
-        clean = clear_dir("/dev/shm", (), mounts) and clean
+        for place in PRIVATE_PLACES:
+            if os.path.isdir(place):
+                clean = clear_dir(place, (), mounts) and clean
         clear_sysv_ipc()
     return clean
+
+
+# The worker's own places a call may write, emptied between calls (`/dev/mqueue` is
+# mounted in a container).
+PRIVATE_PLACES = ("/tmp", "/dev/shm", "/dev/mqueue")
+
+# The kept folders' modes when the worker started, and the time they are reset to.
+KEPT_MODES = {}
+KEPT_TIME = 0
+
+
+def remember_kept(work):
+    """Notes the modes of the folders the cleanup keeps (the worker's folder, its private
+    places, the folders leading to the sandbox's binds under them), which a call could
+    change (and their times) to pass a few bits to the next call."""
+    global KEPT_TIME
+    KEPT_TIME = time.time_ns()
+    places = {work, *PRIVATE_PLACES}
+    for m in mount_points():
+        for top in PRIVATE_PLACES:
+            if m.startswith(top + "/"):
+                parts = m[len(top) + 1:].split("/")
+                places.update(os.path.join(top, *parts[:i]) for i in range(1, len(parts)))
+    for p in places:
+        try:
+            KEPT_MODES[p] = os.stat(p, follow_symlinks=False).st_mode & 0o7777
+        except OSError:
+            pass
+
+
+def reset_kept(path):
+    """A kept folder's mode as the worker found it, and its times all calls alike."""
+    if os.path.islink(path):
+        return
+    try:
+        if path in KEPT_MODES:
+            os.chmod(path, KEPT_MODES[path])
+    except OSError:
+        pass
+    try:
+        os.utime(path, ns=(KEPT_TIME, KEPT_TIME), follow_symlinks=False)
+    except OSError:
+        pass
 
 
 IPC_RMID = 0
@@ -566,7 +541,7 @@ def call(req, answers):
 # its answer, and the code it runs can write one of its own: the runner takes only
 # answers of this shape).
 ANSWER_TYPES = {"id": str, "ok": bool, "rows": int, "passed": bool, "detail": str, "error": str,
-                "traceback": str, "preload": list}
+                "traceback": str}
 
 
 def typed(answer):
@@ -582,8 +557,6 @@ def typed(answer):
         kept[key] = value
     if "ok" not in kept:
         return None
-    if "preload" in kept:
-        kept["preload"] = [m for m in kept["preload"][:500] if isinstance(m, str)]
     return kept
 
 
@@ -812,7 +785,7 @@ def main():
     import pyarrow.compute  # noqa: F401
     write_all(fd, (json.dumps({"ready": True, "pid": os.getpid()}) + "\n").encode())
     stdin = Channel(sys.stdin.fileno())
-    modules = None
+    remember_kept(work)
     while True:
         line = stdin.readline()
         if not line:
@@ -825,18 +798,12 @@ def main():
         if channel is not None:
             base, answer = receive_files(stdin, work, channel)
         print(f"--- lh: {req.get('kind')} {req.get('function')} ---", file=sys.stderr, flush=True)
-        if modules:
-            # What the last call imported, imported here before this call's fork, once
-            # nothing of that call is left (its folder is back with the runner).
-            preload_pristine(modules, work)
-            modules = None
         if answer is None:
             answer = call(req, fd)
         answer["id"] = req.get("id")
         # An answer says only what answers say (a call's cannot announce files of its own).
         answer = {k: v for k, v in answer.items() if k in ANSWER_TYPES}
         clean = clear_scratch(work, "inv-%s" % req.get("id"))
-        modules = answer.pop("preload", None) if clean else None
         found = []
         if channel is not None:
             answer, found = files_back(answer, base, channel)
@@ -852,8 +819,6 @@ def main():
             print("--- lh: the worker retires: its call left what it cannot remove ---",
                   file=sys.stderr, flush=True)
             break
-        if not isinstance(modules, list):
-            modules = None
 
 
 if __name__ == "__main__":

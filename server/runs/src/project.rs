@@ -281,6 +281,57 @@ pub struct PlanInput {
 
 /// The largest Python or SQL file of a project (the server's planner parses each).
 pub const MAX_SOURCE_FILE: u64 = 1 << 20;
+/// The most nodes a project has (each is stored with every run and shown in its answers).
+pub const MAX_NODES: usize = 2_000;
+/// The most of the Python planner's answer read (its functions, their inputs).
+const MAX_PLANNER_ANSWER: usize = 16 << 20;
+
+/// A planner's output, each stream read to at most [`MAX_PLANNER_ANSWER`] bytes and one
+/// more (a longer answer is refused; the planner is stopped with it).
+async fn bounded_output(mut child: tokio::process::Child) -> std::io::Result<std::process::Output> {
+    use tokio::io::AsyncReadExt;
+    let limit = MAX_PLANNER_ANSWER as u64 + 1;
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let out = child.stdout.take();
+    let err = child.stderr.take();
+    let killer = &mut child;
+    let read_out = async {
+        if let Some(o) = out {
+            o.take(limit).read_to_end(&mut stdout).await?;
+        }
+        // Past the bound the planner is stopped (it would wait to write the rest).
+        if stdout.len() > MAX_PLANNER_ANSWER {
+            let _ = killer.start_kill();
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    let read_err = async {
+        if let Some(e) = err {
+            // Its end is read and dropped: the planner never waits to write.
+            let mut e = e;
+            let mut sink = [0u8; 8192];
+            loop {
+                let n = e.read(&mut sink).await?;
+                if n == 0 {
+                    break;
+                }
+                let room = (64usize << 10).saturating_sub(stderr.len());
+                stderr.extend_from_slice(&sink[..n.min(room)]);
+            }
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    let (a, b) = tokio::join!(read_out, read_err);
+    a?;
+    b?;
+    let status = child.wait().await?;
+    Ok(std::process::Output {
+        status,
+        stdout,
+        stderr,
+    })
+}
+
 /// The Python planner's address space and time.
 const PLANNER_MEMORY: u64 = 2 << 30;
 const PLANNER_TIME: std::time::Duration = std::time::Duration::from_secs(60);
@@ -416,8 +467,12 @@ impl Planner<'_> {
                 .args(&py_files)
                 .current_dir(root)
                 .kill_on_drop(true)
-                .output();
-            let out = tokio::time::timeout(PLANNER_TIME, planner)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .map_err(|e| Error::internal(format!("cannot run the Python planner: {e}")))?;
+            let out = tokio::time::timeout(PLANNER_TIME, bounded_output(planner))
                 .await
                 .map_err(|_| {
                     Error::bad_request(
@@ -429,6 +484,16 @@ impl Planner<'_> {
                     )
                 })?
                 .map_err(|e| Error::internal(format!("cannot run the Python planner: {e}")))?;
+            if out.stdout.len() > MAX_PLANNER_ANSWER {
+                return Err(Error::bad_request(
+                    Code::InvalidProject,
+                    format!(
+                        "the project's Python files declare more than the planner answers for \
+                         ({} MiB of functions): a project holds at most {MAX_NODES} nodes",
+                        MAX_PLANNER_ANSWER >> 20
+                    ),
+                ));
+            }
             if !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("MemoryError")
             {
                 return Err(Error::bad_request(
@@ -504,6 +569,12 @@ impl Planner<'_> {
         }
         if nodes.is_empty() && problems.is_empty() {
             problems.push("the project has no model and no expectation".into());
+        }
+        if nodes.len() > MAX_NODES {
+            problems.push(format!(
+                "the project has {} nodes: a project holds at most {MAX_NODES}",
+                nodes.len()
+            ));
         }
 
         // A check's plan: its expectations (a project that does not parse says so first).

@@ -20,7 +20,7 @@ pub struct Cli {
 
 pub const EXIT_CODES: &str = "Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict, \
 5 invalid input, 6 server unreachable, 7 query timeout or result too large, 8 run failed, \
-9 not authenticated or not permitted";
+9 not authenticated or not permitted, 130 interrupted (Ctrl-C)";
 
 #[derive(Debug, Args)]
 pub struct GlobalArgs {

@@ -18,6 +18,8 @@ pub enum Exit {
     RunFailed = 8,
     /// No valid token (401), or the token's role may not (403).
     Denied = 9,
+    /// Interrupted (Ctrl-C), as a shell reports SIGINT.
+    Interrupted = 130,
 }
 
 #[derive(Debug)]
@@ -39,6 +41,8 @@ pub enum CliError {
     },
     /// A pipeline run ended without publishing (already reported).
     RunFailed,
+    /// Left at the user's Ctrl-C (already reported).
+    Interrupted,
     Other(anyhow::Error),
 }
 
@@ -51,6 +55,10 @@ impl<E: Into<anyhow::Error>> From<E> for CliError {
 pub type CliResult<T> = Result<T, CliError>;
 
 impl CliError {
+    pub fn interrupted() -> Self {
+        CliError::Interrupted
+    }
+
     pub fn invalid(message: impl Into<String>, hint: Option<&str>) -> Self {
         CliError::Invalid {
             message: message.into(),
@@ -79,6 +87,7 @@ impl CliError {
             CliError::Unreachable { .. } => Exit::Unreachable,
             CliError::Invalid { .. } => Exit::Invalid,
             CliError::RunFailed => Exit::RunFailed,
+            CliError::Interrupted => Exit::Interrupted,
             CliError::Other(_) => Exit::Error,
         }
     }
@@ -139,7 +148,7 @@ impl CliError {
                     eprintln!("hint: {h}");
                 }
             }
-            CliError::RunFailed => {}
+            CliError::RunFailed | CliError::Interrupted => {}
             CliError::Other(e) => {
                 eprintln!("error: {e}");
                 for cause in e.chain().skip(1) {

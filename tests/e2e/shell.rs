@@ -425,3 +425,52 @@ fn a_secret_typed_on_a_terminal_is_asked_for_and_not_shown() {
     let listed = lh.run(&["secret", "ls"]);
     assert!(listed.ok().contains("TYPED"), "{}", listed.both());
 }
+
+/// Found trying lh as a new user would: Ctrl-C during `lh run` left without a word while
+/// the run went on and published to main (dbt cancels). Ctrl-C cancels the attached run,
+/// saying so and what is kept, and nothing is published; a second Ctrl-C leaves at once
+/// (exit 130).
+#[test]
+fn ctrl_c_cancels_an_attached_run_and_publishes_nothing() {
+    let server = crate::runs::server("process");
+    let lh = server.lh();
+    crate::runs::orders(&lh);
+    let slow = "import time\nimport lh\n\n@lh.model()\ndef slow(o=lh.Model(\"raw.orders\", columns=[\"id\"])):\n    time.sleep(120)\n    return o\n";
+    let dir = crate::runs::project(
+        &lh,
+        "slow",
+        &[("lh_project.yml", crate::runs::PROJECT), ("m.py", slow)],
+    );
+    let before = lh.head("main");
+    for presses in [1, 2] {
+        let mut term = Term::start(&lh, &["run", dir.to_str().unwrap(), "--no-cache"], &[]);
+        term.expect("running");
+        term.send("\x03");
+        term.expect("cancelling run");
+        if presses == 2 {
+            term.send("\x03");
+            // It leaves at once, unless the cancellation (quick here) ended the run first.
+            let code = term.wait();
+            let text = term.text();
+            assert!(
+                (code == 130 && text.contains("left run"))
+                    || (code == 8 && text.contains("cancelled")),
+                "{code}: {text}"
+            );
+        } else {
+            assert_eq!(term.wait(), 8, "{}", term.text());
+        }
+        let runs: serde_json::Value =
+            serde_json::from_str(lh.run(&["runs", "ls", "-o", "json"]).ok()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut status = runs[0]["status"].clone();
+        while status != "cancelled" && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+            let runs: serde_json::Value =
+                serde_json::from_str(lh.run(&["runs", "ls", "-o", "json"]).ok()).unwrap();
+            status = runs[0]["status"].clone();
+        }
+        assert_eq!(status, "cancelled", "{presses} Ctrl-C: {}", term.text());
+        assert_eq!(lh.head("main"), before, "nothing was published");
+    }
+}

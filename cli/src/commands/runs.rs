@@ -355,6 +355,11 @@ async fn follow(
         })
         .collect();
     let mut reported = vec![false; started.nodes.len()];
+    // Ctrl-C cancels the run it started (as dbt does): nothing is published. A second
+    // one leaves at once (`--detach` lets a run go on without being watched).
+    // (Listened for from here: a Ctrl-C before the first poll is not lost.)
+    let mut interrupts = 0;
+    let mut ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let run = loop {
         let run = client.run(&started.id).await?;
         for (i, n) in run.nodes.iter().enumerate() {
@@ -379,7 +384,36 @@ async fn follow(
         } else {
             200
         };
-        tokio::time::sleep(Duration::from_millis(pause)).await;
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(pause)) => {}
+            _ = ctrl_c.recv() => {
+                interrupts += 1;
+                if interrupts > 1 {
+                    let _ = multi.clear();
+                    eprintln!(
+                        "left run {}: its cancellation goes on on the server (`lh runs show {}`)",
+                        short(&started.id),
+                        short(&started.id)
+                    );
+                    return Err(CliError::interrupted());
+                }
+                let _ = multi.println(format!(
+                    "cancelling run {}: nothing is published; its branch '{}' is kept until it \
+                     expires (Ctrl-C again to leave at once)",
+                    short(&started.id),
+                    started.run_branch
+                ));
+                if !interactive {
+                    eprintln!(
+                        "cancelling run {}: nothing is published; its branch '{}' is kept until \
+                         it expires (Ctrl-C again to leave at once)",
+                        short(&started.id),
+                        started.run_branch
+                    );
+                }
+                client.cancel_run(&started.id).await?;
+            }
+        }
     };
     for b in &bars {
         b.finish();

@@ -253,22 +253,56 @@ def children():
 
 
 def kill_leftovers():
-    """Kills and reaps every process a call left: as this process is their subreaper,
-    whatever a call started (even in a session or group of its own) ends up its child."""
-    for _ in range(1000):
-        pids = children()
-        if not pids:
-            break
-        for p in pids:
+    """Kills and reaps every process a call left, whether any is left: as this process is
+    their subreaper, whatever a call started (even in a session or group of its own)
+    ends up its child. In a sandbox's own PID namespace (this process is its init's
+    child, or its init) every other process but that init is a call's: all are killed
+    at once, however long a chain of them (a chain of 1,005 outlived a thousand rounds
+    of killing children), until none is left."""
+    sandboxed = os.environ.get("LH_PRIVATE_TMP") == "1" and os.getpid() <= 2
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if sandboxed:
             try:
-                os.kill(p, signal.SIGKILL)
+                os.kill(-1, signal.SIGKILL)  # all but this process and the namespace's init
             except ProcessLookupError:
                 pass
-        for p in pids:
+        else:
+            for p in children():
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        while True:
             try:
-                os.waitpid(p, 0)
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
             except ChildProcessError:
-                pass
+                break
+        left = others() if sandboxed else children()
+        if not left:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def others():
+    """The processes of this PID namespace but this one and its init."""
+    me = os.getpid()
+    found = []
+    try:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) not in (1, me):
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        # A zombie not yet reaped is gone but for its entry.
+                        if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                            found.append(int(entry))
+                except (OSError, IndexError):
+                    pass
+    except OSError:
+        return [0]
+    return found
 
 
 def mount_points():
@@ -521,7 +555,9 @@ def call(req, answers):
         pass
     if status is None:
         _, status = os.waitpid(pid, 0)
-    kill_leftovers()
+    global LEFTOVERS
+    if not kill_leftovers():
+        LEFTOVERS = True
     text = b"".join(chunks).decode("utf-8", "replace").strip()
     try:
         answer = json.loads(text)
@@ -559,6 +595,9 @@ def typed(answer):
         return None
     return kept
 
+
+# Whether a call left a process that could not be stopped: the worker then retires.
+LEFTOVERS = False
 
 # The most files a call's folder may send back.
 MAX_FILES = 10000
@@ -814,7 +853,7 @@ def main():
             # Nothing of the call stays for the next one, in its folder or in memory.
             clean = clear_dir(work, (), mount_points()) and clean
             stdin.wipe()
-        if not clean:
+        if not clean or LEFTOVERS:
             # Something of the call could not be removed: no later call may find it.
             print("--- lh: the worker retires: its call left what it cannot remove ---",
                   file=sys.stderr, flush=True)

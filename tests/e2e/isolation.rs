@@ -2310,6 +2310,19 @@ fn a_run_keeps_bounded_logs_params_and_names() {
         "{}",
         planned.both()
     );
+    // Problems (found by the seventeenth review: bounded only by the planner's 16 MiB
+    // answer, each listed in the error): the first 100 are shown, the rest counted.
+    let broken: String = (0..20_000)
+        .map(|i| format!("@lh.model(nope=1)\ndef b{i}():0\n"))
+        .collect();
+    let broken = format!("import lh\n{broken}");
+    let dir = project(&lh, "broken", &[("lh_project.yml", PROJECT), ("m.py", &broken)]);
+    let planned = lh.run(&["run", dir.to_str().unwrap(), "--dry-run"]);
+    assert_ne!(planned.code, 0, "{}", planned.both());
+    let said = planned.both();
+    assert!(said.contains("the project is not valid (20000 problems)"), "{}", &said[..said.len().min(2000)]);
+    assert!(said.contains("... and 19900 more"), "{}", &said[said.len().saturating_sub(2000)..]);
+    assert!(said.len() < 200 << 10, "{} bytes", said.len());
 }
 
 #[test]

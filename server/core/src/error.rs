@@ -104,6 +104,7 @@ codes! {
     OriginNotAllowed = "origin_not_allowed",
     OutsideWarehouse = "outside_warehouse",
     PermissionDenied = "permission_denied",
+    PlannersBusy = "planners_busy",
     PrefixNotFound = "prefix_not_found",
     PropertyConflict = "property_conflict",
     ReadOnly = "read_only",

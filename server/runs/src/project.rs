@@ -335,6 +335,12 @@ async fn bounded_output(mut child: tokio::process::Child) -> std::io::Result<std
 /// The Python planner's address space and time.
 const PLANNER_MEMORY: u64 = 2 << 30;
 const PLANNER_TIME: std::time::Duration = std::time::Duration::from_secs(60);
+/// Planners running at once (each may take [`PLANNER_MEMORY`]); a plan waits for one at
+/// most [`PLANNER_TIME`], then is refused as busy.
+const MAX_PLANNERS: usize = 2;
+static PLANNERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_PLANNERS);
+/// The problems an invalid project's answer lists (the rest are counted).
+pub const MAX_PROBLEMS_SHOWN: usize = 100;
 
 /// The longest name of a node (an expectation's function, a model's table).
 pub const MAX_NODE_NAME: usize = 255;
@@ -371,9 +377,14 @@ fn invalid(problems: Vec<String>) -> Error {
         "the project is not valid ({n} problem{})",
         if n == 1 { "" } else { "s" }
     );
-    for p in &problems {
+    // The first problems are what a user fixes first; a file of 100,000 broken
+    // functions does not make an answer of 100,000 lines.
+    for p in problems.iter().take(MAX_PROBLEMS_SHOWN) {
         msg.push_str("\n  ");
         msg.push_str(p);
+    }
+    if n > MAX_PROBLEMS_SHOWN {
+        msg.push_str(&format!("\n  ... and {} more", n - MAX_PROBLEMS_SHOWN));
     }
     Error::bad_request(Code::InvalidProject, msg)
 }
@@ -460,6 +471,21 @@ impl Planner<'_> {
 
         // Python: parsed by lh._plan, never imported.
         if !py_files.is_empty() {
+            let _planning = tokio::time::timeout(PLANNER_TIME, PLANNERS.acquire())
+                .await
+                .map_err(|_| {
+                    Error::new(
+                        Kind::Unavailable,
+                        Code::PlannersBusy,
+                        format!(
+                            "the server is planning {MAX_PLANNERS} other projects and none \
+                             finished within {} s",
+                            PLANNER_TIME.as_secs()
+                        ),
+                    )
+                    .with_hint("try again in a minute")
+                })?
+                .map_err(|_| Error::internal("the planners are closed"))?;
             let planner = tokio::process::Command::new(self.python)
                 .args(["-I", "-c", "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]),) * 2); sys.path.insert(0, sys.argv[2]); sys.argv = sys.argv[2:]; import lh._plan as p; p.main(sys.argv[1:])"])
                 .arg(PLANNER_MEMORY.to_string())

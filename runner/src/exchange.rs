@@ -149,7 +149,10 @@ pub(crate) async fn exchange<L: Launcher>(
     }
     let (outcome, healthy) = match answer {
         Ok(Some(line)) => match serde_json::from_str::<Answer>(&line) {
-            Ok(a) if a.id.as_deref() == Some(inv.id.as_str()) => (a.outcome(), true),
+            Ok(a) if a.id.as_deref() == Some(inv.id.as_str()) => {
+                let retires = a.retires == Some(true);
+                (a.outcome(), !retires)
+            }
             _ => (
                 Outcome::Failed {
                     // Bounded as every failure is: the line is the call's to write.

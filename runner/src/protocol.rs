@@ -91,6 +91,8 @@ pub(crate) struct Answer {
     pub error: Option<String>,
     pub traceback: Option<String>,
     pub ready: Option<bool>,
+    /// The worker leaves after this answer (its call left what it cannot remove).
+    pub retires: Option<bool>,
 }
 
 /// The most of a function's error message, an expectation's detail, and a traceback

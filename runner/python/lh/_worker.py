@@ -436,7 +436,95 @@ def clear_scratch(work, invocation):
             if os.path.isdir(place):
                 clean = clear_dir(place, (), mounts) and clean
         clear_sysv_ipc()
+        # What cannot be emptied from here, the call must not have changed: its
+        # network namespace's sockets (a closed TCP end lingers, owned by no process, for
+        # a minute, its ports readable in /proc/net) and counters, and the SysV id
+        # sequences (each new object's id tells how many came before).
+        clean = NETWORK.unchanged() and clean
+        clean = SYSV.unchanged() and clean
     return clean
+
+
+class NetworkState:
+    """The worker's network namespace as the last call found it: how many sockets of
+    each table /proc/net lists, and every interface's counters. A sandbox has no
+    network but loopback, which only a call uses."""
+
+    TABLES = ("tcp", "tcp6", "udp", "udp6", "udplite", "udplite6", "raw", "raw6", "unix",
+              "packet", "icmp", "icmp6")
+
+    def __init__(self):
+        self.last = None
+
+    @classmethod
+    def now(cls):
+        seen = []
+        for table in cls.TABLES:
+            try:
+                with open(f"/proc/net/{table}") as f:
+                    seen.append((table, len(f.read().splitlines())))
+            except OSError:
+                seen.append((table, None))
+        try:
+            with open("/proc/net/dev") as f:
+                seen.append(("dev", f.read()))
+        except OSError:
+            seen.append(("dev", None))
+        return seen
+
+    def remember(self):
+        self.last = self.now()
+
+    def unchanged(self):
+        now = self.now()
+        same = now == self.last
+        self.last = now
+        return same
+
+
+class SysvSequence:
+    """The SysV IPC id each kind would give next, probed by making and removing one
+    object of each (their ids grow by one step per object made, so a call that made any
+    moved them further than the probes alone)."""
+
+    def __init__(self):
+        self.last, self.step = None, None
+
+    @staticmethod
+    def probe():
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            return None
+        ids = []
+        for make, remove in ((lambda: libc.shmget(0, 1, 0o600), lambda i: libc.shmctl(i, IPC_RMID, None)),
+                             (lambda: libc.msgget(0, 0o600), lambda i: libc.msgctl(i, IPC_RMID, None)),
+                             (lambda: libc.semget(0, 1, 0o600), lambda i: libc.semctl(i, 0, IPC_RMID))):
+            i = make()
+            if i >= 0:
+                remove(i)
+            ids.append(i)
+        return ids
+
+    def remember(self):
+        first = self.probe()
+        self.last = self.probe()
+        if first is not None and self.last is not None:
+            self.step = [b - a for a, b in zip(first, self.last)]
+
+    def unchanged(self):
+        now = self.probe()
+        if now is None or self.last is None or self.step is None:
+            same = now == self.last
+        else:
+            same = all(n < 0 or n == last + step for n, last, step in zip(now, self.last, self.step))
+        self.last = now
+        return same
+
+
+NETWORK = NetworkState()
+SYSV = SysvSequence()
 
 
 # The worker's own places a call may write, emptied between calls (`/dev/mqueue` is
@@ -825,6 +913,9 @@ def main():
     write_all(fd, (json.dumps({"ready": True, "pid": os.getpid()}) + "\n").encode())
     stdin = Channel(sys.stdin.fileno())
     remember_kept(work)
+    if os.environ.get("LH_PRIVATE_TMP") == "1":
+        NETWORK.remember()
+        SYSV.remember()
     while True:
         line = stdin.readline()
         if not line:
@@ -843,6 +934,9 @@ def main():
         # An answer says only what answers say (a call's cannot announce files of its own).
         answer = {k: v for k, v in answer.items() if k in ANSWER_TYPES}
         clean = clear_scratch(work, "inv-%s" % req.get("id"))
+        if not clean or LEFTOVERS:
+            # Said with the answer, so that the runner sends this worker no other call.
+            answer["retires"] = True
         found = []
         if channel is not None:
             answer, found = files_back(answer, base, channel)

@@ -2,6 +2,8 @@
 //! read-only SELECT (DESCRIBE, SHOW and SUMMARIZE parse as SELECTs too), and the tables
 //! it names. Anything else, whatever its text, is refused here.
 
+use std::collections::HashMap;
+
 use lh_api::remedy::Remedy;
 use serde_json::Value;
 
@@ -187,6 +189,28 @@ pub fn analyze(serialized: &str) -> Result<Analysis> {
             .with_hint("use a CTE or a join instead of nesting"));
         }
     }
+    // DuckDB expands a macro by copying its arguments into its body, before anything its
+    // interrupt reaches: `fmod` uses each argument twice, so 16 nested calls (136 bytes)
+    // made 65,536 copies, and minutes of CPU and gigabytes past the query's timeout and
+    // memory (found by the nineteenth review). Bounded by what the expansion adds.
+    let added = expanded(&v, &MACROS).saturating_sub(expanded(&v, &HashMap::new()));
+    if added > MAX_MACRO_EXPANSION {
+        return Err(Error::bad_request(
+            Code::SqlError,
+            format!(
+                "the statement's macros (fmod, nullif, round_even, ...) would expand into \
+                 more than {MAX_MACRO_EXPANSION} more expressions{}",
+                if added == u64::MAX {
+                    String::new()
+                } else {
+                    format!(" ({added})")
+                }
+            ),
+        )
+        .with_hint(
+            "compute the nested value once, in a CTE or a subquery, and use it from there",
+        ));
+    }
     let mut out = Analysis::default();
     walk(&v, &mut out)?;
     if let Some(node) = v.pointer("/statements/0/node") {
@@ -199,6 +223,160 @@ pub fn analyze(serialized: &str) -> Result<Analysis> {
     out.tables.sort();
     out.tables.dedup();
     Ok(out)
+}
+
+/// The most expressions DuckDB's macros may add to one statement as it expands them
+/// (about a second of DuckDB's binding; one use of a macro adds its body and the copies
+/// of its arguments).
+pub const MAX_MACRO_EXPANSION: u64 = 20_000;
+
+/// A scalar macro DuckDB ships: the expressions its body adds, and how many times it
+/// uses an argument at most (each argument is counted that many times).
+#[derive(Debug, Clone, Copy)]
+struct Macro {
+    body: u64,
+    uses: u64,
+}
+
+/// DuckDB's own scalar macros, read from DuckDB itself (its catalog of functions) once:
+/// each body parsed as DuckDB parses it, its parameters counted where they are used
+/// (and through any macro it calls in turn).
+static MACROS: std::sync::LazyLock<HashMap<String, Macro>> = std::sync::LazyLock::new(|| {
+    read_macros().unwrap_or_else(|e| {
+        // Without the table every macro counts once more than it is: still bounded, by
+        // the tree's size, but say why.
+        tracing::error!("cannot read DuckDB's macros: {e}");
+        HashMap::new()
+    })
+});
+
+fn read_macros() -> Result<HashMap<String, Macro>, duckdb::Error> {
+    let conn = duckdb::Connection::open_in_memory()?;
+    let mut stmt = conn.prepare(
+        "SELECT lower(function_name), parameters, \
+                json_serialize_sql('SELECT ' || macro_definition) \
+         FROM duckdb_functions() \
+         WHERE function_type = 'macro' AND schema_name IN ('main', 'pg_catalog') \
+           AND macro_definition IS NOT NULL",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        let params: duckdb::types::Value = r.get(1)?;
+        let params = match params {
+            duckdb::types::Value::List(l) => l
+                .into_iter()
+                .filter_map(|p| match p {
+                    duckdb::types::Value::Text(t) => Some(t.to_ascii_lowercase()),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        Ok((r.get::<_, String>(0)?, params, r.get::<_, String>(2)?))
+    })?;
+    let mut raw: Vec<(String, Vec<String>, Value)> = Vec::new();
+    for row in rows {
+        let (name, params, body) = row?;
+        let Ok(tree) = parse_tree(&body) else {
+            continue;
+        };
+        let Some(expr) = tree.pointer("/statements/0/node/select_list/0").cloned() else {
+            continue;
+        };
+        raw.push((name, params, expr));
+    }
+    // A body may use another macro, which may use another: each round counts one more
+    // level of that (DuckDB's own go two deep; they do not recurse).
+    let mut known: HashMap<String, Macro> = HashMap::new();
+    for _ in 0..4 {
+        for (name, params, body) in &raw {
+            let uses = params
+                .iter()
+                .map(|p| refs_to(body, p, &known))
+                .max()
+                .unwrap_or(0);
+            known.insert(
+                name.clone(),
+                Macro {
+                    body: expanded(body, &known),
+                    uses,
+                },
+            );
+        }
+    }
+    Ok(known)
+}
+
+/// The macro a node of a parse tree calls, if it is one of `macros`.
+fn macro_call<'a>(
+    m: &serde_json::Map<String, Value>,
+    macros: &'a HashMap<String, Macro>,
+) -> Option<&'a Macro> {
+    if m.get("class").and_then(Value::as_str) != Some("FUNCTION") {
+        return None;
+    }
+    let text = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or("");
+    let schema = text("schema");
+    if !(text("catalog").is_empty() || text("catalog").eq_ignore_ascii_case("system"))
+        || !(schema.is_empty() || schema == "main" || schema == "pg_catalog")
+    {
+        return None;
+    }
+    macros.get(&text("function_name").to_ascii_lowercase())
+}
+
+/// The nodes of a parse tree once every call of `macros` in it is expanded.
+fn expanded(v: &Value, macros: &HashMap<String, Macro>) -> u64 {
+    match v {
+        Value::Object(m) => {
+            let called = macro_call(m, macros);
+            let mut n = 1u64;
+            for (k, x) in m {
+                match (called, k.as_str(), x) {
+                    (Some(mac), "children", Value::Array(args)) => {
+                        n = n.saturating_add(mac.body);
+                        for a in args {
+                            n = n.saturating_add(
+                                mac.uses.max(1).saturating_mul(expanded(a, macros)),
+                            );
+                        }
+                    }
+                    _ => n = n.saturating_add(expanded(x, macros)),
+                }
+            }
+            n
+        }
+        Value::Array(a) => a
+            .iter()
+            .fold(0u64, |n, x| n.saturating_add(expanded(x, macros))),
+        _ => 0,
+    }
+}
+
+/// How many times a macro's body uses its parameter `param` once expanded.
+fn refs_to(v: &Value, param: &str, macros: &HashMap<String, Macro>) -> u64 {
+    match v {
+        Value::Object(m) => {
+            if m.get("class").and_then(Value::as_str) == Some("COLUMN_REF")
+                && let Some(Value::Array(names)) = m.get("column_names")
+                && let [Value::String(name)] = names.as_slice()
+                && name.eq_ignore_ascii_case(param)
+            {
+                return 1;
+            }
+            let called = macro_call(m, macros);
+            m.iter().fold(0u64, |n, (k, x)| {
+                let factor = match (called, k.as_str()) {
+                    (Some(mac), "children") => mac.uses.max(1),
+                    _ => 1,
+                };
+                n.saturating_add(factor.saturating_mul(refs_to(x, param, macros)))
+            })
+        }
+        Value::Array(a) => a
+            .iter()
+            .fold(0u64, |n, x| n.saturating_add(refs_to(x, param, macros))),
+        _ => 0,
+    }
 }
 
 /// The functions a query may call (`functions.txt`): an allow-list, so that a function

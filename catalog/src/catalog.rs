@@ -148,6 +148,7 @@ impl Catalog {
                 kind: RefKind::Branch,
                 expected: None,
                 new: Some(root.id),
+                rewinds: false,
             };
             let at = root.timestamp;
             match catalog
@@ -222,6 +223,7 @@ impl Catalog {
             kind,
             expected: None,
             new: Some(target.commit.id),
+            rewinds: false,
         };
         match self.objects.write_refs(vec![update]).await {
             Ok(()) => Ok(Reference {
@@ -276,6 +278,7 @@ impl Catalog {
             kind,
             expected: Some(current.head),
             new: None,
+            rewinds: false,
         };
         match self.objects.write_refs(vec![update]).await {
             Ok(()) => Ok(()),
@@ -285,6 +288,12 @@ impl Catalog {
             )),
             Err(WriteError::Other(e)) => Err(e),
         }
+    }
+
+    /// The heads ref `name` left out of its history (deleted, or assigned where they are
+    /// not ancestors), the latest first, at most `limit`: what it once held.
+    pub async fn left_heads(&self, name: &str, limit: usize) -> Result<Vec<CommitId>> {
+        self.store().left_heads(name, limit).await
     }
 
     /// Points branch `name` at the commit `to` resolves to (a reset), provided the branch
@@ -301,11 +310,18 @@ impl Catalog {
             return Err(moved_error(name, expected, current.head));
         }
         let target = self.resolve(to).await?;
+        // Whether the branch leaves its head out of its history (a reset back, or to
+        // another line): the ref log records what it held.
+        let keeps = self
+            .merge_base_of(expected, target.commit.id)
+            .await?
+            .is_some_and(|b| b.id == expected);
         let update = RefUpdate {
             name: name.into(),
             kind: RefKind::Branch,
             expected: Some(expected),
             new: Some(target.commit.id),
+            rewinds: !keeps,
         };
         match self.objects.write_refs(vec![update]).await {
             Ok(()) => Ok(Reference {
@@ -692,6 +708,7 @@ impl Catalog {
                     kind: RefKind::Branch,
                     expected: Some(target.id),
                     new: Some(source.id),
+                    rewinds: false,
                 };
                 match self.objects.write_refs(vec![update]).await {
                     Ok(()) => {
@@ -979,6 +996,7 @@ impl Catalog {
             kind: RefKind::Branch,
             expected: Some(head.id),
             new: Some(commit.id),
+            rewinds: false,
         });
         let commit = Arc::new(commit);
         let at = commit.timestamp;

@@ -218,6 +218,7 @@ async fn try_commit_batch(
         kind: RefKind::Branch,
         expected: Some(head.id),
         new: Some(parent.id),
+        rewinds: false,
     };
     match objects
         .write_new(nodes, commits, vec![update], parent.timestamp)

@@ -1804,6 +1804,91 @@ fn history_limits_hold_on_changes_merges_and_assignments() {
 /// The setting of the history tests: finance.ledger, then hr.pii, on main; hr.pii
 /// dropped; role `mixed` (read on main in finance, everything on team-b.*). The heads
 /// before hr.pii came and before it was dropped.
+/// Found by the nineteenth review: the limit was worked out from where `main` points
+/// now, so rolling `main` back past an import (as an admin does who imported secret
+/// data by mistake) made a branch made from it earlier hold the import as its own, and
+/// a reader limited on `main` read every row of it there. What a ref held before it was
+/// assigned elsewhere or deleted (and made again) stays its history.
+#[test]
+fn what_a_ref_held_before_it_was_rolled_back_or_remade_stays_limited() {
+    let server = Server::start();
+    let lh = server.lh();
+    import(&lh, "sales.orders", "orders.csv", "id\n1\n");
+    let before = lh.head("main");
+    import(&lh, "finance.secret", "secret.csv", "ssn\n111-22-3333\n");
+    let with_secret = lh.head("main");
+    lh.run(&[
+        "role",
+        "set",
+        "aud",
+        "--grant",
+        "read on main in sales",
+        "--grant",
+        "read on prod in sales",
+        "--grant",
+        "read,write on b.*",
+    ])
+    .ok();
+    let mallory = lh.with_token(&server.token_for("mallory", "aud"));
+    lh.run(&["branch", "create", "b.y", "--from", "main"]).ok();
+    let hidden = |who: &lh_e2e::Lh, at: &str| {
+        let out = who.run(&["query", "select * from finance.secret", "--ref", at]);
+        assert_ne!(out.code, 0, "{at}: {}", out.both());
+        assert!(!out.both().contains("111-22-3333"), "{at}: {}", out.both());
+    };
+    hidden(&mallory, "b.y");
+    // Rolled back past the import.
+    let (status, body, _) = call(
+        &server,
+        "POST",
+        "/api/v1/refs/main/assign",
+        Some(&server.token()),
+        &[],
+        Some(json!({"expected": with_secret, "to": format!("@{before}")})),
+    );
+    assert_eq!(status, 200, "{body}");
+    hidden(&mallory, "b.y");
+    // Her own namespace on the branch stays hers.
+    let t = mallory.file("t.csv", "x\n1\n");
+    mallory
+        .run(&[
+            "table",
+            "import",
+            "mine.t",
+            t.to_str().unwrap(),
+            "--ref",
+            "b.y",
+        ])
+        .ok();
+    mallory
+        .run(&["query", "select * from mine.t", "--ref", "b.y"])
+        .ok();
+    // Deleted and made again, at the commit before the import (a ref only this one
+    // held: `main` does not limit it).
+    lh.run(&["branch", "create", "prod", "--from", &format!("@{before}")])
+        .ok();
+    let secret = lh.file("secret2.csv", "ssn\n111-22-3333\n");
+    lh.run(&[
+        "table",
+        "import",
+        "finance.secret",
+        secret.to_str().unwrap(),
+        "--ref",
+        "prod",
+    ])
+    .ok();
+    lh.run(&["branch", "create", "b.z", "--from", "prod"]).ok();
+    hidden(&mallory, "b.z");
+    lh.run(&["branch", "rm", "prod"]).ok();
+    lh.run(&["branch", "create", "prod", "--from", &format!("@{before}")])
+        .ok();
+    hidden(&mallory, "b.z");
+    hidden(&mallory, "b.y");
+    mallory
+        .run(&["query", "select * from mine.t", "--ref", "b.y"])
+        .ok();
+}
+
 fn hidden_pii(lh: &lh_e2e::Lh) -> (String, String) {
     import(lh, "finance.ledger", "ledger.csv", "id,amount\n1,10\n");
     let before_pii = lh.head("main");

@@ -22,6 +22,9 @@ pub struct RefUpdate {
     pub kind: RefKind,
     pub expected: Option<Hash>,
     pub new: Option<Hash>,
+    /// The move leaves the history of `expected` (a branch assigned back or elsewhere):
+    /// the ref log records the head it left, as a deletion does.
+    pub rewinds: bool,
 }
 
 /// Everything one catalog operation writes, applied atomically or not at all.
@@ -73,6 +76,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Option<(RefKind, Option<Hash>)>>;
     /// Whether ref `name` was deleted after `at` (its ref log holds a deletion since).
     async fn deleted_since(&self, name: &str, at: DateTime<Utc>) -> Result<bool>;
+    /// The heads ref `name` left without keeping them in its history (assigned
+    /// elsewhere, or deleted), the latest first, at most `limit`.
+    async fn left_heads(&self, name: &str, limit: usize) -> Result<Vec<Hash>>;
     /// Writes the objects and applies every ref update, or nothing.
     async fn write(&self, batch: WriteBatch) -> Result<(), WriteError>;
     /// A short description for logs and `lh info` (never a password).

@@ -188,6 +188,20 @@ where
         Ok(row.is_some())
     }
 
+    async fn left_heads(&self, name: &str, limit: usize) -> Result<Vec<Hash>> {
+        let rows = sqlx::query(
+            "SELECT left_head FROM ref_log WHERE name = $1 AND left_head IS NOT NULL ORDER BY seq DESC LIMIT $2",
+        )
+        .bind(name)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(storage_err)?;
+        rows.iter()
+            .map(|r| hash_from_bytes(&r.get::<Vec<u8>, _>(0)))
+            .collect()
+    }
+
     /// Moves each ref by a conditional statement (compare-and-swap: a ref that is not
     /// where the update expects it matches no row) in the transaction that stores the
     /// objects. On SQLite the transaction holds the write lock from its first statement;
@@ -242,14 +256,23 @@ where
                     name: u.name.clone(),
                 });
             }
-            sqlx::query("INSERT INTO ref_log (name, kind, head, at) VALUES ($1, $2, $3, $4)")
-                .bind(u.name.as_str())
-                .bind(u.kind.as_str())
-                .bind(u.new.map(|h| h.0.to_vec()))
-                .bind(at)
-                .execute(&mut *tx)
-                .await
-                .map_err(storage_err)?;
+            // The head a ref leaves out of its history: a deletion's, a rewind's.
+            let left = match (u.expected, u.new) {
+                (Some(old), None) => Some(old),
+                (Some(old), Some(_)) if u.rewinds => Some(old),
+                _ => None,
+            };
+            sqlx::query(
+                "INSERT INTO ref_log (name, kind, head, at, left_head) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(u.name.as_str())
+            .bind(u.kind.as_str())
+            .bind(u.new.map(|h| h.0.to_vec()))
+            .bind(at)
+            .bind(left.map(|h| h.0.to_vec()))
+            .execute(&mut *tx)
+            .await
+            .map_err(storage_err)?;
         }
         for (table, objects) in [("nodes", &batch.nodes), ("commits", &batch.commits)] {
             for chunk in objects.chunks(INSERT_CHUNK) {

@@ -115,8 +115,14 @@ pub async fn require_unhidden(
 /// applied to each commit it reads ([`Limits::at`]), as a log page does.
 pub struct Limits {
     identity: Identity,
-    refs: Vec<(lh_catalog::Reference, Vec<Pattern>)>,
+    /// Each limiting ref, the heads whose history is its (its head, and those it left:
+    /// assigned back or elsewhere, or deleted), and its grants' namespaces.
+    refs: Vec<(Vec<lh_catalog::CommitId>, Vec<Pattern>)>,
 }
+
+/// The most heads a ref left that are checked one by one (the latest); it held more
+/// before, and its ceiling then applies to everything.
+const MAX_LEFT_HEADS: usize = 64;
 
 impl Limits {
     /// `None`: history limits nothing on this route.
@@ -154,7 +160,16 @@ impl Limits {
                     .any(|q| q.as_str() == p.as_str() || q.covers_namespace(p.as_str()))
             });
             if narrower {
-                refs.push((r, there));
+                // What the ref once held is its history too: rolling `main` back past
+                // an import left a branch made from it holding the import as its own
+                // (found by the nineteenth review).
+                let mut heads = vec![r.head];
+                heads.extend(catalog.left_heads(&r.name, MAX_LEFT_HEADS + 1).await?);
+                if heads.len() > MAX_LEFT_HEADS + 1 {
+                    // More than are checked: every commit is bounded by its grants.
+                    heads.clear();
+                }
+                refs.push((heads, there));
             }
         }
         Ok((!refs.is_empty()).then(|| Limits {
@@ -168,22 +183,35 @@ impl Limits {
         let mut namespaces_here: Option<std::collections::BTreeSet<String>> = None;
         let mut ceilings: Vec<Vec<Pattern>> = Vec::new();
         let check_each = self.refs.len() <= MAX_CHECKED_REFS;
-        for (r, there) in &self.refs {
+        for (heads, there) in &self.refs {
             let mut ceiling = there.clone();
-            if check_each {
-                // Where the commit's history meets the ref's: what the commit holds of
-                // the namespaces there then is the ref's history, carried along (a
-                // branch made from it, a merge of it, or new commits on top of either);
-                // only namespaces that came after are the commit's own.
-                let Some(base) = catalog.merge_base_of(commit.id, r.head).await? else {
+            if check_each && !heads.is_empty() {
+                // Where the commit's history meets the ref's (at each head it held):
+                // what the commit holds of the namespaces there then is the ref's
+                // history, carried along (a branch made from it, a merge of it, or new
+                // commits on top of either); only namespaces that came after are the
+                // commit's own.
+                let mut then = std::collections::BTreeSet::new();
+                let (mut met, mut inside) = (false, false);
+                for head in heads {
+                    let Some(base) = catalog.merge_base_of(commit.id, *head).await? else {
+                        continue;
+                    };
+                    met = true;
+                    if base.id == commit.id {
+                        inside = true;
+                        break;
+                    }
+                    then.extend(namespaces(catalog, &base).await?);
+                }
+                if !met {
                     continue;
-                };
-                if base.id != commit.id {
+                }
+                if !inside {
                     if namespaces_here.is_none() {
                         namespaces_here = Some(namespaces(catalog, commit).await?);
                     }
                     let here = namespaces_here.as_ref().into_iter().flatten();
-                    let then = namespaces(catalog, &base).await?;
                     ceiling.extend(
                         here.filter(|ns| !then.contains(*ns))
                             .filter_map(|ns| Pattern::parse(ns, "namespace").ok()),

@@ -3,10 +3,10 @@
 use axum::extract::{RawQuery, State};
 use axum::routing::get;
 use axum::{Json, Router};
-use lh_api::AuditList;
+use lh_api::{AuditEntry, AuditList};
 
 use super::params::query_pairs;
-use crate::auth::audit::Filter;
+use crate::auth::audit::{Entry, Filter};
 use crate::error::{Code, Error};
 use crate::http::ApiResult;
 use crate::state::AppState;
@@ -62,6 +62,22 @@ async fn audit(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<Js
         }
     }
     Ok(Json(AuditList {
-        entries: s.audit.list(&f).await?,
+        entries: s.audit.list(&f).await?.into_iter().map(entry).collect(),
     }))
+}
+
+fn entry(e: Entry) -> AuditEntry {
+    AuditEntry {
+        at: e.at,
+        user: e.user,
+        role: e.role,
+        token_id: e.token_id,
+        action: e.action,
+        method: e.method,
+        route: e.route,
+        path: e.path,
+        status: e.status,
+        remote: e.remote,
+        request_id: e.request_id,
+    }
 }

@@ -5,7 +5,6 @@
 //! change the client saw is in the log. Rows live in `lh_audit`, next to the catalog.
 
 use chrono::{DateTime, TimeZone, Utc};
-use lh_api::AuditEntry;
 use sqlx::{AnyPool, Row};
 
 use crate::error::{Error, Result};
@@ -30,6 +29,27 @@ pub struct Record<'a> {
     pub status: u16,
     pub remote: Option<String>,
     pub request_id: Option<&'a str>,
+}
+
+/// One request of the log, as read back.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub at: DateTime<Utc>,
+    pub user: String,
+    pub role: String,
+    pub token_id: Option<String>,
+    /// The permission the route needs: write, run, merge or admin.
+    pub action: String,
+    pub method: String,
+    /// The route as the server declares it (`/api/v1/refs/{name}/assign`).
+    pub route: String,
+    /// The path as asked.
+    pub path: String,
+    /// The answer's status.
+    pub status: u16,
+    /// The peer address the request came from.
+    pub remote: Option<String>,
+    pub request_id: Option<String>,
 }
 
 /// Which entries to list.
@@ -69,7 +89,7 @@ impl AuditLog {
     }
 
     /// Entries, newest first.
-    pub async fn list(&self, f: &Filter) -> Result<Vec<AuditEntry>> {
+    pub async fn list(&self, f: &Filter) -> Result<Vec<Entry>> {
         let rows = sqlx::query(
             "SELECT at, user_name, role, token_id, action, method, route, path, status, remote, request_id \
              FROM lh_audit WHERE at >= $1 AND ($2 = '' OR user_name = $2) ORDER BY at DESC, id DESC LIMIT $3",
@@ -84,7 +104,7 @@ impl AuditLog {
             .map(|r| {
                 let at: i64 = r.try_get("at").map_err(db)?;
                 let status: i32 = r.try_get("status").map_err(db)?;
-                Ok(AuditEntry {
+                Ok(Entry {
                     at: Utc.timestamp_millis_opt(at).single().unwrap_or_default(),
                     user: r.try_get("user_name").map_err(db)?,
                     role: r.try_get("role").map_err(db)?,

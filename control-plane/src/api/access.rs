@@ -15,7 +15,8 @@ use lh_api::{
 use crate::auth::Identity;
 use crate::error::{Code, Error};
 use crate::http::ApiResult;
-use crate::merges::checks::{EXPECTATIONS_TIMEOUT, WEBHOOK_TIMEOUT};
+use crate::merges::checks::{CheckDef, EXPECTATIONS_TIMEOUT, WEBHOOK_TIMEOUT};
+use crate::merges::hooks::HookDef;
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -143,8 +144,28 @@ async fn remove_role(
 #[utoipa::path(get, path = "/api/v1/checks", responses((status = 200, body = CheckList)))]
 async fn list_checks(State(s): State<AppState>) -> ApiResult<Json<CheckList>> {
     Ok(Json(CheckList {
-        checks: s.merger.checks.list().await?,
+        checks: s
+            .merger
+            .checks
+            .list()
+            .await?
+            .into_iter()
+            .map(check_info)
+            .collect(),
     }))
+}
+
+fn check_info(c: CheckDef) -> CheckInfo {
+    CheckInfo {
+        name: c.name,
+        kind: c.kind,
+        target: c.target,
+        timeout_secs: c.timeout.as_secs(),
+        signed: c.signed,
+        branches: c.branches,
+        updated_by: c.updated_by,
+        updated_at: c.updated_at,
+    }
 }
 
 /// Adds a check (or replaces one of that name): a webhook, or an uploaded project's
@@ -206,7 +227,7 @@ async fn add_check(
         .into_iter()
         .find(|c| c.name == req.name)
         .ok_or_else(|| Error::internal("the check just added is gone"))?;
-    Ok((StatusCode::CREATED, Json(info)))
+    Ok((StatusCode::CREATED, Json(check_info(info))))
 }
 
 /// Removes a check no branch requires.
@@ -226,8 +247,26 @@ async fn remove_check(
 #[utoipa::path(get, path = "/api/v1/hooks", responses((status = 200, body = HookList)))]
 async fn list_hooks(State(s): State<AppState>) -> ApiResult<Json<HookList>> {
     Ok(Json(HookList {
-        hooks: s.merger.hooks.list().await?,
+        hooks: s
+            .merger
+            .hooks
+            .list()
+            .await?
+            .into_iter()
+            .map(hook_info)
+            .collect(),
     }))
+}
+
+fn hook_info(h: HookDef) -> HookInfo {
+    HookInfo {
+        name: h.name,
+        url: h.url,
+        refs: h.refs,
+        signed: h.signed,
+        updated_by: h.updated_by,
+        updated_at: h.updated_at,
+    }
 }
 
 /// Adds a post-merge webhook (or replaces one of that name).
@@ -250,7 +289,7 @@ async fn add_hook(
         )
         .await?;
     tracing::info!(hook = %req.name, by = %identity.user, "hook added");
-    Ok((StatusCode::CREATED, Json(info)))
+    Ok((StatusCode::CREATED, Json(hook_info(info))))
 }
 
 /// Removes a post-merge webhook.

@@ -457,8 +457,19 @@ async fn merge_or_preview(
         },
         dry_run,
         tables: done.tables,
-        checks: done.merged.checks,
+        checks: done.merged.checks.into_iter().map(check_result).collect(),
         breaking: done.breaking,
         breaking_unknown: done.breaking_unknown,
     }))
+}
+
+/// A check's verdict on a merge, as the API gives it.
+fn check_result(v: crate::merges::checks::Verdict) -> lh_api::CheckResult {
+    lh_api::CheckResult {
+        name: v.name,
+        kind: v.kind,
+        passed: v.passed,
+        message: v.message,
+        millis: v.took.as_millis() as u64,
+    }
 }

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use lh_api::{CheckInfo, CheckResult};
 use lh_catalog::MergeOutcome;
 use sqlx::{AnyPool, Row};
 
@@ -54,6 +53,37 @@ fn db(e: sqlx::Error) -> Error {
 
 pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
 pub const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A check as listed: what it runs and who set it up, never its secret.
+#[derive(Debug, Clone)]
+pub struct CheckDef {
+    pub name: String,
+    /// `webhook` or `expectations`.
+    pub kind: String,
+    /// The webhook's URL, or the project's code snapshot.
+    pub target: String,
+    pub timeout: Duration,
+    /// Whether its requests are signed.
+    pub signed: bool,
+    /// The branches that require it.
+    pub branches: Vec<String>,
+    pub updated_by: String,
+    /// When it was last set (RFC 3339).
+    pub updated_at: String,
+}
+
+/// One check's verdict on a merge's would-be result.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    pub name: String,
+    /// `webhook` or `expectations`.
+    pub kind: String,
+    pub passed: bool,
+    /// The hook's answer, or the expectations' outcome.
+    pub message: String,
+    /// How long the check took.
+    pub took: Duration,
+}
 
 /// A check as stored.
 struct Check {
@@ -139,7 +169,7 @@ impl Checks {
         .await
     }
 
-    pub async fn list(&self) -> Result<Vec<CheckInfo>> {
+    pub async fn list(&self) -> Result<Vec<CheckDef>> {
         let rows = sqlx::query(
             "SELECT name, kind, target, secret, timeout_ms, updated_by, updated_at FROM lh_checks ORDER BY name",
         )
@@ -151,7 +181,7 @@ impl Checks {
             let name: String = r.try_get("name").map_err(db)?;
             let at: i64 = r.try_get("updated_at").map_err(db)?;
             let timeout: i64 = r.try_get("timeout_ms").map_err(db)?;
-            out.push(CheckInfo {
+            out.push(CheckDef {
                 branches: self.branches_requiring(&name).await?,
                 kind: r.try_get("kind").map_err(db)?,
                 target: r.try_get("target").map_err(db)?,
@@ -159,7 +189,7 @@ impl Checks {
                     .try_get::<Option<String>, _>("secret")
                     .map_err(db)?
                     .is_some(),
-                timeout_secs: (timeout / 1000) as u64,
+                timeout: Duration::from_millis(timeout.max(0) as u64),
                 updated_by: r.try_get("updated_by").map_err(db)?,
                 updated_at: crate::db::time(at),
                 name,
@@ -233,7 +263,7 @@ impl Checks {
         from: &str,
         into: &str,
         out: &MergeOutcome,
-    ) -> Result<Vec<CheckResult>> {
+    ) -> Result<Vec<Verdict>> {
         let names = self.required(into).await?;
         let mut checks = Vec::new();
         for n in &names {
@@ -251,7 +281,7 @@ impl Checks {
         from: &str,
         into: &str,
         out: &MergeOutcome,
-    ) -> CheckResult {
+    ) -> Verdict {
         let started = Instant::now();
         let verdict = match c.kind.as_str() {
             "webhook" => self.webhook(c, by, from, into, out).await,
@@ -263,12 +293,12 @@ impl Checks {
             Err(m) => (false, m),
         };
         tracing::info!(check = %c.name, into, passed, "merge check");
-        CheckResult {
+        Verdict {
             name: c.name.clone(),
             kind: c.kind.clone(),
             passed,
             message,
-            millis: started.elapsed().as_millis() as u64,
+            took: started.elapsed(),
         }
     }
 

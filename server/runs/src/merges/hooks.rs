@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use lh_api::HookInfo;
 use lh_catalog::{MergeKind, MergeOutcome};
 use sqlx::{AnyPool, Row};
 
@@ -161,6 +160,20 @@ pub fn check_url(url: &str) -> Result<()> {
     }
 }
 
+/// A post-merge webhook as listed, never its secret.
+#[derive(Debug, Clone)]
+pub struct HookDef {
+    pub name: String,
+    pub url: String,
+    /// The branch name pattern it matches.
+    pub refs: String,
+    /// Whether its requests are signed.
+    pub signed: bool,
+    pub updated_by: String,
+    /// When it was last set (RFC 3339).
+    pub updated_at: String,
+}
+
 /// The post-merge webhooks.
 pub struct Hooks {
     pool: AnyPool,
@@ -195,7 +208,7 @@ impl Hooks {
         refs: &str,
         secret: Option<&str>,
         by: &str,
-    ) -> Result<HookInfo> {
+    ) -> Result<HookDef> {
         check_name(name, "hook")?;
         check_url(url)?;
         let refs = Pattern::parse(refs, "ref")?;
@@ -219,7 +232,7 @@ impl Hooks {
         .execute(&self.pool)
         .await
         .map_err(db)?;
-        Ok(HookInfo {
+        Ok(HookDef {
             name: name.to_string(),
             url: url.to_string(),
             refs: refs.as_str().to_string(),
@@ -236,7 +249,7 @@ impl Hooks {
         .await
     }
 
-    pub async fn list(&self) -> Result<Vec<HookInfo>> {
+    pub async fn list(&self) -> Result<Vec<HookDef>> {
         let rows = sqlx::query(
             "SELECT name, url, refs, secret, updated_by, updated_at FROM lh_hooks ORDER BY name",
         )
@@ -245,7 +258,7 @@ impl Hooks {
         .map_err(db)?;
         rows.iter()
             .map(|r| {
-                Ok(HookInfo {
+                Ok(HookDef {
                     name: r.try_get("name").map_err(db)?,
                     url: r.try_get("url").map_err(db)?,
                     refs: r.try_get("refs").map_err(db)?,

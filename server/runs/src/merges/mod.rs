@@ -17,7 +17,6 @@ pub mod hooks;
 
 use std::sync::Arc;
 
-use lh_api::CheckResult;
 use lh_catalog::{Catalog, MergeKind, MergeOptions, MergeOutcome, RefExpr};
 
 use crate::auth::protected::ProtectedBranches;
@@ -35,9 +34,10 @@ pub enum Via {
     RunPublish,
 }
 
+/// A merge made (or previewed), with the verdicts of the checks its target required.
 pub struct Merged {
     pub outcome: MergeOutcome,
-    pub checks: Vec<CheckResult>,
+    pub checks: Vec<checks::Verdict>,
 }
 
 /// A merge's caller, as `Merger::authorize` found it allowed.
@@ -357,7 +357,7 @@ pub fn require_no_widening(
 }
 
 /// The refusal of a merge its checks blocked, each check's verdict in the message.
-fn blocked(into: &str, results: &[CheckResult]) -> Error {
+fn blocked(into: &str, results: &[checks::Verdict]) -> Error {
     let lines: Vec<String> = results
         .iter()
         .map(|c| {

@@ -85,7 +85,26 @@ async fn lineage(
     let at = lh_catalog::ref_or_default(get("ref"))?;
     let name = get("name")
         .ok_or_else(|| Error::bad_request(Code::InvalidArgument, "'name' is required"))?;
-    Ok(Json(s.runs.lineage_for(&identity, &at, &name).await?))
+    let l = s.runs.lineage_for(&identity, &at, &name).await?;
+    let edges = |edges: Vec<crate::runs::lineage::Edge>| {
+        edges
+            .into_iter()
+            .map(|e| lh_api::LineageEdge {
+                from: format!("{}.{}", e.from.0, e.from.1),
+                to: format!("{}.{}", e.to.0, e.to.1),
+                node: e.node,
+                project: e.project,
+            })
+            .collect()
+    };
+    Ok(Json(lh_api::LineageResponse {
+        reference: l.at,
+        table: l.table,
+        column: l.column,
+        upstream: edges(l.upstream),
+        downstream: edges(l.downstream),
+        unresolved: l.unresolved,
+    }))
 }
 
 /// Starts a run of a project on a branch; it goes on in the background.

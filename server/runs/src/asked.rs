@@ -8,6 +8,7 @@ use std::sync::Arc;
 use lh_catalog::RefExpr;
 
 use crate::RunRecord;
+use crate::lineage::Edge;
 
 use crate::auth::{Action, Identity};
 use crate::error::{Code, Error, Result};
@@ -22,6 +23,22 @@ pub struct RunAsk {
     /// A check of these expectations at this commit of the target (`lh bisect`, merge
     /// checks), publishing nothing.
     pub check: Option<(RefExpr, Vec<String>)>,
+}
+
+/// Column-level lineage of a table or column on a branch.
+#[derive(Debug, Clone)]
+pub struct Lineage {
+    /// The branch.
+    pub at: String,
+    pub table: String,
+    /// The column; None: every column of the table.
+    pub column: Option<String>,
+    /// The steps that lead to it, nearest first.
+    pub upstream: Vec<Edge>,
+    /// The steps that lead from it, nearest first.
+    pub downstream: Vec<Edge>,
+    /// Models whose lineage could not be read, each `model: why`.
+    pub unresolved: Vec<String>,
 }
 
 /// A check (`at`) of a commit of another branch than `target`, the one it is recorded on,
@@ -227,7 +244,7 @@ impl RunService {
         identity: &Identity,
         at: &RefExpr,
         name: &str,
-    ) -> Result<lh_api::LineageResponse> {
+    ) -> Result<Lineage> {
         identity.require_ref(Action::Read, at, "reading its lineage")?;
         if !matches!(at, RefExpr::Named(_)) {
             return Err(Error::bad_request(
@@ -289,7 +306,7 @@ impl RunService {
             .into_iter()
             .filter(|e| readable(&e.from.0) && readable(&e.to.0))
             .collect();
-        let starts = |e_side: &dyn Fn(&crate::lineage::Edge) -> &(String, String)| {
+        let starts = |e_side: &dyn Fn(&Edge) -> &(String, String)| {
             edges
                 .iter()
                 .map(e_side)
@@ -314,12 +331,7 @@ impl RunService {
                         (&e.from, &e.to)
                     };
                     if key(here) == at_col {
-                        out.push(lh_api::LineageEdge {
-                            from: format!("{}.{}", e.from.0, e.from.1),
-                            to: format!("{}.{}", e.to.0, e.to.1),
-                            node: e.node.clone(),
-                            project: e.project.clone(),
-                        });
+                        out.push(e.clone());
                         if seen.insert(key(next)) {
                             queue.push_back(key(next));
                         }
@@ -330,8 +342,8 @@ impl RunService {
         };
         let upstream = walk(starts(&|e| &e.to), true);
         let downstream = walk(starts(&|e| &e.from), false);
-        Ok(lh_api::LineageResponse {
-            reference: at,
+        Ok(Lineage {
+            at,
             table,
             column,
             upstream,

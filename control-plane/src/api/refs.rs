@@ -10,13 +10,15 @@ use lh_api::{
     AssignRef, CommitInfo, CreateRef, DiffResponse, LogPage, MergeKind, MergeRequest,
     MergeResponse, RefInfo, RefKind, RowDiffResponse,
 };
-use lh_catalog::LogQuery;
+use lh_catalog::{DiffKind, LogQuery};
 
 use super::params::query_pairs;
 use crate::auth::Identity;
-use crate::error::{Code, Error};
+use crate::error::{Code, Error, pointer};
 use crate::http::ApiResult;
-use crate::runs::refs::{MergeAsk, RefView, RowsAsk};
+use crate::query::diff::{ChangedRow, ColumnChange, ColumnChangeKind, DiffScan, RowCounts};
+use crate::runs::breaking::BreakingChange;
+use crate::runs::refs::{MergeAsk, RefView, RowsAsk, TableChange};
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -295,7 +297,7 @@ async fn diff(
         to,
         from_commit: d.from.id.to_hex(),
         to_commit: d.to.id.to_hex(),
-        tables: d.tables,
+        tables: d.tables.into_iter().map(table_diff).collect(),
     }))
 }
 
@@ -377,12 +379,19 @@ async fn diff_rows(
         to_commit: b.id.to_hex(),
         table,
         key: d.key,
-        columns: d.columns,
-        counts: d.counts,
-        schema_changes: d.schema_changes,
-        rows: d.rows,
+        columns: d
+            .columns
+            .into_iter()
+            .map(|c| lh_api::QueryColumn {
+                name: c.name,
+                r#type: c.type_name,
+            })
+            .collect(),
+        counts: row_counts(d.counts),
+        schema_changes: d.schema_changes.into_iter().map(schema_change).collect(),
+        rows: d.rows.into_iter().map(row_change).collect(),
         truncated: d.truncated,
-        scan: d.scan,
+        scan: diff_scan(d.scan),
         elapsed_ms: d.elapsed_ms,
     };
     let charge = d.charge;
@@ -456,9 +465,9 @@ async fn merge_or_preview(
             lh_catalog::MergeKind::MergeCommit => MergeKind::MergeCommit,
         },
         dry_run,
-        tables: done.tables,
+        tables: done.tables.into_iter().map(table_diff).collect(),
         checks: done.merged.checks.into_iter().map(check_result).collect(),
-        breaking: done.breaking,
+        breaking: done.breaking.into_iter().map(breaking_change).collect(),
         breaking_unknown: done.breaking_unknown,
     }))
 }
@@ -471,5 +480,85 @@ fn check_result(v: crate::merges::checks::Verdict) -> lh_api::CheckResult {
         passed: v.passed,
         message: v.message,
         millis: v.took.as_millis() as u64,
+    }
+}
+
+fn change(kind: DiffKind) -> lh_api::Change {
+    match kind {
+        DiffKind::Added => lh_api::Change::Added,
+        DiffKind::Removed => lh_api::Change::Removed,
+        DiffKind::Changed => lh_api::Change::Changed,
+    }
+}
+
+/// A table's change between two commits, as the API gives it.
+fn table_diff(t: TableChange) -> lh_api::TableDiff {
+    lh_api::TableDiff {
+        table: t.table,
+        change: change(t.change),
+        from: t.from.as_ref().map(pointer),
+        to: t.to.as_ref().map(pointer),
+        rows: t.rows.map(row_counts),
+        rows_error: t.rows_error,
+        schema_changes: t.schema_changes.into_iter().map(schema_change).collect(),
+    }
+}
+
+fn row_counts(c: RowCounts) -> lh_api::RowCounts {
+    lh_api::RowCounts {
+        added: c.added,
+        removed: c.removed,
+        changed: c.changed,
+    }
+}
+
+fn schema_change(c: ColumnChange) -> lh_api::SchemaChange {
+    lh_api::SchemaChange {
+        change: match c.kind {
+            ColumnChangeKind::Added => lh_api::SchemaChangeKind::Added,
+            ColumnChangeKind::Dropped => lh_api::SchemaChangeKind::Dropped,
+            ColumnChangeKind::Renamed => lh_api::SchemaChangeKind::Renamed,
+            ColumnChangeKind::Retyped => lh_api::SchemaChangeKind::Retyped,
+        },
+        column: c.column,
+        from: c.from,
+        to: c.to,
+    }
+}
+
+fn row_change(r: ChangedRow) -> lh_api::RowChange {
+    lh_api::RowChange {
+        change: change(r.change),
+        values: r.values,
+        before: r.before,
+        changed_columns: r.changed_columns,
+    }
+}
+
+fn diff_scan(s: DiffScan) -> lh_api::DiffScan {
+    lh_api::DiffScan {
+        files_from: s.files_from,
+        files_to: s.files_to,
+        files_shared: s.files_shared,
+        files_read: s.files_read,
+        full_because: s.full_because,
+    }
+}
+
+fn breaking_change(b: BreakingChange) -> lh_api::BreakingChange {
+    lh_api::BreakingChange {
+        table: b.table,
+        change: b.change.map(schema_change),
+        readers: b
+            .readers
+            .into_iter()
+            .map(|r| lh_api::ColumnReader {
+                project: r.project,
+                node: r.node,
+                kind: r.kind,
+                run: r.run,
+            })
+            .collect(),
+        hidden_readers: b.hidden_readers,
     }
 }

@@ -253,29 +253,12 @@ impl std::error::Error for Error {
     }
 }
 
+/// A table pointer as the API gives it (in conflicts, and in `control-plane`'s answers).
 pub fn pointer(p: &lh_catalog::TablePointer) -> lh_api::TablePointer {
     lh_api::TablePointer {
         metadata_location: p.metadata_location.clone(),
         table_uuid: p.table_uuid.clone(),
         snapshot_id: p.snapshot_id,
-    }
-}
-
-/// A table's change between two commits, as the API and webhooks give it.
-pub fn table_diff(d: lh_catalog::TableDiff) -> lh_api::TableDiff {
-    let change = match d.change() {
-        lh_catalog::DiffKind::Added => lh_api::Change::Added,
-        lh_catalog::DiffKind::Removed => lh_api::Change::Removed,
-        lh_catalog::DiffKind::Changed => lh_api::Change::Changed,
-    };
-    lh_api::TableDiff {
-        table: d.table,
-        change,
-        from: d.from.as_ref().map(pointer),
-        to: d.to.as_ref().map(pointer),
-        rows: None,
-        rows_error: None,
-        schema_changes: Vec::new(),
     }
 }
 

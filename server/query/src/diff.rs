@@ -27,8 +27,7 @@ use std::time::{Duration, Instant};
 use arrow::record_batch::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use iceberg::spec::{NestedFieldRef, Schema, Type};
-use lh_api::{Change, DiffScan, QueryColumn, RowChange, RowCounts, SchemaChange, SchemaChangeKind};
-use lh_catalog::Commit;
+use lh_catalog::{Commit, DiffKind};
 
 use super::commits::{CommitCatalog, Session, View};
 use super::view::view_sql_as;
@@ -62,16 +61,82 @@ pub struct RowDiffRequest<'a> {
 
 /// A row diff's answer, before the API adds the refs' names.
 pub struct RowDiff {
+    /// The key rows are matched by (the newer version's names); empty: rows are only
+    /// added or removed.
     pub key: Vec<String>,
-    pub columns: Vec<QueryColumn>,
+    /// The columns compared (those both versions have), in the rows' order.
+    pub columns: Vec<ComparedColumn>,
     pub counts: RowCounts,
-    pub schema_changes: Vec<SchemaChange>,
-    pub rows: Vec<RowChange>,
+    pub schema_changes: Vec<ColumnChange>,
+    /// At most the request's limit: changed, then added, then removed, each by key.
+    pub rows: Vec<ChangedRow>,
+    /// Whether the limit left rows out.
     pub truncated: bool,
     pub scan: DiffScan,
     pub elapsed_ms: u64,
     /// The answer memory the rows' text holds, given back when the diff is dropped.
     pub charge: super::memory::Charge,
+}
+
+/// A column a row diff compares: the newer version's name and its DuckDB type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComparedColumn {
+    pub name: String,
+    pub type_name: String,
+}
+
+/// How many rows a table's change added, removed and (with a key) changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RowCounts {
+    pub added: u64,
+    pub removed: u64,
+    /// Rows whose key is on both sides with other values (only with a key).
+    pub changed: Option<u64>,
+}
+
+/// A change of a table's column between two versions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnChange {
+    pub kind: ColumnChangeKind,
+    /// The column's name (nested fields dotted): the newer one, or the dropped one's.
+    pub column: String,
+    /// What it was: the old name (renamed) or the old type (retyped).
+    pub from: Option<String>,
+    /// What it is: the new name, or the new type (retyped, added).
+    pub to: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnChangeKind {
+    Added,
+    Dropped,
+    Renamed,
+    Retyped,
+}
+
+/// One row that differs, its values as text (null as None) in the compared columns'
+/// order: the new values of an added or changed row, the old ones of a removed row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangedRow {
+    pub change: DiffKind,
+    pub values: Vec<Option<String>>,
+    /// A changed row's old values.
+    pub before: Option<Vec<Option<String>>>,
+    /// A changed row's columns whose values differ.
+    pub changed_columns: Vec<String>,
+}
+
+/// What a row diff read: data files of each version, those both share (skipped: their
+/// rows are the same on both sides), and whether every row had to be compared.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiffScan {
+    pub files_from: u64,
+    pub files_to: u64,
+    pub files_shared: u64,
+    /// Data files read, of both versions.
+    pub files_read: u64,
+    /// Why every file was compared, when the shared ones could not be skipped.
+    pub full_because: Option<String>,
 }
 
 /// A compared column: its name in each side's view, and the name it is shown by.
@@ -321,9 +386,9 @@ impl QueryEngine {
             key: key.iter().map(|&i| columns[i].name.clone()).collect(),
             columns: columns
                 .iter()
-                .map(|c| QueryColumn {
+                .map(|c| ComparedColumn {
                     name: c.name.clone(),
-                    r#type: c.ty.clone(),
+                    type_name: c.ty.clone(),
                 })
                 .collect(),
             counts,
@@ -432,7 +497,7 @@ fn key_columns(columns: &[Column], key: &[String], table: &str) -> Result<Vec<us
 
 /// The columns added, dropped, renamed and retyped from `a` to `b`, by field id (nested
 /// struct fields too, dotted).
-pub fn schema_changes(a: &Schema, b: &Schema) -> Vec<SchemaChange> {
+pub fn schema_changes(a: &Schema, b: &Schema) -> Vec<ColumnChange> {
     fn walk(fields: &[NestedFieldRef], prefix: &str, out: &mut Vec<(i32, String, Type)>) {
         for f in fields {
             let name = format!("{prefix}{}", f.name);
@@ -448,24 +513,24 @@ pub fn schema_changes(a: &Schema, b: &Schema) -> Vec<SchemaChange> {
     let mut out = Vec::new();
     for (id, name, ty) in &fb {
         match fa.iter().find(|(i, ..)| i == id) {
-            None => out.push(SchemaChange {
-                change: SchemaChangeKind::Added,
+            None => out.push(ColumnChange {
+                kind: ColumnChangeKind::Added,
                 column: name.clone(),
                 from: None,
                 to: Some(duckdb_type(ty)),
             }),
             Some((_, old, old_ty)) => {
                 if old != name {
-                    out.push(SchemaChange {
-                        change: SchemaChangeKind::Renamed,
+                    out.push(ColumnChange {
+                        kind: ColumnChangeKind::Renamed,
                         column: name.clone(),
                         from: Some(old.clone()),
                         to: Some(name.clone()),
                     });
                 }
                 if ty.is_primitive() && old_ty != ty {
-                    out.push(SchemaChange {
-                        change: SchemaChangeKind::Retyped,
+                    out.push(ColumnChange {
+                        kind: ColumnChangeKind::Retyped,
                         column: name.clone(),
                         from: Some(duckdb_type(old_ty)),
                         to: Some(duckdb_type(ty)),
@@ -476,8 +541,8 @@ pub fn schema_changes(a: &Schema, b: &Schema) -> Vec<SchemaChange> {
     }
     for (id, name, _) in &fa {
         if !fb.iter().any(|(i, ..)| i == id) {
-            out.push(SchemaChange {
-                change: SchemaChangeKind::Dropped,
+            out.push(ColumnChange {
+                kind: ColumnChangeKind::Dropped,
                 column: name.clone(),
                 from: None,
                 to: None,
@@ -489,7 +554,7 @@ pub fn schema_changes(a: &Schema, b: &Schema) -> Vec<SchemaChange> {
 
 /// The top-level columns added, dropped and retyped from `a` to `b`, by name (ignoring
 /// case): for two tables of one name with different uuids, whose field ids say nothing.
-pub fn schema_changes_by_name(a: &Schema, b: &Schema) -> Vec<SchemaChange> {
+pub fn schema_changes_by_name(a: &Schema, b: &Schema) -> Vec<ColumnChange> {
     let (fa, fb) = (a.as_struct().fields(), b.as_struct().fields());
     let find = |fs: &[NestedFieldRef], name: &str| {
         fs.iter()
@@ -499,16 +564,16 @@ pub fn schema_changes_by_name(a: &Schema, b: &Schema) -> Vec<SchemaChange> {
     let mut out = Vec::new();
     for f in fb {
         match find(fa, &f.name) {
-            None => out.push(SchemaChange {
-                change: SchemaChangeKind::Added,
+            None => out.push(ColumnChange {
+                kind: ColumnChangeKind::Added,
                 column: f.name.clone(),
                 from: None,
                 to: Some(duckdb_type(&f.field_type)),
             }),
             // By the type DuckDB reads: nested field ids, docs and nullability aside.
             Some(old) if duckdb_type(&old.field_type) != duckdb_type(&f.field_type) => {
-                out.push(SchemaChange {
-                    change: SchemaChangeKind::Retyped,
+                out.push(ColumnChange {
+                    kind: ColumnChangeKind::Retyped,
                     column: f.name.clone(),
                     from: Some(duckdb_type(&old.field_type)),
                     to: Some(duckdb_type(&f.field_type)),
@@ -519,8 +584,8 @@ pub fn schema_changes_by_name(a: &Schema, b: &Schema) -> Vec<SchemaChange> {
     }
     for f in fa {
         if find(fb, &f.name).is_none() {
-            out.push(SchemaChange {
-                change: SchemaChangeKind::Dropped,
+            out.push(ColumnChange {
+                kind: ColumnChangeKind::Dropped,
                 column: f.name.clone(),
                 from: None,
                 to: None,
@@ -614,7 +679,7 @@ impl Compare<'_> {
         key: &[usize],
         names: &[String],
         limit: u64,
-    ) -> Result<(RowCounts, Vec<RowChange>, bool)> {
+    ) -> Result<(RowCounts, Vec<ChangedRow>, bool)> {
         let all = (0..n)
             .map(|i| format!("c{i}"))
             .collect::<Vec<_>>()
@@ -647,10 +712,10 @@ impl Compare<'_> {
                 for row in self.cells(batch)? {
                     bytes += row_bytes(&row);
                     let change = match row[0].as_deref() {
-                        Some("1") => Change::Added,
-                        _ => Change::Removed,
+                        Some("1") => DiffKind::Added,
+                        _ => DiffKind::Removed,
                     };
-                    out.push(RowChange {
+                    out.push(ChangedRow {
                         change,
                         values: row[1..].to_vec(),
                         before: None,
@@ -737,8 +802,8 @@ impl Compare<'_> {
                 let old = row[skip + n..skip + 2 * n].to_vec();
                 let flags = &row[skip + 2 * n..];
                 out.push(match row[0].as_deref() {
-                    Some("0") => RowChange {
-                        change: Change::Changed,
+                    Some("0") => ChangedRow {
+                        change: DiffKind::Changed,
                         values: new,
                         before: Some(old),
                         changed_columns: flags
@@ -748,14 +813,14 @@ impl Compare<'_> {
                             .map(|(_, n)| n.clone())
                             .collect(),
                     },
-                    Some("1") => RowChange {
-                        change: Change::Added,
+                    Some("1") => ChangedRow {
+                        change: DiffKind::Added,
                         values: new,
                         before: None,
                         changed_columns: Vec::new(),
                     },
-                    _ => RowChange {
-                        change: Change::Removed,
+                    _ => ChangedRow {
+                        change: DiffKind::Removed,
                         values: old,
                         before: None,
                         changed_columns: Vec::new(),
@@ -907,7 +972,7 @@ mod tests {
             .iter()
             .map(|c| {
                 (
-                    c.change,
+                    c.kind,
                     c.column.as_str(),
                     c.from.as_deref(),
                     c.to.as_deref(),
@@ -918,33 +983,33 @@ mod tests {
             got,
             vec![
                 (
-                    SchemaChangeKind::Retyped,
+                    ColumnChangeKind::Retyped,
                     "id",
                     Some("INTEGER"),
                     Some("BIGINT")
                 ),
                 (
-                    SchemaChangeKind::Renamed,
+                    ColumnChangeKind::Renamed,
                     "total",
                     Some("amount"),
                     Some("total")
                 ),
                 (
-                    SchemaChangeKind::Retyped,
+                    ColumnChangeKind::Retyped,
                     "total",
                     Some("FLOAT"),
                     Some("DOUBLE")
                 ),
                 // A new column under an old one's name is a new column; the old one is
                 // dropped.
-                (SchemaChangeKind::Added, "note", None, Some("VARCHAR")),
+                (ColumnChangeKind::Added, "note", None, Some("VARCHAR")),
                 (
-                    SchemaChangeKind::Renamed,
+                    ColumnChangeKind::Renamed,
                     "address.town",
                     Some("address.city"),
                     Some("address.town")
                 ),
-                (SchemaChangeKind::Dropped, "note", None, None),
+                (ColumnChangeKind::Dropped, "note", None, None),
             ]
         );
         assert!(schema_changes(&a, &a).is_empty());

@@ -12,34 +12,59 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use lh_api::{BreakingChange, ColumnReader, SchemaChange, SchemaChangeKind};
 use lh_catalog::RefExpr;
 
 use super::RunService;
 use super::project::NodeKind;
 use crate::auth::{Action, Identity};
 use crate::error::Result;
+use crate::query::diff::{ColumnChange, ColumnChangeKind};
+
+/// A change a merge brought that readers elsewhere may not survive.
+#[derive(Debug, Clone)]
+pub struct BreakingChange {
+    pub table: String,
+    /// The column dropped, renamed or retyped; None: the table itself was dropped.
+    pub change: Option<ColumnChange>,
+    /// The models and expectations that read it, in the last succeeded run of each
+    /// project on the target.
+    pub readers: Vec<ColumnReader>,
+    /// Readers the caller may not see (they touch tables it may not read), counted.
+    pub hidden_readers: usize,
+}
+
+/// A node of a project's run that reads a column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnReader {
+    pub project: String,
+    /// A model's table, or an expectation's function.
+    pub node: String,
+    /// `model` or `expectation`.
+    pub kind: String,
+    /// The run it was last part of.
+    pub run: String,
+}
 
 /// What a merge changed in one table that may break its readers.
 pub struct Changed {
     pub table: String,
     /// The columns dropped, renamed or retyped; None: the table was dropped.
-    pub columns: Option<Vec<SchemaChange>>,
+    pub columns: Option<Vec<ColumnChange>>,
 }
 
 /// Whether readers of the column may fail after the change.
-pub fn breaks(c: &SchemaChange) -> bool {
+pub fn breaks(c: &ColumnChange) -> bool {
     matches!(
-        c.change,
-        SchemaChangeKind::Dropped | SchemaChangeKind::Renamed | SchemaChangeKind::Retyped
+        c.kind,
+        ColumnChangeKind::Dropped | ColumnChangeKind::Renamed | ColumnChangeKind::Retyped
     )
 }
 
 /// The top-level column a reader names to read the changed one (a renamed column by
 /// its old name).
-fn read_as(c: &SchemaChange) -> &str {
-    let name = match c.change {
-        SchemaChangeKind::Renamed => c.from.as_deref().unwrap_or(&c.column),
+fn read_as(c: &ColumnChange) -> &str {
+    let name = match c.kind {
+        ColumnChangeKind::Renamed => c.from.as_deref().unwrap_or(&c.column),
         _ => &c.column,
     };
     name.split('.').next().unwrap_or(name)
@@ -122,7 +147,7 @@ impl RunService {
             }
             // A nested field's change is told once, with its top-level column's when
             // that changed too (a struct dropped whole drops its fields).
-            let changes: Vec<Option<&SchemaChange>> = match &c.columns {
+            let changes: Vec<Option<&ColumnChange>> = match &c.columns {
                 None => vec![None],
                 Some(cs) => cs
                     .iter()

@@ -16,7 +16,7 @@ use lh_tables as tables;
 use lh_warehouse as warehouse;
 
 pub mod asked;
-mod breaking;
+pub mod breaking;
 mod changes;
 pub mod code;
 mod exec;

@@ -8,18 +8,19 @@
 
 use std::sync::Arc;
 
-use lh_api::{BreakingChange, Change, TableDiff};
 use lh_catalog::{
-    Catalog, Commit, CommitMeta, LogQuery, MergeOptions, RefExpr, RefKind, Reference,
+    Catalog, Commit, CommitMeta, DiffKind, LogQuery, MergeOptions, RefExpr, RefKind, Reference,
+    TablePointer,
 };
 
 use crate::RunService;
 use crate::auth::protected::ProtectedBranches;
 use crate::auth::{Action, Identity};
-use crate::error::{Code, Error, Result, table_diff};
+use crate::breaking::BreakingChange;
+use crate::error::{Code, Error, Result};
 use crate::merges::{Merged, Merger, Via};
 use crate::query::QueryEngine;
-use crate::query::diff::{RowDiff, RowDiffRequest};
+use crate::query::diff::{ColumnChange, RowCounts, RowDiff, RowDiffRequest};
 use crate::tables::Tables;
 
 /// Branches and tags, as each caller may see and change them.
@@ -61,7 +62,39 @@ pub struct LogPage {
 pub struct Diff {
     pub from: Commit,
     pub to: Commit,
-    pub tables: Vec<TableDiff>,
+    pub tables: Vec<TableChange>,
+}
+
+/// How one table differs between two commits, with what was found of its rows and
+/// columns when asked.
+#[derive(Debug, Clone)]
+pub struct TableChange {
+    pub table: String,
+    pub change: DiffKind,
+    /// Its pointer at the first commit (None: added).
+    pub from: Option<TablePointer>,
+    /// Its pointer at the second commit (None: removed).
+    pub to: Option<TablePointer>,
+    /// The rows added and removed (a diff asked for with rows).
+    pub rows: Option<RowCounts>,
+    /// Why the rows could not be counted (a table lh cannot read, a timeout).
+    pub rows_error: Option<String>,
+    /// Columns added, dropped, renamed or retyped, matched by Iceberg field id.
+    pub schema_changes: Vec<ColumnChange>,
+}
+
+impl From<lh_catalog::TableDiff> for TableChange {
+    fn from(d: lh_catalog::TableDiff) -> TableChange {
+        TableChange {
+            change: d.change(),
+            table: d.table,
+            from: d.from,
+            to: d.to,
+            rows: None,
+            rows_error: None,
+            schema_changes: Vec::new(),
+        }
+    }
 }
 
 /// One table's rows that differ between two commits.
@@ -88,7 +121,7 @@ pub struct RowsAsk<'a> {
 /// runs on the target read.
 pub struct MergeDone {
     pub merged: Merged,
-    pub tables: Vec<TableDiff>,
+    pub tables: Vec<TableChange>,
     pub breaking: Vec<BreakingChange>,
     pub breaking_unknown: Option<String>,
 }
@@ -441,7 +474,7 @@ impl Refs {
         );
         let a = self.catalog.resolve(&on_from.reads(from)).await?.commit;
         let b = self.catalog.resolve(&on_to.reads(to)).await?.commit;
-        let mut tables: Vec<TableDiff> = self
+        let mut tables: Vec<TableChange> = self
             .catalog
             .diff_commits(&a, &b)
             .await?
@@ -450,13 +483,13 @@ impl Refs {
                 on_from.can_table(Action::Read, from, &d.table)
                     && on_to.can_table(Action::Read, to, &d.table)
             })
-            .map(table_diff)
+            .map(TableChange::from)
             .collect();
         if rows {
             let deadline = std::time::Instant::now() + self.queries.limits().timeout;
             let mut counted = 0;
             for t in &mut tables {
-                if t.change != Change::Changed {
+                if t.change != DiffKind::Changed {
                     continue;
                 }
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -587,12 +620,12 @@ impl Refs {
                     .await?
             }
         };
-        let mut tables: Vec<TableDiff> = merged
+        let mut tables: Vec<TableChange> = merged
             .outcome
             .tables
             .iter()
             .cloned()
-            .map(table_diff)
+            .map(TableChange::from)
             .collect();
         let (breaking, breaking_unknown) = self
             .breaking_changes(identity, ask.from, ask.into, &mut tables)
@@ -613,7 +646,7 @@ impl Refs {
         identity: &Identity,
         from: &RefExpr,
         into: &str,
-        tables: &mut [TableDiff],
+        tables: &mut [TableChange],
     ) -> (Vec<BreakingChange>, Option<String>) {
         let looked = tokio::time::timeout(
             BREAKING_BUDGET,
@@ -640,7 +673,7 @@ impl Refs {
         identity: &Identity,
         from: &RefExpr,
         into: &str,
-        tables: &mut [TableDiff],
+        tables: &mut [TableChange],
     ) -> (Vec<BreakingChange>, Option<String>) {
         use crate::breaking::{Changed, breaks};
         use crate::query::diff::{schema_changes, schema_changes_by_name};

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use lh_catalog::{MergeKind, MergeOutcome};
+use lh_catalog::{DiffKind, MergeKind, MergeOutcome};
 use sqlx::{AnyPool, Row};
 
 use crate::auth::Identity;
@@ -28,14 +28,7 @@ pub fn payload(
     into: &str,
     out: &MergeOutcome,
 ) -> serde_json::Value {
-    let tables: Vec<serde_json::Value> = out
-        .tables
-        .iter()
-        .map(|d| {
-            let t = crate::error::table_diff(d.clone());
-            serde_json::to_value(t).unwrap_or_default()
-        })
-        .collect();
+    let tables: Vec<serde_json::Value> = out.tables.iter().map(table_json).collect();
     serde_json::json!({
         "event": event,
         "from": from,
@@ -50,6 +43,29 @@ pub fn payload(
         "author": by.user,
         "tables": tables,
         "sent_at": Utc::now().to_rfc3339(),
+    })
+}
+
+/// A table the merge changed, as a payload gives it (`lh diff --output json`'s fields).
+fn table_json(d: &lh_catalog::TableDiff) -> serde_json::Value {
+    let pointer = |p: &Option<lh_catalog::TablePointer>| {
+        p.as_ref().map(|p| {
+            serde_json::json!({
+                "metadata_location": p.metadata_location,
+                "table_uuid": p.table_uuid,
+                "snapshot_id": p.snapshot_id,
+            })
+        })
+    };
+    serde_json::json!({
+        "table": d.table,
+        "change": match d.change() {
+            DiffKind::Added => "added",
+            DiffKind::Removed => "removed",
+            DiffKind::Changed => "changed",
+        },
+        "from": pointer(&d.from),
+        "to": pointer(&d.to),
     })
 }
 

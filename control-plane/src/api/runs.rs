@@ -233,8 +233,9 @@ async fn rerun(
 
 /// A run as the API shows it (a partitioned run's partitions from its nodes).
 fn run_info(r: crate::runs::RunRecord) -> RunInfo {
+    let nodes: Vec<lh_api::RunNode> = r.nodes.into_iter().map(run_node).collect();
     RunInfo {
-        partitions: lh_api::RunPartition::of(&r.nodes),
+        partitions: lh_api::RunPartition::of(&nodes),
         id: r.id,
         project: r.project,
         author: r.author,
@@ -253,8 +254,29 @@ fn run_info(r: crate::runs::RunRecord) -> RunInfo {
         created_at: r.created_at,
         finished_at: r.finished_at,
         environments: r.environments,
-        nodes: r.nodes,
+        nodes,
         hidden_nodes: r.hidden_nodes,
+    }
+}
+
+fn run_node(n: crate::runs::RunNode) -> lh_api::RunNode {
+    lh_api::RunNode {
+        name: n.name,
+        kind: n.kind,
+        language: n.language,
+        status: n.status,
+        started_at: n.started_at,
+        finished_at: n.finished_at,
+        rows: n.rows,
+        cached: n.cached,
+        reason: n.reason,
+        error: n.error,
+        traceback: n.traceback,
+        detail: n.detail,
+        inputs: n.inputs,
+        depends_on: n.depends_on,
+        output: n.output.as_ref().map(crate::error::pointer),
+        location: n.location,
     }
 }
 

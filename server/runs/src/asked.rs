@@ -355,7 +355,7 @@ impl RunService {
 
 /// Whether `identity` may see what a node of a run on `target` did: a model's table
 /// it may read, an expectation whose inputs it may read.
-fn node_visible(identity: &Identity, target: &str, n: &lh_api::RunNode) -> bool {
+fn node_visible(identity: &Identity, target: &str, n: &crate::RunNode) -> bool {
     let target = &RefExpr::named(target);
     let model = n.kind == "model";
     let table = crate::partitions::table_of(&n.name);

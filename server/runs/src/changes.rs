@@ -24,7 +24,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use lh_catalog::{Commit, RefExpr, TablePointer};
 
 use super::RunService;
-use super::exec::call::catalog_pointer;
 use super::exec::memo::{key_parts, whole_input};
 use super::project::{Lang, NodeKind, Plan, PlanNode};
 use crate::auth::{Action, Identity};
@@ -288,7 +287,7 @@ impl RunService {
         };
         let since =
             super::store::reusable_since(chrono::Utc::now(), self.tables.retention().unreachable());
-        let memo: Vec<(BTreeMap<String, String>, lh_api::TablePointer)> = self
+        let memo: Vec<(BTreeMap<String, String>, TablePointer)> = self
             .store
             .memo_outputs(&node.name, since)
             .await?
@@ -324,7 +323,7 @@ impl RunService {
                 "reuse",
                 vec!["an earlier output has the same code, parameters and inputs".into()],
             ),
-            Output::Reused(catalog_pointer(pointer)),
+            Output::Reused(pointer.clone()),
         ))
     }
 

@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
-use lh_api::{ImportMode, NodeStatus, RunStatus, TablePointer};
+use lh_api::{ImportMode, NodeStatus, RunStatus};
 
 use crate::RunRecord;
-use lh_catalog::{Commit, CommitMeta, MergeOptions, RefExpr, TableOp};
+use lh_catalog::{Commit, CommitMeta, MergeOptions, RefExpr, TableOp, TablePointer};
 use lh_runner::{Invocation, InvocationKind, Outcome};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -27,7 +27,7 @@ use super::{RunService, RunStart, kind_name, lang_name};
 use crate::auth::secrets::redact;
 use crate::auth::{Action, Identity};
 use crate::duck::quote_ident;
-use crate::error::{Code, Error, Result, pointer};
+use crate::error::{Code, Error, Result};
 use crate::merges::Via;
 use crate::query::view::view_name;
 use crate::tables::write::{Source, WriteJob, write_table};
@@ -203,7 +203,7 @@ impl Run {
     pub async fn recover(
         &mut self,
         initial: Vec<NodeStatus>,
-        recovered: Vec<(usize, lh_catalog::TablePointer)>,
+        recovered: Vec<(usize, TablePointer)>,
     ) {
         let svc = &self.shared.svc;
         for (i, p) in recovered {
@@ -214,7 +214,7 @@ impl Run {
                 "recovered: its output was committed on the run's branch before the server driving the run stopped".into(),
             );
             rec.rows = snapshot_count(svc, &p, "added-records").await;
-            rec.output = Some(pointer(&p));
+            rec.output = Some(p);
             let _ = svc
                 .store
                 .update_node(&self.shared.id, &self.shared.claim, &rec)
@@ -657,7 +657,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         rec.reason = Some(
             "recovered: its output was committed on the run's branch by the server that drove the run before".into(),
         );
-        rec.output = Some(pointer(p));
+        rec.output = Some(p.clone());
         return Ok(());
     }
     // A Python model's environment is part of its key by what is installed in it (its
@@ -746,7 +746,6 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         (reused, _) => reused,
     };
     if let Some(p) = reused {
-        let p = catalog_pointer(&p);
         if current.as_ref() != Some(&p) {
             let op = TableOp::Put {
                 table: table.clone(),
@@ -769,8 +768,8 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
         }
         rec.status = NodeStatus::Cached;
         rec.cached = true;
-        rec.output = Some(pointer(&p));
         rec.rows = snapshot_count(svc, &p, "total-records").await;
+        rec.output = Some(p);
         return Ok(());
     }
 
@@ -961,9 +960,9 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
     // An instance that wrote no rows added no files of its own: nothing to reuse later.
     if node.partition.is_none() || written.rows > 0 {
         svc.store
-            .memo_put(&fingerprint, &table, &pointer(&p), &shared.id, &parts_json)
+            .memo_put(&fingerprint, &table, &p, &shared.id, &parts_json)
             .await?;
-        rec.output = Some(pointer(&p));
+        rec.output = Some(p);
     }
     Ok(())
 }

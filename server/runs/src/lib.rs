@@ -37,8 +37,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
-use lh_api::{NodeStatus, RunNode, RunStatus};
-use lh_catalog::{Catalog, RefExpr};
+use lh_api::{NodeStatus, RunStatus};
+use lh_catalog::{Catalog, RefExpr, TablePointer};
 use lh_runner::{EnvCache, Runtime};
 
 use crate::auth::Identity;
@@ -52,7 +52,7 @@ use serde::{Deserialize, Serialize};
 use store::{Claim, Lease, RunStore};
 
 /// A run as the run service keeps it: who started it, on what, its state and its nodes.
-/// (Its nodes and states are the vocabulary every client shares, `lh_api`'s.)
+/// (Its states are the vocabulary every client shares, `lh_api`'s.)
 #[derive(Debug, Clone)]
 pub struct RunRecord {
     pub id: String,
@@ -83,6 +83,36 @@ pub struct RunRecord {
     pub nodes: Vec<RunNode>,
     /// Nodes left out of `nodes` because they touch tables the caller may not read.
     pub hidden_nodes: usize,
+}
+
+/// One node of a run, as recorded: its state, timings, result and place in the DAG.
+#[derive(Debug, Clone)]
+pub struct RunNode {
+    pub name: String,
+    /// `model` or `expectation`.
+    pub kind: String,
+    /// `python` or `sql`.
+    pub language: String,
+    pub status: NodeStatus,
+    pub started_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub rows: Option<u64>,
+    /// Its output came from an earlier run (memoization or `--from-failed`).
+    pub cached: bool,
+    /// Why a model's output was or was not reused.
+    pub reason: Option<String>,
+    pub error: Option<String>,
+    pub traceback: Option<String>,
+    /// What a failed expectation said.
+    pub detail: Option<String>,
+    /// The tables it reads.
+    pub inputs: Vec<String>,
+    /// The nodes it runs after: the edges of the run's DAG.
+    pub depends_on: Vec<String>,
+    /// For a model: the snapshot it made (or reused).
+    pub output: Option<TablePointer>,
+    /// The node's file and line.
+    pub location: String,
 }
 
 /// How runs run.
@@ -128,7 +158,7 @@ struct Resumable {
     roles: Vec<String>,
     token_id: Option<String>,
     publish: bool,
-    reuse: BTreeMap<String, lh_api::TablePointer>,
+    reuse: BTreeMap<String, store::StoredPointer>,
 }
 
 pub struct RunService {
@@ -200,7 +230,7 @@ pub struct RunStart {
     /// For a replay: the run replayed, the commit to read, the outputs to reuse.
     pub rerun_of: Option<String>,
     pub input_commit: Option<String>,
-    pub reuse: BTreeMap<String, lh_api::TablePointer>,
+    pub reuse: BTreeMap<String, TablePointer>,
     /// For a replay: the parameter values, as they were.
     pub param_values: Option<BTreeMap<String, serde_json::Value>>,
     /// The partitions it runs (`2026-11-03`, `2026-11-01..2026-11-30`, `eu,us`), for a
@@ -615,7 +645,11 @@ impl RunService {
             roles: start.by.access.roles.clone(),
             token_id: start.by.token_id.clone(),
             publish: start.publish,
-            reuse: start.reuse.clone(),
+            reuse: start
+                .reuse
+                .iter()
+                .map(|(k, p)| (k.clone(), p.into()))
+                .collect(),
         })
         .map_err(|e| Error::internal(e.to_string()))?;
         let claim = Claim {

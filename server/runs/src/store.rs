@@ -5,9 +5,11 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use lh_api::{NodeStatus, RunNode, RunStatus, TablePointer};
+use lh_api::{NodeStatus, RunStatus};
+use lh_catalog::TablePointer;
+use serde::{Deserialize, Serialize};
 
-use crate::RunRecord;
+use crate::{RunNode, RunRecord};
 use sqlx::{AnyPool, Row};
 
 use crate::error::{Code, Error, Result};
@@ -44,6 +46,45 @@ pub enum Lease {
     Held { cancel: bool },
     /// Another server took it over, or it ended.
     Lost,
+}
+
+/// A table pointer as run records store it (a node's output, the memo table, the outputs
+/// a resumable run reuses): JSON with the fields lh has always written, in their order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct StoredPointer {
+    metadata_location: String,
+    table_uuid: String,
+    snapshot_id: Option<i64>,
+}
+
+impl From<&TablePointer> for StoredPointer {
+    fn from(p: &TablePointer) -> StoredPointer {
+        StoredPointer {
+            metadata_location: p.metadata_location.clone(),
+            table_uuid: p.table_uuid.clone(),
+            snapshot_id: p.snapshot_id,
+        }
+    }
+}
+
+impl From<StoredPointer> for TablePointer {
+    fn from(p: StoredPointer) -> TablePointer {
+        TablePointer {
+            metadata_location: p.metadata_location,
+            table_uuid: p.table_uuid,
+            snapshot_id: p.snapshot_id,
+        }
+    }
+}
+
+fn pointer_json(p: &TablePointer) -> String {
+    serde_json::to_string(&StoredPointer::from(p)).unwrap_or_default()
+}
+
+fn read_pointer(json: &str) -> Option<TablePointer> {
+    serde_json::from_str::<StoredPointer>(json)
+        .ok()
+        .map(TablePointer::from)
 }
 
 /// A node as the executor records it.
@@ -183,7 +224,7 @@ impl RunStore {
         .bind(n.rows.map(|r| r as i64))
         .bind(n.cached as i64)
         .bind(n.fingerprint.clone())
-        .bind(n.output.as_ref().map(|p| serde_json::to_string(p).unwrap_or_default()))
+        .bind(n.output.as_ref().map(pointer_json))
         .bind(n.error.clone())
         .bind(n.traceback.clone())
         .bind(n.detail.clone())
@@ -209,7 +250,7 @@ impl RunStore {
         .bind(n.rows.map(|r| r as i64))
         .bind(n.cached as i64)
         .bind(n.fingerprint.clone())
-        .bind(n.output.as_ref().map(|p| serde_json::to_string(p).unwrap_or_default()))
+        .bind(n.output.as_ref().map(pointer_json))
         .bind(n.error.clone())
         .bind(n.traceback.clone())
         .bind(n.detail.clone())
@@ -478,7 +519,7 @@ impl RunStore {
                 cached: r.get::<i64, _>(9) != 0,
                 output: r
                     .get::<Option<String>, _>(10)
-                    .and_then(|o| serde_json::from_str(&o).ok()),
+                    .and_then(|o| read_pointer(&o)),
                 error: r.get(11),
                 traceback: r.get(12),
                 detail: r.get(13),
@@ -575,9 +616,7 @@ impl RunStore {
         .map_err(db)?;
         Ok(row.and_then(|r| {
             let p: String = r.get(1);
-            serde_json::from_str(&p)
-                .ok()
-                .map(|p| (r.get(0), p, r.get(2)))
+            read_pointer(&p).map(|p| (r.get(0), p, r.get(2)))
         }))
     }
 
@@ -635,7 +674,7 @@ impl RunStore {
             .into_iter()
             .filter_map(|r| {
                 let p: String = r.get(1);
-                Some((r.get(0), serde_json::from_str(&p).ok()?))
+                Some((r.get(0), read_pointer(&p)?))
             })
             .collect())
     }
@@ -671,7 +710,7 @@ impl RunStore {
         let r = sqlx::query("INSERT INTO lh_memo (fingerprint, table_name, pointer, run_id, created_at, parts) VALUES ($1, $2, $3, $4, $5, $6)")
             .bind(fingerprint)
             .bind(table)
-            .bind(serde_json::to_string(pointer).unwrap_or_default())
+            .bind(pointer_json(pointer))
             .bind(run)
             .bind(micros(Utc::now()))
             .bind(parts)
@@ -702,7 +741,7 @@ pub fn reusable_since(now: DateTime<Utc>, catch_all: std::time::Duration) -> Dat
 
 #[async_trait::async_trait]
 impl crate::tables::gc::Memo for RunStore {
-    async fn kept(&self, since: DateTime<Utc>) -> Result<Vec<lh_catalog::TablePointer>> {
+    async fn kept(&self, since: DateTime<Utc>) -> Result<Vec<TablePointer>> {
         let rows = sqlx::query("SELECT pointer FROM lh_memo WHERE created_at >= $1")
             .bind(micros(since))
             .fetch_all(&self.pool)
@@ -710,8 +749,7 @@ impl crate::tables::gc::Memo for RunStore {
             .map_err(db)?;
         Ok(rows
             .iter()
-            .filter_map(|r| serde_json::from_str::<TablePointer>(&r.get::<String, _>(0)).ok())
-            .map(|p| crate::exec::call::catalog_pointer(&p))
+            .filter_map(|r| read_pointer(&r.get::<String, _>(0)))
             .collect())
     }
 

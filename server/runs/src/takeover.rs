@@ -304,7 +304,11 @@ impl RunService {
             strict: info.strict,
             rerun_of: info.rerun_of.clone(),
             input_commit: Some(info.input_commit.clone()),
-            reuse: start.reuse,
+            reuse: start
+                .reuse
+                .into_iter()
+                .map(|(k, p)| (k, p.into()))
+                .collect(),
             param_values: None,
             partitions: None,
         };

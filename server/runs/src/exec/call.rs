@@ -154,11 +154,3 @@ pub(super) async fn built_env(
     }
     Ok((env, built))
 }
-
-pub(crate) fn catalog_pointer(p: &TablePointer) -> lh_catalog::TablePointer {
-    lh_catalog::TablePointer {
-        metadata_location: p.metadata_location.clone(),
-        table_uuid: p.table_uuid.clone(),
-        snapshot_id: p.snapshot_id,
-    }
-}

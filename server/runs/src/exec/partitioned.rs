@@ -151,7 +151,7 @@ pub(super) async fn put_back(
     let name = node.display_name();
     let from = crate::tables::LoadedTable {
         name: table.clone(),
-        pointer: catalog_pointer(p),
+        pointer: p.clone(),
         metadata: svc.tables.metadata(&p.metadata_location).await?,
     };
     // The snapshot this instance made (its node in its summary), and no other.
@@ -242,5 +242,5 @@ pub(super) async fn put_back(
         .catalog
         .get_table(&format!("@{}", written.commit), table)
         .await?;
-    Ok((pointer(&p), rows))
+    Ok((p, rows))
 }

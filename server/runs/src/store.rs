@@ -762,3 +762,38 @@ impl crate::tables::gc::Memo for RunStore {
         Ok(r.rows_affected())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pointers are stored as lh has always written them (`lh_api::TablePointer`'s
+    /// JSON), so records written before read back, and after read the same.
+    #[test]
+    fn pointers_are_stored_as_before() {
+        for (snapshot_id, json) in [
+            (
+                Some(42),
+                r#"{"metadata_location":"s3://b/a/t-1/metadata/1.json","table_uuid":"u-1","snapshot_id":42}"#,
+            ),
+            (
+                None,
+                r#"{"metadata_location":"s3://b/a/t-1/metadata/1.json","table_uuid":"u-1","snapshot_id":null}"#,
+            ),
+        ] {
+            let p = TablePointer {
+                metadata_location: "s3://b/a/t-1/metadata/1.json".into(),
+                table_uuid: "u-1".into(),
+                snapshot_id,
+            };
+            let api = lh_api::TablePointer {
+                metadata_location: p.metadata_location.clone(),
+                table_uuid: p.table_uuid.clone(),
+                snapshot_id,
+            };
+            assert_eq!(serde_json::to_string(&api).unwrap(), json);
+            assert_eq!(pointer_json(&p), json);
+            assert_eq!(read_pointer(json), Some(p));
+        }
+    }
+}

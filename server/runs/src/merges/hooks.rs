@@ -388,4 +388,41 @@ mod tests {
             "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
     }
+
+    /// A payload's tables are what `lh_api::TableDiff` made of them before the refs
+    /// service had a type of its own (receivers parse them).
+    #[test]
+    fn payload_tables_are_the_apis_table_diffs() {
+        let p = |s: Option<i64>| lh_catalog::TablePointer {
+            metadata_location: "file:///w/a/t-1/metadata/00001.metadata.json".into(),
+            table_uuid: "0a0b".into(),
+            snapshot_id: s,
+        };
+        let wire = |p: &lh_catalog::TablePointer| lh_api::TablePointer {
+            metadata_location: p.metadata_location.clone(),
+            table_uuid: p.table_uuid.clone(),
+            snapshot_id: p.snapshot_id,
+        };
+        for (from, to, change) in [
+            (None, Some(p(Some(7))), lh_api::Change::Added),
+            (Some(p(None)), None, lh_api::Change::Removed),
+            (Some(p(None)), Some(p(Some(-3))), lh_api::Change::Changed),
+        ] {
+            let d = lh_catalog::TableDiff {
+                table: "a.t".into(),
+                from,
+                to,
+            };
+            let api = lh_api::TableDiff {
+                table: d.table.clone(),
+                change,
+                from: d.from.as_ref().map(wire),
+                to: d.to.as_ref().map(wire),
+                rows: None,
+                rows_error: None,
+                schema_changes: Vec::new(),
+            };
+            assert_eq!(table_json(&d), serde_json::to_value(api).unwrap());
+        }
+    }
 }

@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Services the tests need, started (and installed) on demand; prints `export` lines.
 SERVICES = eval "$$(scripts/services.sh postgres python java bubblewrap chromium docker docker-remote docker-spare sshd s3 garage)"
 
-.PHONY: libduckdb build test check fmt bench bench-diff bench-client bench-s3 bench-auth bench-team bench-catalog bench-tpch bench-pipeline bench-backfill bench-runtime bench-rest openapi demo images
+.PHONY: libduckdb build install install-built test check fmt bench bench-diff bench-client bench-s3 bench-auth bench-team bench-catalog bench-tpch bench-pipeline bench-backfill bench-runtime bench-rest openapi demo images
 
 ## DuckDB's official shared library, which the build links (see scripts/libduckdb.sh).
 libduckdb:
@@ -13,6 +13,22 @@ libduckdb:
 
 build: libduckdb
 	$(CARGO) build --workspace
+
+## `lh` and `lh-server` on PATH: PREFIX/bin (~/.local/bin unless PREFIX= says otherwise),
+## DuckDB's library in PREFIX/lib/lh, where the binaries look for it.
+PREFIX ?= $(HOME)/.local
+install: libduckdb
+	$(CARGO) build -p lh-cli -p lh-control-plane --bins
+	@$(MAKE) --no-print-directory install-built
+
+## What `make install` copies, once built (a test installs with it).
+install-built:
+	@dir="$$($(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug" && \
+	install -d "$(PREFIX)/bin" "$(PREFIX)/lib/lh" && \
+	install -m 755 "$$dir/lh" "$$dir/lh-server" "$(PREFIX)/bin/" && \
+	install -m 644 .libduckdb/libduckdb.so "$(PREFIX)/lib/lh/" && \
+	echo "installed lh and lh-server in $(PREFIX)/bin, DuckDB's library in $(PREFIX)/lib/lh" && \
+	case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; *) echo "hint: $(PREFIX)/bin is not on your PATH: export PATH=\"$(PREFIX)/bin:\$$PATH\"";; esac
 
 ## The demo: a server on the embedded default, TPC-H data, branch, change, query,
 ## diff, merge and time travel.

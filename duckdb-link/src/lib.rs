@@ -3,7 +3,8 @@
 //! C++ (about 40 minutes on two cores). `libduckdb-sys` finds the library at build time
 //! through `DUCKDB_LIB_DIR`; this gives each executable that links it (binaries, test
 //! and bench programs) the run-time search path: the folder beside the executable
-//! (`$ORIGIN`, for a copy shipped with the binary) and `DUCKDB_LIB_DIR` itself. Cargo
+//! (`$ORIGIN`, for a copy shipped with the binary), `$ORIGIN/../lib/lh` (where
+//! `make install` puts it) and `DUCKDB_LIB_DIR` itself. Cargo
 //! passes such link arguments only to the targets of the package whose build script
 //! prints them, so every crate with an executable that links DuckDB calls [`main`].
 //!
@@ -36,5 +37,7 @@ pub fn main() {
         );
     }
     println!("cargo:rustc-link-arg=-Wl,-rpath,$ORIGIN");
+    // Where `make install` puts it: PREFIX/lib/lh beside PREFIX/bin.
+    println!("cargo:rustc-link-arg=-Wl,-rpath,$ORIGIN/../lib/lh");
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
 }

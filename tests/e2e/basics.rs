@@ -88,6 +88,55 @@ fn only_the_server_links_duckdb() {
     assert!(err.contains("put it next to `lh` or on PATH"), "{err}");
 }
 
+/// `make install` (its copying half, once built): both binaries in PREFIX/bin, DuckDB's
+/// library in PREFIX/lib/lh, where the installed server finds it; `lh server` there
+/// starts the server beside it.
+#[test]
+fn make_install_puts_lh_on_path() {
+    let prefix = tempfile::tempdir().unwrap();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new("make")
+        .arg("-C")
+        .arg(&repo)
+        .arg("install-built")
+        .arg(format!("PREFIX={}", prefix.path().display()))
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("is not on your PATH"), "{said}");
+    let bin = prefix.path().join("bin");
+    let lib = prefix.path().join("lib/lh/libduckdb.so");
+    assert!(lib.is_file());
+    let ldd = std::process::Command::new("ldd")
+        .arg(bin.join("lh-server"))
+        .output()
+        .unwrap();
+    let ldd = String::from_utf8_lossy(&ldd.stdout).into_owned();
+    assert!(
+        ldd.contains(&format!(
+            "libduckdb.so => {}/../lib/lh/libduckdb.so",
+            bin.display()
+        )),
+        "{ldd}"
+    );
+    let cwd = tempfile::tempdir().unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let out = std::process::Command::new("lh")
+        .args(["server", "--version"])
+        .env("PATH", &path)
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("lh"));
+}
+
 #[test]
 fn a_server_that_is_not_running_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();

@@ -446,40 +446,59 @@ def clear_scratch(work, invocation):
 
 
 class NetworkState:
-    """The worker's network namespace as the last call found it: how many sockets of
-    each table /proc/net lists, and every interface's counters. A sandbox has no
-    network but loopback, which only a call uses."""
+    """The worker's network namespace as the last call found it: every file /proc/net
+    shows of it (its sockets, orphaned TCP ends and IPv6 flow labels included, its
+    interfaces' and protocols' counters), byte for byte. A sandbox has no network but
+    loopback, which only a call uses; the few files that count for the whole host, or
+    changed while the worker started, are left out."""
 
-    TABLES = ("tcp", "tcp6", "udp", "udp6", "udplite", "udplite6", "raw", "raw6", "unix",
-              "packet", "icmp", "icmp6")
+    # Counted for the whole host (packets per CPU, route cache, the protocols' memory and
+    # allocations in protocols and sockstat): other namespaces move them any time.
+    HOST_WIDE = {"softnet_stat", "stat/rt_cache", "protocols", "sockstat"}
 
     def __init__(self):
         self.last = None
+        self.skipped = set(self.HOST_WIDE)
 
-    @classmethod
-    def now(cls):
-        seen = []
-        for table in cls.TABLES:
-            try:
-                with open(f"/proc/net/{table}") as f:
-                    seen.append((table, len(f.read().splitlines())))
-            except OSError:
-                seen.append((table, None))
+    def now(self):
+        seen = {}
+        base = "/proc/net"
         try:
-            with open("/proc/net/dev") as f:
-                seen.append(("dev", f.read()))
+            names = sorted(os.listdir(base))
         except OSError:
-            seen.append(("dev", None))
+            return seen
+        for name in names:
+            path = os.path.join(base, name)
+            inner = [name]
+            if os.path.isdir(path):
+                try:
+                    inner = [name + "/" + n for n in sorted(os.listdir(path))]
+                except OSError:
+                    inner = []
+            for rel in inner:
+                if rel in self.skipped:
+                    continue
+                try:
+                    with open(os.path.join(base, rel), "rb") as f:
+                        seen[rel] = f.read(1 << 20)
+                except OSError:
+                    seen[rel] = None
         return seen
 
     def remember(self):
+        first = self.now()
+        time.sleep(0.05)
+        second = self.now()
+        self.skipped |= {k for k in set(first) | set(second) if first.get(k) != second.get(k)}
         self.last = self.now()
 
     def unchanged(self):
         now = self.now()
-        same = now == self.last
+        changed = sorted(k for k in set(now) | set(self.last or {}) if now.get(k) != (self.last or {}).get(k))
         self.last = now
-        return same
+        if changed:
+            LEFT.append("/proc/net/" + ", /proc/net/".join(changed[:5]))
+        return not changed
 
 
 class SysvSequence:
@@ -520,9 +539,13 @@ class SysvSequence:
         else:
             same = all(n < 0 or n == last + step for n, last, step in zip(now, self.last, self.step))
         self.last = now
+        if not same:
+            LEFT.append("SysV IPC objects")
         return same
 
 
+# What the last call left that the worker cannot remove, said when it retires.
+LEFT = []
 NETWORK = NetworkState()
 SYSV = SysvSequence()
 
@@ -933,10 +956,14 @@ def main():
         answer["id"] = req.get("id")
         # An answer says only what answers say (a call's cannot announce files of its own).
         answer = {k: v for k, v in answer.items() if k in ANSWER_TYPES}
+        del LEFT[:]
         clean = clear_scratch(work, "inv-%s" % req.get("id"))
         if not clean or LEFTOVERS:
             # Said with the answer, so that the runner sends this worker no other call.
             answer["retires"] = True
+            print("--- lh: the worker retires after this call, which left what it cannot "
+                  "remove%s ---" % ((" (%s)" % "; ".join(LEFT)) if LEFT else ""),
+                  file=sys.stderr, flush=True)
         found = []
         if channel is not None:
             answer, found = files_back(answer, base, channel)
@@ -949,8 +976,9 @@ def main():
             stdin.wipe()
         if not clean or LEFTOVERS:
             # Something of the call could not be removed: no later call may find it.
-            print("--- lh: the worker retires: its call left what it cannot remove ---",
-                  file=sys.stderr, flush=True)
+            if not answer.get("retires"):
+                print("--- lh: the worker retires: its call left what it cannot remove ---",
+                      file=sys.stderr, flush=True)
             break
 
 

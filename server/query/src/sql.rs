@@ -193,13 +193,16 @@ pub fn analyze(serialized: &str) -> Result<Analysis> {
     // interrupt reaches: `fmod` uses each argument twice, so 16 nested calls (136 bytes)
     // made 65,536 copies, and minutes of CPU and gigabytes past the query's timeout and
     // memory (found by the nineteenth review). Bounded by what the expansion adds.
-    let added = expanded(&v, &MACROS).saturating_sub(expanded(&v, &HashMap::new()));
+    // Column aliases the same way: `select 1+1 AS a0, a0+a0 AS a1, ...` has the binder
+    // copy each alias's expression where it is used (found by the twentieth review).
+    let added =
+        size(&v, &MACROS, Some(&HashMap::new())).saturating_sub(size(&v, &HashMap::new(), None));
     if added > MAX_MACRO_EXPANSION {
         return Err(Error::bad_request(
             Code::SqlError,
             format!(
-                "the statement's macros (fmod, nullif, round_even, ...) would expand into \
-                 more than {MAX_MACRO_EXPANSION} more expressions{}",
+                "the statement's macros (fmod, nullif, round_even, ...) and column aliases \
+                 would expand into more than {MAX_MACRO_EXPANSION} more expressions{}",
                 if added == u64::MAX {
                     String::new()
                 } else {
@@ -326,8 +329,27 @@ fn macro_call<'a>(
 
 /// The nodes of a parse tree once every call of `macros` in it is expanded.
 fn expanded(v: &Value, macros: &HashMap<String, Macro>) -> u64 {
+    size(v, macros, None)
+}
+
+/// The nodes of a parse tree once every call of `macros` is expanded and, with
+/// `aliases` (the sizes of the select list's aliases in scope), every use of a column
+/// alias of the same SELECT replaced by its expression, as DuckDB's binder does. (A
+/// name that is a column of the FROM as well counts as the alias: an over-count.)
+fn size(v: &Value, macros: &HashMap<String, Macro>, aliases: Option<&HashMap<String, u64>>) -> u64 {
     match v {
         Value::Object(m) => {
+            if aliases.is_some() && m.get("type").and_then(Value::as_str) == Some("SELECT_NODE") {
+                return select_size(m, macros);
+            }
+            if let Some(scope) = aliases
+                && m.get("class").and_then(Value::as_str) == Some("COLUMN_REF")
+                && let Some(Value::Array(names)) = m.get("column_names")
+                && let [Value::String(name)] = names.as_slice()
+                && let Some(n) = scope.get(&name.to_ascii_lowercase())
+            {
+                return *n;
+            }
             let called = macro_call(m, macros);
             let mut n = 1u64;
             for (k, x) in m {
@@ -336,22 +358,50 @@ fn expanded(v: &Value, macros: &HashMap<String, Macro>) -> u64 {
                         n = n.saturating_add(mac.body);
                         for a in args {
                             n = n.saturating_add(
-                                mac.uses.max(1).saturating_mul(expanded(a, macros)),
+                                mac.uses.max(1).saturating_mul(size(a, macros, aliases)),
                             );
                         }
                     }
-                    _ => n = n.saturating_add(expanded(x, macros)),
+                    _ => n = n.saturating_add(size(x, macros, aliases)),
                 }
             }
             n
         }
         Value::Array(a) => a
             .iter()
-            .fold(0u64, |n, x| n.saturating_add(expanded(x, macros))),
+            .fold(0u64, |n, x| n.saturating_add(size(x, macros, aliases))),
         _ => 0,
     }
 }
 
+/// A SELECT's size with its aliases followed: each select-list entry may use the
+/// aliases before it; the clauses after (WHERE, GROUP BY, HAVING, QUALIFY, ORDER BY)
+/// any of them; its FROM and CTEs none.
+fn select_size(m: &serde_json::Map<String, Value>, macros: &HashMap<String, Macro>) -> u64 {
+    let none = HashMap::new();
+    let mut scope: HashMap<String, u64> = HashMap::new();
+    let mut n = 1u64;
+    if let Some(Value::Array(list)) = m.get("select_list") {
+        for e in list {
+            let s = size(e, macros, Some(&scope));
+            n = n.saturating_add(s);
+            if let Some(alias) = e.get("alias").and_then(Value::as_str)
+                && !alias.is_empty()
+            {
+                scope.insert(alias.to_ascii_lowercase(), s);
+            }
+        }
+    }
+    for (k, x) in m {
+        let within = match k.as_str() {
+            "select_list" => continue,
+            "from_table" | "cte_map" => &none,
+            _ => &scope,
+        };
+        n = n.saturating_add(size(x, macros, Some(within)));
+    }
+    n
+}
 /// How many times a macro's body uses its parameter `param` once expanded.
 fn refs_to(v: &Value, param: &str, macros: &HashMap<String, Macro>) -> u64 {
     match v {

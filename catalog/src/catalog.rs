@@ -296,6 +296,23 @@ impl Catalog {
         self.store().left_heads(name, limit).await
     }
 
+    /// Refs deleted (and not made again) whose names match `pattern` (`*`: any run of
+    /// characters), at most `limit`: what they held is still theirs for read grants.
+    pub async fn deleted_refs(&self, pattern: &str, limit: usize) -> Result<Vec<String>> {
+        let mut like = String::with_capacity(pattern.len());
+        for c in pattern.chars() {
+            match c {
+                '*' => like.push('%'),
+                '%' | '_' | '\\' => {
+                    like.push('\\');
+                    like.push(c);
+                }
+                c => like.push(c),
+            }
+        }
+        self.store().deleted_names(&like, limit).await
+    }
+
     /// Points branch `name` at the commit `to` resolves to (a reset), provided the branch
     /// is still at `expected`.
     pub async fn assign_branch(

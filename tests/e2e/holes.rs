@@ -1807,8 +1807,9 @@ fn history_limits_hold_on_changes_merges_and_assignments() {
 /// Found by the nineteenth review: the limit was worked out from where `main` points
 /// now, so rolling `main` back past an import (as an admin does who imported secret
 /// data by mistake) made a branch made from it earlier hold the import as its own, and
-/// a reader limited on `main` read every row of it there. What a ref held before it was
-/// assigned elsewhere or deleted (and made again) stays its history.
+/// a reader limited on `main` read every row of it there; the twentieth found the same
+/// by deleting the limited ref. What a ref held before it was assigned elsewhere or
+/// deleted (made again or not) stays its history.
 #[test]
 fn what_a_ref_held_before_it_was_rolled_back_or_remade_stays_limited() {
     let server = Server::start();
@@ -1825,6 +1826,8 @@ fn what_a_ref_held_before_it_was_rolled_back_or_remade_stays_limited() {
         "read on main in sales",
         "--grant",
         "read on prod in sales",
+        "--grant",
+        "read on rel in sales",
         "--grant",
         "read,write on b.*",
     ])
@@ -1884,6 +1887,22 @@ fn what_a_ref_held_before_it_was_rolled_back_or_remade_stays_limited() {
         .ok();
     hidden(&mallory, "b.z");
     hidden(&mallory, "b.y");
+    // Deleted and not made again (found by the twentieth review).
+    lh.run(&["branch", "create", "rel", "--from", &format!("@{before}")])
+        .ok();
+    lh.run(&[
+        "table",
+        "import",
+        "finance.secret",
+        secret.to_str().unwrap(),
+        "--ref",
+        "rel",
+    ])
+    .ok();
+    lh.run(&["branch", "create", "b.w", "--from", "rel"]).ok();
+    hidden(&mallory, "b.w");
+    lh.run(&["branch", "rm", "rel"]).ok();
+    hidden(&mallory, "b.w");
     mallory
         .run(&["query", "select * from mine.t", "--ref", "b.y"])
         .ok();

@@ -79,6 +79,9 @@ pub trait Store: Send + Sync + 'static {
     /// The heads ref `name` left without keeping them in its history (assigned
     /// elsewhere, or deleted), the latest first, at most `limit`.
     async fn left_heads(&self, name: &str, limit: usize) -> Result<Vec<Hash>>;
+    /// The names of refs that left a head and do not exist now (deleted), matching the
+    /// SQL `LIKE` pattern `like` (with `\\` as its escape), at most `limit`.
+    async fn deleted_names(&self, like: &str, limit: usize) -> Result<Vec<String>>;
     /// Writes the objects and applies every ref update, or nothing.
     async fn write(&self, batch: WriteBatch) -> Result<(), WriteError>;
     /// A short description for logs and `lh info` (never a password).

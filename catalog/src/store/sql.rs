@@ -202,6 +202,21 @@ where
             .collect()
     }
 
+    async fn deleted_names(&self, like: &str, limit: usize) -> Result<Vec<String>> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT l.name FROM ref_log l WHERE l.left_head IS NOT NULL \
+               AND l.name LIKE $1 ESCAPE '\\' \
+               AND NOT EXISTS (SELECT 1 FROM refs r WHERE r.name = l.name) \
+             ORDER BY l.name LIMIT $2",
+        )
+        .bind(like)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(storage_err)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
     /// Moves each ref by a conditional statement (compare-and-swap: a ref that is not
     /// where the update expects it matches no row) in the transaction that stores the
     /// objects. On SQLite the transaction holds the write lock from its first statement;

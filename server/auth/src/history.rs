@@ -123,6 +123,8 @@ pub struct Limits {
 /// The most heads a ref left that are checked one by one (the latest); it held more
 /// before, and its ceiling then applies to everything.
 const MAX_LEFT_HEADS: usize = 64;
+/// The most deleted refs one limited grant's pattern is checked against one by one.
+const MAX_DELETED_REFS: usize = 256;
 
 impl Limits {
     /// `None`: history limits nothing on this route.
@@ -145,21 +147,26 @@ impl Limits {
             // Nothing readable there: every check refuses anyway.
             return Ok(None);
         }
-        let mut refs = Vec::new();
-        for r in catalog.list_refs().await? {
-            if route == Some(r.name.as_str()) {
-                continue;
-            }
-            let there = access.namespaces_on(Action::Read, Some(&r.name));
+        // The namespaces a ref's grants limit a read to, when narrower than at the route.
+        let limited = |name: &str| {
+            let there = access.namespaces_on(Action::Read, Some(name));
             if there.is_empty() || there.iter().any(Pattern::is_any) {
-                continue;
+                return None;
             }
             let narrower = at_route.iter().any(|p| {
                 !there
                     .iter()
                     .any(|q| q.as_str() == p.as_str() || q.covers_namespace(p.as_str()))
             });
-            if narrower {
+            narrower.then_some(there)
+        };
+        let mut refs = Vec::new();
+        let listed = catalog.list_refs().await?;
+        for r in &listed {
+            if route == Some(r.name.as_str()) {
+                continue;
+            }
+            if let Some(there) = limited(&r.name) {
                 // What the ref once held is its history too: rolling `main` back past
                 // an import left a branch made from it holding the import as its own
                 // (found by the nineteenth review).
@@ -170,6 +177,40 @@ impl Limits {
                     heads.clear();
                 }
                 refs.push((heads, there));
+            }
+        }
+        // A ref deleted (and not made again) still limits what it held: deleting `rel`
+        // once lifted its limit from a branch made from it (found by the twentieth
+        // review). Found by the names the identity's limited read grants match.
+        let mut seen: std::collections::BTreeSet<String> =
+            listed.iter().map(|r| r.name.clone()).collect();
+        for g in access
+            .grants
+            .iter()
+            .filter(|g| g.actions.contains(&Action::Read) && !g.namespaces.is_any())
+        {
+            let names = catalog
+                .deleted_refs(g.refs.as_str(), MAX_DELETED_REFS + 1)
+                .await?;
+            if names.len() > MAX_DELETED_REFS {
+                // More than are checked: the grant's limit holds on every commit.
+                refs.push((Vec::new(), vec![g.namespaces.clone()]));
+                continue;
+            }
+            for name in names {
+                if !g.refs.matches(&name)
+                    || route == Some(name.as_str())
+                    || !seen.insert(name.clone())
+                {
+                    continue;
+                }
+                if let Some(there) = limited(&name) {
+                    let mut heads = catalog.left_heads(&name, MAX_LEFT_HEADS + 1).await?;
+                    if heads.len() > MAX_LEFT_HEADS {
+                        heads.clear();
+                    }
+                    refs.push((heads, there));
+                }
             }
         }
         Ok((!refs.is_empty()).then(|| Limits {

@@ -149,6 +149,8 @@ pub enum NodeStatus {
     Warned,
     Failed,
     Skipped,
+    /// Stopped while it ran, by a cancel of its run.
+    Cancelled,
 }
 
 impl NodeStatus {
@@ -162,6 +164,7 @@ impl NodeStatus {
             NodeStatus::Warned => "warned",
             NodeStatus::Failed => "failed",
             NodeStatus::Skipped => "skipped",
+            NodeStatus::Cancelled => "cancelled",
         }
     }
 
@@ -175,6 +178,7 @@ impl NodeStatus {
             "warned" => NodeStatus::Warned,
             "failed" => NodeStatus::Failed,
             "skipped" => NodeStatus::Skipped,
+            "cancelled" => NodeStatus::Cancelled,
             _ => return None,
         })
     }

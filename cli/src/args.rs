@@ -391,9 +391,13 @@ pub enum RefCommand {
         #[arg(long, value_name = "REF")]
         from: Option<String>,
     },
-    /// List them
+    /// List them (without the branches failed runs keep, run/..., unless --all)
     #[command(alias = "list")]
-    Ls,
+    Ls {
+        /// Also the branches failed runs keep for inspection (run/<id>)
+        #[arg(long)]
+        all: bool,
+    },
     /// Delete one
     #[command(alias = "delete")]
     Rm { name: String },

@@ -27,7 +27,7 @@
   const RUN_BRANCH_PREFIX = "run/";
   // In the graph's rows (all of them are in the commit's detail).
   const NOTABLE_PROPS = ["lh.run", "lh.node", "lh.rebased", "lh.compacted"];
-  const NODE_STATUSES = ["waiting", "running", "cached", "done", "passed", "warned", "failed", "skipped"];
+  const NODE_STATUSES = ["waiting", "running", "cached", "done", "passed", "warned", "failed", "skipped", "cancelled"];
   const NUMERIC_TYPE = /^(tiny|small|big|hug|u)?int|integer|long|float|double|real|decimal|numeric/i;
   const NUM = new Intl.NumberFormat("en-US");
 
@@ -1011,7 +1011,7 @@
     const count = (...st) => nodes.filter((n) => st.includes(n.status)).length;
     const parts = [`${count("done", "passed", "warned", "cached")}/${nodes.length} done`];
     const extra = [["cached", count("cached")], ["running", count("running")], ["failed", count("failed")],
-      ["warned", count("warned")], ["skipped", count("skipped")]];
+      ["warned", count("warned")], ["skipped", count("skipped")], ["cancelled", count("cancelled")]];
     for (const [label, n] of extra) if (n) parts.push(`${n} ${label}`);
     return parts.join(", ");
   }

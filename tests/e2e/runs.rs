@@ -201,7 +201,7 @@ def ids_present(data=lh.Model("clean", columns=["id"])):
     assert_eq!(log[0]["parents"][0].as_str(), Some(before.as_str()));
     assert_eq!(run["input_commit"].as_str(), Some(before.as_str()));
     // The run's branch is gone once published.
-    assert!(!lh.run(&["branch", "ls"]).ok().contains("run/"));
+    assert!(!lh.run(&["branch", "ls", "--all"]).ok().contains("run/"));
     // Logs hold the function's prints.
     let id = run["id"].as_str().unwrap();
     let logs = lh.run(&["runs", "logs", &id[..12], "--node", "analytics.clean"]);
@@ -336,6 +336,17 @@ fn failing_functions_publish_nothing(runtime: &str) {
             lh.rows("select count(*) AS n from analytics.good", branch)[0]["n"],
             4
         );
+        // Listed with --all; `lh branch ls` counts it and shows the branches of people.
+        let listed = lh.run(&["branch", "ls"]);
+        assert!(!listed.ok().contains(branch), "{name}: {}", listed.stdout);
+        assert!(
+            listed
+                .stderr
+                .contains("of failed runs not shown: lh branch ls --all"),
+            "{name}: {}",
+            listed.stderr
+        );
+        assert!(lh.run(&["branch", "ls", "--all"]).ok().contains(branch));
     }
     // A traceback points at the user's line.
     let dir = lh.cwd.join("raises");

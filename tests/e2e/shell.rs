@@ -472,5 +472,28 @@ fn ctrl_c_cancels_an_attached_run_and_publishes_nothing() {
         }
         assert_eq!(status, "cancelled", "{presses} Ctrl-C: {}", term.text());
         assert_eq!(lh.head("main"), before, "nothing was published");
+        // The node stopped while it ran shows as cancelled, not skipped.
+        let run: serde_json::Value = serde_json::from_str(
+            lh.run(&[
+                "runs",
+                "show",
+                runs[0]["id"].as_str().unwrap(),
+                "-o",
+                "json",
+            ])
+            .ok(),
+        )
+        .unwrap();
+        let statuses: Vec<&str> = run["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["status"].as_str().unwrap())
+            .collect();
+        assert!(
+            statuses.contains(&"cancelled"),
+            "{presses} Ctrl-C: {statuses:?}"
+        );
+        assert!(!statuses.contains(&"running"), "{statuses:?}");
     }
 }

@@ -9,6 +9,9 @@ use crate::error::CliResult;
 use crate::output::{self, short};
 use crate::settings::Settings;
 
+/// The branches runs work on (`run/<id>`), kept when a run fails.
+const RUN_BRANCH_PREFIX: &str = "run/";
+
 pub async fn refs(
     client: &Client,
     settings: &Settings,
@@ -44,8 +47,8 @@ pub async fn refs(
                 ],
             )
         }
-        RefCommand::Ls => {
-            let refs = client.refs(kind).await?;
+        RefCommand::Ls { all } => {
+            let mut refs = client.refs(kind).await?;
             if kind == RefKind::Tag {
                 return output::listing(settings.output, &["name", "head"], &refs, |r| {
                     vec![r.name.clone(), short(&r.head).to_string()]
@@ -53,6 +56,13 @@ pub async fn refs(
             }
             // The active branch is marked, as git marks the checked-out one.
             let active = client.resolve_ref(settings.branch.clone()).await?;
+            // A failed run's branch is kept for inspection (`lh runs show` names it):
+            // listed with --all, or when it is the active branch.
+            let before = refs.len();
+            if !all {
+                refs.retain(|r| !r.name.starts_with(RUN_BRANCH_PREFIX) || r.name == active);
+            }
+            let hidden = before - refs.len();
             output::listing(settings.output, &["", "name", "head"], &refs, |r| {
                 let mark = if r.name == active { "*" } else { "" };
                 let name = if r.protected {
@@ -61,7 +71,14 @@ pub async fn refs(
                     r.name.clone()
                 };
                 vec![mark.to_string(), name, short(&r.head).to_string()]
-            })
+            })?;
+            if hidden > 0 && settings.output == OutputFormat::Table {
+                eprintln!(
+                    "({hidden} branch{} of failed runs not shown: lh branch ls --all)",
+                    if hidden == 1 { "" } else { "es" }
+                );
+            }
+            Ok(())
         }
         RefCommand::Rm { name } => {
             client.delete_ref(&name, kind).await?;

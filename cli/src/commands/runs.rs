@@ -280,7 +280,7 @@ fn icon(s: NodeStatus) -> &'static str {
         NodeStatus::Cached | NodeStatus::Done | NodeStatus::Passed => "+",
         NodeStatus::Warned => "!",
         NodeStatus::Failed => "x",
-        NodeStatus::Skipped => "-",
+        NodeStatus::Skipped | NodeStatus::Cancelled => "-",
     }
 }
 

@@ -325,12 +325,18 @@ impl Run {
             return;
         }
         if cancelled {
+            // A node stopped while it ran was cancelled; one that never started, skipped.
             for (i, s) in status.iter_mut().enumerate() {
                 if matches!(s, NodeStatus::Waiting | NodeStatus::Running) {
-                    *s = NodeStatus::Skipped;
+                    let (now, why) = if *s == NodeStatus::Running {
+                        (NodeStatus::Cancelled, "cancelled while it ran")
+                    } else {
+                        (NodeStatus::Skipped, "the run was cancelled")
+                    };
+                    *s = now;
                     let mut rec = self.record(i);
-                    rec.status = NodeStatus::Skipped;
-                    rec.error = Some("the run was cancelled".into());
+                    rec.status = now;
+                    rec.error = Some(why.into());
                     let _ = svc.store.update_node(&id, &self.shared.claim, &rec).await;
                 }
             }

@@ -639,13 +639,14 @@ def finds(o=lh.Model("plants", columns=["id"])):
 /// numbers the same way. The twentieth found IPv6 flow labels (which outlive their
 /// socket) and the protocols' counters (`OutNoRoutes` in /proc/net/snmp). A worker whose
 /// call changed anything /proc/net shows of its namespace, or the SysV sequences,
-/// retires. Each pair of calls runs on one worker unless the first retires it.
+/// retires; so does one whose call changed the worker's own resource limits, nice value
+/// or CPU affinity (the twenty-first: `prlimit` on the parent carried 64 bits a limit). Each pair of calls runs on one worker unless the first retires it.
 fn a_call_leaves_no_socket_and_moves_no_counter_for_the_next(runtime: &str) {
     let server = server(runtime);
     let lh = server.lh();
     orders(&lh);
     let models = r#"
-import ctypes, os, socket, struct, time
+import ctypes, os, resource, socket, struct, time
 import lh
 
 PORT = 9999
@@ -769,6 +770,27 @@ def unroutable(o=lh.Model("labels_seen", columns=["id"])):
 def unroutable_seen(o=lh.Model("unroutable", columns=["id"])):
     if out_no_routes() > 0:
         raise RuntimeError("%d sends without a route before this call" % out_no_routes())
+    return o
+
+def settings():
+    return (resource.getrlimit(resource.RLIMIT_CPU), os.getpriority(os.PRIO_PROCESS, 0),
+            sorted(os.sched_getaffinity(0)))
+
+@lh.model()
+def parent_settings(o=lh.Model("unroutable_seen", columns=["id"])):
+    # Set on the worker, which forks the next call (found by the twenty-first review).
+    parent = os.getppid()
+    resource.prlimit(parent, resource.RLIMIT_CPU, ((1 << 50) + 12345, resource.RLIM_INFINITY))
+    os.setpriority(os.PRIO_PROCESS, parent, 7)
+    cpus = sorted(os.sched_getaffinity(parent))
+    os.sched_setaffinity(parent, cpus[:1])
+    return o
+
+@lh.model()
+def parent_settings_seen(o=lh.Model("parent_settings", columns=["id"])):
+    cpu, nice, _ = settings()
+    if cpu[0] != resource.RLIM_INFINITY or nice != 0:
+        raise RuntimeError("the earlier call's settings: %r" % (settings(),))
     return o
 "#;
     let dir = project(

@@ -442,6 +442,9 @@ def clear_scratch(work, invocation):
         # sequences (each new object's id tells how many came before).
         clean = NETWORK.unchanged() and clean
         clean = SYSV.unchanged() and clean
+    # Its own settings, on any runtime: a call can set them on its parent (found by the
+    # twenty-first review: resource limits carried 64 bits each to the next call and run).
+    clean = SETTINGS.unchanged() and clean
     return clean
 
 
@@ -544,8 +547,60 @@ class SysvSequence:
         return same
 
 
+class ProcessSettings:
+    """The worker's own settings a call (a child of the same user) can change and the
+    next call, forked from the worker, would inherit: its resource limits, nice value,
+    CPU affinity, scheduling policy and I/O priority. The worker can set a lowered
+    nice or a raised hard limit back no more than a call can, so a change retires it."""
+
+    def __init__(self):
+        self.first = None
+
+    @staticmethod
+    def now():
+        import resource
+        seen = {}
+        for name in dir(resource):
+            if name.startswith("RLIMIT_"):
+                try:
+                    seen[name] = resource.getrlimit(getattr(resource, name))
+                except (OSError, ValueError):
+                    pass
+        for key, get in (("nice", lambda: os.getpriority(os.PRIO_PROCESS, 0)),
+                         ("affinity", lambda: sorted(os.sched_getaffinity(0))),
+                         ("scheduler", lambda: os.sched_getscheduler(0)),
+                         ("ioprio", ioprio)):
+            try:
+                seen[key] = get()
+            except OSError:
+                seen[key] = None
+        return seen
+
+    def remember(self):
+        self.first = self.now()
+
+    def unchanged(self):
+        now = self.now()
+        changed = sorted(k for k in now if now[k] != (self.first or {}).get(k))
+        if changed:
+            LEFT.append("the worker's " + ", ".join(changed))
+        return not changed
+
+
+def ioprio():
+    """This process's I/O priority (ioprio_get, which Python does not wrap)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    # x86_64: ioprio_get is 252; aarch64: 31. IOPRIO_WHO_PROCESS, this process.
+    number = {"x86_64": 252, "aarch64": 31}.get(os.uname().machine)
+    if number is None:
+        return None
+    return libc.syscall(number, 1, 0)
+
+
 # What the last call left that the worker cannot remove, said when it retires.
 LEFT = []
+SETTINGS = ProcessSettings()
 NETWORK = NetworkState()
 SYSV = SysvSequence()
 
@@ -936,6 +991,7 @@ def main():
     write_all(fd, (json.dumps({"ready": True, "pid": os.getpid()}) + "\n").encode())
     stdin = Channel(sys.stdin.fileno())
     remember_kept(work)
+    SETTINGS.remember()
     if os.environ.get("LH_PRIVATE_TMP") == "1":
         NETWORK.remember()
         SYSV.remember()

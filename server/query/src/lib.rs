@@ -332,6 +332,7 @@ impl QueryEngine {
     /// DuckDB's reading of a query: the tables, parameters and CTEs it names. Runs no
     /// query.
     pub async fn analyze(&self, sql: &str) -> Result<sql::Analysis> {
+        sql::check_case_copies(sql)?;
         let database = self.database.clone();
         let text = sql.to_string();
         blocking(move || {
@@ -346,6 +347,7 @@ impl QueryEngine {
     /// DuckDB's parse tree of `sql` (`json_serialize_sql`), positions left out: two
     /// statements that differ only in comments and layout have the same tree.
     pub async fn parse_tree(&self, sql: &str) -> Result<serde_json::Value> {
+        sql::check_case_copies(sql)?;
         let database = self.database.clone();
         let text = sql.to_string();
         let serialized: String = blocking(move || {

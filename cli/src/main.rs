@@ -8,6 +8,7 @@ mod error;
 mod output;
 mod settings;
 mod statements;
+mod suggest;
 
 use std::process::ExitCode;
 
@@ -60,41 +61,55 @@ async fn run(cli: Cli) -> CliResult<()> {
         &settings.user,
         settings.token.as_deref(),
     )?;
-    match cli.command {
+    match command(&client, &mut settings, cli.command).await {
+        Err(e @ error::CliError::Api { status: 404, .. }) => {
+            Err(suggest::suggested(&client, &settings, e).await)
+        }
+        done => done,
+    }
+}
+
+async fn command(
+    client: &client::Client,
+    settings: &mut settings::Settings,
+    command: Commands,
+) -> CliResult<()> {
+    match command {
         Commands::Server(_) => unreachable!("handled above"),
-        Commands::Info => commands::refs::info(&client, &settings).await,
+        Commands::Info => commands::refs::info(client, settings).await,
         Commands::Branch(cmd) => {
-            commands::refs::refs(&client, &settings, lh_api::RefKind::Branch, cmd).await
+            commands::refs::refs(client, settings, lh_api::RefKind::Branch, cmd).await
         }
         Commands::Tag(cmd) => {
-            commands::refs::refs(&client, &settings, lh_api::RefKind::Tag, cmd).await
+            commands::refs::refs(client, settings, lh_api::RefKind::Tag, cmd).await
         }
-        Commands::Checkout(args) => commands::refs::checkout(&client, &mut settings, args).await,
-        Commands::Log(args) => commands::refs::log(&client, &settings, args).await,
-        Commands::Diff(args) => commands::refs::diff(&client, &settings, args).await,
-        Commands::Merge(args) => commands::refs::merge(&client, &settings, args).await,
-        Commands::Bisect(args) => commands::bisect::bisect(&client, &settings, args).await,
-        Commands::Lineage(args) => commands::runs::lineage(&client, &settings, args).await,
-        Commands::Gc(args) => commands::tables::gc(&client, &settings, args).await,
-        Commands::Table(cmd) => commands::tables::run(&client, &settings, cmd).await,
-        Commands::Query(args) => commands::query::run(&client, &settings, args).await,
+        Commands::Status => commands::refs::status(client, settings).await,
+        Commands::Checkout(args) => commands::refs::checkout(client, settings, args).await,
+        Commands::Log(args) => commands::refs::log(client, settings, args).await,
+        Commands::Diff(args) => commands::refs::diff(client, settings, args).await,
+        Commands::Merge(args) => commands::refs::merge(client, settings, args).await,
+        Commands::Bisect(args) => commands::bisect::bisect(client, settings, args).await,
+        Commands::Lineage(args) => commands::runs::lineage(client, settings, args).await,
+        Commands::Gc(args) => commands::tables::gc(client, settings, args).await,
+        Commands::Table(cmd) => commands::tables::run(client, settings, cmd).await,
+        Commands::Query(args) => commands::query::run(client, settings, args).await,
         Commands::Shell(args) => {
             let options = commands::shell::Options {
                 reference: args.reference,
                 max_rows: args.max_rows,
                 timeout_secs: args.timeout,
             };
-            commands::shell::run(&client, &settings, options).await
+            commands::shell::run(client, settings, options).await
         }
-        Commands::Console(args) => commands::console::run(&client, &settings, args).await,
-        Commands::Run(args) => commands::runs::run(&client, &settings, args).await,
-        Commands::Runs(cmd) => commands::runs::runs(&client, &settings, cmd).await,
-        Commands::Rerun(args) => commands::runs::rerun(&client, &settings, args).await,
-        Commands::Token(cmd) => commands::tokens::run(&client, &settings, cmd).await,
-        Commands::Audit(args) => commands::tokens::audit(&client, &settings, args).await,
-        Commands::Role(cmd) => commands::access::role(&client, &settings, cmd).await,
-        Commands::Check(cmd) => commands::access::check(&client, &settings, cmd).await,
-        Commands::Hook(cmd) => commands::access::hook(&client, &settings, cmd).await,
-        Commands::Secret(cmd) => commands::access::secret(&client, &settings, cmd).await,
+        Commands::Console(args) => commands::console::run(client, settings, args).await,
+        Commands::Run(args) => commands::runs::run(client, settings, args).await,
+        Commands::Runs(cmd) => commands::runs::runs(client, settings, cmd).await,
+        Commands::Rerun(args) => commands::runs::rerun(client, settings, args).await,
+        Commands::Token(cmd) => commands::tokens::run(client, settings, cmd).await,
+        Commands::Audit(args) => commands::tokens::audit(client, settings, args).await,
+        Commands::Role(cmd) => commands::access::role(client, settings, cmd).await,
+        Commands::Check(cmd) => commands::access::check(client, settings, cmd).await,
+        Commands::Hook(cmd) => commands::access::hook(client, settings, cmd).await,
+        Commands::Secret(cmd) => commands::access::secret(client, settings, cmd).await,
     }
 }

@@ -61,6 +61,89 @@ fn branches_and_tags() {
     assert!(!lh.run(&["branch", "ls"]).ok().contains("alice"));
 }
 
+/// `lh diff A...B` shows what B changed since it left A (their merge base), not what A
+/// changed meanwhile (which `lh diff A B` shows as removed); `lh status` says both.
+#[test]
+fn status_and_three_dots_show_what_a_branch_changed_since_it_left() {
+    let server = Server::start();
+    let lh = server.lh();
+    let import = |table: &str, at: &str| {
+        let csv = lh.file(&format!("{table}.csv"), "id\n1\n");
+        lh.run(&["table", "import", table, csv.to_str().unwrap(), "--ref", at])
+            .ok();
+    };
+    import("raw.a", "main");
+    lh.run(&["checkout", "-b", "dev"]).ok();
+    import("raw.b", "dev");
+    import("raw.c", "main");
+    let two = lh.run(&["diff", "main", "dev", "--no-rows"]);
+    assert!(
+        two.ok().contains("raw.c") && two.stdout.contains("raw.b"),
+        "{}",
+        two.stdout
+    );
+    let three = lh.run(&["diff", "main...dev", "--no-rows"]);
+    assert!(three.ok().contains("raw.b"), "{}", three.stdout);
+    assert!(!three.stdout.contains("raw.c"), "{}", three.stdout);
+    let rows = lh.run(&["diff", "main...dev", "--table", "raw.b"]);
+    assert!(
+        rows.ok().contains("raw.b: 1 added, 0 removed"),
+        "{}",
+        rows.stdout
+    );
+    let bad = lh.run(&["diff", "main"]);
+    assert_eq!(bad.code, 5, "{}", bad.both());
+    assert!(
+        bad.stderr.contains("give two refs, or A...B"),
+        "{}",
+        bad.stderr
+    );
+
+    let status = lh.run(&["status"]);
+    let said = status.ok();
+    assert!(said.contains("On branch dev"), "{said}");
+    assert!(said.contains("changed 1 table since: raw.b"), "{said}");
+    assert!(
+        said.contains("'main' changed 1 table since: raw.c"),
+        "{said}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(lh.run(&["status", "-o", "json"]).ok()).unwrap();
+    assert_eq!(json["branch"], "dev");
+    assert_eq!(json["changed"], serde_json::json!(["raw.b"]));
+    assert_eq!(json["changed_on_default"], serde_json::json!(["raw.c"]));
+    lh.run(&["checkout", "main"]).ok();
+    assert!(lh.run(&["status"]).ok().contains("On branch main"));
+}
+
+/// A typo'd ref or table gets the nearest name the user may list (as git and DuckDB
+/// suggest); a name near nothing gets none.
+#[test]
+fn a_typo_is_answered_with_the_nearest_name() {
+    let server = Server::start();
+    let lh = server.lh();
+    let csv = lh.file("orders.csv", "id\n1\n");
+    lh.run(&["table", "import", "raw.orders", csv.to_str().unwrap()])
+        .ok();
+    lh.run(&["branch", "create", "alice.discounts"]).ok();
+    let hint = |args: &[&str]| {
+        let out = lh.run(args);
+        assert_eq!(out.code, 3, "{args:?}: {}", out.both());
+        out.stderr
+    };
+    let said = hint(&["query", "select 1", "--ref", "mian"]);
+    assert!(said.contains("hint: did you mean 'main'?"), "{said}");
+    let said = hint(&["log", "alice.discount"]);
+    assert!(said.contains("did you mean 'alice.discounts'?"), "{said}");
+    let said = hint(&["table", "show", "raw.ordrs"]);
+    assert!(said.contains("did you mean 'raw.orders'?"), "{said}");
+    let said = hint(&["query", "select * from raw.ordres"]);
+    assert!(said.contains("did you mean 'raw.orders'?"), "{said}");
+    assert!(said.contains("lh table ls"), "the remedy stays: {said}");
+    let said = hint(&["query", "select 1", "--ref", "production"]);
+    assert!(!said.contains("did you mean"), "{said}");
+}
+
 #[test]
 fn checkout_sets_the_active_branch() {
     let server = Server::start();

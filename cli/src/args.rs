@@ -59,6 +59,9 @@ pub enum Commands {
     Tag(RefCommand),
     /// Set the active branch (`-b` creates it first)
     Checkout(CheckoutArgs),
+    /// The active branch: its head, and what it and the default branch changed since it
+    /// left it
+    Status,
     /// Show the history of a ref, newest first
     Log(LogArgs),
     /// Show the tables that differ between two refs
@@ -484,10 +487,13 @@ pub struct BisectArgs {
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
+    /// A ref; or `A...B`: what B changed since it left A (from their merge base), as
+    /// git's three dots, without what A changed meanwhile
     #[arg(value_name = "REF_A")]
     pub from: String,
+    /// The other ref (none with `A...B`)
     #[arg(value_name = "REF_B")]
-    pub to: String,
+    pub to: Option<String>,
     /// Show the rows of one table that differ: counts, then rows (changed, added, removed)
     #[arg(long, value_name = "NAME")]
     pub table: Option<String>,

@@ -291,10 +291,26 @@ impl Client {
         self.get("/log", &q).await
     }
 
-    pub async fn diff(&self, from: &str, to: &str, rows: bool) -> CliResult<DiffResponse> {
-        let rows = if rows { "true" } else { "false" };
-        self.get("/diff", &[("from", from), ("to", to), ("rows", rows)])
-            .await
+    /// The tables that differ between `from` and `to`; with `since_base`, between where
+    /// `to` left `from` (their merge base) and `to`.
+    pub async fn diff(
+        &self,
+        from: &str,
+        to: &str,
+        rows: bool,
+        since_base: bool,
+    ) -> CliResult<DiffResponse> {
+        let flag = |b: bool| if b { "true" } else { "false" };
+        self.get(
+            "/diff",
+            &[
+                ("from", from),
+                ("to", to),
+                ("rows", flag(rows)),
+                ("base", flag(since_base)),
+            ],
+        )
+        .await
     }
 
     /// Column-level lineage of a table or column on a branch.

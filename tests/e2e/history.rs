@@ -559,7 +559,7 @@ fn bisect_finds_a_planted_bad_commit_among_1000() {
         .as_array()
         .unwrap()
         .len();
-    let heads_before = lh.run(&["branch", "ls"]).ok().to_string();
+    let heads_before = lh.run(&["branch", "ls", "--all"]).ok().to_string();
     let out = json(&lh.run(&[
         "bisect",
         "h.t",
@@ -607,11 +607,13 @@ fn bisect_finds_a_planted_bad_commit_among_1000() {
     assert_eq!(runs_after - runs_before, checks.len());
     // A check's branch goes just after its end is recorded.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while lh.run(&["branch", "ls"]).ok() != heads_before && std::time::Instant::now() < deadline {
+    while lh.run(&["branch", "ls", "--all"]).ok() != heads_before
+        && std::time::Instant::now() < deadline
+    {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     assert_eq!(
-        lh.run(&["branch", "ls"]).ok(),
+        lh.run(&["branch", "ls", "--all"]).ok(),
         heads_before,
         "no branch is left"
     );

@@ -258,7 +258,7 @@ fn check_end(lh: &Lh, id: &str, trial: usize, context: &str) -> (bool, Value) {
         );
     }
     // The run's branch is gone once published; kept (until its TTL) otherwise.
-    let branches = lh.run(&["branch", "ls"]).ok().to_string();
+    let branches = lh.run(&["branch", "ls", "--all"]).ok().to_string();
     // (A server stopped between recording the run and making its branch leaves a run
     // that fails for its branch being gone, before anything ran.)
     let never_branched = r["error"]

@@ -216,11 +216,126 @@ pub async fn log(client: &Client, settings: &Settings, args: LogArgs) -> CliResu
     }
 }
 
-pub async fn diff(client: &Client, settings: &Settings, args: DiffArgs) -> CliResult<()> {
-    if let Some(table) = &args.table {
-        return diff_rows(client, settings, &args, table).await;
+/// What `lh status` says.
+#[derive(Serialize)]
+struct Status {
+    branch: String,
+    head: Option<CommitInfo>,
+    default_branch: String,
+    /// Where the branch left the default branch (their merge base).
+    base: Option<String>,
+    /// The tables the branch changed since then.
+    changed: Vec<String>,
+    /// The tables the default branch changed since then.
+    changed_on_default: Vec<String>,
+}
+
+/// `lh status`: the active branch, its head, and how it and the default branch moved
+/// since the one left the other (as `git status` says ahead and behind).
+pub async fn status(client: &Client, settings: &Settings) -> CliResult<()> {
+    let default = client.info().await?.default_branch.clone();
+    let branch = client.resolve_ref(settings.branch.clone()).await?;
+    let head = client.log(&branch, 1).await?.commits.into_iter().next();
+    let mut st = Status {
+        branch: branch.clone(),
+        head,
+        default_branch: default.clone(),
+        base: None,
+        changed: Vec::new(),
+        changed_on_default: Vec::new(),
+    };
+    if branch != default {
+        let here = client.diff(&default, &branch, false, true).await?;
+        let there = client.diff(&branch, &default, false, true).await?;
+        st.base = Some(here.from_commit.clone());
+        st.changed = here.tables.into_iter().map(|t| t.table).collect();
+        st.changed_on_default = there.tables.into_iter().map(|t| t.table).collect();
     }
-    let d = client.diff(&args.from, &args.to, !args.no_rows).await?;
+    if settings.output != OutputFormat::Table {
+        return output::item(settings.output, &st, &[]);
+    }
+    println!("On branch {branch} (profile '{}')", settings.profile);
+    if let Some(h) = &st.head {
+        let first = h.message.lines().next().unwrap_or("");
+        println!(
+            "head {} {first} ({}, {})",
+            short(&h.id),
+            h.author,
+            h.timestamp.format("%Y-%m-%d %H:%M UTC")
+        );
+    }
+    let Some(base) = &st.base else {
+        return Ok(());
+    };
+    let list = |names: &[String]| {
+        let shown: Vec<&str> = names.iter().take(5).map(String::as_str).collect();
+        let more = names.len().saturating_sub(shown.len());
+        format!(
+            "{}{}",
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        )
+    };
+    println!("left '{default}' at {}", short(base));
+    match st.changed.len() {
+        0 => println!("changed nothing since"),
+        n => println!(
+            "changed {n} table{} since: {}",
+            if n == 1 { "" } else { "s" },
+            list(&st.changed)
+        ),
+    }
+    match st.changed_on_default.len() {
+        0 => println!("'{default}' changed nothing since"),
+        n => println!(
+            "'{default}' changed {n} table{} since: {}",
+            if n == 1 { "" } else { "s" },
+            list(&st.changed_on_default)
+        ),
+    }
+    if !st.changed.is_empty() {
+        println!(
+            "(lh diff {default}...{branch} shows the changes; lh merge {branch} --into {default} publishes them)"
+        );
+    }
+    Ok(())
+}
+
+/// The two sides of `lh diff`: `A B`, or `A...B` (what B changed since it left A).
+fn sides(args: &DiffArgs) -> CliResult<(String, String, bool)> {
+    match (&args.to, args.from.split_once("...")) {
+        (None, Some((a, b))) if !a.is_empty() && !b.is_empty() => {
+            Ok((a.to_string(), b.to_string(), true))
+        }
+        (Some(to), None) => Ok((args.from.clone(), to.clone(), false)),
+        _ => Err(crate::error::CliError::invalid(
+            format!("'{}': give two refs, or A...B", args.from),
+            Some(
+                "lh diff main dev compares the two heads; lh diff main...dev shows what dev changed since it left main",
+            ),
+        )),
+    }
+}
+
+pub async fn diff(client: &Client, settings: &Settings, args: DiffArgs) -> CliResult<()> {
+    let (from, to, since_base) = sides(&args)?;
+    if let Some(table) = &args.table {
+        // From where B left A: that commit, by its id.
+        let from = if since_base {
+            format!(
+                "@{}",
+                client.diff(&from, &to, false, true).await?.from_commit
+            )
+        } else {
+            from
+        };
+        return diff_rows(client, settings, &args, (&from, &to), table).await;
+    }
+    let d = client.diff(&from, &to, !args.no_rows, since_base).await?;
     if settings.output == OutputFormat::Json {
         return output::item(settings.output, &d, &[]);
     }
@@ -302,17 +417,11 @@ async fn diff_rows(
     client: &Client,
     settings: &Settings,
     args: &DiffArgs,
+    (from, to): (&str, &str),
     table: &str,
 ) -> CliResult<()> {
     let d = client
-        .diff_rows(
-            &args.from,
-            &args.to,
-            table,
-            args.key.as_deref(),
-            args.limit,
-            args.full,
-        )
+        .diff_rows(from, to, table, args.key.as_deref(), args.limit, args.full)
         .await?;
     if settings.output == OutputFormat::Json {
         return output::item(settings.output, &d, &[]);
@@ -371,7 +480,7 @@ async fn diff_rows(
         ),
         None => format!("{}: {} added, {} removed", d.table, c.added, c.removed),
     };
-    summary.push_str(&format!(" between {} and {}", args.from, args.to));
+    summary.push_str(&format!(" between {from} and {to}"));
     println!("{summary}");
     for s in &d.schema_changes {
         println!("schema: {}", schema_change(s));

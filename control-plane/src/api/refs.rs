@@ -270,9 +270,10 @@ async fn get_commit(
 }
 
 /// The tables that differ between two refs; with `rows=true`, each changed table's
-/// rows added and removed and its schema changes too.
+/// rows added and removed and its schema changes too; with `base=true`, between where
+/// `to` left `from` (their merge base, the answer's `from_commit`) and `to`.
 #[utoipa::path(get, path = "/api/v1/diff", params(("from" = String, Query), ("to" = String, Query),
-        ("rows" = Option<bool>, Query)),
+        ("rows" = Option<bool>, Query), ("base" = Option<bool>, Query)),
     responses((status = 200, body = DiffResponse)))]
 async fn diff(
     State(s): State<AppState>,
@@ -283,6 +284,7 @@ async fn diff(
     let get = |key: &str| required(&pairs, key);
     let (from, to) = (get("from")?, get("to")?);
     let rows = flag(&pairs, "rows")?;
+    let since_base = flag(&pairs, "base")?;
     let d = s
         .refs
         .diff(
@@ -290,6 +292,7 @@ async fn diff(
             &super::params::ref_expr(&from)?,
             &super::params::ref_expr(&to)?,
             rows,
+            since_base,
         )
         .await?;
     Ok(Json(DiffResponse {

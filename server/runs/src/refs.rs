@@ -465,6 +465,7 @@ impl Refs {
         from: &RefExpr,
         to: &RefExpr,
         rows: bool,
+        since_base: bool,
     ) -> Result<Diff> {
         identity.require_ref(Action::Read, from, "diffing it")?;
         identity.require_ref(Action::Read, to, "diffing it")?;
@@ -472,8 +473,19 @@ impl Refs {
             crate::auth::history::scoped(&self.catalog, identity, from).await?,
             crate::auth::history::scoped(&self.catalog, identity, to).await?,
         );
-        let a = self.catalog.resolve(&on_from.reads(from)).await?.commit;
+        let mut a = self.catalog.resolve(&on_from.reads(from)).await?.commit;
         let b = self.catalog.resolve(&on_to.reads(to)).await?.commit;
+        // `A...B`: what B changed since it left A (their merge base, a commit of A's
+        // history), not what A changed meanwhile.
+        if since_base {
+            let Some(base) = self.catalog.merge_base_of(a.id, b.id).await? else {
+                return Err(Error::bad_request(
+                    Code::InvalidArgument,
+                    format!("'{from}' and '{to}' share no history"),
+                ));
+            };
+            a = base;
+        }
         let mut tables: Vec<TableChange> = self
             .catalog
             .diff_commits(&a, &b)

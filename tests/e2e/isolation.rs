@@ -640,7 +640,9 @@ def finds(o=lh.Model("plants", columns=["id"])):
 /// socket) and the protocols' counters (`OutNoRoutes` in /proc/net/snmp). A worker whose
 /// call changed anything /proc/net shows of its namespace, or the SysV sequences,
 /// retires; so does one whose call changed the worker's own resource limits, nice value
-/// or CPU affinity (the twenty-first: `prlimit` on the parent carried 64 bits a limit). Each pair of calls runs on one worker unless the first retires it.
+/// or CPU affinity (the twenty-first: `prlimit` on the parent carried 64 bits a limit),
+/// or its scheduling attributes; a call's session and autogroup are its own (the
+/// twenty-second: a time slice and an autogroup's nice value came through). Each pair of calls runs on one worker unless the first retires it.
 fn a_call_leaves_no_socket_and_moves_no_counter_for_the_next(runtime: &str) {
     let server = server(runtime);
     let lh = server.lh();
@@ -791,6 +793,36 @@ def parent_settings_seen(o=lh.Model("parent_settings", columns=["id"])):
     cpu, nice, _ = settings()
     if cpu[0] != resource.RLIM_INFINITY or nice != 0:
         raise RuntimeError("the earlier call's settings: %r" % (settings(),))
+    return o
+
+def sched_runtime():
+    buf = ctypes.create_string_buffer(56)
+    ctypes.CDLL(None, use_errno=True).syscall(315, 0, buf, 56, 0)
+    return struct.unpack("=IIQiIQQQII", buf.raw)[5]
+
+def autogroup_nice():
+    try:
+        return int(open("/proc/self/autogroup").read().split()[-1])
+    except OSError:
+        return 0
+
+@lh.model()
+def parent_sched(o=lh.Model("parent_settings_seen", columns=["id"])):
+    # (Found by the twenty-second review: a time slice set on the worker, and the nice
+    # value of the autogroup it shared with its calls.)
+    attr = ctypes.create_string_buffer(struct.pack("=IIQiIQQQII", 56, 0, 0, 0, 0, 1234567, 0, 0, 0, 0), 56)
+    ctypes.CDLL(None, use_errno=True).syscall(314, os.getppid(), attr, 0)
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write("13")
+    except OSError:
+        pass
+    return o
+
+@lh.model()
+def parent_sched_seen(o=lh.Model("parent_sched", columns=["id"])):
+    if sched_runtime() == 1234567 or autogroup_nice() == 13:
+        raise RuntimeError("the earlier call's scheduling: %d %d" % (sched_runtime(), autogroup_nice()))
     return o
 "#;
     let dir = project(

@@ -569,6 +569,8 @@ class ProcessSettings:
         for key, get in (("nice", lambda: os.getpriority(os.PRIO_PROCESS, 0)),
                          ("affinity", lambda: sorted(os.sched_getaffinity(0))),
                          ("scheduler", lambda: os.sched_getscheduler(0)),
+                         ("sched_attr", sched_attr),
+                         ("autogroup", lambda: open("/proc/self/autogroup").read()),
                          ("ioprio", ioprio)):
             try:
                 seen[key] = get()
@@ -585,6 +587,21 @@ class ProcessSettings:
         if changed:
             LEFT.append("the worker's " + ", ".join(changed))
         return not changed
+
+
+def sched_attr():
+    """Everything sched_getattr says of this process (policy, nice, priority, the
+    runtime, deadline and period a call could set with sched_setattr, utilization
+    clamps), as bytes."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    number = {"x86_64": 315, "aarch64": 275}.get(os.uname().machine)
+    if number is None:
+        return None
+    buf = ctypes.create_string_buffer(56)
+    if libc.syscall(number, 0, buf, 56, 0) != 0:
+        return None
+    return buf.raw
 
 
 def ioprio():
@@ -681,7 +698,10 @@ def call(req, answers):
     if pid == 0:
         os.close(r)
         try:
-            os.setpgid(0, 0)  # the call and whatever it starts: one group, stopped after
+            # The call and whatever it starts: one group, stopped after; and a session of
+            # its own, so that its scheduling autogroup (/proc/self/autogroup, which a
+            # session shares) is not the worker's (found by the twenty-second review).
+            os.setsid()
             # The call cannot read the next requests nor write answers of its own (the
             # parent is not dumpable: its descriptors are closed to /proc/<ppid>/fd).
             os.close(answers)

@@ -208,6 +208,24 @@ pub struct MergeRequest {
     pub no_fast_forward: bool,
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// A table changed on both sides: `source-wins` takes the source's version,
+    /// `dest-wins` keeps the target's (none: the merge is refused, as a conflict).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<MergeStrategy>,
+    /// Tables changed on both sides taken from the source, whatever `strategy` says.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub take_source: Vec<String>,
+    /// Tables changed on both sides kept as the target has them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub take_dest: Vec<String>,
+}
+
+/// How a merge settles a table changed on both sides (lakeFS's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum MergeStrategy {
+    SourceWins,
+    DestWins,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

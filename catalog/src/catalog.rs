@@ -771,12 +771,24 @@ impl Catalog {
                         to: Some(r.pointer.clone()),
                     });
                 } else if ours != change.to {
-                    conflicts.push(TableConflict {
-                        table: change.table,
-                        expected: change.from,
-                        actual: ours,
-                        incoming: Some(change.to),
-                    });
+                    match options.sides.get(&change.table).copied().or(options.prefer) {
+                        Some(Side::Source) => {
+                            edits.push((change.table.clone(), change.to.clone()));
+                            taken.push(TableDiff {
+                                table: change.table,
+                                from: ours,
+                                to: change.to,
+                            });
+                        }
+                        // The target keeps its own version.
+                        Some(Side::Target) => {}
+                        None => conflicts.push(TableConflict {
+                            table: change.table,
+                            expected: change.from,
+                            actual: ours,
+                            incoming: Some(change.to),
+                        }),
+                    }
                 }
             }
             if !conflicts.is_empty() {

@@ -330,6 +330,20 @@ pub struct MergeOptions {
     /// `pointer` when the merge finds exactly the three versions it was made from;
     /// otherwise the table is a conflict as usual.
     pub resolutions: Vec<Resolution>,
+    /// A table changed on both sides (and not resolved) is taken whole from this side
+    /// (`None`: it is a conflict), unless `sides` names it.
+    pub prefer: Option<Side>,
+    /// Per table: the side a table changed on both sides is taken from.
+    pub sides: std::collections::BTreeMap<String, Side>,
+}
+
+/// A side of a merge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// What is merged (its version replaces the target's).
+    Source,
+    /// The branch merged into (it keeps its version).
+    Target,
 }
 
 /// A table version that combines both sides of a merge (see [`MergeOptions`]).

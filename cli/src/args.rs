@@ -83,6 +83,8 @@ pub enum Commands {
     Shell(ShellArgs),
     /// Open the web console in a browser, signed in with this profile's token
     Console(ConsoleArgs),
+    /// Make a new project that runs as made: a model, a SQL model and an expectation
+    Init(InitArgs),
     /// Run a pipeline on a branch: outputs publish only when every node and expectation passes
     Run(RunArgs),
     /// List, show, follow and cancel pipeline runs
@@ -486,6 +488,16 @@ pub struct BisectArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The project's folder (made if missing; it must hold no lh_project.yml yet)
+    #[arg(value_name = "DIR", default_value = ".")]
+    pub dir: std::path::PathBuf,
+    /// The namespace its tables go to [default: the folder's name]
+    #[arg(long)]
+    pub namespace: Option<String>,
+}
+
+#[derive(Debug, Args)]
 pub struct DiffArgs {
     /// A ref; or `A...B`: what B changed since it left A (from their merge base), as
     /// git's three dots, without what A changed meanwhile
@@ -529,6 +541,22 @@ pub struct MergeArgs {
     /// would break for other projects) without merging; required checks do not run
     #[arg(long)]
     pub dry_run: bool,
+    /// A table changed on both sides: take the source's version (source-wins) or keep
+    /// the target's (dest-wins), instead of refusing the merge as a conflict
+    #[arg(long, value_enum, value_name = "STRATEGY")]
+    pub strategy: Option<MergeStrategyArg>,
+    /// This table, if changed on both sides, is taken from the source (repeatable)
+    #[arg(long = "take-source", value_name = "TABLE")]
+    pub take_source: Vec<String>,
+    /// This table, if changed on both sides, keeps the target's version (repeatable)
+    #[arg(long = "take-dest", value_name = "TABLE")]
+    pub take_dest: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum MergeStrategyArg {
+    SourceWins,
+    DestWins,
 }
 
 #[derive(Debug, Subcommand)]

@@ -300,4 +300,58 @@ fn merge_conflicts_are_listed_and_change_nothing() {
     lh.run(&["merge", "dev", "--into", "t"]).fails(5);
     lh.run(&["merge", "nope", "--into", "main"]).fails(3);
     lh.run(&["merge", "dev", "--into", "gone"]).fails(3);
+
+    // The ways forward the conflict names: per table, then one side for the rest.
+    let rows = |t: &str, at: &str| {
+        lh.rows(&format!("select count(*) AS n from {t}"), at)[0]["n"]
+            .as_i64()
+            .unwrap()
+    };
+    let (dev_x, main_y) = (rows("raw.x", "dev"), rows("raw.y", "main"));
+    lh.run(&[
+        "merge",
+        "dev",
+        "--into",
+        "main",
+        "--take-source",
+        "raw.x",
+        "--take-dest",
+        "raw.x",
+    ])
+    .fails(5);
+    lh.run(&["merge", "dev", "--into", "main", "--take-source", "raw.x"])
+        .fails(4);
+    assert_eq!(
+        lh.head("main"),
+        before,
+        "raw.y still conflicts: nothing merged"
+    );
+    let preview = lh.run(&[
+        "merge",
+        "dev",
+        "--into",
+        "main",
+        "--take-source",
+        "raw.x",
+        "--strategy",
+        "dest-wins",
+        "--dry-run",
+    ]);
+    assert!(preview.both().contains("would merge"), "{}", preview.both());
+    assert_eq!(lh.head("main"), before);
+    lh.run(&[
+        "merge",
+        "dev",
+        "--into",
+        "main",
+        "--take-source",
+        "raw.x",
+        "--strategy",
+        "dest-wins",
+    ])
+    .ok();
+    assert_eq!(rows("raw.x", "main"), dev_x, "raw.x from dev");
+    assert_eq!(rows("raw.y", "main"), main_y, "raw.y kept as main had it");
+    lh.run(&["merge", "dev", "--into", "main", "--strategy", "sideways"])
+        .fails(2);
 }

@@ -520,10 +520,42 @@ pub async fn merge(client: &Client, settings: &Settings, args: MergeArgs) -> Cli
         expected_head: None,
         no_fast_forward: false,
         properties: Default::default(),
+        strategy: args.strategy.map(|s| match s {
+            crate::args::MergeStrategyArg::SourceWins => lh_api::MergeStrategy::SourceWins,
+            crate::args::MergeStrategyArg::DestWins => lh_api::MergeStrategy::DestWins,
+        }),
+        take_source: args.take_source.clone(),
+        take_dest: args.take_dest.clone(),
     };
-    let m = match args.dry_run {
-        true => client.merge_preview(&req).await?,
-        false => client.merge(&req).await?,
+    let answer = match args.dry_run {
+        true => client.merge_preview(&req).await,
+        false => client.merge(&req).await,
+    };
+    let m = match answer {
+        Ok(m) => m,
+        // A conflict says the ways forward.
+        Err(crate::error::CliError::Api {
+            status: 409,
+            mut body,
+        }) if !body.error.conflicts.is_empty() => {
+            let tables: Vec<&str> = body
+                .error
+                .conflicts
+                .iter()
+                .map(|c| c.table.as_str())
+                .collect();
+            body.error.hint = Some(format!(
+                "see what each side changed: lh diff {into}...{from} and lh diff {from}...{into}; \
+                 then take one side for every such table (--strategy source-wins or dest-wins) \
+                 or per table (--take-source {t} / --take-dest {t}), or change one side and merge again",
+                into = args.into,
+                from = args.from,
+                t = tables[0],
+            ));
+            body.error.remedies.clear();
+            return Err(crate::error::CliError::Api { status: 409, body });
+        }
+        Err(e) => return Err(e),
     };
     if settings.output == OutputFormat::Json {
         return output::item(settings.output, &m, &[]);

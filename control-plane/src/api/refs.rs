@@ -448,6 +448,21 @@ async fn merge_or_preview(
     dry_run: bool,
 ) -> ApiResult<Json<MergeResponse>> {
     let from = super::params::ref_expr(&req.from)?;
+    let mut sides = std::collections::BTreeMap::new();
+    for (tables, side) in [
+        (&req.take_source, lh_catalog::Side::Source),
+        (&req.take_dest, lh_catalog::Side::Target),
+    ] {
+        for t in tables {
+            if sides.insert(t.clone(), side).is_some_and(|was| was != side) {
+                return Err(Error::bad_request(
+                    Code::InvalidArgument,
+                    format!("'{t}' is taken from both sides"),
+                )
+                .into());
+            }
+        }
+    }
     let ask = MergeAsk {
         from: &from,
         into: &req.into,
@@ -456,6 +471,11 @@ async fn merge_or_preview(
         properties: req.properties.clone(),
         no_fast_forward: req.no_fast_forward,
         dry_run,
+        prefer: req.strategy.map(|s| match s {
+            lh_api::MergeStrategy::SourceWins => lh_catalog::Side::Source,
+            lh_api::MergeStrategy::DestWins => lh_catalog::Side::Target,
+        }),
+        sides,
     };
     let done = s.refs.merge(identity, ask).await?;
     let out = done.merged.outcome;

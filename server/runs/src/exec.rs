@@ -406,7 +406,7 @@ impl Run {
                 expected_head: None,
                 no_fast_forward: true,
                 prepare: false,
-                resolutions: Vec::new(),
+                ..MergeOptions::default()
             };
             let merged = svc
                 .merger

@@ -137,6 +137,10 @@ pub struct MergeAsk<'a> {
     pub no_fast_forward: bool,
     /// Only what it would do: the target does not move and no check runs.
     pub dry_run: bool,
+    /// The side a table changed on both sides is taken from (none: a conflict).
+    pub prefer: Option<lh_catalog::Side>,
+    /// Per table, whatever `prefer` says.
+    pub sides: std::collections::BTreeMap<String, lh_catalog::Side>,
 }
 
 /// At most this many changed tables are looked at for breaking changes after a merge.
@@ -609,6 +613,9 @@ impl Refs {
         {
             return Err(crate::error::reserved_property(key));
         }
+        for table in ask.sides.keys() {
+            lh_catalog::names::validate_table_name(table)?;
+        }
         let mut meta = CommitMeta::new(identity.user.clone(), ask.message);
         meta.properties = ask.properties;
         let options = MergeOptions {
@@ -617,6 +624,8 @@ impl Refs {
             no_fast_forward: ask.no_fast_forward,
             prepare: false,
             resolutions: Vec::new(),
+            prefer: ask.prefer,
+            sides: ask.sides,
         };
         let merged = match ask.dry_run {
             true => Merged {

@@ -835,6 +835,10 @@ pub fn redact(text: &str, temp: &Path) -> String {
                     .unwrap(),
                 "[TIME]",
             ),
+            (
+                Regex::new(r"\b\d{4}-\d{2}-\d{2} \d{2}:\d{2}\b").unwrap(),
+                "[TIME]",
+            ),
             (Regex::new(r"\b\d{15,19}\b").unwrap(), "[SNAPSHOT]"),
             (Regex::new(r"127\.0\.0\.1:\d+").unwrap(), "127.0.0.1:[PORT]"),
         ]

@@ -9,6 +9,14 @@ use super::*;
 pub struct TableSummary {
     pub name: String,
     pub pointer: TablePointer,
+    /// With `stats=true`: its rows, bytes and last change, from its current snapshot's
+    /// summary (absent where the writer left them out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -361,6 +361,19 @@ impl Client {
         self.get("/tables", &q).await
     }
 
+    /// The tables at `at` with their rows, bytes and last change.
+    pub async fn tables_with_totals(
+        &self,
+        at: &str,
+        namespace: Option<&str>,
+    ) -> CliResult<TableList> {
+        let mut q = vec![("ref", at), ("stats", "true")];
+        if let Some(ns) = namespace {
+            q.push(("namespace", ns));
+        }
+        self.get("/tables", &q).await
+    }
+
     pub async fn table(&self, name: &str, at: &str) -> CliResult<TableDetail> {
         self.get(&format!("/tables/{}", segment(name)?), &[("ref", at)])
             .await

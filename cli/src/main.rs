@@ -102,6 +102,7 @@ async fn command(
             commands::shell::run(client, settings, options).await
         }
         Commands::Console(args) => commands::console::run(client, settings, args).await,
+        Commands::Init(args) => commands::init::run(args),
         Commands::Run(args) => commands::runs::run(client, settings, args).await,
         Commands::Runs(cmd) => commands::runs::runs(client, settings, cmd).await,
         Commands::Rerun(args) => commands::runs::rerun(client, settings, args).await,

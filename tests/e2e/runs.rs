@@ -817,6 +817,47 @@ pub(crate) fn slow_table_dirs(server: &Server) -> Vec<String> {
 /// SQL models run in the server's DuckDB, not in a runtime: one test, on the process
 /// runtime. A query that would run for hours (a 10^12-row cross product) is stopped at
 /// the project's timeout, and when its run is cancelled, and leaves no file behind.
+/// `lh init` makes a project that runs as made (a model with no inputs, a SQL model, an
+/// expectation), and overwrites nothing.
+#[test]
+fn lh_init_makes_a_project_that_runs_as_made() {
+    let server = server("process");
+    let lh = server.lh();
+    let made = lh.run(&["init", "my-shop"]);
+    assert!(made.ok().is_empty());
+    assert!(
+        made.stderr.contains("made project 'my_shop'"),
+        "{}",
+        made.stderr
+    );
+    let dir = lh.cwd.join("my-shop");
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+    assert_eq!(node(&run, "every_word_has_letters")["status"], "passed");
+    let rows = lh.rows(
+        "select word, letters from my_shop.greeting_lengths order by word",
+        "main",
+    );
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!(rows[0]["word"], "bonjour");
+    assert_eq!(rows[0]["letters"], 7);
+    // Again: refused, nothing overwritten.
+    let yml = std::fs::read_to_string(dir.join("lh_project.yml")).unwrap();
+    let again = lh.run(&["init", "my-shop", "--namespace", "other"]);
+    assert_eq!(again.code, 5, "{}", again.both());
+    assert!(
+        again.stderr.contains("already holds a project"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("lh_project.yml")).unwrap(),
+        yml
+    );
+    let bad = lh.run(&["init", "x", "--namespace", "Bad-Name"]);
+    assert_eq!(bad.code, 5, "{}", bad.both());
+}
+
 #[test]
 fn a_runaway_sql_model_stops_at_its_timeout_and_on_cancel() {
     let server = Server::start_with(&["--env-cache", &env_cache(), "--runtime", "process"]);

@@ -18,6 +18,13 @@ fn import_create_append_replace() {
         lh.run(&["table", "import", "raw.orders", csv.to_str().unwrap()])
     );
     snap!("table_ls", server, lh.run(&["table", "ls"]));
+    // Rows and size from the snapshot's summary, in JSON too.
+    let listed: serde_json::Value =
+        serde_json::from_str(lh.run(&["table", "ls", "-o", "json"]).ok()).unwrap();
+    let t = &listed["tables"][0];
+    assert_eq!(t["rows"], 3, "{listed}");
+    assert!(t["bytes"].as_u64().is_some_and(|b| b > 0), "{listed}");
+    assert!(t["updated_at"].is_string(), "{listed}");
     snap!(
         "table_show",
         server,

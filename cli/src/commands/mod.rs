@@ -3,6 +3,7 @@
 pub mod access;
 pub mod bisect;
 pub mod console;
+pub mod init;
 pub mod query;
 pub mod refs;
 pub mod runs;

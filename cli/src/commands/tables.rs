@@ -16,19 +16,23 @@ pub async fn run(client: &Client, settings: &Settings, cmd: TableCommand) -> Cli
             namespace,
         } => {
             let at = client.resolve_ref(settings.reference(&reference)).await?;
-            let list = client.tables(&at, namespace.as_deref()).await?;
+            let list = client.tables_with_totals(&at, namespace.as_deref()).await?;
             if settings.output == OutputFormat::Json {
                 return output::item(settings.output, &list, &[]);
             }
+            let or_unknown = |n: Option<String>| n.unwrap_or_else(|| "?".into());
             output::listing(
                 settings.output,
-                &["table", "snapshot", "table uuid"],
+                &["table", "rows", "size", "updated", "snapshot"],
                 &list.tables,
                 |t| {
                     vec![
                         t.name.clone(),
+                        or_unknown(t.rows.map(|r| r.to_string())),
+                        or_unknown(t.bytes.map(output::bytes)),
+                        t.updated_at
+                            .map_or("-".into(), |u| u.format("%Y-%m-%d %H:%M").to_string()),
                         t.pointer.snapshot_id.map_or("-".into(), |s| s.to_string()),
-                        t.pointer.table_uuid.clone(),
                     ]
                 },
             )

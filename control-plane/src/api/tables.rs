@@ -50,7 +50,8 @@ fn branch_param(raw: &Option<String>) -> crate::error::Result<String> {
 
 /// The tables at a ref (`?ref=&namespace=`).
 #[utoipa::path(get, path = "/api/v1/tables",
-    params(("ref" = Option<String>, Query), ("namespace" = Option<String>, Query)),
+    params(("ref" = Option<String>, Query), ("namespace" = Option<String>, Query),
+        ("stats" = Option<bool>, Query)),
     responses((status = 200, body = TableList)))]
 async fn list_tables(
     State(s): State<AppState>,
@@ -59,14 +60,24 @@ async fn list_tables(
 ) -> ApiResult<Json<TableList>> {
     let at = ref_param(&q)?;
     let ns = param(&q, "namespace");
+    let stats = matches!(param(&q, "stats").as_deref(), Some("true" | "1"));
     let (commit, tables) = s.tables.list_for(&identity, &at, ns.as_deref()).await?;
+    let totals = if stats {
+        s.tables.totals(&tables).await
+    } else {
+        vec![Default::default(); tables.len()]
+    };
     Ok(Json(TableList {
         commit: commit.id.to_hex(),
         tables: tables
             .into_iter()
-            .map(|t| TableSummary {
+            .zip(totals)
+            .map(|(t, n): (_, lh_tables::Totals)| TableSummary {
                 name: t.name,
                 pointer: pointer(&t.pointer),
+                rows: n.rows,
+                bytes: n.bytes,
+                updated_at: n.updated_at,
             })
             .collect(),
     }))

@@ -342,6 +342,54 @@ impl Tables {
     }
 }
 
+/// What a listing shows of a table: its rows, bytes and last change, from its current
+/// snapshot's summary (none where a writer left them out).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Totals {
+    pub rows: Option<u64>,
+    pub bytes: Option<u64>,
+    pub updated_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl Tables {
+    /// The totals of each of `tables`, read from their metadata (cached), a few at once;
+    /// a table whose metadata cannot be read has none.
+    pub async fn totals(&self, tables: &[lh_catalog::TableEntry]) -> Vec<Totals> {
+        use futures::StreamExt;
+        let locations: Vec<String> = tables
+            .iter()
+            .map(|t| t.pointer.metadata_location.clone())
+            .collect();
+        futures::stream::iter(locations)
+            .map(|location| async move {
+                let Ok(m) = self.metadata(&location).await else {
+                    return Totals::default();
+                };
+                let Some(s) = m.current_snapshot() else {
+                    return Totals {
+                        rows: Some(0),
+                        bytes: Some(0),
+                        updated_at: None,
+                    };
+                };
+                let get = |key: &str| {
+                    s.summary()
+                        .additional_properties
+                        .get(key)
+                        .and_then(|v| v.parse().ok())
+                };
+                Totals {
+                    rows: get("total-records"),
+                    bytes: get("total-files-size"),
+                    updated_at: s.timestamp().ok(),
+                }
+            })
+            .buffered(8)
+            .collect()
+            .await
+    }
+}
+
 /// A table at a commit, as `Tables::detail` reads it.
 #[derive(Debug, Clone)]
 pub struct TableDetail {

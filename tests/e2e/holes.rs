@@ -1908,6 +1908,80 @@ fn what_a_ref_held_before_it_was_rolled_back_or_remade_stays_limited() {
         .ok();
 }
 
+/// Found by the twenty-third review: a limited reader's merge preview listed a hidden
+/// table changed on both sides (its uuid, metadata files and snapshots on all three
+/// sides), and a permission refusal named hidden tables; naming a hidden table to take
+/// from one side told whether it had changed. A merge's answer names only tables its
+/// caller may read on both sides; a table named to take a side is refused by the grants
+/// alone.
+#[test]
+fn a_merge_names_no_table_its_caller_may_not_read() {
+    let server = Server::start();
+    let lh = server.lh();
+    import(&lh, "sales.orders", "orders.csv", "id\n1\n");
+    import(&lh, "finance.secret", "secret.csv", "ssn\n111-22-3333\n");
+    lh.run(&["branch", "create", "dev"]).ok();
+    lh.run(&["branch", "create", "b.y", "--from", "dev"]).ok();
+    let other = lh.file("s2.csv", "ssn\n999-99-9999\n");
+    for at in ["dev", "b.y"] {
+        lh.run(&[
+            "table",
+            "import",
+            "finance.secret",
+            other.to_str().unwrap(),
+            "--ref",
+            at,
+            "--mode",
+            "replace",
+        ])
+        .ok();
+    }
+    lh.run(&[
+        "role",
+        "set",
+        "aud",
+        "--grant",
+        "read on main in sales",
+        "--grant",
+        "read,write on b.*",
+        "--grant",
+        "read,write,merge on dev in sales",
+    ])
+    .ok();
+    let token = server.token_for("mallory", "aud");
+    for ask in [
+        json!({"from": "b.y", "into": "dev"}),
+        json!({"from": "b.y", "into": "dev", "strategy": "dest-wins"}),
+        json!({"from": "b.y", "into": "dev", "strategy": "source-wins"}),
+    ] {
+        for path in ["/api/v1/merge/preview", "/api/v1/merge"] {
+            let (status, body, _) =
+                call(&server, "POST", path, Some(&token), &[], Some(ask.clone()));
+            let text = body.to_string();
+            assert!(
+                !text.contains("finance") && !text.contains("metadata") && !text.contains("uuid"),
+                "{path} {ask}: {status} {text}"
+            );
+        }
+    }
+    let refusal = |table: &str| {
+        let (status, body, _) = call(
+            &server,
+            "POST",
+            "/api/v1/merge/preview",
+            Some(&token),
+            &[],
+            Some(json!({"from": "b.y", "into": "dev", "take_source": [table]})),
+        );
+        assert_eq!(status, 403, "{table}: {body}");
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace(table, "T")
+    };
+    assert_eq!(refusal("finance.secret"), refusal("finance.nosuch"));
+}
+
 fn hidden_pii(lh: &lh_e2e::Lh) -> (String, String) {
     import(lh, "finance.ledger", "ledger.csv", "id,amount\n1,10\n");
     let before_pii = lh.head("main");

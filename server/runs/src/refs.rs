@@ -615,6 +615,20 @@ impl Refs {
         }
         for table in ask.sides.keys() {
             lh_catalog::names::validate_table_name(table)?;
+            // Named by the caller: refused by its grants alone, whether or not such a
+            // table is there (else the answer would tell of a hidden one).
+            let into = RefExpr::named(ask.into);
+            if !identity.can_table(Action::Read, ask.from, table)
+                || !identity.can_table(Action::Read, &into, table)
+            {
+                return Err(crate::auth::roles::refused(
+                    &identity.user,
+                    &identity.access,
+                    Action::Read,
+                    &format!("choosing the side of table '{table}'"),
+                    &format!(" on '{}' and '{}'", ask.from, ask.into),
+                ));
+            }
         }
         let mut meta = CommitMeta::new(identity.user.clone(), ask.message);
         meta.properties = ask.properties;

@@ -364,9 +364,28 @@ fn tokens(sql: &str) -> Vec<String> {
                 i += 1;
             }
             out.push(String::from_utf8_lossy(&b[start..i]).to_ascii_lowercase());
-        } else if c.is_ascii_digit() {
-            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.' || b[i] == b'_') {
+        } else if c.is_ascii_digit() || (c == b'.' && next.is_some_and(|d| d.is_ascii_digit())) {
+            // A number ends where its digits, fraction and exponent do: `1when` is `1`
+            // then `when` (found by the twenty-third review: it hid a WHEN a level).
+            let digits = |i: &mut usize| {
+                while *i < b.len() && (b[*i].is_ascii_digit() || b[*i] == b'_') {
+                    *i += 1;
+                }
+            };
+            digits(&mut i);
+            if b.get(i) == Some(&b'.') && b.get(i + 1) != Some(&b'.') {
                 i += 1;
+                digits(&mut i);
+            }
+            if matches!(b.get(i), Some(b'e' | b'E')) {
+                let mut j = i + 1;
+                if matches!(b.get(j), Some(b'+' | b'-')) {
+                    j += 1;
+                }
+                if b.get(j).is_some_and(u8::is_ascii_digit) {
+                    i = j;
+                    digits(&mut i);
+                }
             }
             out.push(String::new());
         } else {

@@ -1078,9 +1078,18 @@ fn macro_expansion_is_bounded() {
     // Hidden as DuckDB's scanner would not hide it (found by the twenty-second review):
     // behind an E-string's escaped quote, in identifiers with `$`; and a nested comment
     // hides what DuckDB does not read.
+    let glued = {
+        // (The twenty-third: a number against its WHEN, which DuckDB reads as two.)
+        let mut e = "1".to_string();
+        for _ in 0..13 {
+            e = format!("case {e} when 1 then 1when 2 then 2end");
+        }
+        format!("SELECT {e}")
+    };
     for hidden in [
         format!("SELECT E'\\'' AS a, {} AS b, 'x' AS c", &case(13)[7..]),
         format!("SELECT 1 AS a$b$, {} AS c$b$", &case(13)[7..]),
+        glued,
     ] {
         let e = sql::check_case_copies(&hidden).unwrap_err();
         assert!(

@@ -824,6 +824,25 @@ def parent_sched_seen(o=lh.Model("parent_sched", columns=["id"])):
     if sched_runtime() == 1234567 or autogroup_nice() == 13:
         raise RuntimeError("the earlier call's scheduling: %d %d" % (sched_runtime(), autogroup_nice()))
     return o
+
+def first_process():
+    return resource.prlimit(1, resource.RLIMIT_CORE), os.getpriority(os.PRIO_PROCESS, 1)
+
+@lh.model()
+def first_settings(o=lh.Model("parent_sched_seen", columns=["id"])):
+    # The sandbox's first process (bubblewrap's, of the same user, on the process
+    # runtime; the worker itself in a container): found by the twenty-third review.
+    hard = resource.prlimit(1, resource.RLIMIT_CORE)[1]
+    resource.prlimit(1, resource.RLIMIT_CORE, (min(4321, hard) if hard != resource.RLIM_INFINITY else 4321, hard))
+    os.setpriority(os.PRIO_PROCESS, 1, 11)
+    return o
+
+@lh.model()
+def first_settings_seen(o=lh.Model("first_settings", columns=["id"])):
+    core, nice = first_process()
+    if core[0] == 4321 or nice == 11:
+        raise RuntimeError("the earlier call's settings of process 1: %r" % (first_process(),))
+    return o
 "#;
     let dir = project(
         &lh,

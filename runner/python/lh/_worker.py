@@ -558,20 +558,30 @@ class ProcessSettings:
 
     @staticmethod
     def now():
+        seen = ProcessSettings.of(0)
+        # The sandbox's first process, when it is not the worker (bubblewrap's, of the
+        # same user): a call can set its limits and nice value and a later call read
+        # them (found by the twenty-third review).
+        if os.getpid() != 1:
+            seen.update({"pid 1 " + k: v for k, v in ProcessSettings.of(1).items()})
+        return seen
+
+    @staticmethod
+    def of(pid):
         import resource
         seen = {}
         for name in dir(resource):
             if name.startswith("RLIMIT_"):
                 try:
-                    seen[name] = resource.getrlimit(getattr(resource, name))
+                    seen[name] = resource.prlimit(pid, getattr(resource, name))
                 except (OSError, ValueError):
-                    pass
-        for key, get in (("nice", lambda: os.getpriority(os.PRIO_PROCESS, 0)),
-                         ("affinity", lambda: sorted(os.sched_getaffinity(0))),
-                         ("scheduler", lambda: os.sched_getscheduler(0)),
-                         ("sched_attr", sched_attr),
-                         ("autogroup", lambda: open("/proc/self/autogroup").read()),
-                         ("ioprio", ioprio)):
+                    seen[name] = None
+        for key, get in (("nice", lambda: os.getpriority(os.PRIO_PROCESS, pid)),
+                         ("affinity", lambda: sorted(os.sched_getaffinity(pid))),
+                         ("scheduler", lambda: os.sched_getscheduler(pid)),
+                         ("sched_attr", lambda: sched_attr(pid)),
+                         ("autogroup", lambda: open("/proc/%s/autogroup" % (pid or "self")).read()),
+                         ("ioprio", lambda: ioprio(pid))):
             try:
                 seen[key] = get()
             except OSError:
@@ -589,7 +599,7 @@ class ProcessSettings:
         return not changed
 
 
-def sched_attr():
+def sched_attr(pid=0):
     """Everything sched_getattr says of this process (policy, nice, priority, the
     runtime, deadline and period a call could set with sched_setattr, utilization
     clamps), as bytes."""
@@ -599,20 +609,20 @@ def sched_attr():
     if number is None:
         return None
     buf = ctypes.create_string_buffer(56)
-    if libc.syscall(number, 0, buf, 56, 0) != 0:
+    if libc.syscall(number, pid, buf, 56, 0) != 0:
         return None
     return buf.raw
 
 
-def ioprio():
-    """This process's I/O priority (ioprio_get, which Python does not wrap)."""
+def ioprio(pid=0):
+    """A process's I/O priority (ioprio_get, which Python does not wrap)."""
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     # x86_64: ioprio_get is 252; aarch64: 31. IOPRIO_WHO_PROCESS, this process.
     number = {"x86_64": 252, "aarch64": 31}.get(os.uname().machine)
     if number is None:
         return None
-    return libc.syscall(number, 1, 0)
+    return libc.syscall(number, 1, pid)
 
 
 # What the last call left that the worker cannot remove, said when it retires.

@@ -613,13 +613,22 @@ impl Refs {
         {
             return Err(crate::error::reserved_property(key));
         }
+        let into = RefExpr::named(ask.into);
+        let (on_from, on_into) = if ask.sides.is_empty() {
+            (identity.clone(), identity.clone())
+        } else {
+            (
+                crate::auth::history::scoped(&self.catalog, identity, ask.from).await?,
+                crate::auth::history::scoped(&self.catalog, identity, &into).await?,
+            )
+        };
         for table in ask.sides.keys() {
             lh_catalog::names::validate_table_name(table)?;
-            // Named by the caller: refused by its grants alone, whether or not such a
-            // table is there (else the answer would tell of a hidden one).
-            let into = RefExpr::named(ask.into);
-            if !identity.can_table(Action::Read, ask.from, table)
-                || !identity.can_table(Action::Read, &into, table)
+            // Named by the caller: refused by its grants and history's limits alone,
+            // whether or not such a table is there (else the answer would tell of a
+            // hidden one).
+            if !on_from.can_table(Action::Read, ask.from, table)
+                || !on_into.can_table(Action::Read, &into, table)
             {
                 return Err(crate::auth::roles::refused(
                     &identity.user,

@@ -62,21 +62,28 @@ pub struct Merger {
     pub hooks: Arc<hooks::Hooks>,
 }
 
-/// Whether `by` may read `table` on both sides of a merge.
-fn readable_on_both(by: &Identity, from: &RefExpr, into: &str, table: &str) -> bool {
-    by.can_table(Action::Read, from, table)
-        && by.can_table(Action::Read, &RefExpr::named(into), table)
+/// Whether the merger may read `table` on both sides of a merge, as history lets it
+/// read each (found by the twenty-fourth review: by its grants alone, a table history
+/// hides was named).
+fn readable_on_both(a: &Authorized, from: &RefExpr, into: &str, table: &str) -> bool {
+    let both = a.source.can_table(Action::Read, from, table)
+        && a.dest.can_table(Action::Read, &RefExpr::named(into), table);
+    // A table the merger may change at the source is its own to be told of (a role may
+    // write a namespace it does not read), unless history hides it there.
+    let hidden_by_history =
+        a.by.can_table(Action::Read, from, table) && !a.source.can_table(Action::Read, from, table);
+    both || (a.by.can_table(Action::Write, from, table) && !hidden_by_history)
 }
 
 /// A merge's error as `by` may see it: a table changed on both sides that it may not
 /// read on both sides is neither named nor described (its uuid, files, snapshots), only
 /// said to be there (found by the twenty-third review: a limited reader's preview listed
 /// a hidden table's metadata on all three sides).
-fn as_seen(by: &Identity, from: &RefExpr, into: &str, e: lh_catalog::Error) -> Error {
+fn as_seen(a: &Authorized, from: &RefExpr, into: &str, e: lh_catalog::Error) -> Error {
     let mut err: Error = e.into();
     let before = err.conflicts.len();
     err.conflicts
-        .retain(|c| readable_on_both(by, from, into, &c.table));
+        .retain(|c| readable_on_both(a, from, into, &c.table));
     if err.conflicts.len() < before {
         let names: Vec<&str> = err.conflicts.iter().map(|c| c.table.as_str()).collect();
         err.message = format!(
@@ -100,8 +107,7 @@ impl Merger {
     /// (their appends together), any other table changed on both sides is a conflict.
     async fn prepared(
         &self,
-        by: &Identity,
-        action: Action,
+        a: &Authorized,
         from: &RefExpr,
         into: &str,
         options: MergeOptions,
@@ -114,8 +120,8 @@ impl Merger {
         let mut resolutions = Vec::new();
         for c in e.conflicts() {
             // Nothing is written for a table the identity may not change there.
-            if !by.can_table(action, &RefExpr::named(into), &c.table) {
-                return Err(as_seen(by, from, into, e));
+            if !a.by.can_table(a.action, &RefExpr::named(into), &c.table) {
+                return Err(as_seen(a, from, into, e));
             }
             let theirs = c.incoming.clone().flatten();
             match self
@@ -135,7 +141,7 @@ impl Merger {
                     theirs,
                     pointer,
                 }),
-                None => return Err(as_seen(by, from, into, e)),
+                None => return Err(as_seen(a, from, into, e)),
             }
         }
         tracing::info!(
@@ -154,7 +160,7 @@ impl Merger {
                 },
             )
             .await
-            .map_err(|e| as_seen(by, from, into, e))
+            .map_err(|e| as_seen(a, from, into, e))
     }
 
     /// The identity as its roles are now (a run's starter may have lost a grant since).
@@ -230,7 +236,7 @@ impl Merger {
             // Named only where the identity may read them on both sides.
             let (named, hidden): (Vec<&str>, Vec<&str>) = refused
                 .iter()
-                .partition(|t| readable_on_both(&a.by, from, into, t));
+                .partition(|t| readable_on_both(a, from, into, t));
             let mut on = String::new();
             if !named.is_empty() {
                 on.push_str(&format!(" on table(s) {}", named.join(", ")));
@@ -271,7 +277,7 @@ impl Merger {
             prepare: true,
             ..options
         };
-        let out = self.prepared(&a.by, a.action, from, into, prepare).await?;
+        let out = self.prepared(&a, from, into, prepare).await?;
         Self::require_tables(&a, from, into, Via::Merge, &out)?;
         Ok(out)
     }
@@ -285,15 +291,13 @@ impl Merger {
         options: MergeOptions,
     ) -> Result<Merged> {
         let a = self.authorize(by, from, into, via).await?;
-        let (by, action, protected) = (&a.by, a.action, a.protected);
+        let (by, protected) = (&a.by, a.protected);
         let prepare = MergeOptions {
             prepare: true,
             ..options.clone()
         };
         for attempt in 1..=ATTEMPTS {
-            let out = self
-                .prepared(by, action, from, into, prepare.clone())
-                .await?;
+            let out = self.prepared(&a, from, into, prepare.clone()).await?;
             if out.kind == MergeKind::UpToDate {
                 return Ok(Merged {
                     outcome: out,

@@ -1097,6 +1097,8 @@ fn macro_expansion_is_bounded() {
     for hidden in [
         // Unicode spaces, and an E-string continued on the next line (the twenty-fourth).
         case(13).replace(' ', "\u{a0}"),
+        case(13).replace(' ', "\u{200b}"),
+        case(13).replace(' ', "\u{feff}"),
         format!("SELECT E'a'\n'\\'' AS a, {} AS b, 'x' AS c", &case(13)[7..]),
         under,
         format!("SELECT E'\\'' AS a, {} AS b, 'x' AS c", &case(13)[7..]),
@@ -1114,6 +1116,14 @@ fn macro_expansion_is_bounded() {
         // DuckDB reads it the same way (the nest is there).
         assert!(parse_with(&conn, &hidden).contains("CASE"), "{hidden}");
     }
+    // U+2028 is part of a name to DuckDB: no END here (the twenty-fifth review).
+    let mut kept = "1".to_string();
+    for _ in 0..13 {
+        kept = format!("case {kept} when 1 then 1 when 2 then x\u{2028}end end");
+    }
+    let e = sql::check_case_copies(&format!("SELECT {kept}"))
+        .expect_err("a name with U+2028 hid an END");
+    assert!(e.message.contains("CASE expressions"), "{}", e.message);
     let commented = format!("SELECT 1 AS x /* old: /* note */ {} */", &case(15)[7..]);
     sql::check_case_copies(&commented).unwrap();
     assert!(!parse_with(&conn, &commented).contains("CASE"));

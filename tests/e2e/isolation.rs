@@ -861,6 +861,31 @@ def thread_settings(o=lh.Model("first_settings_seen", columns=["id"])):
             pass
     return o
 
+def pending_signals():
+    found = {}
+    for tid in worker_threads():
+        try:
+            for line in open("/proc/%d/task/%d/status" % (os.getppid(), tid)):
+                if line.startswith("SigPnd:") and int(line.split()[1], 16):
+                    found[tid] = line.strip()
+        except OSError:
+            pass
+    return found
+
+@lh.model()
+def signals(o=lh.Model("thread_settings_seen", columns=["id"])):
+    # A signal a thread of the worker blocks stays pending (the twenty-fifth review).
+    libc = ctypes.CDLL(None, use_errno=True)
+    for tid in worker_threads():
+        libc.syscall(234, os.getppid(), tid, 28)  # tgkill(worker, thread, SIGWINCH)
+    return o
+
+@lh.model()
+def signals_seen(o=lh.Model("signals", columns=["id"])):
+    if pending_signals():
+        raise RuntimeError("signals pending on the worker's threads: %r" % pending_signals())
+    return o
+
 @lh.model()
 def thread_settings_seen(o=lh.Model("thread_settings", columns=["id"])):
     niced = [t for t in worker_threads() if os.getpriority(os.PRIO_PROCESS, t) == 9]

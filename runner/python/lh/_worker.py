@@ -566,6 +566,15 @@ class ProcessSettings:
         except OSError:
             tids = []
         seen["threads"] = tids
+        # Signals pending on any thread (one that blocks them, as jemalloc's background
+        # thread does, keeps them for the worker's life: found by the twenty-fifth review).
+        for tid in tids:
+            try:
+                with open("/proc/self/task/%d/status" % tid) as f:
+                    seen["thread %d pending" % tid] = [line for line in f
+                                                       if line.startswith(("SigPnd:", "ShdPnd:"))]
+            except OSError:
+                seen["thread %d pending" % tid] = None
         for tid in tids:
             if tid != os.getpid():
                 seen.update({"thread %d %s" % (tid, k): v for k, v in ProcessSettings.of(tid, threads=True).items()})

@@ -642,7 +642,11 @@ def finds(o=lh.Model("plants", columns=["id"])):
 /// retires; so does one whose call changed the worker's own resource limits, nice value
 /// or CPU affinity (the twenty-first: `prlimit` on the parent carried 64 bits a limit),
 /// or its scheduling attributes; a call's session and autogroup are its own (the
-/// twenty-second: a time slice and an autogroup's nice value came through). Each pair of calls runs on one worker unless the first retires it.
+/// twenty-second: a time slice and an autogroup's nice value came through). Each pair of
+/// calls runs on one worker unless the first retires it. Since the twenty-sixth round a
+/// call is fenced off the processes that outlive it (seccomp): each act on the worker,
+/// its threads, its group or the sandbox's first process is refused with EPERM, as is
+/// `kill(-1)`, `PRIO_USER` and `pidfd_send_signal`, while the call's own stay allowed.
 fn a_call_leaves_no_socket_and_moves_no_counter_for_the_next(runtime: &str) {
     let server = server(runtime);
     let lh = server.lh();
@@ -778,14 +782,45 @@ def settings():
     return (resource.getrlimit(resource.RLIMIT_CPU), os.getpriority(os.PRIO_PROCESS, 0),
             sorted(os.sched_getaffinity(0)))
 
+def refused(what, act):
+    """Each act on a process that outlives the call (the worker, its threads, the
+    sandbox's first process) fails with EPERM: the call's fence. What the fence might
+    miss, the worker's own checks still catch (the *_seen models)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    ctypes.set_errno(0)
+    try:
+        got = act(libc)
+    except PermissionError:
+        return
+    if got == -1 and ctypes.get_errno() == 1:
+        return
+    raise RuntimeError("a call could %s (%r, errno %d)" % (what, got, ctypes.get_errno()))
+
 @lh.model()
 def parent_settings(o=lh.Model("unroutable_seen", columns=["id"])):
     # Set on the worker, which forks the next call (found by the twenty-first review).
     parent = os.getppid()
-    resource.prlimit(parent, resource.RLIMIT_CPU, ((1 << 50) + 12345, resource.RLIM_INFINITY))
-    os.setpriority(os.PRIO_PROCESS, parent, 7)
-    cpus = sorted(os.sched_getaffinity(parent))
-    os.sched_setaffinity(parent, cpus[:1])
+    refused("raise the worker's CPU limit", lambda libc: resource.prlimit(
+        parent, resource.RLIMIT_CPU, ((1 << 50) + 12345, resource.RLIM_INFINITY)))
+    refused("set the worker's nice value", lambda libc: os.setpriority(os.PRIO_PROCESS, parent, 7))
+    refused("set the nice value of the worker's group",
+            lambda libc: os.setpriority(os.PRIO_PGRP, os.getpgid(parent), 7))
+    refused("set the nice value of every process of its user",
+            lambda libc: os.setpriority(os.PRIO_USER, 0, 7))
+    refused("set the worker's affinity", lambda libc: os.sched_setaffinity(parent, [0]))
+    refused("set the worker's scheduler",
+            lambda libc: os.sched_setscheduler(parent, os.SCHED_BATCH, os.sched_param(0)))
+    refused("set the worker's I/O priority", lambda libc: libc.syscall(251, 1, parent, (2 << 13) | 5))
+    refused("signal the worker", lambda libc: os.kill(parent, 0))
+    refused("signal the worker's group", lambda libc: os.kill(-os.getpgid(parent), 0))
+    refused("signal every process", lambda libc: os.kill(-1, 0))
+    refused("open the worker as a pidfd", lambda libc: os.pidfd_open(parent))
+    refused("signal the worker through its /proc folder", lambda libc: libc.syscall(
+        424, os.open("/proc/%d" % parent, os.O_RDONLY | os.O_DIRECTORY), 0, None, 0))
+    # What the call does to itself and its own children stays its own to do.
+    os.setpriority(os.PRIO_PROCESS, 0, 1)
+    os.sched_setaffinity(0, os.sched_getaffinity(0))
+    os.kill(os.getpid(), 0)
     return o
 
 @lh.model()
@@ -811,7 +846,7 @@ def parent_sched(o=lh.Model("parent_settings_seen", columns=["id"])):
     # (Found by the twenty-second review: a time slice set on the worker, and the nice
     # value of the autogroup it shared with its calls.)
     attr = ctypes.create_string_buffer(struct.pack("=IIQiIQQQII", 56, 0, 0, 0, 0, 1234567, 0, 0, 0, 0), 56)
-    ctypes.CDLL(None, use_errno=True).syscall(314, os.getppid(), attr, 0)
+    refused("set the worker's time slice", lambda libc: libc.syscall(314, os.getppid(), attr, 0))
     try:
         with open("/proc/self/autogroup", "w") as f:
             f.write("13")
@@ -832,9 +867,10 @@ def first_process():
 def first_settings(o=lh.Model("parent_sched_seen", columns=["id"])):
     # The sandbox's first process (bubblewrap's, of the same user, on the process
     # runtime; the worker itself in a container): found by the twenty-third review.
-    hard = resource.prlimit(1, resource.RLIMIT_CORE)[1]
-    resource.prlimit(1, resource.RLIMIT_CORE, (min(4321, hard) if hard != resource.RLIM_INFINITY else 4321, hard))
-    os.setpriority(os.PRIO_PROCESS, 1, 11)
+    refused("set the first process's core limit",
+            lambda libc: resource.prlimit(1, resource.RLIMIT_CORE, (4321, 4321)))
+    refused("set the first process's nice value", lambda libc: os.setpriority(os.PRIO_PROCESS, 1, 11))
+    refused("signal the first process", lambda libc: os.kill(1, 0))
     return o
 
 @lh.model()
@@ -855,10 +891,9 @@ def worker_threads():
 def thread_settings(o=lh.Model("first_settings_seen", columns=["id"])):
     # The worker's other threads (found by the twenty-fourth review).
     for tid in worker_threads():
-        try:
-            os.setpriority(os.PRIO_PROCESS, tid, 9)
-        except OSError:
-            pass
+        refused("set a worker thread's nice value", lambda libc: os.setpriority(os.PRIO_PROCESS, tid, 9))
+        refused("set a worker thread's affinity", lambda libc: os.sched_setaffinity(tid, [0]))
+        refused("signal a worker thread", lambda libc: libc.syscall(200, tid, 0))
     return o
 
 def pending_signals():
@@ -875,9 +910,8 @@ def pending_signals():
 @lh.model()
 def signals(o=lh.Model("thread_settings_seen", columns=["id"])):
     # A signal a thread of the worker blocks stays pending (the twenty-fifth review).
-    libc = ctypes.CDLL(None, use_errno=True)
     for tid in worker_threads():
-        libc.syscall(234, os.getppid(), tid, 28)  # tgkill(worker, thread, SIGWINCH)
+        refused("signal a worker thread", lambda libc: libc.syscall(234, os.getppid(), tid, 28))
     return o
 
 @lh.model()

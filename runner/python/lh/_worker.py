@@ -719,9 +719,118 @@ def clear_sysv_ipc():
                 remove(int(fields[1]))
 
 
+# The system calls that act on another process by its id, which a call (a process of
+# the same user) could aim at the worker or the sandbox's first process, the two that
+# outlive it: each as its number on x86_64 and aarch64, the argument that holds the
+# target, and the value of another argument that means "every process of the user".
+TARGETED_CALLS = (
+    # (x86_64, aarch64, target argument, argument and value meaning all of the user's
+    # [, an argument whose null pointer makes the call a read])
+    (62, 129, 0, None),  # kill (a negative target is a group, -1 every process)
+    (129, 138, 0, None),  # rt_sigqueueinfo
+    (200, 130, 0, None),  # tkill
+    (234, 131, 0, None),  # tgkill
+    (297, 240, 0, None),  # rt_tgsigqueueinfo
+    (302, 261, 0, None, 2),  # prlimit64 (reading alone, with no new limit, is left)
+    (141, 140, 1, (0, 2)),  # setpriority (PRIO_USER)
+    (251, 30, 1, (0, 3)),  # ioprio_set (IOPRIO_WHO_USER)
+    (142, 118, 0, None),  # sched_setparam
+    (144, 119, 0, None),  # sched_setscheduler
+    (203, 122, 0, None),  # sched_setaffinity
+    (314, 274, 0, None),  # sched_setattr
+    (434, 434, 0, None),  # pidfd_open
+)
+# pidfd_send_signal: its target is a descriptor (a pidfd, or any `/proc/<pid>` folder),
+# which a filter cannot tell; refused whole.
+PIDFD_SEND_SIGNAL = 424
+
+
+def fence_filter(machine, kept):
+    """The seccomp filter (classic BPF) a call puts itself under: every call of
+    TARGETED_CALLS aimed at a process of `kept` (by id, or by the group or session it
+    leads, as kill's negative targets and the group forms of setpriority and ioprio_set
+    name them), at every process (kill's -1), or at every process of the user fails with
+    EPERM; anything else is allowed (the sandbox's own filter still applies). None for
+    an architecture it does not know."""
+    import struct
+    audit = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(machine)
+    if audit is None:
+        return None
+    which = 0 if machine == "x86_64" else 1
+    LD, JEQ, RET = 0x20, 0x15, 0x06
+    ALLOW, EPERM = 0x7FFF0000, 0x00050000 | 1
+    targets = sorted({v & 0xFFFFFFFF for k in kept for v in (k, -k)} | {0xFFFFFFFF})
+    if len(targets) > 240:
+        return None  # more than a jump reaches (a worker of a hundred threads)
+    prog = [(LD, 0, 0, 4), (JEQ, 1, 0, audit), (RET, 0, 0, ALLOW), (LD, 0, 0, 0)]
+    for call in TARGETED_CALLS:
+        arg, everyone = call[2], call[3]
+        block = []
+        if len(call) > 4:
+            # A null pointer in this argument only reads: allowed (both halves zero).
+            low = 16 + 8 * call[4]
+            block += [(LD, 0, 0, low), (JEQ, 0, 3, 0), (LD, 0, 0, low + 4), (JEQ, 0, 1, 0),
+                      (RET, 0, 0, ALLOW)]
+        if everyone is not None:
+            block += [(LD, 0, 0, 16 + 8 * everyone[0]), (JEQ, "deny", 0, everyone[1])]
+        block.append((LD, 0, 0, 16 + 8 * arg))
+        block += [(JEQ, "deny", 0, t) for t in targets]
+        block += [(RET, 0, 0, ALLOW), (RET, 0, 0, EPERM)]
+        deny = len(block) - 1
+        block = [(op, deny - i - 1 if jt == "deny" else jt, jf, k) for i, (op, jt, jf, k) in enumerate(block)]
+        prog.append((JEQ, 0, len(block), call[which]))
+        prog += block
+    prog += [(JEQ, 0, 1, PIDFD_SEND_SIGNAL), (RET, 0, 0, EPERM), (RET, 0, 0, ALLOW)]
+    return b"".join(struct.pack("<HBBI", *ins) for ins in prog)
+
+
+def fence(kept):
+    """Puts this process (a call, just forked) under fence_filter: nothing it runs can
+    signal the processes of `kept` nor set their limits, priority, scheduling or I/O
+    priority, the settings the next call would inherit or read (the reviews found one
+    such channel after another, each closed by a check; this closes the class). False
+    when it cannot be installed."""
+    try:
+        import ctypes
+    except ImportError:
+        return False
+    program = fence_filter(os.uname().machine, kept)
+    if program is None:
+        return False
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    u = ctypes.c_ulong
+    prog = Prog(len(program) // 8, program)
+    # PR_SET_NO_NEW_PRIVS (the sandbox set it already), then PR_SET_SECCOMP, FILTER.
+    return (libc.prctl(38, u(1), u(0), u(0), u(0)) == 0
+            and libc.prctl(22, u(2), ctypes.byref(prog), u(0), u(0)) == 0)
+
+
+def kept_processes():
+    """The processes that outlive a call: the worker (each of its threads, its group
+    and session) and the sandbox's first process (with its group and session)."""
+    kept = {1, os.getpid(), os.getpgrp(), os.getsid(0)}
+    try:
+        kept.update(int(t) for t in os.listdir("/proc/self/task"))
+    except OSError:
+        pass
+    for pid in (1,):
+        try:
+            kept.update((os.getpgid(pid), os.getsid(pid)))
+        except OSError:
+            pass
+    kept.discard(0)
+    return kept
+
+
 def call(req, answers):
     """Runs one request in a fresh child; its answer (or why it gave none)."""
     ooms_before = oom_kills()
+    sandboxed = os.environ.get("LH_PRIVATE_TMP") == "1"
+    kept = kept_processes() if sandboxed else set()
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -731,6 +840,11 @@ def call(req, answers):
             # its own, so that its scheduling autogroup (/proc/self/autogroup, which a
             # session shares) is not the worker's (found by the twenty-second review).
             os.setsid()
+            if sandboxed and not fence(kept):
+                os.write(w, json.dumps({"id": req["id"], "ok": False, "traceback": "",
+                                        "error": "lh could not fence the call off the worker "
+                                                 "(seccomp): not run"}).encode())
+                os._exit(1)
             # The call cannot read the next requests nor write answers of its own (the
             # parent is not dumpable: its descriptors are closed to /proc/<ppid>/fd).
             os.close(answers)

@@ -339,7 +339,7 @@ impl QueryEngine {
             let serialized: String = connect(&database)?
                 .prepare("SELECT json_serialize_sql(?::VARCHAR)")?
                 .query_row([&text], |r| r.get(0))?;
-            sql::analyze(&serialized)
+            sql::analyze(&serialized).map_err(|e| sql::locate(e, &serialized, &text))
         })
         .await
     }

@@ -144,6 +144,48 @@ fn json_depth(text: &[u8]) -> usize {
     max
 }
 
+/// A syntax error's place in the query, as DuckDB's own shell shows it: the line, with
+/// its number, and a caret under the column DuckDB's parser stopped at (its `position`,
+/// counted in characters of `text`). Other errors are returned as they are.
+pub fn locate(mut e: Error, serialized: &str, text: &str) -> Error {
+    let position = parse_tree(serialized).ok().and_then(|v| {
+        v.get("position")
+            .and_then(|p| p.as_str().and_then(|s| s.parse().ok()).or(p.as_u64()))
+    });
+    let Some(position) = position.map(|p| p as usize) else {
+        return e;
+    };
+    if e.code != Code::SqlError {
+        return e;
+    }
+    let Some(at) = text
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain([text.len()])
+        .nth(position)
+    else {
+        return e;
+    };
+    let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    let number = text[..start].matches('\n').count() + 1;
+    let line = text[start..end].trim_end_matches('\r');
+    let prefix = format!("LINE {number}: ");
+    let column = text[start..at].chars().count();
+    e.message = format!(
+        "{}\n{prefix}{line}\n{}^",
+        e.message,
+        " ".repeat(prefix.len() + column)
+    );
+    e
+}
+
+/// The line of a query a syntax error names (see [`locate`]), counted from 1.
+pub fn error_line(message: &str) -> Option<usize> {
+    let rest = &message[message.find("\nLINE ")? + 6..];
+    rest[..rest.find(':')?].parse().ok()
+}
+
 /// Checks the parse of a query and returns what it reads.
 pub fn analyze(serialized: &str) -> Result<Analysis> {
     let v = parse_tree(serialized)?;

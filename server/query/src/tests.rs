@@ -1165,3 +1165,32 @@ fn nested_subqueries_and_lambdas_are_bounded() {
         conn.execute_batch(&make(max)).unwrap();
     }
 }
+
+/// A syntax error shows its line and column as DuckDB's shell does, and says the line's
+/// number (a SQL model's error points at it, not at the file's first line).
+#[test]
+fn a_syntax_error_says_where() {
+    let conn = duckdb::Connection::open_in_memory().unwrap();
+    let text = "-- by day\nselect id,\n  é\nfrom t\nwher x > 1";
+    let serialized = parse_with(&conn, text);
+    let e = sql::locate(sql::analyze(&serialized).unwrap_err(), &serialized, text);
+    assert_eq!(
+        e.message,
+        "SQL error: syntax error at or near \"x\"\nLINE 5: wher x > 1\n             ^"
+    );
+    assert_eq!(sql::error_line(&e.message), Some(5));
+    // Past a character of two bytes on the line: the caret counts characters.
+    let text = "select 'é' ) from t";
+    let serialized = parse_with(&conn, text);
+    let e = sql::locate(sql::analyze(&serialized).unwrap_err(), &serialized, text);
+    let caret = format!("LINE 1: {text}\n{}^", " ".repeat(8 + 11));
+    assert!(e.message.ends_with(&caret), "{}", e.message);
+    // An error of another kind is left as it was.
+    let serialized = parse_with(&conn, "insert into t values (1)");
+    let e = sql::analyze(&serialized).unwrap_err();
+    let before = e.message.clone();
+    assert_eq!(
+        sql::locate(e, &serialized, "insert into t values (1)").message,
+        before
+    );
+}

@@ -951,11 +951,13 @@ impl Planner<'_> {
             Err(e) => return Err(vec![loc(PROJECT_FILE, 0, e)]),
         };
         let analysis = self.queries.analyze(&text).await.map_err(|e| {
+            // A syntax error says its line (and shows it, with a caret).
+            let line = crate::query::sql::error_line(&e.message).map_or(1, |l| l as u32);
             let msg = match e.code {
                 Code::ReadOnly => "a SQL model is one SELECT".to_string(),
                 _ => e.message.trim_start_matches("SQL error: ").to_string(),
             };
-            vec![loc(file, 1, msg)]
+            vec![loc(file, line, msg)]
         })?;
         let settings = sql_settings(file, &text)?;
         let whole: Vec<String> = settings

@@ -351,7 +351,7 @@ pub enum RunsCommand {
         /// Only this node
         #[arg(long, value_name = "NAME")]
         node: Option<String>,
-        /// Keep printing until the run ends
+        /// Keep printing until the run ends (a running function's prints as they happen)
         #[arg(long, short = 'f')]
         follow: bool,
     },

@@ -388,6 +388,7 @@ mod tests {
             params: BTreeMap::new(),
             output: PathBuf::from("out"),
             env: Default::default(),
+            live: None,
         }
     }
 

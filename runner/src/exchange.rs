@@ -88,6 +88,25 @@ pub(crate) async fn exchange<L: Launcher>(
             }
         }
     };
+    // The call's log as it grows, for whoever follows it.
+    let log = worker.log().clone();
+    let live = async {
+        let Some(to) = inv.live.as_ref() else {
+            return std::future::pending::<Stopped>().await;
+        };
+        let mut seen = log_start;
+        loop {
+            tokio::time::sleep(crate::protocol::LIVE_LOG_EVERY).await;
+            let now = log.len();
+            if now != seen {
+                seen = now;
+                to.send_replace(crate::protocol::last(
+                    log.since(log_start),
+                    crate::protocol::MAX_CALL_LOG,
+                ));
+            }
+        }
+    };
     let secrets = work.join(crate::protocol::SECRETS_FILE);
     let call = async {
         // The worker reads every file before the call starts: a worker gone on the way
@@ -103,6 +122,7 @@ pub(crate) async fn exchange<L: Launcher>(
     let reply = tokio::select! {
         r = tokio::time::timeout(timeout, call) => r.map_err(|_| Stopped::Timeout),
         stopped = watch => Err(stopped),
+        stopped = live => Err(stopped),
     };
     if channel {
         let _ = std::fs::remove_file(&secrets);

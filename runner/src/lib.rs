@@ -37,7 +37,7 @@ pub use env::{BuildBounds, Env, EnvCache, EnvSpec, sweep_build_groups};
 pub use error::RunnerError;
 pub use pool::PoolConfig;
 pub use pooled::PooledRuntime;
-pub use protocol::{Invocation, InvocationKind, Outcome, SecretEnv, write_harness};
+pub use protocol::{Invocation, InvocationKind, LiveLog, Outcome, SecretEnv, write_harness};
 pub use runtime::{InvokeResult, Limits, Runtime, Unavailable};
 pub use sandbox::HostUser;
 pub use worker::{Launcher, Worker};

@@ -37,7 +37,17 @@ pub struct Invocation {
     /// zeroes after the call.
     #[serde(skip)]
     pub env: SecretEnv,
+    /// Where the call's log so far goes while it runs (a few times a second, when it
+    /// grew), for a node's log to be followed live; its whole log comes with the result.
+    #[serde(skip)]
+    pub live: Option<LiveLog>,
 }
+
+/// The log of a running call, as far as it has come (at most [`MAX_CALL_LOG`], its end).
+pub type LiveLog = std::sync::Arc<tokio::sync::watch::Sender<String>>;
+
+/// How often a running call's log is looked at for [`Invocation::live`].
+pub const LIVE_LOG_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The file in an invocation's folder that holds its secrets until the call reads it.
 pub const SECRETS_FILE: &str = "secrets.json";

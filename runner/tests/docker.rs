@@ -330,6 +330,7 @@ async fn call_with(
         params: BTreeMap::new(),
         output: work.join("out.parquet"),
         env: secrets,
+        live: None,
     };
     (f.rt.invoke(&f.env, limits, &work, inv).await.unwrap(), work)
 }

@@ -125,6 +125,7 @@ async fn call(
         params: BTreeMap::new(),
         output: work.join("out.arrow"),
         env: Default::default(),
+        live: None,
     };
     let r = f.rt.invoke(&f.env, limits, &work, inv).await.unwrap();
     (r, work.join("out.arrow"))

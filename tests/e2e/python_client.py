@@ -192,6 +192,20 @@ time.sleep(1)
 running.cancel()
 running.wait(timeout=60, raise_on_failure=False)
 assert running.status == "cancelled", running
+# A running function's prints arrive as they happen (follow_logs), not when it ends.
+ticks = project("ticks", {"m.py": "import time\nimport lh\n\n@lh.model()\n"
+                                   "def ticks(o=lh.Model('raw.orders', columns=['id'])):\n"
+                                   "    for i in range(8):\n"
+                                   "        print('tick %d' % i, flush=True)\n"
+                                   "        time.sleep(0.5)\n"
+                                   "    return o\n"})
+(ticks / "lh_project.yml").write_text('name: shop\nnamespace: analytics\npython: "3.11"\n')
+live = client.run(ticks, detach=True)
+chunks = [(chunk, live.status) for chunk in live.follow_logs(node="analytics.ticks")]
+text = "".join(c for c, _ in chunks)
+assert [t for t in text.splitlines() if t.startswith("tick")] == ["tick %d" % i for i in range(8)], text
+assert next(status for c, status in chunks if "tick 0" in c) == "running", chunks
+assert live.succeeded, live
 raises(lh.NotFound, client.get_run, "0" * 32)
 raises(lh.InvalidInput, client.run, work / "home")      # no lh_project.yml
 

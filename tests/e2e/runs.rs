@@ -52,7 +52,56 @@ crate::both_runtimes!(
     a_concurrent_reader_sees_all_outputs_or_none,
     the_examples_run_from_the_readme,
     cancelling_a_run_publishes_nothing_and_old_branches_expire,
+    prints_reach_the_log_as_they_happen,
 );
+
+/// A running function's prints reach its node's log as they happen, on both runtimes:
+/// `lh runs logs RUN --node N` shows the first ticks while the node still runs, and
+/// `--follow` prints every tick, in order, and ends with the run.
+fn prints_reach_the_log_as_they_happen(runtime: &str) {
+    let server = server(runtime);
+    let lh = server.lh();
+    orders(&lh);
+    let models = "import time\nimport lh\n\n@lh.model()\ndef ticks(o=lh.Model(\"raw.orders\", columns=[\"id\"])):\n    for i in range(10):\n        print(\"tick %d\" % i, flush=True)\n        time.sleep(0.5)\n    return o\n";
+    let dir = project(
+        &lh,
+        "ticks",
+        &[("lh_project.yml", PROJECT), ("m.py", models)],
+    );
+    let id = start_until_running(&lh, &dir);
+    let mut seen = String::new();
+    for _ in 0..300 {
+        seen = lh
+            .run(&["runs", "logs", &id, "--node", "analytics.ticks"])
+            .ok()
+            .to_string();
+        if seen.contains("tick 1\n") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let r: serde_json::Value =
+        serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
+    assert!(
+        seen.contains("tick 0\ntick 1\n"),
+        "{runtime}: no tick while it ran: {seen:?}"
+    );
+    assert!(
+        !seen.contains("tick 9") && node(&r, "analytics.ticks")["status"] == "running",
+        "{runtime}: the ticks came only when the node ended: {seen:?} {r}"
+    );
+    let followed = lh.run(&["runs", "logs", &id, "--follow"]);
+    let ticks: Vec<&str> = followed
+        .ok()
+        .lines()
+        .filter(|l| l.starts_with("tick"))
+        .collect();
+    let want: Vec<String> = (0..10).map(|i| format!("tick {i}")).collect();
+    assert_eq!(ticks, want, "{runtime}: {}", followed.stdout);
+    let r: serde_json::Value =
+        serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
+    assert_eq!(r["status"], "succeeded", "{runtime}: {r}");
+}
 
 pub(crate) fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -435,6 +484,17 @@ fn invalid_projects_fail_before_anything_runs(runtime: &str) {
         (
             "bad_sql",
             vec![("lh_project.yml", PROJECT), ("a.sql", "selec 1\n")],
+        ),
+        (
+            // The line of a syntax error, not the file's first.
+            "bad_sql_line",
+            vec![
+                ("lh_project.yml", PROJECT),
+                (
+                    "a.sql",
+                    "-- orders by day\nselect id,\n       amount\nfrom raw.orders\nwher amount > 1\n",
+                ),
+            ],
         ),
         (
             "not_select",

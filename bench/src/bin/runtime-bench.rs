@@ -58,6 +58,7 @@ fn invocation(dir: &Path, code: &Path, n: usize) -> Result<(PathBuf, Invocation)
             params: BTreeMap::new(),
             output: work.join("out.parquet"),
             env: Default::default(),
+            live: None,
         },
     ))
 }

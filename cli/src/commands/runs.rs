@@ -585,6 +585,11 @@ pub async fn runs(client: &Client, settings: &Settings, cmd: RunsCommand) -> Cli
             out.flush()?;
             Ok(())
         }
+        RunsCommand::Logs {
+            run,
+            node: None,
+            follow: true,
+        } => follow_logs(client, &run).await,
         RunsCommand::Logs { run, node, follow } => {
             let mut shown = String::new();
             loop {
@@ -615,6 +620,45 @@ pub async fn runs(client: &Client, settings: &Settings, cmd: RunsCommand) -> Cli
             eprintln!("run {} {}", short(&r.id), r.status.as_str());
             Ok(())
         }
+    }
+}
+
+/// `lh runs logs RUN --follow`: each node's log as it grows (a running function's prints
+/// as they happen), under a `=== node` line whenever the node printing changes, until
+/// the run ends. Nodes run side by side: each is followed on its own, so their lines
+/// never mix within a chunk and nothing is printed twice.
+async fn follow_logs(client: &Client, run: &str) -> CliResult<()> {
+    let mut shown: std::collections::HashMap<String, usize> = Default::default();
+    // Nodes whose final log was read: nothing more comes.
+    let mut ended = std::collections::HashSet::new();
+    let mut last: Option<String> = None;
+    let mut out = std::io::stdout();
+    loop {
+        let r = client.run(run).await?;
+        for n in &r.nodes {
+            if n.status == NodeStatus::Waiting || ended.contains(&n.name) {
+                continue;
+            }
+            let text = client.run_logs(&r.id, Some(&n.name)).await?;
+            let from = shown.get(&n.name).copied().unwrap_or(0);
+            let new = text.get(from..).unwrap_or(&text);
+            if !new.is_empty() {
+                if last.as_deref() != Some(n.name.as_str()) {
+                    writeln!(out, "=== {}", n.name)?;
+                    last = Some(n.name.clone());
+                }
+                write!(out, "{new}")?;
+                out.flush()?;
+            }
+            shown.insert(n.name.clone(), text.len());
+            if n.status.is_final() {
+                ended.insert(n.name.clone());
+            }
+        }
+        if r.status.is_final() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 

@@ -226,7 +226,8 @@ class Result(Record):
 class Run(Record):
     """A pipeline run: `id`, `status` (running, succeeded, failed, cancelled), `nodes`,
     `target`, `run_branch`, `merge_commit`, `error`... `refresh()` reads it again,
-    `wait()` follows it to its end, `logs()` and `cancel()` do what `lh runs` does."""
+    `wait()` follows it to its end, `logs()`, `follow_logs()` and `cancel()` do what
+    `lh runs` does."""
 
     def __init__(self, data: Mapping[str, Any], client: "Client"):
         super().__init__(data)
@@ -276,6 +277,22 @@ class Run(Record):
         """The run's log, or one node's."""
         query = {"node": node} if node else {}
         return self._client._request("GET", f"/runs/{_segment(self.id)}/logs", query=query).decode()
+
+    def follow_logs(self, node: Optional[str] = None, interval: float = 0.25) -> Iterator[str]:
+        """Yields the run's log (or one node's) as it is written, each time the text that
+        is new, until the run ends: a running Python function's prints arrive as they
+        happen, as `lh runs logs RUN --follow` shows them."""
+        shown = ""
+        while True:
+            done = self.refresh().done
+            text = self.logs(node)
+            new = text[len(shown):] if text.startswith(shown) else text
+            if new:
+                yield new
+            shown = text
+            if done:
+                return
+            time.sleep(interval)
 
     def cancel(self) -> "Run":
         self._data = self._client._post(f"/runs/{_segment(self.id)}/cancel", {})

@@ -266,6 +266,31 @@ impl RunStore {
         Ok(())
     }
 
+    /// A running node's log so far (its prints, as they happen), if `claim` still drives
+    /// its run and the node is still running: its final record always has the last word.
+    pub async fn update_node_log(
+        &self,
+        run: &str,
+        claim: &Claim,
+        node: &str,
+        log: &str,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE lh_run_nodes SET log = $1
+             WHERE run_id = $2 AND node = $3 AND status = 'running'
+               AND EXISTS (SELECT 1 FROM lh_runs r WHERE r.id = $2 AND r.owner = $4 AND r.attempt = $5)",
+        )
+        .bind(log)
+        .bind(run)
+        .bind(node)
+        .bind(&claim.owner)
+        .bind(claim.attempt)
+        .execute(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(())
+    }
+
     /// Records how a run ended, if `claim` still drives it; whether it did.
     pub async fn finish_run(
         &self,

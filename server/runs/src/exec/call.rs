@@ -61,6 +61,7 @@ pub(super) async fn invoke_in(
     } else {
         svc.secrets.values(secrets, &shared.target).await?
     };
+    let secrets = std::sync::Arc::new(secrets);
     let env = match env {
         Some(env) => env,
         None => built_env(shared, spec, rec).await?.0,
@@ -93,6 +94,23 @@ pub(super) async fn invoke_in(
     // The function's own limits, and the server's bound on what it may write.
     let mut limits = node.lang.limits();
     limits.disk_bytes = Some(svc.config.ceilings.disk_bytes);
+    // The call's prints reach the node's record as they happen (the record of a node
+    // that is running, which `lh runs logs --follow`, the client and the console read),
+    // secrets redacted as in the final log.
+    let (live, mut grown) = tokio::sync::watch::channel(String::new());
+    let forward = {
+        let svc = shared.svc.clone();
+        let (run, claim, name) = (shared.id.clone(), shared.claim.clone(), rec.name.clone());
+        let before = rec.log.clone();
+        let secrets = secrets.clone();
+        tokio::spawn(async move {
+            while grown.changed().await.is_ok() {
+                let so_far = grown.borrow_and_update().clone();
+                let text = format!("{before}{}", redact(&so_far, &secrets));
+                let _ = svc.store.update_node_log(&run, &claim, &name, &text).await;
+            }
+        })
+    };
     let inv = Invocation {
         id: uuid::Uuid::new_v4().simple().to_string(),
         kind,
@@ -108,14 +126,13 @@ pub(super) async fn invoke_in(
                 .map(|v| (v.name.clone(), v.value.clone()))
                 .collect(),
         ),
+        live: Some(std::sync::Arc::new(live)),
     };
-    let result = svc
-        .runtime
-        .invoke(&env, &limits, work, inv)
-        .await
-        .map_err(|e| {
-            Error::bad_request(Code::RuntimeFailed, format!("cannot run the function: {e}"))
-        })?;
+    let result = svc.runtime.invoke(&env, &limits, work, inv).await;
+    forward.abort();
+    let result = result.map_err(|e| {
+        Error::bad_request(Code::RuntimeFailed, format!("cannot run the function: {e}"))
+    })?;
     // No secret value leaves in the run's record.
     rec.log
         .push_str(&shared.keep_log(redact(&result.log, &secrets)));

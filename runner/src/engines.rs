@@ -389,6 +389,7 @@ mod tests {
             output: PathBuf::from("out"),
             env: Default::default(),
             live: None,
+            tenant: String::new(),
         }
     }
 

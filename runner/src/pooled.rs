@@ -12,7 +12,7 @@ use crate::exchange::{Exchanged, exchange};
 use crate::pool::{Evict, Pool, PoolConfig};
 use crate::protocol::Invocation;
 use crate::runtime::{InvokeResult, Limits, Runtime};
-use crate::worker::Launcher;
+use crate::worker::{Launcher, WorkerKey};
 
 /// How often idle workers past their idle time are looked for.
 const EVICT_EVERY: Duration = Duration::from_secs(5);
@@ -101,7 +101,10 @@ impl<L: Launcher> Runtime for PooledRuntime<L> {
         inv: Invocation,
     ) -> Result<InvokeResult, RunnerError> {
         let started = Instant::now();
-        let key = self.pool.launcher().key(env, &inv.root, limits);
+        let key = WorkerKey {
+            tenant: inv.tenant.clone(),
+            ..self.pool.launcher().key(env, &inv.root, limits)
+        };
         // A warm worker killed between invocations costs one retry, not a failure.
         for _ in 0..2 {
             let (mut worker, cold) = match self.pool.checkout(&key, env, limits).await {

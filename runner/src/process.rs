@@ -225,6 +225,7 @@ impl Launcher for ProcessLauncher {
     /// per call, so workers of any share or disk limit are alike.
     fn key(&self, env: &Env, code: &Path, limits: &Limits) -> WorkerKey {
         WorkerKey {
+            tenant: String::new(),
             env: env.key.clone(),
             code: code.to_path_buf(),
             memory_bytes: limits.memory_bytes,

@@ -41,6 +41,12 @@ pub struct Invocation {
     /// grew), for a node's log to be followed live; its whole log comes with the result.
     #[serde(skip)]
     pub live: Option<LiveLog>,
+    /// Whose grants the call's inputs were read with (the run's user and roles): a
+    /// worker serves the calls of one such tenant only, so nothing a call leaves in it
+    /// (its memory above all: every call is a fork of it) reaches a call run for
+    /// someone who may read less.
+    #[serde(skip)]
+    pub tenant: String,
 }
 
 /// The log of a running call, as far as it has come (at most [`MAX_CALL_LOG`], its end).

@@ -33,10 +33,13 @@ const LOG_KEEP: usize = 2 << 20;
 const LINE_MAX: usize = 64 << 10;
 
 /// What makes two workers interchangeable: the environment, the code snapshot (the only
-/// code a worker sees) and the limits they were started with. The pool keeps warm
-/// workers by this key, so a worker never serves another project's code.
+/// code a worker sees), the limits they were started with and the tenant whose calls
+/// they serve. The pool keeps warm workers by this key, so a worker never serves
+/// another project's code, nor calls run with other grants.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct WorkerKey {
+    /// Whose grants its calls read with ([`crate::Invocation::tenant`]).
+    pub tenant: String,
     pub env: String,
     /// The code snapshot's folder on this host.
     pub code: PathBuf,
@@ -65,6 +68,7 @@ pub trait Launcher: Send + Sync + 'static {
     /// The pool a worker for `env`, the snapshot `code` and `limits` belongs to.
     fn key(&self, env: &Env, code: &Path, limits: &Limits) -> WorkerKey {
         WorkerKey {
+            tenant: String::new(),
             env: env.key.clone(),
             code: code.to_path_buf(),
             memory_bytes: limits.memory_bytes,

@@ -331,6 +331,7 @@ async fn call_with(
         output: work.join("out.parquet"),
         env: secrets,
         live: None,
+        tenant: String::new(),
     };
     (f.rt.invoke(&f.env, limits, &work, inv).await.unwrap(), work)
 }

@@ -126,6 +126,7 @@ async fn call(
         output: work.join("out.arrow"),
         env: Default::default(),
         live: None,
+        tenant: String::new(),
     };
     let r = f.rt.invoke(&f.env, limits, &work, inv).await.unwrap();
     (r, work.join("out.arrow"))

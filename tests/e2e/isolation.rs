@@ -33,7 +33,59 @@ crate::both_runtimes!(
     no_descriptor_of_the_server_reaches_a_function,
     nothing_a_call_nests_or_configures_reaches_its_worker_or_the_next_call,
     a_call_leaves_no_socket_and_moves_no_counter_for_the_next,
+    a_worker_serves_the_calls_of_one_user_only,
 );
+
+/// Found by the twenty-sixth review: every call is a fork of its worker, whose freed
+/// memory held earlier calls' answers; a later run of the same code by another user (one
+/// who may read less) found there the error of the admin's call, which held a row of a
+/// table hidden from that user. A worker serves the calls of one user and roles only: the
+/// same user's next run finds the same worker (the test can tell), another user's never.
+fn a_worker_serves_the_calls_of_one_user_only(runtime: &str) {
+    let server = server(runtime);
+    let admin = server.lh();
+    orders(&admin);
+    let writer = admin.with_token(&server.token_for("wendy", "writer"));
+    let models = r#"
+import lh
+import pyarrow as pa
+
+@lh.model()
+def worker(o=lh.Model("raw.orders", columns=["id"])):
+    # The worker (this call's parent): its start time tells one worker from another.
+    import os
+    started = open("/proc/%d/stat" % os.getppid()).read().rsplit(")", 1)[1].split()[19]
+    return pa.table({"started": [started]})
+"#;
+    let dir = project(
+        &admin,
+        "tenants",
+        &[("lh_project.yml", PROJECT), ("m.py", models)],
+    );
+    let d = dir.to_str().unwrap();
+    let started = |lh: &lh_e2e::Lh, branch: &str| -> String {
+        let (code, run) = run_json(lh, &[d, "--no-cache", "--ref", branch]);
+        assert_eq!(code, 0, "{runtime}: {run}");
+        lh.rows("select started from analytics.worker", branch)[0]["started"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    admin.run(&["branch", "create", "a1"]).ok();
+    admin.run(&["branch", "create", "a2"]).ok();
+    writer.run(&["branch", "create", "w1"]).ok();
+    let first = started(&admin, "a1");
+    assert_eq!(
+        first,
+        started(&admin, "a2"),
+        "{runtime}: the admin's runs share a worker"
+    );
+    assert_ne!(
+        first,
+        started(&writer, "w1"),
+        "{runtime}: another user's call ran in the admin's worker"
+    );
+}
 
 /// A module of models: `imports`, lh, `folder()` (the worker's own folder, where the
 /// call's invocation folder lies, as the sandbox mounts it) and `body`.
@@ -925,6 +977,84 @@ def thread_settings_seen(o=lh.Model("thread_settings", columns=["id"])):
     niced = [t for t in worker_threads() if os.getpriority(os.PRIO_PROCESS, t) == 9]
     if niced:
         raise RuntimeError("the earlier call's settings of the worker's threads: %r" % niced)
+    return o
+
+def shared_descriptor():
+    import fcntl
+    return (fcntl.fcntl(2, fcntl.F_GETFL) & (os.O_APPEND | os.O_NONBLOCK), fcntl.fcntl(2, 11),
+            fcntl.fcntl(2, fcntl.F_GETOWN), fcntl.fcntl(2, 1032))
+
+@lh.model()
+def descriptors(o=lh.Model("signals_seen", columns=["id"])):
+    # The standard descriptors' open description is the worker's (the twenty-sixth
+    # review): its flags, I/O signal, owner and pipe size.
+    import fcntl
+    refused("make the kernel signal the worker on I/O",
+            lambda libc: fcntl.fcntl(2, fcntl.F_SETOWN, os.getppid()))
+    refused("name the worker the owner behind a pointer",
+            lambda libc: fcntl.fcntl(2, 15, struct.pack("ii", 0, os.getppid())))
+    fcntl.fcntl(2, fcntl.F_SETFL, fcntl.fcntl(2, fcntl.F_GETFL) | os.O_APPEND | os.O_NONBLOCK)
+    fcntl.fcntl(2, 10, 42)
+    fcntl.fcntl(2, fcntl.F_SETOWN, os.getpid())
+    try:
+        fcntl.fcntl(2, 1031, 131072)
+    except OSError:
+        pass  # a pipe size the user may not raise
+    return o
+
+@lh.model()
+def descriptors_seen(o=lh.Model("descriptors", columns=["id"])):
+    flags, sig, owner, size = shared_descriptor()
+    if flags or sig == 42 or owner != 0 or size == 131072:
+        raise RuntimeError("the earlier call's settings of the log's pipe: %r" % (shared_descriptor(),))
+    return o
+
+def kept_folders():
+    found = []
+    for line in open("/proc/self/mountinfo"):
+        point = line.split()[4]
+        if point == "/lh/work" or "/workers/worker-" in point:
+            found.append(point)
+    return found + ["/tmp", "/dev/shm"]
+
+def inode_flags(path):
+    import array, fcntl
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        buf = array.array("l", [0])
+        fcntl.ioctl(fd, 0x80086601, buf, True)
+        return buf[0]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+@lh.model()
+def folders(o=lh.Model("descriptors_seen", columns=["id"])):
+    # Inode flags and sizes of the folders the cleanup keeps (the twenty-sixth review).
+    import array, fcntl
+    for place in kept_folders():
+        fd = os.open(place, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.ioctl(fd, 0x40086602, array.array("l", [(inode_flags(place) or 0) | 0x40]), True)
+        except OSError:
+            pass  # a file system without them (tmpfs)
+        finally:
+            os.close(fd)
+        for i in range(3000):
+            try:
+                open(os.path.join(place, "f%05d-%s" % (i, "x" * 100)), "w").close()
+            except OSError:
+                break
+    return o
+
+@lh.model()
+def folders_seen(o=lh.Model("folders", columns=["id"])):
+    flagged = [p for p in kept_folders() if (inode_flags(p) or 0) & 0x40]
+    sizes = {p: os.stat(p).st_size for p in kept_folders()}
+    big = {p: s for p, s in sizes.items() if s > 64 << 10}
+    if flagged or big:
+        raise RuntimeError("the earlier call's marks on the kept folders: %r %r" % (flagged, big))
     return o
 "#;
     let dir = project(

@@ -355,6 +355,12 @@ fn failing_functions_publish_nothing(runtime: &str) {
             "@lh.model()\ndef bad(o=lh.Model(\"raw.orders\")):\n    import os\n    os._exit(7)\n",
             "the function's process exited with status 7 without answering",
         ),
+        (
+            // A package the project did not declare: where to declare it.
+            "missing_package",
+            "@lh.model()\ndef bad(o=lh.Model(\"raw.orders\")):\n    import lh_no_such_package\n    return o\n",
+            "No module named 'lh_no_such_package'; a package the function needs is declared in lh_project.yml under `packages:`",
+        ),
     ];
     for (name, body, want) in cases {
         let src = format!(

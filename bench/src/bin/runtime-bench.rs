@@ -59,6 +59,7 @@ fn invocation(dir: &Path, code: &Path, n: usize) -> Result<(PathBuf, Invocation)
             output: work.join("out.parquet"),
             env: Default::default(),
             live: None,
+            tenant: String::new(),
         },
     ))
 }

@@ -168,12 +168,20 @@ def child(req, out):
     except (Exception, SystemExit, KeyboardInterrupt) as e:  # the function's failure is the answer
         if os.getpid() != me:
             os._exit(1)  # a process the function forked: only the call's process answers
-        # The traceback starts at the user's code, not in this harness.
+        # The traceback starts at the user's code, not in this harness nor in the
+        # import machinery that loaded the function's module.
         frames = e.__traceback__
-        while frames is not None and frames.tb_frame.f_code.co_filename == __file__:
+        while frames is not None and (frames.tb_frame.f_code.co_filename == __file__
+                                      or frames.tb_frame.f_code.co_filename.startswith("<frozen importlib")):
             frames = frames.tb_next
         tb = "".join(traceback.format_exception(type(e), e, frames))
-        answer = {"id": req["id"], "ok": False, "error": f"{type(e).__name__}: {e}", "traceback": tb}
+        error = f"{type(e).__name__}: {e}"
+        if isinstance(e, ModuleNotFoundError) and e.name:
+            top = e.name.split(".")[0]
+            error += (f"; a package the function needs is declared in lh_project.yml under "
+                      f"`packages:` (for example `packages: {{{top}: \"1.2.3\"}}`, the name of "
+                      f"the package that provides '{top}')")
+        answer = {"id": req["id"], "ok": False, "error": error, "traceback": tb}
     if os.getpid() != me:
         os._exit(0)
     try:
@@ -445,7 +453,135 @@ def clear_scratch(work, invocation):
     # Its own settings, on any runtime: a call can set them on its parent (found by the
     # twenty-first review: resource limits carried 64 bits each to the next call and run).
     clean = SETTINGS.unchanged() and clean
+    # What the call could set on what it shares with the worker and the next call: the
+    # open descriptions of its standard descriptors, and the kept folders' inode flags
+    # and sizes (found by the twenty-sixth review).
+    clean = DESCRIPTORS.restored() and clean
+    clean = KEPT.restored() and clean
     return clean
+
+
+class SharedDescriptors:
+    """A call's stdin, stdout and stderr are the worker's own: the same open file
+    descriptions, whose status flags, I/O signal, owner and pipe size a call can set and
+    the next read (found by the twenty-sixth review). Set back after each call as the
+    worker found them; whether they are."""
+
+    F_GETFL, F_SETFL, F_GETOWN, F_SETOWN = 3, 4, 9, 8
+    F_GETSIG, F_SETSIG, F_GETPIPE_SZ, F_SETPIPE_SZ = 11, 10, 1032, 1031
+
+    def __init__(self):
+        self.first = None
+
+    def now(self):
+        import fcntl
+        seen = {}
+        for fd in (0, 1, 2):
+            for key, get in (("flags", self.F_GETFL), ("owner", self.F_GETOWN),
+                             ("signal", self.F_GETSIG), ("pipe size", self.F_GETPIPE_SZ)):
+                try:
+                    seen[(fd, key)] = fcntl.fcntl(fd, get)
+                except OSError:
+                    seen[(fd, key)] = None
+        return seen
+
+    def remember(self):
+        self.first = self.now()
+
+    def restored(self):
+        import fcntl
+        if self.first is None:
+            return True
+        now = self.now()
+        for (fd, key), value in self.first.items():
+            if now.get((fd, key)) == value or value is None:
+                continue
+            set_to = {"flags": self.F_SETFL, "owner": self.F_SETOWN, "signal": self.F_SETSIG,
+                      "pipe size": self.F_SETPIPE_SZ}[key]
+            try:
+                fcntl.fcntl(fd, set_to, value)
+            except OSError:
+                pass
+        now = self.now()
+        changed = sorted("%s of descriptor %d" % (k, fd) for (fd, k), v in self.first.items()
+                         if now.get((fd, k)) != v)
+        if changed:
+            LEFT.append(", ".join(changed))
+        return not changed
+
+
+class KeptFolders:
+    """The folders the cleanup keeps (the worker's folder, /tmp, /dev/shm, the folders
+    on the way to the sandbox's binds), which a call may not remove but can mark: their
+    inode flags (nodump, noatime, sync, dirsync: a few bits each, found by the
+    twenty-sixth review) are set back as the worker found them, and their sizes, which a
+    folder of many entries keeps on disk after they are removed, must be as they were."""
+
+    FS_IOC_GETFLAGS, FS_IOC_SETFLAGS = 0x80086601, 0x40086602
+
+    def __init__(self):
+        self.flags = {}
+        self.sizes = {}
+
+    @classmethod
+    def get_flags(cls, path):
+        import array
+        import fcntl
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        try:
+            buf = array.array("l", [0])
+            fcntl.ioctl(fd, cls.FS_IOC_GETFLAGS, buf, True)
+            return buf[0]
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    @classmethod
+    def set_flags(cls, path, value):
+        import array
+        import fcntl
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            return
+        try:
+            fcntl.ioctl(fd, cls.FS_IOC_SETFLAGS, array.array("l", [value]), True)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def remember(self, places):
+        for p in places:
+            self.flags[p] = self.get_flags(p)
+            try:
+                self.sizes[p] = os.stat(p, follow_symlinks=False).st_size
+            except OSError:
+                self.sizes[p] = None
+
+    def restored(self):
+        changed = []
+        for p, value in self.flags.items():
+            if value is None:
+                continue
+            if self.get_flags(p) != value:
+                self.set_flags(p, value)
+                if self.get_flags(p) != value:
+                    changed.append("the inode flags of " + p)
+        for p, size in self.sizes.items():
+            try:
+                now = os.stat(p, follow_symlinks=False).st_size
+            except OSError:
+                now = None
+            if size is not None and now != size:
+                changed.append("the size of " + p)
+        if changed:
+            LEFT.append(", ".join(changed))
+        return not changed
 
 
 class NetworkState:
@@ -647,6 +783,8 @@ def ioprio(pid=0):
 # What the last call left that the worker cannot remove, said when it retires.
 LEFT = []
 SETTINGS = ProcessSettings()
+DESCRIPTORS = SharedDescriptors()
+KEPT = KeptFolders()
 NETWORK = NetworkState()
 SYSV = SysvSequence()
 
@@ -677,6 +815,7 @@ def remember_kept(work):
             KEPT_MODES[p] = os.stat(p, follow_symlinks=False).st_mode & 0o7777
         except OSError:
             pass
+    KEPT.remember(places)
 
 
 def reset_kept(path):
@@ -743,6 +882,12 @@ TARGETED_CALLS = (
 # pidfd_send_signal: its target is a descriptor (a pidfd, or any `/proc/<pid>` folder),
 # which a filter cannot tell; refused whole.
 PIDFD_SEND_SIGNAL = 424
+# fcntl and ioctl (x86_64, aarch64), and the commands that make the kernel signal a
+# descriptor's owner.
+FCNTL = (72, 25)
+IOCTL = (16, 29)
+F_SETOWN, F_SETOWN_EX = 8, 15
+FIOSETOWN, SIOCSPGRP = 0x8901, 0x8902
 
 
 def fence_filter(machine, kept):
@@ -780,6 +925,20 @@ def fence_filter(machine, kept):
         block = [(op, deny - i - 1 if jt == "deny" else jt, jf, k) for i, (op, jt, jf, k) in enumerate(block)]
         prog.append((JEQ, 0, len(block), call[which]))
         prog += block
+    # fcntl: F_SETOWN to a kept process or group (the kernel then signals it on I/O,
+    # found by the twenty-sixth review), and F_SETOWN_EX, whose owner is behind a pointer.
+    block = [(LD, 0, 0, 24), (JEQ, "deny", 0, F_SETOWN_EX), (JEQ, 1, 0, F_SETOWN),
+             (RET, 0, 0, ALLOW), (LD, 0, 0, 32)]
+    block += [(JEQ, "deny", 0, t) for t in targets]
+    block += [(RET, 0, 0, ALLOW), (RET, 0, 0, EPERM)]
+    deny = len(block) - 1
+    block = [(op, deny - i - 1 if jt == "deny" else jt, jf, k) for i, (op, jt, jf, k) in enumerate(block)]
+    prog.append((JEQ, 0, len(block), FCNTL[which]))
+    prog += block
+    # ioctl: a socket's owner (FIOSETOWN, SIOCSPGRP), behind a pointer: refused.
+    prog += [(JEQ, 0, 5, IOCTL[which]), (LD, 0, 0, 24), (JEQ, 1, 0, FIOSETOWN),
+             (JEQ, 0, 1, SIOCSPGRP), (RET, 0, 0, EPERM), (RET, 0, 0, ALLOW)]
+    # (A is the call's number again past the ioctl block only when it was not ioctl.)
     prog += [(JEQ, 0, 1, PIDFD_SEND_SIGNAL), (RET, 0, 0, EPERM), (RET, 0, 0, ALLOW)]
     return b"".join(struct.pack("<HBBI", *ins) for ins in prog)
 
@@ -1155,6 +1314,7 @@ def main():
     stdin = Channel(sys.stdin.fileno())
     remember_kept(work)
     SETTINGS.remember()
+    DESCRIPTORS.remember()
     if os.environ.get("LH_PRIVATE_TMP") == "1":
         NETWORK.remember()
         SYSV.remember()

@@ -127,6 +127,8 @@ pub(super) async fn invoke_in(
                 .collect(),
         ),
         live: Some(std::sync::Arc::new(live)),
+        // The run's user and roles: its worker serves no one who may read less.
+        tenant: format!("{}\u{1f}{}", shared.by.user, shared.by.access.name),
     };
     let result = svc.runtime.invoke(&env, &limits, work, inv).await;
     forward.abort();

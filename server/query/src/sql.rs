@@ -735,6 +735,186 @@ pub fn function_allowed(catalog: &str, schema: &str, name: &str) -> bool {
     catalog_ok && schema_ok && ALLOWED_FUNCTIONS.contains(&name.to_ascii_lowercase())
 }
 
+/// The most elements a list, or characters a padded or repeated text, that a function
+/// of a query may make of one value. DuckDB holds a value whole, outside its memory
+/// limit: `len(range(200000000))` took 18.6 GB of a server limited to 256 MB (found by
+/// the twenty-sixth review). The functions that make a value of a size their arguments
+/// say (not the size of their inputs) must say it with constants within these bounds.
+pub const MAX_MADE_ELEMENTS: i64 = 1_000_000;
+pub const MAX_MADE_WIDTH: i64 = 10_000;
+
+/// An integer constant of the parse tree (`5`, `-3`), if `v` is one.
+fn constant_int(v: &Value) -> Option<i64> {
+    if v.get("class").and_then(Value::as_str) != Some("CONSTANT") {
+        return None;
+    }
+    let value = v.get("value")?;
+    if value.get("is_null").and_then(Value::as_bool) == Some(true) {
+        return Some(0);
+    }
+    value.get("value")?.as_i64()
+}
+
+/// A text constant of the parse tree, if `v` is one.
+fn constant_text(v: &Value) -> Option<&str> {
+    if v.get("class").and_then(Value::as_str) != Some("CONSTANT") {
+        return None;
+    }
+    v.get("value")?.get("value")?.as_str()
+}
+
+/// Refuses a call of a function that makes a value as large as its arguments say
+/// (`range`, `repeat`, `lpad`, `list_resize`, a format's width...) unless they say it
+/// with constants within [`MAX_MADE_ELEMENTS`] and [`MAX_MADE_WIDTH`].
+fn check_value_size(name: &str, children: Option<&Value>) -> Result<()> {
+    let args: &[Value] = children
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice);
+    let refuse = |why: String, hint: &str| {
+        Err(
+            Error::bad_request(Code::Forbidden, format!("not allowed: {name}() {why}"))
+                .with_hint(hint.to_string()),
+        )
+    };
+    let within = |i: usize, max: i64| args.get(i).and_then(constant_int).map(|n| n <= max);
+    match name.to_ascii_lowercase().as_str() {
+        "range" | "generate_series" => {
+            let ints: Option<Vec<i64>> = args.iter().map(constant_int).collect();
+            let count = match ints.as_deref() {
+                Some([stop]) => Some(*stop),
+                Some([start, stop]) => Some(stop.saturating_sub(*start)),
+                Some([start, stop, step]) if *step != 0 => Some(stop.saturating_sub(*start) / step),
+                _ => None,
+            };
+            match count {
+                Some(n) if n <= MAX_MADE_ELEMENTS => Ok(()),
+                _ => refuse(
+                    format!(
+                        "as a value makes a list as long as its arguments say: they must be \
+                         integer constants of at most {MAX_MADE_ELEMENTS} elements"
+                    ),
+                    "as a table function it streams its rows: SELECT * FROM range(...), \
+                     or unnest a smaller range",
+                ),
+            }
+        }
+        "list_resize" | "array_resize" => match within(1, MAX_MADE_ELEMENTS) {
+            Some(true) => Ok(()),
+            _ => refuse(
+                format!("takes its new size as an integer constant of at most {MAX_MADE_ELEMENTS}"),
+                "a query may not make a value larger than that",
+            ),
+        },
+        "repeat" | "lpad" | "rpad" | "bar" => {
+            let at = if name.eq_ignore_ascii_case("bar") {
+                3
+            } else {
+                1
+            };
+            if name.eq_ignore_ascii_case("bar") && args.len() <= at {
+                return Ok(()); // its default width, 80
+            }
+            match within(at, MAX_MADE_WIDTH) {
+                Some(true) => Ok(()),
+                _ => refuse(
+                    format!(
+                        "takes its count or width as an integer constant of at most {MAX_MADE_WIDTH}"
+                    ),
+                    "a query may not make a value larger than that",
+                ),
+            }
+        }
+        "printf" | "format" => {
+            let widths_ok = args
+                .first()
+                .and_then(constant_text)
+                .is_some_and(format_widths_bounded);
+            if widths_ok {
+                Ok(())
+            } else {
+                refuse(
+                    format!(
+                        "takes its format as a text constant, with widths and precisions of at \
+                         most {MAX_MADE_WIDTH} written in it"
+                    ),
+                    "a query may not make a value larger than that",
+                )
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether every width and precision a format string writes (printf's `%08.3f`, fmt's
+/// `{:>12}`) is at most [`MAX_MADE_WIDTH`] and none comes from an argument (`%*d`,
+/// `{:{}}`).
+fn format_widths_bounded(f: &str) -> bool {
+    let b = f.as_bytes();
+    let number = |i: &mut usize| -> Option<i64> {
+        let start = *i;
+        while *i < b.len() && b[*i].is_ascii_digit() {
+            *i += 1;
+        }
+        (*i > start).then(|| f[start..*i].parse::<i64>().unwrap_or(i64::MAX))
+    };
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                i += 1;
+                while i < b.len() && b"-+ #0'".contains(&b[i]) {
+                    i += 1;
+                }
+                if b.get(i) == Some(&b'*') {
+                    return false;
+                }
+                if number(&mut i).is_some_and(|n| n > MAX_MADE_WIDTH) {
+                    return false;
+                }
+                if b.get(i) == Some(&b'.') {
+                    i += 1;
+                    if b.get(i) == Some(&b'*') || number(&mut i).is_some_and(|n| n > MAX_MADE_WIDTH)
+                    {
+                        return false;
+                    }
+                }
+                // (`%%` and a conversion letter: passed over.)
+                i += 1;
+            }
+            b'{' => {
+                let end = f[i..].find('}').map_or(b.len(), |e| i + e);
+                let field = &f[i + 1..end.min(b.len())];
+                if let Some((_, spec)) = field.split_once(':') {
+                    if spec.contains('{') {
+                        return false;
+                    }
+                    let mut j = 0;
+                    let s = spec.as_bytes();
+                    while j < s.len() {
+                        if s[j].is_ascii_digit() {
+                            let start = j;
+                            while j < s.len() && s[j].is_ascii_digit() {
+                                j += 1;
+                            }
+                            if spec[start..j]
+                                .parse::<i64>()
+                                .map_or(true, |n| n > MAX_MADE_WIDTH)
+                            {
+                                return false;
+                            }
+                        } else {
+                            j += 1;
+                        }
+                    }
+                }
+                i = end + 1;
+            }
+            _ => i += 1,
+        }
+    }
+    true
+}
+
 /// The function a bare column reference stands for when it is one of the keywords
 /// DuckDB's binder turns into a call of the session's catalog or schema.
 fn keyword_call(m: &serde_json::Map<String, Value>) -> Option<&'static str> {
@@ -784,6 +964,7 @@ fn walk_node(v: &Value, out: &mut Analysis, table_function: bool) -> Result<()> 
                          settings, session or catalog, or run SQL text, are left out",
                     ));
                 }
+                check_value_size(name, m.get("children"))?;
             }
             // Bare keywords DuckDB's binder makes calls of where no column has their
             // name (`current_catalog` is `current_database()`): held to the same list.

@@ -1194,3 +1194,51 @@ fn a_syntax_error_says_where() {
         before
     );
 }
+
+/// Found by the twenty-sixth review: `len(range(200000000))` held 18.6 GB in one value,
+/// outside DuckDB's memory limit (a server limited to 256 MB). The functions that make a
+/// value as large as their arguments say take those as bounded constants; the table
+/// function streams.
+#[test]
+fn a_query_makes_no_value_larger_than_a_bound() {
+    let conn = duckdb::Connection::open_in_memory().unwrap();
+    let check = |sql: &str| sql::analyze(&parse_with(&conn, sql));
+    for fine in [
+        "SELECT range(10)",
+        "SELECT len(range(1, 1000000))",
+        "SELECT generate_series(0, 100, 5)",
+        "SELECT * FROM range(200000000)",
+        "SELECT repeat('-', 40), lpad('7', 3, '0'), rpad('a', 10000, ' ')",
+        "SELECT list_resize([1, 2], 10), array_resize([1], 3, 0)",
+        "SELECT bar(5, 0, 10), bar(5, 0, 10, 40)",
+        "SELECT printf('%08.3f and %-5s %%d', 1.5, 'x'), format('{:>12} {}', 1, 2)",
+        "SELECT printf('order 123456: %d', 1)",
+    ] {
+        check(fine).unwrap_or_else(|e| panic!("{fine}: {}", e.message));
+    }
+    for refused in [
+        "SELECT len(range(200000000))",
+        "SELECT range(0, 2000000000, 1)",
+        "SELECT generate_series(1000001)",
+        "SELECT unnest(range(id)) FROM (SELECT 5 AS id)",
+        "SELECT range(TIMESTAMP '2020-01-01', TIMESTAMP '2030-01-01', INTERVAL 1 SECOND)",
+        "SELECT repeat('x', 2000000000)",
+        "SELECT repeat('x', n) FROM (SELECT 3 AS n)",
+        "SELECT lpad('x', 100000, ' ')",
+        "SELECT list_resize([1], 100000000)",
+        "SELECT bar(1, 0, 2, 1000000)",
+        "SELECT printf('%2000000000d', 1)",
+        "SELECT printf('%*d', 2000000000, 1)",
+        "SELECT printf('%.999999f', 1.0)",
+        "SELECT format('{:>2000000000}', 1)",
+        "SELECT format('{:{}}', 1, 2000000000)",
+        "SELECT printf(f, 1) FROM (SELECT '%d' AS f)",
+    ] {
+        let e = check(refused).expect_err(refused);
+        assert!(
+            e.message.starts_with("not allowed: "),
+            "{refused}: {}",
+            e.message
+        );
+    }
+}

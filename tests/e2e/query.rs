@@ -185,6 +185,13 @@ fn bad_sql_and_unknown_tables() {
         server,
         lh.run(&["query", "select * from raw.nope"])
     );
+    // A table without its namespace: lh's nearest table is suggested, never DuckDB's
+    // own system views.
+    snap!(
+        "query_bare_table",
+        server,
+        lh.run(&["query", "select * from orders"])
+    );
     snap!(
         "query_unknown_column",
         server,

@@ -212,6 +212,33 @@ pub(crate) fn input_error(table: &str, e: duckdb::Error) -> Error {
     Error::bad_request(Code::BadInput, format!("cannot read input '{table}': {e}"))
 }
 
+/// DuckDB's "Table with name X does not exist" as lh's own table-not-found at `at`: a
+/// name lh's catalog would know (DuckDB's "did you mean" names its own system views, as
+/// `pg_prepared_statements` for `orders`), for which a client suggests the nearest lh
+/// table (`analytics.orders`). Other errors are left as they are.
+pub(crate) fn unknown_table(e: Error, at: &str) -> Error {
+    if e.code != Code::SqlError {
+        return e;
+    }
+    let Some(name) = e
+        .message
+        .split("Table with name ")
+        .nth(1)
+        .and_then(|rest| rest.split_once(" does not exist"))
+        .map(|(name, _)| name.to_string())
+    else {
+        return e;
+    };
+    Error::not_found(
+        Code::TableNotFound,
+        format!("table '{name}' not found at '{at}'"),
+    )
+    .with_hint("tables are named namespace.table")
+    .with_remedy(lh_api::remedy::Remedy::ListTables {
+        at: Some(at.to_string()),
+    })
+}
+
 pub(crate) fn sql_error(e: duckdb::Error) -> Error {
     let text = e.to_string();
     if let Some(path) = text

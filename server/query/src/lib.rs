@@ -674,9 +674,10 @@ impl QueryEngine {
             out = &mut run => Some(out),
         };
         let (schema, rows, truncated) = match finished {
-            Some(out) => out?,
-            None => run.await?,
-        };
+            Some(out) => out,
+            None => run.await,
+        }
+        .map_err(|e| execute::unknown_table(e, &at.to_string()))?;
         let (batches, charge, ipc) = match rows {
             Rows::Batches(b, c) => (b, Some(c), None),
             Rows::Ipc(s) => (Vec::new(), None, Some(s)),

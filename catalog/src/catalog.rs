@@ -568,7 +568,7 @@ impl Catalog {
                     ErrorKind::InvalidArgument,
                     format!(
                         "commit {} is not in the first-parent history of '{at}'",
-                        until.to_hex()
+                        until.short()
                     ),
                 ));
             }

@@ -56,7 +56,7 @@ impl Objects {
         let Some((_, bytes)) = rows.into_iter().next() else {
             return Err(Error::new(
                 ErrorKind::RefNotFound,
-                format!("commit {id} not found"),
+                format!("commit {} not found", id.short()),
             ));
         };
         if Hash::of(&bytes) != id {

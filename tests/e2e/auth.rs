@@ -282,11 +282,19 @@ fn the_author_of_a_change_is_the_token_user_and_roles_limit_what_they_do() {
         .run(&["table", "import", "shop.b", csv.to_str().unwrap()])
         .fails(9)
         .to_string();
+    // Said in the user's terms: what they did, never the API's route.
     assert!(
-        err.contains("'write' permission") && err.contains("rita"),
+        err.contains("uploading a file to import needs the 'write' permission")
+            && err.contains("rita")
+            && !err.contains("/api/"),
         "{err}"
     );
-    rita.run(&["branch", "create", "r"]).fails(9);
+    let err = rita.run(&["branch", "create", "r"]).fails(9).to_string();
+    assert!(
+        err.contains("creating a branch or tag needs the 'write' permission")
+            && !err.contains("/api/"),
+        "{err}"
+    );
     assert_eq!(lh.head("main"), head);
     // A writer branches and writes, and may not merge or move refs.
     alice.run(&["branch", "create", "feature"]).ok();

@@ -275,7 +275,11 @@ pub async fn guard(State(g): State<Arc<Guard>>, mut req: Request, next: Next) ->
         };
         match declared {
             Some(Ok(Some(action))) => {
-                let what = format!("{} {}", req.method(), matched.as_deref().unwrap_or(&path));
+                let what = matched
+                    .as_deref()
+                    .and_then(|m| routes::what(&g.routes, req.method(), m))
+                    .map(String::from)
+                    .unwrap_or_else(|| format!("{} {}", req.method(), path));
                 let (mut parts, body) = req.into_parts();
                 let params = RawPathParams::from_request_parts(&mut parts, &()).await;
                 req = Request::from_parts(parts, body);

@@ -74,6 +74,27 @@ pub struct TableDetail {
     /// The id of that spec (tables partitioned more than once keep older specs' files).
     #[serde(default)]
     pub partition_spec_id: i32,
+    /// The partitions of the current snapshot's data files, in order of their values
+    /// (at most [`MAX_PARTITIONS_SHOWN`]; `partition_count` says how many there are).
+    #[serde(default)]
+    pub partitions: Vec<PartitionInfo>,
+    #[serde(default)]
+    pub partition_count: u64,
+}
+
+/// The most partitions a table's detail lists.
+pub const MAX_PARTITIONS_SHOWN: usize = 1000;
+
+/// One partition of a table: its values as the user reads them (`ts_day=2026-11-03`),
+/// and its data files' rows, files and bytes (rows before deletes).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PartitionInfo {
+    pub partition: String,
+    /// The spec its files were written with.
+    pub spec_id: i32,
+    pub rows: u64,
+    pub files: u64,
+    pub size_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -79,6 +79,29 @@ fn every_transform_written_by_lh_reads_back_in_pyiceberg_and_duckdb() {
             "{}",
             show.ok()
         );
+        // Its partitions, each with its rows, files and bytes: as many as the import
+        // wrote, their rows all the table's.
+        let detail: Value =
+            serde_json::from_str(lh.run(&["table", "show", table, "-o", "json"]).ok()).unwrap();
+        let parts = detail["partitions"].as_array().unwrap();
+        assert_eq!(detail["partition_count"], r["partitions"], "{detail}");
+        assert_eq!(parts.len() as u64, r["partitions"].as_u64().unwrap());
+        let rows: u64 = parts.iter().map(|p| p["rows"].as_u64().unwrap()).sum();
+        assert_eq!(rows, n as u64, "{detail}");
+        assert!(
+            parts
+                .iter()
+                .all(|p| p["partition"].as_str().unwrap().contains('=')
+                    && p["files"].as_u64().unwrap() >= 1
+                    && p["size_bytes"].as_u64().unwrap() > 0),
+            "{detail}"
+        );
+        let first = parts[0]["partition"].as_str().unwrap();
+        assert!(
+            show.ok().contains(&format!("{} partitions", parts.len())) && show.ok().contains(first),
+            "{}",
+            show.ok()
+        );
         let got = client(
             &server,
             "partitions",

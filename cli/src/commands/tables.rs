@@ -180,6 +180,40 @@ fn show(settings: &Settings, at: &str, d: &TableDetail) -> CliResult<()> {
             d.partition_by, d.partition_spec_id
         )?;
     }
+    if d.partition_count > 0 {
+        // The first few by their values; `-o json` lists up to a thousand.
+        const SHOWN: usize = 20;
+        writeln!(
+            out,
+            "\n{}",
+            output::count(d.partition_count as usize, "partition")
+        )?;
+        let rows: Vec<Vec<String>> = d
+            .partitions
+            .iter()
+            .take(SHOWN)
+            .map(|p| {
+                vec![
+                    if p.partition.is_empty() {
+                        "(unpartitioned)".into()
+                    } else {
+                        p.partition.clone()
+                    },
+                    p.rows.to_string(),
+                    p.files.to_string(),
+                    output::bytes(p.size_bytes),
+                ]
+            })
+            .collect();
+        output::aligned(&mut out, &["partition", "rows", "files", "size"], &rows)?;
+        if d.partition_count as usize > SHOWN {
+            writeln!(
+                out,
+                "... and {} more (-o json lists them)",
+                d.partition_count as usize - SHOWN
+            )?;
+        }
+    }
     writeln!(out, "\nschema")?;
     let rows: Vec<Vec<String>> = d
         .columns

@@ -235,6 +235,18 @@ fn table_detail(d: crate::tables::TableDetail) -> TableDetail {
             .collect(),
         partition_by: d.partition_by,
         partition_spec_id: d.partition_spec_id,
+        partitions: d
+            .partitions
+            .into_iter()
+            .map(|p| lh_api::PartitionInfo {
+                partition: p.partition,
+                spec_id: p.spec_id,
+                rows: p.rows,
+                files: p.files,
+                size_bytes: p.size_bytes,
+            })
+            .collect(),
+        partition_count: d.partition_count,
     }
 }
 

@@ -315,6 +315,12 @@ impl Tables {
                 .cmp(&a.timestamp)
                 .then(b.snapshot_id.cmp(&a.snapshot_id))
         });
+        // A table partitioned by any of its specs: its partitions, from the manifests.
+        let partitioned = m.partition_specs_iter().any(|s| !s.is_unpartitioned());
+        let (partitions, partition_count) = match partitioned {
+            true => partition_stats(m, &self.live_files(&t).await?.data),
+            false => (Vec::new(), 0),
+        };
         Ok(TableDetail {
             name: name.to_string(),
             commit: resolved.commit.id.to_hex(),
@@ -338,8 +344,45 @@ impl Tables {
                 partition::describe(m.default_partition_spec(), m.current_schema())
             },
             partition_spec_id: m.default_partition_spec_id(),
+            partitions,
+            partition_count,
         })
     }
+}
+
+/// The partitions of `files` (a table's live data files), in order of their values:
+/// the first `lh_api::MAX_PARTITIONS_SHOWN`, and how many there are.
+fn partition_stats(
+    m: &iceberg::spec::TableMetadata,
+    files: &[files::LiveFile],
+) -> (Vec<PartitionStats>, u64) {
+    let mut by: BTreeMap<(String, i32), PartitionStats> = BTreeMap::new();
+    for f in files {
+        let shown = m
+            .partition_spec_by_id(f.spec_id)
+            .filter(|s| !s.is_unpartitioned())
+            .map(|s| partition::display(s, m.current_schema(), f.file.partition()))
+            .unwrap_or_default();
+        let p = by
+            .entry((shown.clone(), f.spec_id))
+            .or_insert_with(|| PartitionStats {
+                partition: shown,
+                spec_id: f.spec_id,
+                rows: 0,
+                files: 0,
+                size_bytes: 0,
+            });
+        p.rows += f.records;
+        p.files += 1;
+        p.size_bytes += f.size;
+    }
+    let count = by.len() as u64;
+    (
+        by.into_values()
+            .take(lh_api::MAX_PARTITIONS_SHOWN)
+            .collect(),
+        count,
+    )
 }
 
 /// What a listing shows of a table: its rows, bytes and last change, from its current
@@ -412,6 +455,21 @@ pub struct TableDetail {
     /// for an unpartitioned table.
     pub partition_by: String,
     pub partition_spec_id: i32,
+    /// The partitions of the current snapshot's data files, by their values (the first
+    /// `lh_api::MAX_PARTITIONS_SHOWN`), and how many there are.
+    pub partitions: Vec<PartitionStats>,
+    pub partition_count: u64,
+}
+
+/// What a partition of a table holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionStats {
+    /// Its values as the user reads them (`ts_day=2026-11-03`).
+    pub partition: String,
+    pub spec_id: i32,
+    pub rows: u64,
+    pub files: u64,
+    pub size_bytes: u64,
 }
 
 /// A column of a table's current schema.

@@ -443,6 +443,10 @@ pub struct LogArgs {
     /// One line per commit: its short id and the first line of its message
     #[arg(long)]
     pub oneline: bool,
+    /// One line per commit, with the commits each merge brought in drawn beside the
+    /// branch's own (as `git log --graph --oneline`)
+    #[arg(long, conflicts_with = "table")]
+    pub graph: bool,
 }
 
 #[derive(Debug, Args)]

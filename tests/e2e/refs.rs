@@ -249,6 +249,8 @@ fn log_diff_and_merge() {
     assert_eq!(lines.len(), 2, "{}", oneline.stdout);
     let id = log[0]["id"].as_str().unwrap();
     assert_eq!(lines[0], format!("{} (merge) publish dev", &id[..12]));
+    // The merge with what it brought in beside main's own, joining where dev left main.
+    snap!("log_graph", server, lh.run(&["log", "--graph", "-n", "4"]));
     snap!(
         "merge_up_to_date",
         server,

@@ -163,6 +163,7 @@ pub async fn log(client: &Client, settings: &Settings, args: LogArgs) -> CliResu
         .log_filtered(&at, args.limit, args.table.as_deref(), None, None)
         .await?;
     match settings.output {
+        OutputFormat::Table if args.graph => graph(client, &at, &page.commits).await,
         OutputFormat::Table if args.oneline => {
             use std::io::Write;
             let stdout = std::io::stdout();
@@ -214,6 +215,75 @@ pub async fn log(client: &Client, settings: &Settings, args: LogArgs) -> CliResu
             },
         ),
     }
+}
+
+/// The most commits of a merged branch `lh log --graph` draws beside each merge.
+const GRAPH_SIDE: usize = 10;
+
+/// `lh log --graph`: the first-parent history, one line a commit, and beside each merge
+/// the commits it brought in (its second parent's history down to where it left this
+/// one), their lane joining back at that commit when it is on the page.
+async fn graph(client: &Client, at: &str, commits: &[CommitInfo]) -> CliResult<()> {
+    use std::io::Write;
+    // Where a merged branch left this one: a commit of this history, found on a longer
+    // page than the one shown.
+    let known: std::collections::HashSet<String> = client
+        .log(at, commits.len() + 500)
+        .await?
+        .commits
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    let line = |c: &CommitInfo| {
+        format!(
+            "{} {}",
+            short(&c.id),
+            c.message.lines().next().unwrap_or("")
+        )
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    // The lanes open beside this history: each waits for the commit it joins.
+    let mut lanes: Vec<String> = Vec::new();
+    for c in commits {
+        while let Some(i) = lanes.iter().rposition(|l| *l == c.id) {
+            lanes.remove(i);
+            writeln!(out, "|{}/", " |".repeat(lanes.len()))?;
+        }
+        let beside = " |".repeat(lanes.len());
+        writeln!(out, "*{beside} {}", line(c))?;
+        let Some(merged) = c.parents.get(1) else {
+            continue;
+        };
+        // A history the caller may not read (a limited role) is left undrawn.
+        let Ok(side) = client.log(&format!("@{merged}"), 200).await else {
+            continue;
+        };
+        let brought: Vec<&CommitInfo> = side
+            .commits
+            .iter()
+            .take_while(|s| !known.contains(&s.id))
+            .collect();
+        let joins = side
+            .commits
+            .iter()
+            .find(|s| known.contains(&s.id))
+            .map(|s| s.id.clone());
+        writeln!(out, "|{beside}\\")?;
+        for s in brought.iter().take(GRAPH_SIDE) {
+            writeln!(out, "|{beside} * {}", line(s))?;
+        }
+        if brought.len() > GRAPH_SIDE {
+            writeln!(out, "|{beside} : {} more", brought.len() - GRAPH_SIDE)?;
+        }
+        match joins {
+            Some(j) => lanes.push(j),
+            // It left this history before the page (or never did): the lane ends here.
+            None => writeln!(out, "|{beside} ~")?,
+        }
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// What `lh status` says.

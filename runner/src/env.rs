@@ -502,10 +502,21 @@ sandbox.limits,
                 args.extend(reqs.iter().map(String::as_str));
                 run(
                     &mut sandbox.command(&uv, &args, Step::online(&cache)),
-                    "install the packages (wheels only; a package without a wheel needs `source_builds: true` in lh_project.yml)",
-sandbox.limits,
+                    "install the packages",
+                    sandbox.limits,
                 )
-                .await?;
+                .await
+                .map_err(|e| match e {
+                    // Said only where a package lacks a wheel, not for a version that
+                    // does not exist.
+                    RunnerError::Environment(m) if m.contains("no usable wheels") => {
+                        RunnerError::Environment(format!(
+                            "{m}\n(lh installs wheels only: a package without a wheel needs \
+                             `source_builds: true` in lh_project.yml)"
+                        ))
+                    }
+                    e => e,
+                })?;
             }
             let lock = run(&mut sandbox.command(&uv, &["pip", "freeze", "--python", &py_s], Step::offline().env_read_only()), "list the packages", sandbox.limits).await?;
             // From here on the folder holds what packages' code may have touched: the

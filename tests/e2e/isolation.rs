@@ -71,6 +71,30 @@ def worker(o=lh.Model("raw.orders", columns=["id"])):
             .unwrap()
             .to_string()
     };
+    // A role narrowed since: another tenant (found by the twenty-seventh review).
+    admin
+        .run(&["role", "set", "team", "--grant", "read,write,run on *"])
+        .ok();
+    let member = admin.with_token(&server.token_for("tess", "team"));
+    member.run(&["branch", "create", "t1"]).ok();
+    member.run(&["branch", "create", "t2"]).ok();
+    let wide = started(&member, "t1");
+    admin
+        .run(&[
+            "role",
+            "set",
+            "team",
+            "--grant",
+            "read,write,run on t2",
+            "--grant",
+            "read on main in raw",
+        ])
+        .ok();
+    assert_ne!(
+        wide,
+        started(&member, "t2"),
+        "{runtime}: a narrowed role kept its worker"
+    );
     admin.run(&["branch", "create", "a1"]).ok();
     admin.run(&["branch", "create", "a2"]).ok();
     writer.run(&["branch", "create", "w1"]).ok();
@@ -1003,7 +1027,24 @@ def descriptors(o=lh.Model("signals_seen", columns=["id"])):
     return o
 
 @lh.model()
-def descriptors_seen(o=lh.Model("descriptors", columns=["id"])):
+def locks(o=lh.Model("descriptors", columns=["id"])):
+    # A record lock on the log's pipe (the twenty-seventh review): its range was read by
+    # every later run.
+    import fcntl
+    fcntl.fcntl(2, 37, struct.pack("hhxxxxqqixxxx", fcntl.F_WRLCK, 0, 4242, 77, 0))
+    return o
+
+@lh.model()
+def locks_seen(o=lh.Model("locks", columns=["id"])):
+    import fcntl
+    got = fcntl.fcntl(2, fcntl.F_GETLK, struct.pack("hhxxxxqqixxxx", fcntl.F_WRLCK, 0, 0, 0, 0))
+    kind, _, start, length, _ = struct.unpack("hhxxxxqqixxxx", got)
+    if kind != fcntl.F_UNLCK:
+        raise RuntimeError("the earlier call's lock on the log: %d+%d" % (start, length))
+    return o
+
+@lh.model()
+def descriptors_seen(o=lh.Model("locks_seen", columns=["id"])):
     flags, sig, owner, size = shared_descriptor()
     if flags or sig == 42 or owner != 0 or size == 131072:
         raise RuntimeError("the earlier call's settings of the log's pipe: %r" % (shared_descriptor(),))
@@ -2547,6 +2588,25 @@ def built(o=lh.Model("raw.orders", columns=["id"])):
     assert!(!marker.exists(), "setup.py ran on the host");
     assert_eq!(lh.head("main"), head, "nothing was published");
     assert_ne!(before, head);
+    // A version the index does not have says so, with no word of source builds.
+    let dir = project(
+        &lh,
+        "no-such-version",
+        &[
+            ("lh_project.yml", PROJECT),
+            ("m.py", &sdist.replace("\"1.0\"", "\"99.0\"")),
+        ],
+    );
+    let (code, run) = run_json(&lh, &[dir.to_str().unwrap()]);
+    assert_eq!(code, 8, "{run}");
+    let err = node(&run, "analytics.built")["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("99.0") && !err.contains("source_builds"),
+        "{err}"
+    );
 
     // A project that opts in builds it, and the source distribution it needs, from
     // source: offline in the sandbox, so its setup.py cannot reach the host's loopback

@@ -127,8 +127,14 @@ pub(super) async fn invoke_in(
                 .collect(),
         ),
         live: Some(std::sync::Arc::new(live)),
-        // The run's user and roles: its worker serves no one who may read less.
-        tenant: format!("{}\u{1f}{}", shared.by.user, shared.by.access.name),
+        // The run's user and what its roles grant (a role narrowed since is another
+        // tenant): its worker serves no one who may read less.
+        tenant: format!(
+            "{}\u{1f}{}\u{1f}{}",
+            shared.by.user,
+            shared.by.access.name,
+            &blake3::hash(format!("{:?}", shared.by.access.grants).as_bytes()).to_hex()[..16]
+        ),
     };
     let result = svc.runtime.invoke(&env, &limits, work, inv).await;
     forward.abort();

@@ -31,9 +31,10 @@ install-built:
 	case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; *) echo "hint: $(PREFIX)/bin is not on your PATH: export PATH=\"$(PREFIX)/bin:\$$PATH\"";; esac
 
 ## The demo: a server on the embedded default, TPC-H data, branch, change, query,
-## diff, merge and time travel.
+## diff, merge, time travel, the REST catalog and a write-audit-publish pipeline (on
+## the process runtime: bubblewrap is installed first).
 demo: libduckdb
-	eval "$$(scripts/services.sh python)" && $(CARGO) build -p lh-cli -p lh-control-plane --bins && \
+	eval "$$(scripts/services.sh python bubblewrap)" && $(CARGO) build -p lh-cli -p lh-control-plane --bins && \
 	PATH="$$($(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug:$$PATH" scripts/demo.sh
 
 ## The whole suite: unit, property, concurrency, crash and end-to-end tests, on SQLite

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The demo: a fresh lh server on the embedded default (SQLite catalog, local folder
 # warehouse) in a temporary directory, TPC-H data, a branch, a change, queries of both
-# refs, a diff, a merge, time travel to main before the merge, and DuckDB reading main
-# through lh's Iceberg REST catalog. The server makes an admin token at its first start
+# refs, a diff, a merge, time travel to main before the merge, DuckDB reading main
+# through lh's Iceberg REST catalog, and a pipeline whose expectation stops a bad day
+# from publishing, then publishes the fixed code's replay (examples/wap/story.sh). The
+# server makes an admin token at its first start
 # and writes it into the profile in $LH_HOME, which `lh` then uses. Every command is printed as a user would type it.
 #
 #     make demo            (builds lh and installs tpchgen-cli first)
@@ -18,14 +20,16 @@ PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); 
 export LH_ENDPOINT="http://127.0.0.1:$PORT"
 export LH_USER="${LH_USER:-${USER:-demo}}"
 
-say() { printf '\n\033[1m# %s\033[0m\n' "$*"; }
+# Bold headings and cyan commands on a terminal; plain text in a log.
+if [ -t 1 ]; then BOLD=$'\033[1m' CYAN=$'\033[36m' PLAIN=$'\033[0m'; else BOLD="" CYAN="" PLAIN=""; fi
+say() { printf '\n%s# %s%s\n' "$BOLD" "$*" "$PLAIN"; }
 # Prints a command as one would type it (arguments with spaces in quotes), then runs it.
 run() {
     local shown="" a
     for a in "$@"; do
         if [[ "$a" =~ [[:space:]\'\*\(\)\;\<\>\|\&\$] ]]; then shown+=" \"${a//\"/\\\"}\""; else shown+=" $a"; fi
     done
-    printf '\033[36m$%s\033[0m\n' "$shown"
+    printf '%s$%s%s\n' "$CYAN" "$shown" "$PLAIN"
     "$@"
 }
 
@@ -74,9 +78,18 @@ run lh query "$REVENUE" --ref "main@$MAIN_BEFORE"
 run lh table show tpch.lineitem
 
 say "any engine on any ref: DuckDB attaches main through lh's Iceberg REST catalog, with a read-only token"
-printf '\033[36m$ export LH_TOKEN="$(lh token create --user duckdb --role reader)"\033[0m\n'
-LH_TOKEN="$("$LH" token create --user duckdb --role reader)"
-export LH_TOKEN
-run python3 scripts/demo_engine.py "$LH_ENDPOINT/iceberg" main "$REVENUE"
+printf '%s$ export LH_TOKEN="$(lh token create --user duckdb --role reader)"%s\n' "$CYAN" "$PLAIN"
+READER="$("$LH" token create --user duckdb --role reader)"
+# (The reader's token for DuckDB alone: the pipeline below runs as the demo's admin.)
+LH_TOKEN="$READER" run python3 scripts/demo_engine.py "$LH_ENDPOINT/iceberg" main "$REVENUE"
+
+say "a pipeline, write-audit-publish: its outputs reach main only when every expectation passes"
+LH="$LH" bash examples/wap/story.sh
 
 say "done; the data is in $WORK (remove it with: rm -rf $WORK)"
+cat <<EOF
+To keep exploring it, start the server again on the demo's data:
+    export LH_HOME=$LH_HOME LH_ENDPOINT=$LH_ENDPOINT
+    lh server --data-dir $WORK/data --bind 127.0.0.1:$PORT &
+    lh log --graph
+EOF

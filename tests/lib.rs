@@ -736,6 +736,36 @@ impl Lh {
         run_of(child.wait_with_output().expect("wait for lh"))
     }
 
+    /// Runs `lh ARGS` in a pseudo-terminal (util-linux's `script`), as a user at a
+    /// terminal would: whether it succeeded, and everything the terminal was sent.
+    pub fn in_terminal(&self, args: &[&str]) -> (bool, String) {
+        let c = self.command(args);
+        let quoted: Vec<String> = std::iter::once(c.get_program().to_string_lossy().to_string())
+            .chain(
+                args.iter()
+                    .map(|a| format!("'{}'", a.replace('\'', "'\\''"))),
+            )
+            .collect();
+        let mut pty = Command::new("script");
+        pty.args(["-qec", &quoted.join(" "), "/dev/null"]);
+        for (k, v) in c.get_envs() {
+            match v {
+                Some(v) => pty.env(k, v),
+                None => pty.env_remove(k),
+            };
+        }
+        if let Some(dir) = c.get_current_dir() {
+            pty.current_dir(dir);
+        }
+        let out = pty
+            .output()
+            .expect("script (util-linux) runs a command in a pseudo-terminal");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    }
+
     pub fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(lh_bin());
         let endpoint = if self.others.is_empty() {

@@ -25,6 +25,11 @@ pub struct RunRequest {
     /// (`eu,us`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitions: Option<String>,
+    /// `lh run --select`: only these nodes run (`orders`, `+orders` with what it reads
+    /// from, `orders+` with what reads it); an input made by a node left out is read
+    /// from the branch. Empty: every node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub select: Vec<String>,
     /// A plan (`POST /api/v1/runs/plan`) also says, for each node, whether it would
     /// run or reuse an earlier output and why, and for each SQL model whose query
     /// changed since the project's last run, what kind of change it is (`lh run --plan`).

@@ -333,6 +333,12 @@ pub struct RunArgs {
     /// its own as it succeeds (a failed one publishes nothing and the others go on)
     #[arg(long, requires = "partitions", conflicts_with_all = ["detach", "dry_run"])]
     pub each_partition: bool,
+    /// Run only these nodes (repeatable, or comma-separated): `orders` (a model's table,
+    /// with or without its namespace, or an expectation), `+orders` with what it reads
+    /// from, `orders+` with what reads it; an input a left-out node makes is read from
+    /// the branch
+    #[arg(long, short = 's', value_name = "NODE", value_delimiter = ',')]
+    pub select: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]

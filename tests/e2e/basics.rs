@@ -265,9 +265,71 @@ fn a_broken_pipe_is_not_an_error() {
     );
 }
 
+/// The README's "Start here", as written: each command of its block after `lh server &`
+/// runs in order, from the repository's folder (where `examples/` is at hand), against a
+/// server (the test's, on the process runtime); only the data folder, `/tmp/jaffle`, is
+/// one of the test's own. What the block ends with holds: the run's tables on main.
+#[test]
+fn the_start_here_commands_run_as_written() {
+    let readme = include_str!("../../README.md");
+    let section = readme
+        .split("\n## Start here\n")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("a Start here section");
+    let block: Vec<&str> = section
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("lh server &"))
+        .take_while(|l| l.starts_with("    "))
+        .collect();
+    assert!(block.len() >= 7, "the block: {block:?}");
+    let server = crate::runs::server("process");
+    let lh = server.lh();
+    let data = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
+    let venv_bin = std::path::Path::new(&lh_e2e::python())
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let path = format!(
+        "{}:{}:{}",
+        lh_bin().parent().unwrap().display(),
+        venv_bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let base = lh.command(&[]);
+    // The server is the test's: `lh server &` is not run.
+    for line in &block[1..] {
+        let line = line
+            .trim()
+            .replace("/tmp/jaffle", data.path().to_str().unwrap());
+        let mut c = std::process::Command::new("bash");
+        c.args(["-c", &line]).current_dir(root).env("PATH", &path);
+        for (k, v) in base.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "README's Start here: `{line}` failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let rows = lh.rows("select count(*) AS n from analytics.customers", "main");
+    assert_eq!(rows[0]["n"], 100, "{rows:?}");
+}
+
 /// The README's first command: `make demo` runs `scripts/demo.sh` (here at a small
-/// scale). It ends with DuckDB reading `main` through the Iceberg REST catalog, which
-/// must agree with `lh query` on `main` after the merge.
+/// scale). DuckDB reads `main` through the Iceberg REST catalog, which must agree with
+/// `lh query` on `main` after the merge; then a pipeline's expectation stops a bad day
+/// from publishing and the fixed code's replay publishes. Its log, not a terminal, has
+/// no escape sequence, and it ends saying how to start the server again on its data.
 #[test]
 fn the_demo_runs_to_the_end() {
     let python = lh_e2e::python();
@@ -295,6 +357,19 @@ fn the_demo_runs_to_the_end() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "demo failed:\n{stdout}\n{stderr}");
+    assert!(
+        !stdout.contains('\u{1b}') && !stderr.contains('\u{1b}'),
+        "escape sequences in a log:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("main is still at") && stdout.contains("$ lh rerun"),
+        "no pipeline step:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("failed") && stderr.contains("succeeded: published to 'main'"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("lh server --data-dir"), "{stdout}");
     let (lh_part, duck_part) = stdout
         .split_once("D USE lake.tpch;")
         .unwrap_or_else(|| panic!("no DuckDB step:\n{stdout}"));

@@ -175,6 +175,25 @@ fn queries_read_any_ref() {
         .fails(3);
 }
 
+/// A query that takes a while shows a terminal that it runs, and for how long (cleared
+/// when the answer comes); a pipe gets the answer alone.
+#[test]
+fn a_long_query_says_it_runs_on_a_terminal() {
+    let server = Server::start();
+    let lh = server.lh();
+    let slow = "select count(*) as n from range(1500000000) t(i) where i % 7 = 3";
+    let (ok, seen) = lh.in_terminal(&["query", slow]);
+    assert!(ok, "{seen}");
+    assert!(seen.contains("running the query ("), "{seen}");
+    assert!(seen.contains("214285714"), "{seen}");
+    let piped = lh.run(&["query", "select 42 as n"]);
+    assert!(
+        !piped.stderr.contains("running the query"),
+        "{}",
+        piped.stderr
+    );
+}
+
 #[test]
 fn bad_sql_and_unknown_tables() {
     let server = Server::start();

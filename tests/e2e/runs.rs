@@ -55,6 +55,111 @@ crate::both_runtimes!(
     prints_reach_the_log_as_they_happen,
 );
 
+/// What a terminal shows of `lh run` (under a pseudo-terminal, through `script`): a run of
+/// more nodes than a screen shows well is one live line that counts them, not a line a
+/// node; a pipe gets plain lines, one a node as it ends, and no escape sequence.
+#[test]
+fn a_terminal_sees_one_summary_line_for_a_large_run() {
+    let server = server("process");
+    let lh = server.lh();
+    let mut files: Vec<(String, String)> = (0..14)
+        .map(|i| (format!("m{i:02}.sql"), format!("select {i} as x\n")))
+        .collect();
+    files.push(("lh_project.yml".into(), PROJECT.into()));
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let dir = project(&lh, "many", &refs);
+    let d = dir.to_str().unwrap();
+    let (ok, seen) = lh.in_terminal(&["run", d]);
+    assert!(ok, "{seen}");
+    assert!(seen.contains("14 done"), "{seen}");
+    // (A node's own line reads `+ analytics.m03  done ...`.)
+    assert!(
+        !seen.contains("+ analytics.m03"),
+        "a line a node on a terminal: {seen}"
+    );
+    assert!(seen.contains("succeeded"), "{seen}");
+    // Not a terminal: plain lines, one a node, no escapes.
+    let piped = lh.run(&["run", d, "--no-cache"]);
+    piped.ok();
+    assert!(piped.stderr.contains("analytics.m03"), "{}", piped.stderr);
+    assert!(!piped.stderr.contains('\u{1b}'), "{:?}", piped.stderr);
+}
+
+/// `lh run --select` runs part of the DAG, as dbt's selector does: a node alone, with
+/// what it reads from (`+b`) or what reads it (`b+`); an input a left-out node makes is
+/// read from the branch, and must be there; a replay selects the same nodes again.
+#[test]
+fn select_runs_part_of_the_dag() {
+    let server = server("process");
+    let lh = server.lh();
+    orders(&lh);
+    let models = "import lh\n\n@lh.model()\ndef a(o=lh.Model(\"raw.orders\")):\n    return o\n\n@lh.model()\ndef b(x=lh.Model(\"a\")):\n    return x\n";
+    let dir = project(
+        &lh,
+        "select",
+        &[
+            ("lh_project.yml", PROJECT),
+            ("m.py", models),
+            ("c.sql", "select count(*) as n from analytics.b\n"),
+        ],
+    );
+    let d = dir.to_str().unwrap();
+    let names = |run: &serde_json::Value| -> Vec<String> {
+        let mut n: Vec<String> = run["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["name"].as_str().unwrap().to_string())
+            .collect();
+        n.sort();
+        n
+    };
+    // Nothing is on main yet: b alone cannot read a.
+    let out = lh.run(&["run", d, "--select", "b"]);
+    let err = out.fails(5).to_string();
+    assert!(
+        err.contains("input 'analytics.a' is made by analytics.a, which is not selected")
+            && err.contains("--select +analytics.b"),
+        "{err}"
+    );
+    let (code, run) = run_json(&lh, &[d, "--no-cache"]);
+    assert_eq!(code, 0, "{run}");
+    assert_eq!(names(&run), ["analytics.a", "analytics.b", "analytics.c"]);
+    for (select, want) in [
+        ("b", vec!["analytics.b"]),
+        ("analytics.b+", vec!["analytics.b", "analytics.c"]),
+        ("+b", vec!["analytics.a", "analytics.b"]),
+        ("a,c", vec!["analytics.a", "analytics.c"]),
+    ] {
+        let (code, run) = run_json(&lh, &[d, "--no-cache", "--select", select]);
+        assert_eq!(code, 0, "{select}: {run}");
+        assert_eq!(names(&run), want, "{select}");
+        assert!(
+            run["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|n| n["status"] == "done"),
+            "{select}: {run}"
+        );
+    }
+    // A replay runs what its run selected (on that run's input commit: main moved on
+    // since, so this one does not publish).
+    let (_, run) = run_json(&lh, &[d, "--no-cache", "--select", "b+"]);
+    let id = run["id"].as_str().unwrap();
+    let replay = lh.run(&["rerun", id, "-o", "json"]);
+    let again: serde_json::Value = serde_json::from_str(&replay.stdout).unwrap();
+    assert_eq!(names(&again), ["analytics.b", "analytics.c"], "{again}");
+    let err = lh.run(&["run", d, "--select", "nope"]).fails(3).to_string();
+    assert!(
+        err.contains("the project has no node 'nope'") && err.contains("analytics.a"),
+        "{err}"
+    );
+}
+
 /// A running function's prints reach its node's log as they happen, on both runtimes:
 /// `lh runs logs RUN --node N` shows the first ticks while the node still runs, and
 /// `--follow` prints every tick, in order, and ends with the run.

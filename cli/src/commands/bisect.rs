@@ -449,6 +449,7 @@ async fn expectation(
         no_cache: true,
         strict: false,
         partitions: None,
+        select: Vec::new(),
         changes: false,
         check: Some(RunCheck {
             at: at.to_string(),

@@ -46,7 +46,7 @@ pub async fn run(client: &Client, settings: &Settings, args: QueryArgs) -> CliRe
     if sql.trim().is_empty() {
         return Err(CliError::invalid("the query is empty", None));
     }
-    let result = client.query(&request(settings, &args, sql)).await?;
+    let result = with_spinner(client.query(&request(settings, &args, sql))).await?;
     if result.truncated {
         eprintln!(
             "note: the result was cut to {} rows (--max-rows)",
@@ -63,6 +63,32 @@ pub async fn run(client: &Client, settings: &Settings, args: QueryArgs) -> CliRe
         return Ok(());
     }
     output::batches(settings.output, &result.schema, &result.batches)
+}
+
+/// How long a query runs before a terminal is shown that it does.
+const SPINNER_AFTER: std::time::Duration = std::time::Duration::from_millis(700);
+
+/// `work`, and on a terminal, once it has taken [`SPINNER_AFTER`], a line on stderr that
+/// says it is running and for how long (cleared when it ends: the answer prints alone).
+async fn with_spinner<T>(work: impl std::future::Future<Output = T>) -> T {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return work.await;
+    }
+    tokio::pin!(work);
+    tokio::select! {
+        out = &mut work => return out,
+        _ = tokio::time::sleep(SPINNER_AFTER) => {}
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} running the query ({elapsed})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let out = work.await;
+    bar.finish_and_clear();
+    out
 }
 
 fn request(settings: &Settings, args: &QueryArgs, sql: String) -> QueryRequest {

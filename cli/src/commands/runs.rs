@@ -109,6 +109,7 @@ pub async fn run(client: &Client, settings: &Settings, args: RunArgs) -> CliResu
         no_cache: args.no_cache,
         strict: args.strict,
         partitions: args.partition.or(args.partitions),
+        select: args.select.clone(),
         changes: args.plan,
         check: None,
     };
@@ -340,11 +341,20 @@ async fn follow(
     let multi = MultiProgress::new();
     let style = ProgressStyle::with_template("{spinner} {msg}")
         .unwrap_or_else(|_| ProgressStyle::default_spinner());
+    // A run of more nodes than a screen shows well: one line that counts them
+    // ("117 cached, 5 done, 1 running"), and each failure as it happens.
+    let compact = interactive && started.nodes.len() > COMPACT_AFTER;
+    let summary = match compact {
+        true => multi.add(ProgressBar::new_spinner()),
+        false => ProgressBar::hidden(),
+    };
+    summary.set_style(style.clone());
+    summary.set_message(run_summary(&started.nodes));
     let bars: Vec<ProgressBar> = started
         .nodes
         .iter()
         .map(|n| {
-            let b = if interactive {
+            let b = if interactive && !compact {
                 multi.add(ProgressBar::new_spinner())
             } else {
                 ProgressBar::hidden()
@@ -362,6 +372,8 @@ async fn follow(
     let mut ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let run = loop {
         let run = client.run(&started.id).await?;
+        summary.set_message(run_summary(&run.nodes));
+        summary.tick();
         for (i, n) in run.nodes.iter().enumerate() {
             if let Some(b) = bars.get(i) {
                 b.set_message(node_line(n, width));
@@ -369,8 +381,15 @@ async fn follow(
                     b.tick();
                 }
             }
-            if !interactive && n.status.is_final() && !reported.get(i).copied().unwrap_or(true) {
+            let unreported = !reported.get(i).copied().unwrap_or(true);
+            if !interactive && n.status.is_final() && unreported {
                 eprintln!("{}", node_line(n, width));
+                reported[i] = true;
+            } else if compact
+                && unreported
+                && matches!(n.status, NodeStatus::Failed | NodeStatus::Warned)
+            {
+                let _ = multi.println(node_line(n, width));
                 reported[i] = true;
             }
         }
@@ -418,7 +437,49 @@ async fn follow(
     for b in &bars {
         b.finish();
     }
+    if compact {
+        summary.finish_with_message(run_summary(&run.nodes));
+    }
     report(settings, &run)
+}
+
+/// The most nodes `lh run` shows a line each for on a terminal; more get one summary.
+const COMPACT_AFTER: usize = 12;
+
+/// A run's nodes counted by state, in the order a run moves through them
+/// ("117 cached, 5 done, 1 running, 3 waiting"), with the running ones named.
+fn run_summary(nodes: &[RunNode]) -> String {
+    let order = [
+        NodeStatus::Cached,
+        NodeStatus::Done,
+        NodeStatus::Passed,
+        NodeStatus::Warned,
+        NodeStatus::Failed,
+        NodeStatus::Skipped,
+        NodeStatus::Cancelled,
+        NodeStatus::Running,
+        NodeStatus::Waiting,
+    ];
+    let mut parts: Vec<String> = order
+        .iter()
+        .filter_map(|s| {
+            let n = nodes.iter().filter(|n| n.status == *s).count();
+            (n > 0).then(|| format!("{n} {}", s.as_str()))
+        })
+        .collect();
+    if parts.is_empty() {
+        parts.push("no nodes".into());
+    }
+    let running: Vec<&str> = nodes
+        .iter()
+        .filter(|n| n.status == NodeStatus::Running)
+        .map(|n| n.name.as_str())
+        .take(3)
+        .collect();
+    match running.is_empty() {
+        true => parts.join(", "),
+        false => format!("{} (running {})", parts.join(", "), running.join(", ")),
+    }
 }
 
 fn report(settings: &Settings, run: &RunInfo) -> CliResult<()> {

@@ -58,6 +58,7 @@ async fn plan_run(
     let ask = RunAsk {
         params: req.params,
         partitions: req.partitions,
+        select: req.select,
         no_cache: req.no_cache,
         strict: req.strict,
         check: None,
@@ -121,6 +122,7 @@ async fn start_run(
     let ask = RunAsk {
         params: req.params,
         partitions: req.partitions,
+        select: req.select,
         no_cache: req.no_cache,
         strict: req.strict,
         check: match req.check {

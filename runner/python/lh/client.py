@@ -691,16 +691,20 @@ class Client:
     def run(self, project_dir: Union[str, os.PathLike], ref: Optional[str] = None,
             params: Optional[Mapping[str, Any]] = None, detach: bool = False, no_cache: bool = False,
             strict: bool = False, partitions: Optional[str] = None,
-            on_update: Optional[Callable[[Run], None]] = None) -> Run:
+            on_update: Optional[Callable[[Run], None]] = None,
+            select: Optional[Sequence[str]] = None) -> Run:
         """Runs the pipeline in `project_dir` on the branch `ref`: outputs publish only
         when every node and expectation passes. Waits for its end unless `detach`
         (`on_update` is called as nodes change state); a run that does not publish
-        raises `RunFailed`, which holds it."""
+        raises `RunFailed`, which holds it. `select` runs only some nodes, as
+        `lh run --select` does (`["orders+"]`)."""
         body = {"upload": self._pack(project_dir), "ref": self._at(ref),
                 "params": {k: _param(v) for k, v in (params or {}).items()},
                 "no_cache": no_cache, "strict": strict}
         if partitions:
             body["partitions"] = partitions
+        if select:
+            body["select"] = list(select)
         run = Run(self._post("/runs", body), self)
         return run if detach else run.wait(on_update=on_update)
 

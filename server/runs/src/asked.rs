@@ -18,6 +18,8 @@ use crate::{RunService, RunStart};
 pub struct RunAsk {
     pub params: BTreeMap<String, String>,
     pub partitions: Option<String>,
+    /// The nodes to run (`lh run --select`); empty: all.
+    pub select: Vec<String>,
     pub no_cache: bool,
     pub strict: bool,
     /// A check of these expectations at this commit of the target (`lh bisect`, merge
@@ -68,15 +70,7 @@ impl RunService {
     ) -> Result<crate::Planned> {
         identity.require_ref(Action::Run, at, "planning a pipeline on it")?;
         let code = code.await?;
-        self.plan(
-            &code,
-            at,
-            &ask.params,
-            ask.partitions.as_deref(),
-            identity,
-            changes,
-        )
-        .await
+        self.plan(&code, at, ask, identity, changes).await
     }
 
     /// Starts a run of `ask` on branch `target`: the caller may run there, and publish
@@ -133,7 +127,14 @@ impl RunService {
             reuse: Default::default(),
             param_values: None,
             partitions: ask.partitions,
+            select: ask.select,
         };
+        if checked.is_some() && !start.select.is_empty() {
+            return Err(Error::bad_request(
+                Code::InvalidArgument,
+                "a check runs the expectations it names: it takes no --select",
+            ));
+        }
         if let Some((commit, only, secrets)) = checked {
             start.secrets = secrets;
             start.publish = false;

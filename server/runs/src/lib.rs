@@ -236,6 +236,8 @@ pub struct RunStart {
     /// The partitions it runs (`2026-11-03`, `2026-11-01..2026-11-30`, `eu,us`), for a
     /// project whose models run per partition.
     pub partitions: Option<String>,
+    /// The nodes to run (`lh run --select`); empty: all.
+    pub select: Vec<String>,
 }
 
 impl RunStart {
@@ -253,6 +255,7 @@ impl RunStart {
             secrets: true,
             no_cache: true,
             strict: false,
+            select: Vec::new(),
             rerun_of: None,
             input_commit: Some(commit.to_string()),
             reuse: BTreeMap::new(),
@@ -452,7 +455,7 @@ impl RunService {
         commit: &lh_catalog::Commit,
         at: &str,
         params: &BTreeMap<String, String>,
-        expectations: Option<&[String]>,
+        selection: project::Selection<'_>,
         readable: &(dyn Fn(&str) -> bool + Sync),
     ) -> Result<Plan> {
         let root = self.code_path(code_hash).await?;
@@ -462,7 +465,8 @@ impl RunService {
             python: &self.config.planner_python,
             harness: &self.harness,
             ceilings: &self.config.ceilings,
-            expectations,
+            expectations: selection.expectations,
+            select: selection.nodes,
             readable,
         };
         planner.plan(&root, commit, at, params).await
@@ -475,17 +479,27 @@ impl RunService {
         &self,
         code_hash: &str,
         at: &RefExpr,
-        params: &BTreeMap<String, String>,
-        partitions: Option<&str>,
+        ask: &asked::RunAsk,
         by: &Identity,
         changes: Option<bool>,
     ) -> Result<Planned> {
+        let (params, partitions) = (&ask.params, ask.partitions.as_deref());
         let reader = crate::auth::history::scoped(&self.catalog, by, at).await?;
         let resolved = self.catalog.resolve(&reader.reads(at)).await?;
         let readable = |t: &str| reader.can_table(crate::auth::Action::Read, at, t);
         let at = at.to_string();
         let plan = self
-            .planner_plan(code_hash, &resolved.commit, &at, params, None, &readable)
+            .planner_plan(
+                code_hash,
+                &resolved.commit,
+                &at,
+                params,
+                project::Selection {
+                    expectations: None,
+                    nodes: &ask.select,
+                },
+                &readable,
+            )
             .await?;
         let changes = changes.map(|no_cache| (no_cache, by));
         let plan = instances::apply(plan, partitions)?;
@@ -539,7 +553,10 @@ impl RunService {
                 &input,
                 &at,
                 &start.params,
-                some.then_some(start.only.as_slice()),
+                project::Selection {
+                    expectations: some.then_some(start.only.as_slice()),
+                    nodes: &start.select,
+                },
                 &readable,
             )
             .await?;
@@ -763,9 +780,11 @@ impl RunService {
     ) -> Result<RunRecord> {
         let id = self.store.resolve_id(id).await?;
         let (old, old_plan) = self.store.get(&id).await?;
-        // The partitions it ran, again.
+        // The partitions it ran, and the nodes it selected, again.
         let mut labels: Vec<String> = Vec::new();
+        let mut select = Vec::new();
         if let Ok(plan) = serde_json::from_str::<Plan>(&old_plan) {
+            select = plan.select.clone();
             for n in &plan.nodes {
                 if let Some(p) = &n.partition
                     && !labels.contains(&p.label)
@@ -820,6 +839,7 @@ impl RunService {
             reuse,
             param_values: Some(old.params.clone()),
             partitions: (!labels.is_empty()).then(|| labels.join(",")),
+            select,
         };
         self.start(start).await
     }

@@ -28,6 +28,10 @@ pub struct Plan {
     pub nodes: Vec<PlanNode>,
     /// Node indexes in an order where every node comes after its inputs.
     pub order: Vec<usize>,
+    /// The nodes `lh run --select` chose (empty: all), as given: a replay selects them
+    /// again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub select: Vec<String>,
 }
 
 impl Plan {
@@ -155,6 +159,105 @@ impl Plan {
         self.order = (0..self.nodes.len()).collect();
         Ok(self)
     }
+}
+
+/// The nodes `selectors` select (`lh run --select`: a node by its name or its table's
+/// name without the namespace, `+` before for what it reads from, after for what reads
+/// it, transitively), their inputs' producers renumbered; and each input whose producer
+/// was left out (node, input, that producer's name): it is read from the branch. A
+/// selector that names no node is an error that lists the nodes.
+#[allow(clippy::type_complexity)]
+fn select_graph(
+    nodes: Vec<PlanNode>,
+    selectors: &[String],
+) -> Result<(Vec<PlanNode>, Vec<(usize, usize, String)>)> {
+    let n = nodes.len();
+    let deps: Vec<Vec<usize>> = nodes.iter().map(PlanNode::depends_on).collect();
+    let mut readers = vec![Vec::new(); n];
+    for (i, d) in deps.iter().enumerate() {
+        for &p in d {
+            readers[p].push(i);
+        }
+    }
+    let reach = |from: usize, edges: &[Vec<usize>], into: &mut Vec<bool>| {
+        let mut stack = vec![from];
+        while let Some(x) = stack.pop() {
+            for &y in &edges[x] {
+                if !into[y] {
+                    into[y] = true;
+                    stack.push(y);
+                }
+            }
+        }
+    };
+    let mut keep = vec![false; n];
+    for s in selectors {
+        let up = s.starts_with('+');
+        let down = s.len() > 1 && s.ends_with('+');
+        let name = s.trim_start_matches('+').trim_end_matches('+');
+        let found: Vec<usize> = (0..n)
+            .filter(|&i| {
+                let full = &nodes[i].name;
+                full == name || full.rsplit_once('.').is_some_and(|(_, t)| t == name)
+            })
+            .collect();
+        if found.is_empty() {
+            let there: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+            return Err(Error::new(
+                Kind::NotFound,
+                Code::NodeNotFound,
+                format!("--select '{s}': the project has no node '{name}'"),
+            )
+            .with_hint(format!("its nodes: {}", there.join(", "))));
+        }
+        for i in found {
+            keep[i] = true;
+            if up {
+                reach(i, &deps, &mut keep);
+            }
+            if down {
+                reach(i, &readers, &mut keep);
+            }
+        }
+    }
+    let new_index: Vec<Option<usize>> = keep
+        .iter()
+        .scan(0usize, |next, &k| {
+            Some(k.then(|| {
+                *next += 1;
+                *next - 1
+            }))
+        })
+        .collect();
+    let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    let mut kept = Vec::new();
+    let mut read = Vec::new();
+    for (i, mut node) in nodes.into_iter().enumerate() {
+        if !keep[i] {
+            continue;
+        }
+        let at = kept.len();
+        for (j, input) in node.inputs.iter_mut().enumerate() {
+            if let Some(p) = input.producer {
+                input.producer = new_index[p];
+                if input.producer.is_none() {
+                    read.push((at, j, names[p].clone()));
+                }
+            }
+        }
+        node.after = node.after.iter().filter_map(|&a| new_index[a]).collect();
+        kept.push(node);
+    }
+    Ok((kept, read))
+}
+
+/// Which nodes of a project a plan keeps: a check's expectations, or `lh run --select`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Selection<'a> {
+    /// A check's plan: only these expectations (empty: all of them).
+    pub expectations: Option<&'a [String]>,
+    /// The nodes to run (see [`Planner::select`]); empty: all.
+    pub nodes: &'a [String],
 }
 
 /// Keeps the nodes named in `only` (see `Plan::select`), or says which it lacks.
@@ -358,6 +461,10 @@ pub struct Planner<'a> {
     /// A check's plan: only these expectations (see `Plan::select`; empty: all of
     /// them), every input read from the commit, and only their inputs need to exist.
     pub expectations: Option<&'a [String]>,
+    /// `lh run --select`: the nodes to run (`orders`, `+orders`, `orders+`, `+orders+`:
+    /// with what it reads from, with what reads it, both); empty: all. An input made by
+    /// a node left out is read from the branch, where it must be.
+    pub select: &'a [String],
     /// The tables the one who plans may read: any other input is "neither a table nor
     /// made by the project", as a table that is not there (its existence is not told).
     pub readable: &'a (dyn Fn(&str) -> bool + Sync),
@@ -664,12 +771,41 @@ impl Planner<'_> {
         if !problems.is_empty() {
             return Err(invalid(problems));
         }
+        if !self.select.is_empty() {
+            let (kept, read) = select_graph(nodes, self.select)?;
+            nodes = kept;
+            for (i, j, by) in read {
+                let table = nodes[i].inputs[j].table.clone();
+                if !(self.readable)(&table)
+                    || self
+                        .tables
+                        .catalog
+                        .table_in(commit, &table)
+                        .await?
+                        .is_none()
+                {
+                    problems.push(loc(
+                        &nodes[i].file,
+                        nodes[i].inputs[j].line.max(nodes[i].line),
+                        format!(
+                            "input '{table}' is made by {by}, which is not selected, and is not a \
+                             table on '{at}' yet: select it too (--select +{})",
+                            nodes[i].name
+                        ),
+                    ));
+                }
+            }
+            if !problems.is_empty() {
+                return Err(invalid(problems));
+            }
+        }
         let order = topological(&nodes)?;
         Ok(Plan {
             project,
             params,
             nodes,
             order,
+            select: self.select.to_vec(),
         })
     }
 

@@ -311,6 +311,8 @@ impl RunService {
                 .collect(),
             param_values: None,
             partitions: None,
+            // (Its plan, stored, holds the nodes it selected.)
+            select: Vec::new(),
         };
         let mut run = exec::Run::new(self.clone(), info, plan, run_start, claim, control);
         run.recover(initial, recovered).await;

@@ -1116,6 +1116,23 @@ fn macro_expansion_is_bounded() {
         // DuckDB reads it the same way (the nest is there).
         assert!(parse_with(&conn, &hidden).contains("CASE"), "{hidden}");
     }
+    // A quote in a block comment: DuckDB's Unicode-space stripping takes it for a quote
+    // and keeps the later U+00A0 in `end\u{a0}c`, one name (the twenty-eighth review).
+    // A query mixing such spaces with a block comment, a backslash or `$` is refused;
+    // without them, and alone, the spaces still read as DuckDB reads them.
+    let mut tricked = "1".to_string();
+    for _ in 0..13 {
+        tricked = format!("case end\u{a0}c + ({tricked}) when 1 then 1 when 2 then 2 end");
+    }
+    for mixed in [
+        format!("/* ' */ SELECT {tricked}"),
+        "SELECT E'\\'' AS a,\u{a0}1 AS b".to_string(),
+        "SELECT $$x$$ AS a,\u{a0}1 AS b".to_string(),
+    ] {
+        let e = sql::check_case_copies(&mixed).expect_err(&mixed);
+        assert!(e.message.contains("non-ASCII space"), "{}", e.message);
+    }
+    sql::check_case_copies("SELECT 1\u{a0}AS\u{a0}x -- a pasted query").unwrap();
     // U+2028 is part of a name to DuckDB: no END here (the twenty-fifth review).
     let mut kept = "1".to_string();
     for _ in 0..13 {
@@ -1213,6 +1230,7 @@ fn a_query_makes_no_value_larger_than_a_bound() {
         "SELECT bar(5, 0, 10), bar(5, 0, 10, 40)",
         "SELECT printf('%08.3f and %-5s %%d', 1.5, 'x'), format('{:>12} {}', 1, 2)",
         "SELECT printf('order 123456: %d', 1)",
+        "SELECT generate_series(1, array_length([1, 2, 3]))",
     ] {
         check(fine).unwrap_or_else(|e| panic!("{fine}: {}", e.message));
     }

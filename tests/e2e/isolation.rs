@@ -1184,6 +1184,9 @@ def grows(o=lh.Model("raw.orders", columns=["id"])):
 
 @lh.model()
 def orphaned(o=lh.Model("raw.orders", columns=["id"])):
+    # The call waits for its orphan to hold its files (however slow the disk is), then
+    # for the measures to find them.
+    held_r, held_w = os.pipe()
     if os.fork() == 0:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.mmap.restype = ctypes.c_void_p
@@ -1199,12 +1202,15 @@ def orphaned(o=lh.Model("raw.orders", columns=["id"])):
                 libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
                 os.close(fd)
                 os.remove(path)
-            time.sleep(30)
+            os.write(held_w, b"x")
+            time.sleep(60)
         threading.Thread(target=hold).start()
         time.sleep(0.2)
         # The first thread alone exits (SYS_exit, not exit_group).
         libc.syscall(60 if os.uname().machine == "x86_64" else 93, 0)
-    time.sleep(6)
+    import select
+    select.select([held_r], [], [], 60)
+    time.sleep(3)
     return o
 
 @lh.model()

@@ -1527,7 +1527,7 @@ fn one_huge_value_and_row_diffs_are_held_to_the_answer_memory() {
         &server.url,
         &token,
         // (40 MB in one value, made by an aggregate: `repeat` takes at most 10,000.)
-        "select string_agg(repeat(chr(1), 10000), '') AS s from range(4000)",
+        "select string_agg(repeat('\u{1}', 10000), '') AS s from range(4000)",
         true,
         None,
     );

@@ -167,7 +167,8 @@ fn prints_reach_the_log_as_they_happen(runtime: &str) {
     let server = server(runtime);
     let lh = server.lh();
     orders(&lh);
-    let models = "import time\nimport lh\n\n@lh.model()\ndef ticks(o=lh.Model(\"raw.orders\", columns=[\"id\"])):\n    for i in range(10):\n        print(\"tick %d\" % i, flush=True)\n        time.sleep(0.5)\n    return o\n";
+    // (It ends with a line it leaves open.)
+    let models = "import sys, time\nimport lh\n\n@lh.model()\ndef ticks(o=lh.Model(\"raw.orders\", columns=[\"id\"])):\n    for i in range(10):\n        print(\"tick %d\" % i, flush=True)\n        time.sleep(0.5)\n    sys.stdout.write(\"unended\")\n    sys.stdout.flush()\n    return o\n";
     let dir = project(
         &lh,
         "ticks",
@@ -206,6 +207,23 @@ fn prints_reach_the_log_as_they_happen(runtime: &str) {
     let r: serde_json::Value =
         serde_json::from_str(lh.run(&["runs", "show", &id, "-o", "json"]).ok()).unwrap();
     assert_eq!(r["status"], "succeeded", "{runtime}: {r}");
+    // A line the call left open is its own log's last, not the next run's first (found
+    // by the twenty-ninth review); the same code's next run is on the same worker.
+    let log = |id: &str| {
+        lh.run(&["runs", "logs", id, "--node", "analytics.ticks"])
+            .ok()
+            .to_string()
+    };
+    assert!(
+        log(&id).trim_end().ends_with("unended"),
+        "{runtime}: {}",
+        log(&id)
+    );
+    let (code, again) = run_json(&lh, &[dir.to_str().unwrap(), "--no-cache"]);
+    assert_eq!(code, 0, "{runtime}: {again}");
+    let second = log(again["id"].as_str().unwrap());
+    assert_eq!(second.matches("unended").count(), 1, "{runtime}: {second}");
+    assert!(!second.starts_with("unended"), "{runtime}: {second}");
 }
 
 pub(crate) fn examples() -> PathBuf {

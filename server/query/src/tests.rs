@@ -1133,6 +1133,16 @@ fn macro_expansion_is_bounded() {
         assert!(e.message.contains("non-ASCII space"), "{}", e.message);
     }
     sql::check_case_copies("SELECT 1\u{a0}AS\u{a0}x -- a pasted query").unwrap();
+    // An E-string continued across a `--` comment keeps its escapes (the twenty-ninth
+    // review): `E'' --c` newline `'\' end \''` is one string to DuckDB, no `end`.
+    let mut continued = "1".to_string();
+    for _ in 0..13 {
+        continued =
+            format!("case {continued} when E'' --c\n'\\' end \\'' then 1 when 2 then 2 end");
+    }
+    let continued = format!("SELECT {continued}");
+    let e = sql::check_case_copies(&continued).expect_err("a continued E-string hid a nest");
+    assert!(e.message.contains("CASE expressions"), "{}", e.message);
     // U+2028 is part of a name to DuckDB: no END here (the twenty-fifth review).
     let mut kept = "1".to_string();
     for _ in 0..13 {
@@ -1251,6 +1261,13 @@ fn a_query_makes_no_value_larger_than_a_bound() {
         "SELECT format('{:>2000000000}', 1)",
         "SELECT format('{:{}}', 1, 2000000000)",
         "SELECT printf(f, 1) FROM (SELECT '%d' AS f)",
+        // The twenty-ninth review: a start far below an existing list's length, a list
+        // repeated, a list as the fill value, a step that overflows the count.
+        "SELECT range(-3000000, len('x'))",
+        "SELECT repeat(range(1000), 3000)",
+        "SELECT list_resize([range(100)], 100000, range(100))",
+        "SELECT range(2, -9223372036854775807, -1)",
+        "SELECT bitstring('1', 2000000000)",
     ] {
         let e = check(refused).expect_err(refused);
         assert!(

@@ -1191,9 +1191,12 @@ def orphaned(o=lh.Model("raw.orders", columns=["id"])):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.mmap.restype = ctypes.c_void_p
         libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        # (Found before the first thread exits: /proc/self/mountinfo reads as EINVAL
+        # once it has, which left the orphan holding too little on a loaded machine.)
+        base = folder()
         def hold():
             for i in range(5):
-                path = os.path.join(folder(), "orphan-%d" % i)
+                path = os.path.join(base, "orphan-%d" % i)
                 with open(path, "wb") as f:
                     f.write(b"x" * (10 << 20))
                     f.flush()

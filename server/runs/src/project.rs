@@ -750,14 +750,7 @@ impl Planner<'_> {
                     )),
                     Some(&p) => nodes[i].inputs[j].producer = Some(p),
                     None => {
-                        if !(self.readable)(&table)
-                            || self
-                                .tables
-                                .catalog
-                                .table_in(commit, &table)
-                                .await?
-                                .is_none()
-                        {
+                        if !self.visible(commit, &table).await? {
                             problems.push(loc(
                                 &nodes[i].file,
                                 line,
@@ -776,14 +769,7 @@ impl Planner<'_> {
             nodes = kept;
             for (i, j, by) in read {
                 let table = nodes[i].inputs[j].table.clone();
-                if !(self.readable)(&table)
-                    || self
-                        .tables
-                        .catalog
-                        .table_in(commit, &table)
-                        .await?
-                        .is_none()
-                {
+                if !self.visible(commit, &table).await? {
                     problems.push(loc(
                         &nodes[i].file,
                         nodes[i].inputs[j].line.max(nodes[i].line),
@@ -807,6 +793,12 @@ impl Planner<'_> {
             order,
             select: self.select.to_vec(),
         })
+    }
+
+    /// Whether `table` is a table at `commit` that the one who plans may read (one it may
+    /// not is planned as one that is not there).
+    async fn visible(&self, commit: &Commit, table: &str) -> Result<bool> {
+        Ok((self.readable)(table) && self.tables.catalog.table_in(commit, table).await?.is_some())
     }
 
     fn python_node(

@@ -924,6 +924,16 @@ def fence_filter(machine, kept):
     targets = sorted({v & 0xFFFFFFFF for k in kept for v in (k, -k)} | {0xFFFFFFFF})
     if len(targets) > 240:
         return None  # more than a jump reaches (a worker of a hundred threads)
+
+    def dispatch(number, block):
+        """`block` (its loaded value compared with every target, then allowed or refused,
+        its "deny" jumps resolved) run only for the system call `number`."""
+        block = block + [(JEQ, "deny", 0, t) for t in targets]
+        block += [(RET, 0, 0, ALLOW), (RET, 0, 0, EPERM)]
+        deny = len(block) - 1
+        block = [(op, deny - i - 1 if jt == "deny" else jt, jf, k)
+                 for i, (op, jt, jf, k) in enumerate(block)]
+        return [(JEQ, 0, len(block), number)] + block
     prog = [(LD, 0, 0, 4), (JEQ, 1, 0, audit), (RET, 0, 0, ALLOW), (LD, 0, 0, 0)]
     for call in TARGETED_CALLS:
         arg, everyone = call[2], call[3]
@@ -936,22 +946,11 @@ def fence_filter(machine, kept):
         if everyone is not None:
             block += [(LD, 0, 0, 16 + 8 * everyone[0]), (JEQ, "deny", 0, everyone[1])]
         block.append((LD, 0, 0, 16 + 8 * arg))
-        block += [(JEQ, "deny", 0, t) for t in targets]
-        block += [(RET, 0, 0, ALLOW), (RET, 0, 0, EPERM)]
-        deny = len(block) - 1
-        block = [(op, deny - i - 1 if jt == "deny" else jt, jf, k) for i, (op, jt, jf, k) in enumerate(block)]
-        prog.append((JEQ, 0, len(block), call[which]))
-        prog += block
+        prog += dispatch(call[which], block)
     # fcntl: F_SETOWN to a kept process or group (the kernel then signals it on I/O,
     # found by the twenty-sixth review), and F_SETOWN_EX, whose owner is behind a pointer.
-    block = [(LD, 0, 0, 24), (JEQ, "deny", 0, F_SETOWN_EX), (JEQ, 1, 0, F_SETOWN),
-             (RET, 0, 0, ALLOW), (LD, 0, 0, 32)]
-    block += [(JEQ, "deny", 0, t) for t in targets]
-    block += [(RET, 0, 0, ALLOW), (RET, 0, 0, EPERM)]
-    deny = len(block) - 1
-    block = [(op, deny - i - 1 if jt == "deny" else jt, jf, k) for i, (op, jt, jf, k) in enumerate(block)]
-    prog.append((JEQ, 0, len(block), FCNTL[which]))
-    prog += block
+    prog += dispatch(FCNTL[which], [(LD, 0, 0, 24), (JEQ, "deny", 0, F_SETOWN_EX),
+                                    (JEQ, 1, 0, F_SETOWN), (RET, 0, 0, ALLOW), (LD, 0, 0, 32)])
     # ioctl: a socket's owner (FIOSETOWN, SIOCSPGRP), behind a pointer: refused.
     prog += [(JEQ, 0, 5, IOCTL[which]), (LD, 0, 0, 24), (JEQ, 1, 0, FIOSETOWN),
              (JEQ, 0, 1, SIOCSPGRP), (RET, 0, 0, EPERM), (RET, 0, 0, ALLOW)]

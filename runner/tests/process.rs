@@ -175,6 +175,18 @@ async fn results_failures_and_warm_reuse() {
     let (r, out) = call(&f, "doubled", InvocationKind::Model, &limits).await;
     assert!(!r.cold, "the second call reuses the warm worker");
     assert_eq!(read(&out), [2, 4, 6]);
+    // And call after call: past the kernel's wraps of the SysV id index (every 64 ids
+    // on Linux 6.18), which the worker once took for a call's objects, retiring every
+    // 63rd call's worker.
+    let mut before = r.log;
+    for i in 0..140 {
+        let (r, _) = call(&f, "identity", InvocationKind::Model, &limits).await;
+        assert!(
+            !r.cold,
+            "call {i} needed a new worker; the one before said:\n{before}"
+        );
+        before = r.log;
+    }
 
     let (r, _) = call(&f, "raises", InvocationKind::Model, &limits).await;
     let (error, tb) = failed(&r);

@@ -75,6 +75,7 @@ async fn warm_calls(
     n: usize,
 ) -> Result<Samples> {
     let mut warm = Samples::new();
+    let mut last_log = String::new();
     for i in 0..=n {
         let (work, inv) = invocation(dir, snap, first + i)?;
         let start = Instant::now();
@@ -87,7 +88,15 @@ async fn warm_calls(
         );
         if i > 0 {
             warm.push(t);
+            // A warm figure that hides cold starts would be no figure: a worker that
+            // retires after its call (its log says why) makes every call a new one.
+            anyhow::ensure!(
+                !r.cold,
+                "warm call {i} needed a new worker; the one before said:\n{}",
+                last_log
+            );
         }
+        last_log = r.log;
         std::fs::remove_dir_all(&work)?;
     }
     Ok(warm)

@@ -73,7 +73,13 @@ impl CliError {
                 409 => Exit::Conflict,
                 400 | 422 => Exit::Invalid,
                 413 | 504 => Exit::Limit,
-                503 if body.error.kind == "answer_memory_full" => Exit::Limit,
+                503 if matches!(
+                    body.error.kind.as_str(),
+                    "answer_memory_full" | "out_of_memory"
+                ) =>
+                {
+                    Exit::Limit
+                }
                 401 => Exit::Denied,
                 403 if matches!(
                     body.error.kind.as_str(),

@@ -319,8 +319,8 @@ impl Jail {
 }
 
 /// Makes `c`'s child close, as it execs, every descriptor past stderr: only what the
-/// command line opens itself reaches the sandbox. (The one `unsafe` of lh: no safe API
-/// names a descriptor by number.)
+/// command line opens itself reaches the sandbox. (`unsafe`, as only lh-server's malloc
+/// is besides: no safe API names a descriptor by number.)
 #[allow(unsafe_code)]
 pub(crate) fn close_inherited_at_exec(c: &mut Command) {
     // SAFETY: the closure runs between fork and exec in a threaded process, so it makes

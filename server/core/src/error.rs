@@ -102,6 +102,7 @@ codes! {
     NotRunning = "not_running",
     ObjectStore = "object_store",
     OriginNotAllowed = "origin_not_allowed",
+    OutOfMemory = "out_of_memory",
     OutsideWarehouse = "outside_warehouse",
     PermissionDenied = "permission_denied",
     PlannersBusy = "planners_busy",

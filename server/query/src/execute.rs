@@ -239,6 +239,29 @@ pub(crate) fn unknown_table(e: Error, at: &str) -> Error {
     })
 }
 
+/// DuckDB ran out of the memory it may take: its own limit (`--duckdb-memory`), or the
+/// server's C heap (`--native-memory`, `lh_core::heap`), which holds what the limit
+/// does not cover (the values an expression makes).
+fn out_of_memory(text: &str) -> Error {
+    let held = match lh_core::heap::limit() {
+        Some(limit) => format!(
+            " (--native-memory: {:.2} GiB for DuckDB's work, every query and write \
+             together)",
+            limit as f64 / f64::from(1u32 << 30)
+        ),
+        None => String::new(),
+    };
+    Error::new(
+        Kind::Unavailable,
+        Code::OutOfMemory,
+        format!("the query needs more memory than the server has for it{held}: {text}"),
+    )
+    .with_hint(
+        "a list function applied per row or per element makes values DuckDB holds \
+         whole: compute less per row, or ask again once the server's other queries are done",
+    )
+}
+
 pub(crate) fn sql_error(e: duckdb::Error) -> Error {
     let text = e.to_string();
     if let Some(path) = text
@@ -254,6 +277,9 @@ pub(crate) fn sql_error(e: duckdb::Error) -> Error {
             Code::Interrupted,
             "the query was interrupted",
         );
+    }
+    if text.contains("Out of Memory Error") || text.contains("bad_alloc") {
+        return out_of_memory(&text);
     }
     if text.contains("Loading external extensions is disabled") {
         return Error::bad_request(

@@ -1222,6 +1222,40 @@ fn a_syntax_error_says_where() {
     );
 }
 
+/// Found by the thirtieth review: `json_structure` of a value nested 75,000 deep (made at
+/// run time with `string_agg`) overflowed the stack of the thread running it, and the
+/// server died. The four JSON functions that recurse once per level are not callable;
+/// those that read nested JSON without recursing take such a value (a thread of 2 MiB,
+/// a test's, runs them).
+#[test]
+fn json_nested_without_bound_reaches_no_recursive_function() {
+    let conn = duckdb::Connection::open_in_memory().unwrap();
+    conn.execute_batch("SET threads = 1").unwrap();
+    for name in sql::RECURSIVE_JSON {
+        let sql = format!("SELECT {name}(j, j) FROM (SELECT '[]' AS j)");
+        let e = sql::analyze(&parse_with(&conn, &sql)).expect_err(&sql);
+        assert!(e.message.contains("not allowed"), "{sql}: {}", e.message);
+        assert!(
+            e.hint.as_deref().unwrap_or("").contains("recurses"),
+            "{sql}"
+        );
+    }
+    let deep = "(SELECT string_agg('[', '') || string_agg(']', '') AS j FROM range(300000))";
+    for fine in [
+        "json_valid(j)",
+        "json_type(j)",
+        "json_array_length(j)",
+        "len(json_extract(j, '$[0]')::VARCHAR)",
+        "len(json_transform(j, '\"JSON\"')::VARCHAR)",
+        "len(j::JSON::VARCHAR)",
+    ] {
+        let sql = format!("SELECT {fine} FROM {deep}");
+        sql::analyze(&parse_with(&conn, &sql)).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        conn.query_row(&sql, [], |_| Ok(()))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
 /// Found by the twenty-sixth review: `len(range(200000000))` held 18.6 GB in one value,
 /// outside DuckDB's memory limit (a server limited to 256 MB). The functions that make a
 /// value as large as their arguments say take those as bounded constants; the table

@@ -47,7 +47,16 @@ impl WritePlan {
         let conn = duck::sandboxed(&allowed, &spill.0, &self.ctx.limits)?;
         stop.attach(&conn)?;
         let src = match &self.job.source {
-            Source::Files { format, files, .. } => source_sql(*format, files, None),
+            Source::Files {
+                format,
+                files,
+                names,
+            } => {
+                if *format == FileFormat::Json {
+                    check_json_nesting(files, names)?;
+                }
+                source_sql(*format, files, None)
+            }
             Source::Query {
                 setup, sql, params, ..
             } => {
@@ -414,6 +423,23 @@ impl WritePlan {
             })
             .take(8)
             .collect();
+        // The server's memory for DuckDB ran out (`--native-memory`), or this write's
+        // database's: not the file's fault, and worth trying again.
+        if text.contains("Out of Memory Error") || text.contains("bad_alloc") {
+            return Error::new(
+                Kind::Unavailable,
+                Code::OutOfMemory,
+                format!(
+                    "{} ran out of memory: {}",
+                    self.job.source.describe(),
+                    first.join("\n")
+                ),
+            )
+            .with_hint(
+                "the server's DuckDB work all together is held to --native-memory, and each \
+                 write's to --duckdb-memory: try again once other queries and writes are done",
+            );
+        }
         let Some(format) = format else {
             return Error::bad_request(
                 Code::SqlError,
@@ -488,6 +514,71 @@ impl WritePlan {
         )
         .with_remedy(Remedy::ShowSchema).with_remedy(Remedy::ReplaceTable))
     }
+}
+
+/// The deepest a JSON file may nest arrays and objects. DuckDB's reader works out a
+/// file's structure recursively, once per level: a file of 150 KB nested 75,000 deep
+/// overflowed the stack of the thread importing it, and the server died (the thirtieth
+/// review). Data nests a few levels.
+pub const MAX_JSON_DEPTH: usize = 1000;
+
+/// Refuses a staged JSON file (plain, gzip or zstd) that nests deeper than
+/// [`MAX_JSON_DEPTH`], before DuckDB reads it: one pass over its bytes, counting brackets
+/// outside strings. A file that cannot be decompressed is left to DuckDB's error.
+fn check_json_nesting(files: &[PathBuf], names: &[String]) -> Result<()> {
+    use std::io::Read;
+    for (i, path) in files.iter().enumerate() {
+        let file = std::fs::File::open(path)?;
+        let lower = path.display().to_string().to_ascii_lowercase();
+        let mut read: Box<dyn Read> = if lower.ends_with(".gz") {
+            Box::new(flate2::read::MultiGzDecoder::new(file))
+        } else if lower.ends_with(".zst") {
+            match zstd::Decoder::new(file) {
+                Ok(d) => Box::new(d),
+                Err(_) => continue,
+            }
+        } else {
+            Box::new(file)
+        };
+        let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = match read.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            for &b in &buf[..n] {
+                if in_string {
+                    match b {
+                        _ if escaped => escaped = false,
+                        b'\\' => escaped = true,
+                        b'"' => in_string = false,
+                        _ => {}
+                    }
+                    continue;
+                }
+                match b {
+                    b'"' => in_string = true,
+                    b'[' | b'{' => {
+                        depth += 1;
+                        if depth > MAX_JSON_DEPTH {
+                            let name = names.get(i).map_or("the file", String::as_str);
+                            return Err(Error::bad_request(
+                                Code::BadInputFile,
+                                format!(
+                                    "cannot import {name} as JSON: it nests arrays and objects \
+                                     more than {MAX_JSON_DEPTH} levels deep"
+                                ),
+                            ));
+                        }
+                    }
+                    b']' | b'}' => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The table function reading the staged files. With `typed`, a CSV is read with the

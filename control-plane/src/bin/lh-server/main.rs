@@ -14,9 +14,11 @@ use lh_control_plane::runs::limits::{parse_cpus, parse_duration, parse_size};
 use lh_control_plane::tables::retention::Retention;
 use lh_control_plane::{RuntimeChoice, ServerConfig};
 
-// mimalloc for the server's allocations, and (its `override` feature exports malloc
-// and free) for DuckDB's, whose shared library binds to the executable's: glibc's
-// allocator was a third of the server's time in a backfill's profile (BENCHMARKS.md).
+mod heap;
+
+// mimalloc for the server's allocations, and (through `heap`'s malloc, counted) for
+// DuckDB's, whose shared library binds to the executable's: glibc's allocator was a
+// third of the server's time in a backfill's profile (BENCHMARKS.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -94,6 +96,13 @@ pub struct ServerArgs {
     /// would pass it is refused (503) until others are sent
     #[arg(long, default_value = "2g", value_name = "SIZE", value_parser = parse_size)]
     pub answer_memory: u64,
+    /// The most DuckDB (every query's and write's work, inside its memory limit or
+    /// not) and the server's other C code may hold in memory together; past it, the
+    /// statement asking for more fails with `out_of_memory` and the server goes on
+    /// [default: --duckdb-memory x (1 + --max-concurrent-writes) + --answer-memory +
+    /// 512m, at most 80% of the machine's memory]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub native_memory: Option<u64>,
     /// Where Python environments are built and kept [default: DATA_DIR/envs]
     #[arg(long, env = env_vars::LH_ENV_CACHE, value_name = "DIR")]
     pub env_cache: Option<PathBuf>,
@@ -256,6 +265,13 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    match native_memory(&args) {
+        Ok(bytes) => lh_core::heap::set_limit(bytes),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_env(env_vars::LH_LOG)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,iceberg=warn"));
     let _ = tracing_subscriber::fmt()
@@ -292,6 +308,45 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// What `--native-memory` is, given or by default: room for every DuckDB database's
+/// memory limit (the queries' one and each concurrent write's), the answers held, and
+/// 512 MiB for the rest, within 80% of the machine's memory.
+fn native_memory(args: &ServerArgs) -> Result<u64, String> {
+    if let Some(n) = args.native_memory {
+        return Ok(n);
+    }
+    let duck = parse_size(&args.duckdb_memory).map_err(|_| {
+        format!(
+            "--duckdb-memory '{}' is not a size such as 512MB or 4GB",
+            args.duckdb_memory
+        )
+    })?;
+    let databases = 1 + args.max_concurrent_writes.max(1) as u64;
+    let wanted = duck
+        .saturating_mul(databases)
+        .saturating_add(args.answer_memory)
+        .saturating_add(512 << 20);
+    Ok(match machine_memory() {
+        Some(total) => wanted.min(total / 5 * 4),
+        None => wanted,
+    })
+}
+
+/// The machine's memory (`MemTotal`), or the server's cgroup's limit when lower.
+fn machine_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let total = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse::<u64>().ok())?
+        * 1024;
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    Some(cgroup.map_or(total, |c| c.min(total)))
 }
 
 fn config(args: ServerArgs) -> ServerConfig {

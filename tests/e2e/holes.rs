@@ -1642,6 +1642,93 @@ fn a_json_file_nested_without_bound_is_refused_before_duckdb_reads_it() {
     assert!(out.contains("5001"), "{out}");
 }
 
+/// The thirtieth review: planning a SQL model (`lh run --plan`) folds its constant
+/// expression in DuckDB under a query slot taken outside the caller's share, so three
+/// plans of a slow constant held every slot (both of two) past the query timeout, and
+/// another user's `select 7` waited more than a minute. A plan's slot, and a pipeline
+/// input's, is the caller's like a query's: the other user's query answers while the
+/// first user's plans still run.
+#[test]
+fn plans_take_query_slots_from_the_callers_share() {
+    let server = Server::start_with(&["--max-concurrent-queries", "2", "--query-timeout", "5"]);
+    let admin = server.lh();
+    admin.run(&["init", "proj"]).ok();
+    // A model that ran, then changed: its plan compares the two queries' columns.
+    admin.file("proj/models/hog.sql", "select 1 AS n");
+    admin.run(&["run", "proj"]).ok();
+    // About 10^9 comparisons, folded as the plan is made: seconds of one core.
+    admin.file(
+        "proj/models/hog.sql",
+        "select len(list_filter(range(30000), x -> \
+         len(list_filter(range(30000), y -> y = x)) > 0)) AS n",
+    );
+    let bob = admin.with_token(&server.token_for("bob", "reader"));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let plans: Vec<_> = (0..3)
+        .map(|_| {
+            let lh = admin.clone();
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let out = lh.run(&["run", "proj", "--plan"]);
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                out
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let seven = bob.run(&["query", "select 7 AS seven"]).ok().to_string();
+    let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(seven.contains('7'), "{seven}");
+    assert_eq!(finished, 0, "bob's query waited for the plans to end");
+    for plan in plans {
+        plan.join().unwrap();
+    }
+}
+
+/// The thirtieth review: nothing bounded how many request bodies the server read whole
+/// at once: 40 query bodies of 15 MB took it from 0.18 to 1.44 GB. Bodies are charged
+/// to a budget (four of the largest a body may be, here 64 MiB) while they are served,
+/// and one that would pass it waits (a minute at most, then it is refused: 503,
+/// `request_bodies_full`): here every one is answered in turn.
+#[test]
+fn request_bodies_read_whole_are_held_to_a_budget() {
+    const MB: u64 = 1 << 20;
+    let server = Server::start();
+    let token = server.token();
+    let (status, _) = query_status(&server.url, &token, "select 1 AS n", true, None);
+    assert_eq!(status, 200);
+    let pid = server.pid(0);
+    let (before, _) = rss_and_peak(pid);
+    // 15 MB of SQL: a comment, then one value.
+    let sql = format!("select 1 AS n /* {} */", "x".repeat(15 << 20));
+    let sql = std::sync::Arc::new(sql);
+    let sent: Vec<_> = (0..40)
+        .map(|_| {
+            let url = server.url.clone();
+            let token = token.clone();
+            let sql = sql.clone();
+            std::thread::spawn(move || {
+                let (status, body) = query_status(&url, &token, &sql, true, None);
+                (
+                    status,
+                    String::from_utf8_lossy(&body[..body.len().min(500)]).to_string(),
+                )
+            })
+        })
+        .collect();
+    for s in sent {
+        let (status, body) = s.join().unwrap();
+        assert!(status == 200, "{status} {body}");
+    }
+    let (_, peak) = rss_and_peak(pid);
+    let grown = peak.saturating_sub(before) * 1024;
+    assert!(
+        grown < 500 * MB,
+        "the server's peak grew by {} MB",
+        grown / MB
+    );
+}
+
 /// The review of the answer memory: one value whose text is far larger than its Arrow
 /// (40 million control characters are 40 MB there and 240 MB as JSON, escaped) was
 /// charged only once its row was written; and row diffs were not charged at all. Text

@@ -106,6 +106,7 @@ codes! {
     OutsideWarehouse = "outside_warehouse",
     PermissionDenied = "permission_denied",
     PlannersBusy = "planners_busy",
+    RequestBodiesFull = "request_bodies_full",
     PrefixNotFound = "prefix_not_found",
     PropertyConflict = "property_conflict",
     ReadOnly = "read_only",

@@ -213,8 +213,9 @@ impl QueryEngine {
     /// projection and filter pushed down to the Parquet scan. Returns the row count.
     ///
     /// The filter is user SQL, so this is a query like any other: it waits for a query
-    /// slot, stops after `timeout`, and is interrupted when the caller goes away (a
-    /// cancelled run).
+    /// slot of `caller`'s share, stops after `timeout`, and is interrupted when the
+    /// caller goes away (a cancelled run).
+    #[allow(clippy::too_many_arguments)]
     pub async fn export_arrow(
         &self,
         commit: &Commit,
@@ -223,6 +224,7 @@ impl QueryEngine {
         filter: Option<&str>,
         path: &std::path::Path,
         timeout: Duration,
+        caller: &str,
     ) -> Result<u64> {
         let parts: Vec<String> = match table.rsplit_once('.') {
             Some((ns, t)) => vec![ns.to_string(), t.to_string()],
@@ -283,7 +285,7 @@ impl QueryEngine {
         )
         .await
         .map_err(|_| fetch_timeout(timeout))??;
-        let _permit = Arc::new(self.slot().await?);
+        let _permit = Arc::new(self.slot_for(caller).await?);
         let database = self.database.clone();
         let session = blocking(move || {
             let session = Session::in_commit(&database, catalog)?;
@@ -383,16 +385,20 @@ impl QueryEngine {
     /// The columns (name, DuckDB type) a SQL model's query gives at `commit`, its
     /// input tables exposed as a run exposes them (`bare`: under the bare name too).
     /// The query must be one read-only statement, as a model's is; it is planned, never
-    /// run (`LIMIT 0`), under a query slot and the query timeout.
+    /// run (`LIMIT 0`), under a query slot of `caller`'s share and the query timeout.
+    /// (DuckDB folds constants as it plans: a model's constant expression is computed
+    /// here, which is why the slot is the caller's like a query's; found by the
+    /// thirtieth review, where three plans held every slot.)
     pub async fn output_columns(
         &self,
         commit: &Commit,
         inputs: &[(TableRef, bool)],
         sql: &str,
+        caller: &str,
     ) -> Result<Vec<(String, String)>> {
         // One read-only statement: the same check as every query's.
         self.analyze(sql).await?;
-        let _permit = Arc::new(self.slot().await?);
+        let _permit = Arc::new(self.slot_for(caller).await?);
         let timeout = self.limits.timeout;
         let names: Vec<TableRef> = inputs.iter().map(|(n, _)| n.clone()).collect();
         let missing = |name: &str| {

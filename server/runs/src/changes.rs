@@ -390,10 +390,10 @@ impl RunService {
         };
         let (old_cols, new_cols) = match (
             self.queries
-                .output_columns(of.head, &tables(before), old_sql)
+                .output_columns(of.head, &tables(before), old_sql, &of.by.user)
                 .await,
             self.queries
-                .output_columns(of.head, &tables(node), sql)
+                .output_columns(of.head, &tables(node), sql, &of.by.user)
                 .await,
         ) {
             (Ok(o), Ok(n)) => (o, n),

@@ -87,6 +87,7 @@ pub(super) async fn invoke_in(
                 filter.as_deref(),
                 &path,
                 node.lang.limits().timeout,
+                &shared.by.user,
             )
             .await?;
         files.insert(arg.clone(), path);

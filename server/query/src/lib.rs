@@ -118,6 +118,16 @@ pub struct QueryEngine {
     memory: memory::AnswerMemory,
 }
 
+/// DuckDB's parse tree of `text` as JSON (`json_serialize_sql`), exempt from the C
+/// heap's limit (`lh_core::heap::exempt`: the statement's size is the request's).
+fn serialize(database: &std::sync::Mutex<Connection>, text: &str) -> Result<String> {
+    lh_core::heap::exempt(|| {
+        Ok(connect(database)?
+            .prepare("SELECT json_serialize_sql(?::VARCHAR)")?
+            .query_row([text], |r| r.get(0))?)
+    })
+}
+
 /// How many commits keep their catalog of views between queries.
 const CACHED_COMMITS: usize = 64;
 
@@ -338,9 +348,7 @@ impl QueryEngine {
         let database = self.database.clone();
         let text = sql.to_string();
         blocking(move || {
-            let serialized: String = connect(&database)?
-                .prepare("SELECT json_serialize_sql(?::VARCHAR)")?
-                .query_row([&text], |r| r.get(0))?;
+            let serialized = serialize(&database, &text)?;
             sql::analyze(&serialized).map_err(|e| sql::locate(e, &serialized, &text))
         })
         .await
@@ -352,12 +360,7 @@ impl QueryEngine {
         sql::check_case_copies(sql)?;
         let database = self.database.clone();
         let text = sql.to_string();
-        let serialized: String = blocking(move || {
-            Ok(connect(&database)?
-                .prepare("SELECT json_serialize_sql(?::VARCHAR)")?
-                .query_row([&text], |r| r.get(0))?)
-        })
-        .await?;
+        let serialized: String = blocking(move || serialize(&database, &text)).await?;
         let mut tree = sql::parse_tree(&serialized)?;
         fn strip(v: &mut serde_json::Value) {
             match v {

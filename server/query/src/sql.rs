@@ -791,6 +791,9 @@ fn constant_int(v: &Value) -> Option<i64> {
     value.get("value")?.as_i64()
 }
 
+/// How deeply the structure given to `from_json` and `json_transform` may nest.
+pub const MAX_JSON_STRUCTURE_DEPTH: usize = 64;
+
 /// A text constant of the parse tree, if `v` is one.
 fn constant_text(v: &Value) -> Option<&str> {
     if v.get("class").and_then(Value::as_str) != Some("CONSTANT") {
@@ -817,6 +820,23 @@ fn check_value_size(name: &str, children: Option<&Value>) -> Result<()> {
         return Ok(()); // no value to make (DuckDB refuses the call itself)
     }
     match name.to_ascii_lowercase().as_str() {
+        // The structure a JSON value is read into: DuckDB reads it recursively, so a
+        // constant made of repeats (`repeat('[', 10000) || repeat('[', 10000) || ...`)
+        // overflowed the server's stack (the thirty-first review). A text constant of
+        // bounded nesting, as written in the statement.
+        "json_transform" | "json_transform_strict" | "from_json" | "from_json_strict" => {
+            match args.get(1).map(constant_text) {
+                None => Ok(()),
+                Some(Some(t)) if json_depth(t.as_bytes()) <= MAX_JSON_STRUCTURE_DEPTH => Ok(()),
+                Some(_) => refuse(
+                    format!(
+                        "takes the structure to read as a text constant nested at most \
+                         {MAX_JSON_STRUCTURE_DEPTH} levels deep"
+                    ),
+                    "write the structure out, e.g. from_json(j, '{\"a\": [\"INTEGER\"]}')",
+                ),
+            }
+        }
         "range" | "generate_series" => {
             // As long as a list that exists (`generate_subscripts`' own expansion): no
             // larger than what the query had already.

@@ -1275,6 +1275,7 @@ fn a_query_makes_no_value_larger_than_a_bound() {
         "SELECT printf('%08.3f and %-5s %%d', 1.5, 'x'), format('{:>12} {}', 1, 2)",
         "SELECT printf('order 123456: %d', 1)",
         "SELECT generate_series(1, array_length([1, 2, 3]))",
+        "SELECT from_json('[1]', '[\"INTEGER\"]'), json_transform('{}', '{\"a\": \"INTEGER\"}')",
     ] {
         check(fine).unwrap_or_else(|e| panic!("{fine}: {}", e.message));
     }
@@ -1302,6 +1303,12 @@ fn a_query_makes_no_value_larger_than_a_bound() {
         "SELECT list_resize([range(100)], 100000, range(100))",
         "SELECT range(2, -9223372036854775807, -1)",
         "SELECT bitstring('1', 2000000000)",
+        // The thirty-first review: a structure nested 20,000 deep, made of repeats,
+        // overflowed the server's stack as DuckDB read it.
+        "SELECT from_json('1', repeat('[', 10000) || repeat('[', 10000) || '\"INTEGER\"' \
+         || repeat(']', 10000) || repeat(']', 10000))",
+        "SELECT json_transform_strict('1', '[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\
+         [[[[[[[[[[[[[[[[[[\"INTEGER\"]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]')",
     ] {
         let e = check(refused).expect_err(refused);
         assert!(

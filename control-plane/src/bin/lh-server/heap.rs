@@ -17,8 +17,12 @@
 //! so this executable defines them too: the same account charges what jemalloc maps and
 //! refuses a mapping past the limit (jemalloc then fails the allocation, and DuckDB the
 //! statement), and passes each call on to the library's own. What jemalloc maps is at
-//! least what it holds: it keeps pages it no longer uses mapped (retained, given back to
-//! the system with `madvise`) and reuses them, so the account holds its high-water mark.
+//! least what it holds. By default it would keep the pages it no longer uses mapped
+//! (retained) for good, and the account would hold its high-water mark: one refused
+//! query left it full, and every later import was refused (the thirty-first review).
+//! So `duckdb_je_opt_retain`, its option read as it starts (its first allocation, after
+//! `main` began), is this executable's and false: pages it no longer uses are unmapped
+//! after its decay, and leave the account.
 //! A mapping refused, jemalloc would fall back on growing the data segment (`sbrk`,
 //! its "secondary" source, through `duckdb_je_extent_alloc_dss`): that is refused always.
 //!
@@ -346,3 +350,8 @@ pub unsafe extern "C" fn duckdb_je_extent_alloc_dss(
 ) -> *mut c_void {
     std::ptr::null_mut()
 }
+
+/// jemalloc's `opt.retain` (see the module's comment), which DuckDB's library reads
+/// through its symbol table and DuckDB's configuration does not set.
+#[unsafe(no_mangle)]
+pub static mut duckdb_je_opt_retain: bool = false;

@@ -1751,6 +1751,43 @@ fn request_bodies_read_whole_are_held_to_a_budget() {
     );
 }
 
+/// The thirty-first review: one caller's slow bodies (each declaring 16 MiB and sending
+/// a byte now and then) held the whole body budget, and another caller's 200 KB query
+/// waited until they were cut off. One caller holds at most half of it: the other's
+/// query is answered while the slow bodies are still open.
+#[test]
+fn one_callers_slow_bodies_leave_half_the_body_budget_to_others() {
+    use std::io::{Read, Write};
+    let server = Server::start();
+    let token = server.token();
+    let bob = server.token_for("bob", "reader");
+    let addr = server.url.trim_start_matches("http://").to_string();
+    let slow: Vec<std::net::TcpStream> = (0..12)
+        .map(|_| {
+            let mut c = std::net::TcpStream::connect(&addr).unwrap();
+            write!(
+                c,
+                "POST /api/v1/query HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+                 Content-Type: application/json\r\nContent-Length: 16777216\r\n\r\n{{\"sql\": \""
+            )
+            .unwrap();
+            c
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let sql = format!("select 1 AS n /* {} */", "z".repeat(200_000));
+    let (status, body) = query_status(&server.url, &bob, &sql, true, None);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    for mut c in slow {
+        c.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 64];
+        match c.read(&mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            other => panic!("a slow body was cut off before bob was answered: {other:?}"),
+        }
+    }
+}
+
 /// The review of the answer memory: one value whose text is far larger than its Arrow
 /// (40 million control characters are 40 MB there and 240 MB as JSON, escaped) was
 /// charged only once its row was written; and row diffs were not charged at all. Text

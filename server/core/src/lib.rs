@@ -9,3 +9,4 @@ pub mod duck;
 pub mod error;
 pub mod heap;
 pub mod http;
+pub mod json;

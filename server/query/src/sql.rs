@@ -86,7 +86,7 @@ pub const MAX_TREE_DEPTH: usize = 8_000;
 /// read (serde_json's recursion limit of 128 is lifted: `select 1+1+...` with 60 terms
 /// once answered 500), bounded by [`MAX_TREE_DEPTH`], checked before parsing.
 pub fn parse_tree(serialized: &str) -> Result<Value> {
-    let depth = json_depth(serialized.as_bytes());
+    let depth = lh_core::json::depth(serialized.as_bytes());
     if depth > MAX_TREE_DEPTH {
         return Err(Error::bad_request(
             Code::SqlError,
@@ -116,32 +116,6 @@ fn nesting(v: &Value, class: &str) -> usize {
         Value::Array(a) => a.iter().map(|x| nesting(x, class)).max().unwrap_or(0),
         _ => 0,
     }
-}
-
-/// The nesting depth of JSON text: brackets outside strings.
-fn json_depth(text: &[u8]) -> usize {
-    let (mut depth, mut max, mut in_string, mut escaped) = (0usize, 0usize, false, false);
-    for &b in text {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-        } else {
-            match b {
-                b'"' => in_string = true,
-                b'[' | b'{' => {
-                    depth += 1;
-                    max = max.max(depth);
-                }
-                b']' | b'}' => depth = depth.saturating_sub(1),
-                _ => {}
-            }
-        }
-    }
-    max
 }
 
 /// A syntax error's place in the query, as DuckDB's own shell shows it: the line, with
@@ -827,7 +801,9 @@ fn check_value_size(name: &str, children: Option<&Value>) -> Result<()> {
         "json_transform" | "json_transform_strict" | "from_json" | "from_json_strict" => {
             match args.get(1).map(constant_text) {
                 None => Ok(()),
-                Some(Some(t)) if json_depth(t.as_bytes()) <= MAX_JSON_STRUCTURE_DEPTH => Ok(()),
+                Some(Some(t)) if lh_core::json::depth(t.as_bytes()) <= MAX_JSON_STRUCTURE_DEPTH => {
+                    Ok(())
+                }
                 Some(_) => refuse(
                     format!(
                         "takes the structure to read as a text constant nested at most \

@@ -540,41 +540,22 @@ fn check_json_nesting(files: &[PathBuf], names: &[String]) -> Result<()> {
         } else {
             Box::new(file)
         };
-        let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+        let mut depth = lh_core::json::Depth::default();
         let mut buf = vec![0u8; 1 << 16];
         loop {
             let n = match read.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
-            for &b in &buf[..n] {
-                if in_string {
-                    match b {
-                        _ if escaped => escaped = false,
-                        b'\\' => escaped = true,
-                        b'"' => in_string = false,
-                        _ => {}
-                    }
-                    continue;
-                }
-                match b {
-                    b'"' => in_string = true,
-                    b'[' | b'{' => {
-                        depth += 1;
-                        if depth > MAX_JSON_DEPTH {
-                            let name = names.get(i).map_or("the file", String::as_str);
-                            return Err(Error::bad_request(
-                                Code::BadInputFile,
-                                format!(
-                                    "cannot import {name} as JSON: it nests arrays and objects \
-                                     more than {MAX_JSON_DEPTH} levels deep"
-                                ),
-                            ));
-                        }
-                    }
-                    b']' | b'}' => depth = depth.saturating_sub(1),
-                    _ => {}
-                }
+            if depth.feed(&buf[..n]) > MAX_JSON_DEPTH {
+                let name = names.get(i).map_or("the file", String::as_str);
+                return Err(Error::bad_request(
+                    Code::BadInputFile,
+                    format!(
+                        "cannot import {name} as JSON: it nests arrays and objects \
+                         more than {MAX_JSON_DEPTH} levels deep"
+                    ),
+                ));
             }
         }
     }

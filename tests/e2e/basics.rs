@@ -265,66 +265,6 @@ fn a_broken_pipe_is_not_an_error() {
     );
 }
 
-/// The README's "Start here", as written: each command of its block after `lh server &`
-/// runs in order, from the repository's folder (where `examples/` is at hand), against a
-/// server (the test's, on the process runtime); only the data folder, `/tmp/jaffle`, is
-/// one of the test's own. What the block ends with holds: the run's tables on main.
-#[test]
-fn the_start_here_commands_run_as_written() {
-    let readme = include_str!("../../README.md");
-    let section = readme
-        .split("\n## Start here\n")
-        .nth(1)
-        .and_then(|s| s.split("\n## ").next())
-        .expect("a Start here section");
-    let block: Vec<&str> = section
-        .lines()
-        .skip_while(|l| !l.trim_start().starts_with("lh server &"))
-        .take_while(|l| l.starts_with("    "))
-        .collect();
-    assert!(block.len() >= 7, "the block: {block:?}");
-    let server = crate::runs::server("process");
-    let lh = server.lh();
-    let data = tempfile::tempdir().unwrap();
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap();
-    let venv_bin = std::path::Path::new(&lh_e2e::python())
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let path = format!(
-        "{}:{}:{}",
-        lh_bin().parent().unwrap().display(),
-        venv_bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let base = lh.command(&[]);
-    // The server is the test's: `lh server &` is not run.
-    for line in &block[1..] {
-        let line = line
-            .trim()
-            .replace("/tmp/jaffle", data.path().to_str().unwrap());
-        let mut c = std::process::Command::new("bash");
-        c.args(["-c", &line]).current_dir(root).env("PATH", &path);
-        for (k, v) in base.get_envs() {
-            match v {
-                Some(v) => c.env(k, v),
-                None => c.env_remove(k),
-            };
-        }
-        let out = c.output().unwrap();
-        assert!(
-            out.status.success(),
-            "README's Start here: `{line}` failed:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let rows = lh.rows("select count(*) AS n from analytics.customers", "main");
-    assert_eq!(rows[0]["n"], 100, "{rows:?}");
-}
-
 /// The README's first command: `make demo` runs `scripts/demo.sh` (here at a small
 /// scale). DuckDB reads `main` through the Iceberg REST catalog, which must agree with
 /// `lh query` on `main` after the merge; then a pipeline's expectation stops a bad day
@@ -370,6 +310,22 @@ fn the_demo_runs_to_the_end() {
         "{stderr}"
     );
     assert!(stdout.contains("lh server --data-dir"), "{stdout}");
+    // The README's transcript of the demo: every command it shows, the demo printed.
+    let printed: Vec<String> = stdout.lines().map(crate::readme::normalize).collect();
+    let blocks = crate::readme::blocks();
+    let shown: Vec<&String> = blocks
+        .iter()
+        .filter(|b| b.marks.iter().any(|m| m == "the demo's output"))
+        .flat_map(|b| b.lines.iter())
+        .filter(|l| l.starts_with("$ ") || l.starts_with("D ") || l.starts_with("    "))
+        .collect();
+    assert!(shown.len() >= 15, "the README's demo transcript: {shown:?}");
+    for l in shown {
+        assert!(
+            printed.contains(&crate::readme::normalize(l)),
+            "the README's demo shows `{l}`, which the demo did not print:\n{stdout}"
+        );
+    }
     let (lh_part, duck_part) = stdout
         .split_once("D USE lake.tpch;")
         .unwrap_or_else(|| panic!("no DuckDB step:\n{stdout}"));

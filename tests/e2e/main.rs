@@ -14,6 +14,7 @@ mod oidc_keys;
 mod partitions;
 mod python_client;
 mod query;
+mod readme;
 mod refs;
 mod rest;
 mod runs;

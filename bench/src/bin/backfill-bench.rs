@@ -51,7 +51,7 @@ fn lh_server(lh: &Path, data: &Path) -> Result<Server> {
             &[
                 "table",
                 "import",
-                &format!("raw.{t}"),
+                &format!("daily_raw.{t}"),
                 f.to_str().context("path")?,
                 "--partition-by",
                 &format!("day({col})"),
@@ -97,18 +97,18 @@ fn dbt_project(python: &Path, data: &Path) -> Result<tempfile::TempDir> {
 fn load_raw(python: &Path, db: &Path, data: &Path, day: Option<&str>) -> Result<()> {
     let script = match day {
         None => format!(
-            "import duckdb\nc = duckdb.connect({db:?})\nc.execute('create schema if not exists raw')\n\
-             c.execute(\"create or replace table raw.orders as select * from read_csv('{d}/orders.csv', types={{'ordered_at': 'TIMESTAMP'}})\")\n\
-             c.execute(\"create or replace table raw.payments as select * from read_csv('{d}/payments.csv', types={{'paid_at': 'TIMESTAMP'}})\")\n",
+            "import duckdb\nc = duckdb.connect({db:?})\nc.execute('create schema if not exists daily_raw')\n\
+             c.execute(\"create or replace table daily_raw.orders as select * from read_csv('{d}/orders.csv', types={{'ordered_at': 'TIMESTAMP'}})\")\n\
+             c.execute(\"create or replace table daily_raw.payments as select * from read_csv('{d}/payments.csv', types={{'paid_at': 'TIMESTAMP'}})\")\n",
             db = db.display().to_string(),
             d = data.display()
         ),
         Some(day) => format!(
             "import duckdb\nc = duckdb.connect({db:?})\n\
-             c.execute(\"delete from raw.orders where cast(ordered_at as date) = date '{day}'\")\n\
-             c.execute(\"delete from raw.payments where cast(paid_at as date) = date '{day}'\")\n\
-             c.execute(\"insert into raw.orders select * from read_csv('{d}/orders_{day}.csv', types={{'ordered_at': 'TIMESTAMP'}})\")\n\
-             c.execute(\"insert into raw.payments select * from read_csv('{d}/payments_{day}.csv', types={{'paid_at': 'TIMESTAMP'}})\")\n",
+             c.execute(\"delete from daily_raw.orders where cast(ordered_at as date) = date '{day}'\")\n\
+             c.execute(\"delete from daily_raw.payments where cast(paid_at as date) = date '{day}'\")\n\
+             c.execute(\"insert into daily_raw.orders select * from read_csv('{d}/orders_{day}.csv', types={{'ordered_at': 'TIMESTAMP'}})\")\n\
+             c.execute(\"insert into daily_raw.payments select * from read_csv('{d}/payments_{day}.csv', types={{'paid_at': 'TIMESTAMP'}})\")\n",
             db = db.display().to_string(),
             d = data.display()
         ),
@@ -213,7 +213,7 @@ fn main() -> Result<()> {
             &[
                 "table",
                 "import",
-                &format!("raw.{t}"),
+                &format!("daily_raw.{t}"),
                 f.to_str().context("path")?,
                 "--mode",
                 "overwrite-partitions",

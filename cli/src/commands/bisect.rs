@@ -157,8 +157,8 @@ pub async fn bisect(client: &Client, settings: &Settings, args: BisectArgs) -> C
     }
     if !quiet {
         eprintln!(
-            "bisecting {} commits that changed {table} between {} (good) and {} (bad)",
-            candidates.len(),
+            "bisecting {} that changed {table} between {} (good) and {} (bad)",
+            crate::output::count(candidates.len(), "commit"),
             short(&good.id),
             short(&bad.id)
         );
@@ -313,9 +313,9 @@ pub async fn bisect(client: &Client, settings: &Settings, args: BisectArgs) -> C
         );
     }
     eprintln!(
-        "{} checks over {} candidate commits",
-        found.checks.len(),
-        found.candidates
+        "{} over {}",
+        crate::output::count(found.checks.len(), "check"),
+        crate::output::count(found.candidates, "candidate commit")
     );
     eprintln!(
         "see the rows: lh diff {} {} --table {table}",

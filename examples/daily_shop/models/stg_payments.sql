@@ -7,4 +7,4 @@ select
     paid_at,
     method,
     amount / 100 as amount
-from raw.payments
+from daily_raw.payments

@@ -1,2 +1,2 @@
 select id as order_id, customer_id, ordered_at, status
-from {{ source('raw', 'orders') }}
+from {{ source('daily_raw', 'orders') }}

@@ -4,7 +4,7 @@ import pyarrow.compute as pc
 
 @lh.model()
 def payments_clean(
-    payments=lh.Model("raw.payments", columns=["id", "bill_id", "amount", "paid_at"], filter="amount > 0"),
+    payments=lh.Model("billing_raw.payments", columns=["id", "bill_id", "amount", "paid_at"], filter="amount > 0"),
 ):
     # The fix: payments that lost their bill id upstream are held back (see
     # unbilled_payments) instead of reaching the revenue tables.
@@ -13,7 +13,7 @@ def payments_clean(
 
 @lh.model()
 def unbilled_payments(
-    payments=lh.Model("raw.payments", columns=["id", "amount", "paid_at"], filter="bill_id is null"),
+    payments=lh.Model("billing_raw.payments", columns=["id", "amount", "paid_at"], filter="bill_id is null"),
 ):
     return payments
 

@@ -3,7 +3,7 @@ import lh
 
 @lh.model()
 def payments_clean(
-    payments=lh.Model("raw.payments", columns=["id", "bill_id", "amount", "paid_at"], filter="amount > 0"),
+    payments=lh.Model("billing_raw.payments", columns=["id", "bill_id", "amount", "paid_at"], filter="amount > 0"),
 ):
     return payments
 

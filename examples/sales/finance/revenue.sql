@@ -1,0 +1,1 @@
+select status, sum(amount) as revenue from mart.orders group by status

@@ -1,0 +1,1 @@
+select order_id, customer, amount, status from sales.orders

@@ -1,0 +1,1 @@
+select customer, sum(amount) as revenue from orders group by customer

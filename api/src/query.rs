@@ -15,6 +15,17 @@ pub struct QueryRequest {
     /// Return at most this many rows (the `x-lh-truncated` header says when some were cut).
     #[serde(default)]
     pub max_rows: Option<u64>,
+    /// A name for this query (1 to 64 letters, digits, `-` or `_`) by which its caller
+    /// may ask how far it is while it runs (`GET /api/v1/query/progress/{id}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_id: Option<String>,
+}
+
+/// How far a running query is.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct QueryProgress {
+    /// Percent done, as DuckDB's progress bar says; null while DuckDB cannot tell.
+    pub percentage: Option<f64>,
 }
 
 /// A query's result as JSON (`Accept: application/json`), for pages and scripts that

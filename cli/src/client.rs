@@ -483,6 +483,13 @@ impl Client {
         Ok(resp?.json().await?)
     }
 
+    /// How far this user's running query named `id` is, in percent; `None` while
+    /// DuckDB cannot tell.
+    pub async fn query_progress(&self, id: &str) -> CliResult<Option<f64>> {
+        let p: lh_api::QueryProgress = self.get(&format!("/query/progress/{id}"), &[]).await?;
+        Ok(p.percentage)
+    }
+
     pub async fn query(&self, req: &QueryRequest) -> CliResult<QueryResult> {
         let resp = self
             .send(self.request(Method::POST, "/query").json(req))

@@ -192,6 +192,26 @@ fn a_long_query_says_it_runs_on_a_terminal() {
         "{}",
         piped.stderr
     );
+    // A scan DuckDB can measure shows its progress: ten million rows of a table.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ints.parquet");
+    lh.run(&[
+        "query",
+        "select i from range(10000000) t(i)",
+        "--out",
+        file.to_str().unwrap(),
+    ])
+    .ok();
+    lh.run(&["table", "import", "big.ints", file.to_str().unwrap()])
+        .ok();
+    let (ok, seen) = lh.in_terminal(&[
+        "query",
+        "select count(distinct md5(md5(i::varchar))) as n from big.ints",
+    ]);
+    assert!(ok, "{seen}");
+    assert!(seen.contains("10000000"), "{seen}");
+    let bar = regex::Regex::new(r"running the query \[[=> ]{30}\] +\d{1,3}% \(").unwrap();
+    assert!(bar.is_match(&seen), "no progress bar:\n{seen}");
 }
 
 #[test]

@@ -347,6 +347,7 @@ async fn check(client: &Client, sql: &str, commit: &str, at: &str) -> CliResult<
         reference: Some(at.to_string()),
         timeout_ms: None,
         max_rows: Some(2),
+        progress_id: None,
     };
     let r = client
         .query(&req)

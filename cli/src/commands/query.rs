@@ -46,7 +46,14 @@ pub async fn run(client: &Client, settings: &Settings, args: QueryArgs) -> CliRe
     if sql.trim().is_empty() {
         return Err(CliError::invalid("the query is empty", None));
     }
-    let result = with_spinner(client.query(&request(settings, &args, sql))).await?;
+    let mut req = request(settings, &args, sql);
+    let result = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        let id = progress_id();
+        req.progress_id = Some(id.clone());
+        with_progress(client, &id, client.query(&req)).await?
+    } else {
+        client.query(&req).await?
+    };
     if result.truncated {
         eprintln!(
             "note: the result was cut to {} rows (--max-rows)",
@@ -68,25 +75,65 @@ pub async fn run(client: &Client, settings: &Settings, args: QueryArgs) -> CliRe
 /// How long a query runs before a terminal is shown that it does.
 const SPINNER_AFTER: std::time::Duration = std::time::Duration::from_millis(700);
 
-/// `work`, and on a terminal, once it has taken [`SPINNER_AFTER`], a line on stderr that
-/// says it is running and for how long (cleared when it ends: the answer prints alone).
-async fn with_spinner<T>(work: impl std::future::Future<Output = T>) -> T {
-    use std::io::IsTerminal;
-    if !std::io::stderr().is_terminal() {
-        return work.await;
-    }
+/// How often a running query's progress is asked for.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// A name for a query's progress, unique among this user's queries.
+fn progress_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("cli-{:x}-{nanos:x}", std::process::id())
+}
+
+/// `work` (the query named `id`), and on the terminal, once it has taken
+/// [`SPINNER_AFTER`], a line on stderr that says it is running and for how long, with
+/// DuckDB's progress as a bar once the server can tell it (cleared when it ends: the
+/// answer prints alone).
+async fn with_progress<T>(
+    client: &Client,
+    id: &str,
+    work: impl std::future::Future<Output = T>,
+) -> T {
     tokio::pin!(work);
     tokio::select! {
         out = &mut work => return out,
         _ = tokio::time::sleep(SPINNER_AFTER) => {}
     }
-    let bar = indicatif::ProgressBar::new_spinner();
+    let bar = indicatif::ProgressBar::new(100);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} running the query ({elapsed})")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
     );
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
-    let out = work.await;
+    let mut known = false;
+    let out = loop {
+        tokio::select! {
+            out = &mut work => break out,
+            _ = tokio::time::sleep(PROGRESS_EVERY) => {}
+        }
+        // A query the server has not started yet, or has just ended, is not found:
+        // the spinner goes on.
+        let asked = client.query_progress(id);
+        tokio::pin!(asked);
+        let percentage = tokio::select! {
+            out = &mut work => break out,
+            p = &mut asked => p.ok().flatten(),
+        };
+        if let Some(p) = percentage {
+            if !known {
+                known = true;
+                bar.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "{spinner} running the query [{bar:30}] {pos:>3}% ({elapsed})",
+                    )
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+                );
+            }
+            bar.set_position(p.floor() as u64);
+        }
+    };
     bar.finish_and_clear();
     out
 }
@@ -97,6 +144,7 @@ fn request(settings: &Settings, args: &QueryArgs, sql: String) -> QueryRequest {
         reference: settings.reference(&args.reference),
         timeout_ms: args.timeout.map(|s| s.saturating_mul(1000)),
         max_rows: args.max_rows,
+        progress_id: None,
     }
 }
 

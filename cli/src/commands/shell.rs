@@ -213,6 +213,7 @@ impl<'a> Shell<'a> {
             reference: Some(self.reference()),
             timeout_ms: self.timeout_secs.map(|s| s.saturating_mul(1000)),
             max_rows: self.max_rows,
+            progress_id: None,
         };
         let started = Instant::now();
         let client = self.client;

@@ -38,6 +38,7 @@ use crate::state::AppState;
         super::tables::expire,
         super::tables::gc,
         super::query::query,
+        super::query::progress,
         super::runs::plan_run,
         super::runs::start_run,
         super::runs::list_runs,

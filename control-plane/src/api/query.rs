@@ -3,12 +3,12 @@
 use std::time::Duration;
 
 use arrow::util::display::{ArrayFormatter, FormatOptions};
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
-use lh_api::{QueryColumn, QueryRequest};
+use lh_api::{QueryColumn, QueryProgress, QueryRequest};
 
 use crate::auth::Identity;
 use crate::error::Error;
@@ -18,7 +18,40 @@ use crate::query::memory::{JsonText, Pieces};
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/api/v1/query", post(query))
+    Router::new()
+        .route("/api/v1/query", post(query))
+        .route("/api/v1/query/progress/{id}", get(progress))
+}
+
+/// A query's name for its progress (`QueryRequest::progress_id`): 1 to 64 letters,
+/// digits, `-` or `_`.
+fn progress_id(id: &str) -> Result<&str, Error> {
+    let ok = (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok {
+        Ok(id)
+    } else {
+        Err(Error::bad_request(
+            crate::error::Code::InvalidArgument,
+            "a query's progress id is 1 to 64 letters, digits, '-' or '_'",
+        ))
+    }
+}
+
+/// How far the caller's running query named `id` is (`progress_id` of its request), as
+/// DuckDB's progress bar says: one's own queries only; 404 once it has ended.
+#[utoipa::path(get, path = "/api/v1/query/progress/{id}",
+    params(("id" = String, Path, description = "the query's progress_id")),
+    responses((status = 200, body = QueryProgress), (status = 404, body = lh_api::ErrorBody)))]
+async fn progress(
+    State(s): State<AppState>,
+    identity: Identity,
+    Path(id): Path<String>,
+) -> ApiResult<Json<QueryProgress>> {
+    let percentage = s.queries.progress(&identity.user, progress_id(&id)?)?;
+    Ok(Json(QueryProgress { percentage }))
 }
 
 /// Runs one read-only SQL statement on a ref; the result is an Arrow IPC stream and the
@@ -38,10 +71,12 @@ async fn query(
     let started = std::time::Instant::now();
     let at = lh_catalog::ref_or_default(req.reference.clone())?;
     let json = wants_json(&headers);
+    let progress = req.progress_id.as_deref().map(progress_id).transpose()?;
     let ask = Ask {
         timeout: req.timeout_ms.map(Duration::from_millis),
         max_rows: req.max_rows,
         ipc: !json,
+        progress,
         ..Ask::default()
     };
     let out = s.queries.query_for(&identity, &req.sql, &at, ask).await?;

@@ -56,6 +56,7 @@ routes! {
     POST "/api/v1/uploads" => Some(Write), "uploading a file to import",
     POST "/api/v1/gc" => Some(Admin), "collecting unreferenced files",
     POST "/api/v1/query" => Some(Read), "querying",
+    GET "/api/v1/query/progress/{id}" => Some(Read), "following a query's progress",
     GET "/api/v1/runs" => Some(Read), "listing runs",
     POST "/api/v1/runs" => Some(Run), "running a pipeline",
     POST "/api/v1/runs/plan" => Some(Run), "planning a pipeline",

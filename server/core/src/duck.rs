@@ -77,3 +77,42 @@ pub fn quote_ident(name: &str) -> String {
 pub fn quote_literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
+
+/// Turns on DuckDB's tracking of a running query's progress on one connection (a
+/// session's own setting, which `PRAGMA` may still set once the configuration is
+/// locked), never printed: [`progress`] reads it.
+pub fn track_progress(conn: &Connection) -> Result<()> {
+    conn.execute_batch("PRAGMA enable_progress_bar; PRAGMA disable_print_progress_bar;")
+        .map_err(|e| Error::internal(format!("cannot track DuckDB's progress: {e}")))
+}
+
+/// How far DuckDB is through the query running on the connection of `handle`, in
+/// percent, as DuckDB's own progress bar says; `None` when no query runs there or
+/// DuckDB cannot tell (a connection without [`track_progress`], an operator that
+/// reports none).
+///
+/// duckdb-rs (pinned at ~1.10506.1) keeps the raw connection only in its interrupt
+/// handle, a struct of one field, the mutex holding it, and exposes no progress: the
+/// handle is read as that mutex. The mutex is held while DuckDB is asked, so that the
+/// connection cannot be closed meanwhile (closing empties it under the same lock);
+/// DuckDB answers from another thread than the query's, as its clients' progress bars
+/// do.
+#[allow(unsafe_code)]
+pub fn progress(handle: &duckdb::InterruptHandle) -> Option<f64> {
+    type Raw = std::sync::Mutex<duckdb::ffi::duckdb_connection>;
+    const _: () = assert!(
+        std::mem::size_of::<duckdb::InterruptHandle>() == std::mem::size_of::<Raw>()
+            && std::mem::align_of::<duckdb::InterruptHandle>() == std::mem::align_of::<Raw>()
+    );
+    // SAFETY: `InterruptHandle` is `{ conn: Mutex<duckdb_connection> }` in the pinned
+    // duckdb-rs, of the same size and alignment (checked above), so its one field is
+    // at offset 0; the pointer is only read under its lock, and null once closed.
+    let raw = unsafe { &*(handle as *const duckdb::InterruptHandle as *const Raw) };
+    let conn = raw.lock().ok()?;
+    if conn.is_null() {
+        return None;
+    }
+    // SAFETY: a live connection (not yet closed: the lock is held).
+    let p = unsafe { duckdb::ffi::duckdb_query_progress(*conn) };
+    (p.percentage >= 0.0).then(|| p.percentage.min(100.0))
+}

@@ -109,6 +109,7 @@ codes! {
     RequestBodiesFull = "request_bodies_full",
     PrefixNotFound = "prefix_not_found",
     PropertyConflict = "property_conflict",
+    QueryNotFound = "query_not_found",
     ReadOnly = "read_only",
     ReadOnlyRef = "read_only_ref",
     RefConflict = "ref_conflict",

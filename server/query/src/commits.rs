@@ -89,6 +89,7 @@ impl Session {
     ) -> Result<Session> {
         let conn = connect(database)?;
         conn.execute_batch(&format!("USE {};", commit.name))?;
+        lh_core::duck::track_progress(&conn)?;
         Ok(Session { conn, commit })
     }
 

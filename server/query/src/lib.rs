@@ -78,6 +78,9 @@ pub struct Ask<'a> {
     pub ipc: bool,
     /// Who asks, held to its share of the query slots (`slot_for`).
     pub caller: Option<&'a str>,
+    /// The caller's name for this query, by which it may ask how far DuckDB is
+    /// ([`QueryEngine::progress`]) while it runs.
+    pub progress: Option<&'a str>,
 }
 
 impl Default for Ask<'_> {
@@ -89,6 +92,29 @@ impl Default for Ask<'_> {
             restricted: false,
             ipc: false,
             caller: None,
+            progress: None,
+        }
+    }
+}
+
+/// The running queries that callers named (`Ask::progress`), by caller and name.
+type Running =
+    std::sync::Mutex<std::collections::HashMap<(String, String), Arc<duckdb::InterruptHandle>>>;
+
+/// A named query's entry in [`Running`], removed when DuckDB is done with it.
+struct Tracked {
+    running: Arc<Running>,
+    key: (String, String),
+    handle: Arc<duckdb::InterruptHandle>,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if let Ok(mut r) = self.running.lock()
+            && r.get(&self.key)
+                .is_some_and(|h| Arc::ptr_eq(h, &self.handle))
+        {
+            r.remove(&self.key);
         }
     }
 }
@@ -116,6 +142,8 @@ pub struct QueryEngine {
     commits: quick_cache::sync::Cache<CommitId, Arc<CommitCatalog>>,
     /// What the answers held at once may take.
     memory: memory::AnswerMemory,
+    /// The named queries running now (at most one per query slot).
+    running: Arc<Running>,
 }
 
 /// DuckDB's parse tree of `text` as JSON (`json_serialize_sql`), exempt from the C
@@ -205,12 +233,32 @@ impl QueryEngine {
             database: Arc::new(std::sync::Mutex::new(conn)),
             commits: quick_cache::sync::Cache::new(CACHED_COMMITS),
             memory: memory::AnswerMemory::new(limits.answer_memory),
+            running: Default::default(),
             limits,
         })
     }
 
     pub fn limits(&self) -> &QueryLimits {
         &self.limits
+    }
+
+    /// How far `caller`'s running query named `id` (`Ask::progress`) is, in percent as
+    /// DuckDB's progress bar says (`None` while DuckDB cannot tell); not found when no
+    /// query of that caller by that name runs now. A caller sees only its own.
+    pub fn progress(&self, caller: &str, id: &str) -> Result<Option<f64>> {
+        let handle = self
+            .running
+            .lock()
+            .map_err(|_| Error::internal("the running queries are poisoned"))?
+            .get(&(caller.to_string(), id.to_string()))
+            .cloned()
+            .ok_or_else(|| {
+                Error::not_found(
+                    Code::QueryNotFound,
+                    format!("no query named '{id}' is running"),
+                )
+            })?;
+        Ok(duck::progress(&handle))
     }
 
     /// The server's answer memory, which every answer it holds is charged to.
@@ -526,6 +574,7 @@ impl QueryEngine {
             restricted,
             ipc,
             caller,
+            progress,
         } = *ask;
         let timeout = timeout.map_or(self.limits.timeout, |t| t.min(self.limits.timeout));
         let _permit = Arc::new(match caller {
@@ -613,6 +662,22 @@ impl QueryEngine {
         .map_err(|_| fetch_timeout(timeout))??;
 
         let handle = session.conn.interrupt_handle();
+        // Named while DuckDB runs it (the entry goes when `execute` returns).
+        let tracked = match (caller, progress) {
+            (Some(c), Some(id)) => {
+                let key = (c.to_string(), id.to_string());
+                self.running
+                    .lock()
+                    .map_err(|_| Error::internal("the running queries are poisoned"))?
+                    .insert(key.clone(), handle.clone());
+                Some(Tracked {
+                    running: self.running.clone(),
+                    key,
+                    handle: handle.clone(),
+                })
+            }
+            _ => None,
+        };
         let max_bytes = self.limits.max_result_bytes;
         let text = sql.to_string();
         // A large Arrow answer that no `max_rows` can cut is sent as it is produced.
@@ -626,6 +691,7 @@ impl QueryEngine {
         let charge = self.memory.charge_for(caller);
         let task = blocking(move || {
             let _held = held;
+            let _tracked = tracked;
             let bounds = Bounds {
                 max_bytes,
                 max_rows,

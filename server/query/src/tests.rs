@@ -1318,3 +1318,53 @@ fn a_query_makes_no_value_larger_than_a_bound() {
         );
     }
 }
+
+/// A named query's progress is its caller's to read while DuckDB runs it: another caller
+/// asking by the same name finds nothing, and neither does anyone once it has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_querys_progress_is_its_callers_while_it_runs() {
+    use lh_catalog::ToRefExpr;
+    let dir = tempfile::tempdir().unwrap();
+    let (_tables, engine, _ctx) = setup(dir.path()).await;
+    let engine = Arc::new(engine);
+    let running = engine.clone();
+    let query = tokio::spawn(async move {
+        let at = "main".to_ref_expr().unwrap();
+        let ask = crate::Ask {
+            caller: Some("alice"),
+            progress: Some("q1"),
+            ..crate::Ask::default()
+        };
+        running
+            .run_as(
+                "select count(*) as n from range(3000000000) t(i) where i % 7 = 3",
+                &at,
+                &ask,
+            )
+            .await
+            .map(|o| o.batches.len())
+    });
+    let mut seen = None;
+    for _ in 0..200 {
+        if let Ok(p) = engine.progress("alice", "q1") {
+            seen = Some(p);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let seen = seen.expect("the running query's progress");
+    assert!(seen.is_none_or(|p| (0.0..=100.0).contains(&p)), "{seen:?}");
+    let other = engine.progress("bob", "q1").unwrap_err();
+    assert_eq!(other.code, Code::QueryNotFound, "{other:?}");
+    query.abort();
+    // Aborting the caller interrupts DuckDB; its entry goes when DuckDB returns.
+    let mut gone = false;
+    for _ in 0..400 {
+        if engine.progress("alice", "q1").is_err() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(gone, "a query's entry outlived it");
+}

@@ -272,9 +272,10 @@ pub struct RunInfo {
     #[serde(default)]
     pub environments: BTreeMap<String, String>,
     pub nodes: Vec<RunNode>,
-    /// Nodes left out of `nodes` because they touch tables the caller may not read.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub hidden_nodes: usize,
+    /// Whether nodes are left out of `nodes` because they touch tables the caller may
+    /// not read (how many is not told; nor are the run's parameters then).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nodes_hidden: bool,
     /// For a partitioned run: each partition and the state of its nodes (`failed` when
     /// one failed, `running`, `waiting`, `skipped`, `cached` when every one was reused,
     /// `done`).

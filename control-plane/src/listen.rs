@@ -15,6 +15,12 @@
 //!   request of it is being answered is closed (HTTP/2 included).
 //! - At most [`ConnLimits::max_connections`] are open at once: past it the server stops
 //!   accepting until one closes (the kernel's backlog holds the rest).
+//! - One peer (an IPv4 address, an IPv6 /64) holds at most
+//!   [`ConnLimits::max_per_peer`] of them: a connection past it is closed as it is
+//!   accepted. Once (the thirty-second review), one process without a token kept 8,000
+//!   connections open or queued, and other clients' requests waited 35 s or timed out.
+//! - A connection that has not sent a byte within [`ConnLimits::first_byte_timeout`] is
+//!   closed: a client sends its request as soon as it connects.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -34,16 +40,76 @@ use tower::ServiceExt;
 #[derive(Debug, Clone, Copy)]
 pub struct ConnLimits {
     pub header_read_timeout: Duration,
+    pub first_byte_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_connections: usize,
+    pub max_per_peer: usize,
 }
 
 impl Default for ConnLimits {
     fn default() -> Self {
         ConnLimits {
             header_read_timeout: Duration::from_secs(20),
+            first_byte_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(120),
             max_connections: 2048,
+            // A quarter: the rest stays for everyone else (a load balancer in front of
+            // the server is one peer, and keeps its connections alive).
+            max_per_peer: 512,
+        }
+    }
+}
+
+/// Who a connection comes from, as the per-peer bound counts: an IPv4 address, or an
+/// IPv6 address's /64 (one host may hold a whole /64).
+fn peer_of(addr: &SocketAddr) -> std::net::IpAddr {
+    match addr.ip() {
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => std::net::IpAddr::V4(v4),
+            None => {
+                let mut s = v6.segments();
+                s[4..].fill(0);
+                std::net::IpAddr::V6(std::net::Ipv6Addr::from(s))
+            }
+        },
+        v4 => v4,
+    }
+}
+
+/// The connections each peer holds open.
+#[derive(Default)]
+struct Peers(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+/// One of a peer's connections, given back when dropped.
+struct PeerSlot {
+    peers: Arc<Peers>,
+    peer: std::net::IpAddr,
+}
+
+impl Peers {
+    /// A slot for `peer`, unless it holds `max` already.
+    fn take(self: &Arc<Self>, peer: std::net::IpAddr, max: usize) -> Option<PeerSlot> {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = held.entry(peer).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            peers: self.clone(),
+            peer,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut held = self.peers.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.peer);
+            }
         }
     }
 }
@@ -57,6 +123,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let peers = Arc::new(Peers::default());
+    let mut refused_at: Option<Instant> = None;
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder =
         hyper_util::server::conn::auto::Builder::new(TokioExecutor::new()).http1_only();
@@ -85,6 +153,15 @@ pub async fn serve(
                 }
             },
             _ = &mut shutdown => break,
+        };
+        let Some(peer_slot) = peers.take(peer_of(&addr), limits.max_per_peer.max(1)) else {
+            // Closed at once (its slot is free again); said at most once a minute.
+            if refused_at.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+                refused_at = Some(Instant::now());
+                tracing::warn!(%addr, max = limits.max_per_peer, "a peer holds the most connections one may: closing its new ones");
+            }
+            drop(stream);
+            continue;
         };
         let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::new());
@@ -115,9 +192,14 @@ pub async fn serve(
         let watch = graceful.watcher();
         tokio::spawn(async move {
             let _permit = permit;
+            let _peer_slot = peer_slot;
             let conn = builder.serve_connection(io, service);
             let mut conn = std::pin::pin!(watch.watch(conn.into_owned()));
-            let mut tick = tokio::time::interval(Duration::from_secs(1).min(limits.idle_timeout));
+            let mut tick = tokio::time::interval(
+                Duration::from_secs(1)
+                    .min(limits.idle_timeout)
+                    .min(limits.first_byte_timeout),
+            );
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
@@ -128,9 +210,12 @@ pub async fn serve(
                         break;
                     }
                     _ = tick.tick() => {
+                        let started = activity.start.elapsed();
                         let silent = !activity.seen.load(Ordering::Relaxed)
-                            && activity.start.elapsed() > limits.header_read_timeout;
-                        if silent || activity.idle_for() > limits.idle_timeout {
+                            && started > limits.header_read_timeout;
+                        let mute = activity.last_ms.load(Ordering::Relaxed) == 0
+                            && started > limits.first_byte_timeout;
+                        if silent || mute || activity.idle_for() > limits.idle_timeout {
                             tracing::debug!(%addr, "closing an idle connection");
                             break;
                         }
@@ -164,9 +249,12 @@ impl Activity {
         }
     }
 
+    /// Notes that a byte moved now (never 0: 0 is "nothing yet").
     fn touch(&self) {
-        self.last_ms
-            .store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.last_ms.store(
+            (self.start.elapsed().as_millis() as u64).max(1),
+            Ordering::Relaxed,
+        );
     }
 
     /// How long nothing happened: zero while a request is being answered.

@@ -257,7 +257,7 @@ fn run_info(r: crate::runs::RunRecord) -> RunInfo {
         finished_at: r.finished_at,
         environments: r.environments,
         nodes,
-        hidden_nodes: r.hidden_nodes,
+        nodes_hidden: r.nodes_hidden,
     }
 }
 

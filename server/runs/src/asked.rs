@@ -367,9 +367,10 @@ fn node_visible(identity: &Identity, target: &str, n: &crate::RunNode) -> bool {
 }
 
 /// A run as `identity` sees it: nodes touching tables it may not read are left out
-/// (their names are tables', their errors may hold data), counted in `hidden_nodes`;
-/// so are the edges to them, the partitions' lists of them, and a run error that names
-/// one of them.
+/// (their names are tables', their errors may hold data), and `nodes_hidden` says so
+/// (not how many); so are the edges to them, the partitions' lists of them, a run error
+/// that names one of them, and the run's parameters and environments (a parameter may
+/// name a hidden table or a file).
 fn as_seen(identity: &Identity, mut run: RunRecord) -> RunRecord {
     let target = run.target.clone();
     let (shown, hidden): (Vec<_>, Vec<_>) = std::mem::take(&mut run.nodes)
@@ -387,7 +388,9 @@ fn as_seen(identity: &Identity, mut run: RunRecord) -> RunRecord {
             n
         })
         .collect();
-    run.hidden_nodes = hidden.len();
+    run.nodes_hidden = true;
+    run.params.clear();
+    run.environments.clear();
     if run.error.as_deref().is_some_and(|e| {
         hidden
             .iter()

@@ -81,8 +81,9 @@ pub struct RunRecord {
     /// Python environment key to its lock (`uv pip freeze`).
     pub environments: BTreeMap<String, String>,
     pub nodes: Vec<RunNode>,
-    /// Nodes left out of `nodes` because they touch tables the caller may not read.
-    pub hidden_nodes: usize,
+    /// Whether nodes are left out of `nodes` because they touch tables the caller may
+    /// not read.
+    pub nodes_hidden: bool,
 }
 
 /// One node of a run, as recorded: its state, timings, result and place in the DAG.
@@ -653,7 +654,7 @@ impl RunService {
             created_at: Utc::now(),
             finished_at: None,
             environments: BTreeMap::new(),
-            hidden_nodes: 0,
+            nodes_hidden: false,
             nodes,
         };
         let plan_json = serde_json::to_string(&plan).map_err(|e| Error::internal(e.to_string()))?;

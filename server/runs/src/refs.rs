@@ -392,8 +392,21 @@ impl Refs {
             crate::auth::history::Limits::of(&self.catalog, identity, at.ref_name()).await?;
         let mut commits = Vec::with_capacity(page.commits.len());
         for c in page.commits {
+            // What history allows of this commit, read through `at`'s ref.
+            let there = match &limits {
+                Some(l) => l.at(&self.catalog, &c).await?,
+                None => identity.clone(),
+            };
+            // A commit changes a table only where it may be read: a commit of the
+            // hidden history of a name (a table dropped before the caller's own of
+            // that name was made) is not listed, as if it changed nothing.
+            if let Some(t) = &query.table
+                && !there.can_table(Action::Read, at, t)
+            {
+                continue;
+            }
             let had = c.properties.len();
-            let seen = self.as_seen(identity, limits.as_ref(), at, c).await?;
+            let seen = self.as_seen(&there, at, c).await?;
             // A commit whose properties are hidden is not found by them either.
             if filtered && had > 0 && seen.properties.is_empty() {
                 continue;
@@ -412,26 +425,19 @@ impl Refs {
         identity.require_ref(Action::Read, &at, "reading a commit")?;
         let commit = self.catalog.resolve(&at).await?.commit;
         let limits = crate::auth::history::Limits::of(&self.catalog, identity, None).await?;
-        self.as_seen(identity, limits.as_ref(), &at, commit).await
-    }
-
-    /// A commit as `identity` sees it through `at`: one that changed a table it may not
-    /// read (against its first parent) has its message and properties replaced, since
-    /// they may name that table or its source ("create hr.salaries from ..."); the
-    /// tables it may read are named instead. Whoever reads every namespace of the ref
-    /// sees all.
-    async fn as_seen(
-        &self,
-        identity: &Identity,
-        limits: Option<&crate::auth::history::Limits>,
-        at: &RefExpr,
-        mut c: Commit,
-    ) -> Result<Commit> {
-        // What history allows of this commit, read through `at`'s ref.
-        let identity = &match limits {
-            Some(l) => l.at(&self.catalog, &c).await?,
+        let there = match &limits {
+            Some(l) => l.at(&self.catalog, &commit).await?,
             None => identity.clone(),
         };
+        self.as_seen(&there, &at, commit).await
+    }
+
+    /// A commit as `identity` (as history allows it this commit) sees it through `at`:
+    /// one that changed a table it may not read (against its first parent) has its
+    /// message and properties replaced, since they may name that table or its source
+    /// ("create hr.salaries from ..."); the tables it may read are named instead, and
+    /// the others are not counted. Whoever reads every namespace of the ref sees all.
+    async fn as_seen(&self, identity: &Identity, at: &RefExpr, mut c: Commit) -> Result<Commit> {
         let whole = match at.ref_name() {
             Some(name) => identity.access.on_ref_every_namespace(Action::Read, name),
             None => identity.access.covers(crate::auth::Role::Reader),
@@ -449,12 +455,8 @@ impl Refs {
             return Ok(c);
         }
         c.message = match seen.is_empty() {
-            true => format!("(changes {} table(s) you may not read)", hidden.len()),
-            false => format!(
-                "(changes {} and {} table(s) you may not read)",
-                seen.join(", "),
-                hidden.len()
-            ),
+            true => "(changes tables you may not read)".to_string(),
+            false => format!("(changes {} and tables you may not read)", seen.join(", ")),
         };
         c.properties.clear();
         Ok(c)

@@ -514,7 +514,7 @@ impl RunStore {
             rerun_of: row.get(15),
             created_at: time(Some(row.get(16))).unwrap_or_default(),
             finished_at: time(row.get(17)),
-            hidden_nodes: 0,
+            nodes_hidden: false,
             nodes,
         };
         Ok((info, plan))

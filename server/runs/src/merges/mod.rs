@@ -396,8 +396,7 @@ pub fn require_no_widening(
         Action::Read,
         &format!("taking tables from '{source}' into '{dest}'"),
         &format!(
-            " on {} table(s) of '{source}' (it would make them readable in '{dest}')",
-            widened.len()
+            " on tables of '{source}' you may not read there (it would make them readable in '{dest}')"
         ),
     ))
 }

@@ -525,14 +525,35 @@ impl Catalog {
     /// A page of the history of a ref, newest first, following first parents (the
     /// history of the branch itself; a merge commit stands for what it merged).
     pub async fn log<E: ToRefExpr + ?Sized>(&self, at: &E, query: &LogQuery) -> Result<LogPage> {
+        self.log_where(at, query, |_| std::future::ready(Ok::<bool, Error>(true)))
+            .await
+    }
+
+    /// [`log`](Self::log), where a commit the query would list counts only when `keep`
+    /// says so: one it refuses is walked past as if it matched nothing, so that the page
+    /// ends, and its token points, where kept commits and the walk's bound say, never
+    /// next to a refused one (a caller's view of history: a commit that changed a table
+    /// it may not read there).
+    pub async fn log_where<E, K, F, Er>(
+        &self,
+        at: &E,
+        query: &LogQuery,
+        mut keep: K,
+    ) -> std::result::Result<LogPage, Er>
+    where
+        E: ToRefExpr + ?Sized,
+        K: FnMut(Arc<Commit>) -> F,
+        F: std::future::Future<Output = std::result::Result<bool, Er>>,
+        Er: From<Error>,
+    {
         if query.limit == 0 || query.limit > MAX_LOG_PAGE {
-            return Err(Error::new(
+            return Err(Er::from(Error::new(
                 ErrorKind::InvalidArgument,
                 format!(
                     "a log page holds 1 to {MAX_LOG_PAGE} commits, not {}",
                     query.limit
                 ),
-            ));
+            )));
         }
         let mut next = match &query.page_token {
             Some(token) => Some(token.parse::<Hash>().map_err(|_| {
@@ -564,13 +585,13 @@ impl Catalog {
             if next.is_none()
                 && let Some(until) = query.until
             {
-                return Err(Error::new(
+                return Err(Er::from(Error::new(
                     ErrorKind::InvalidArgument,
                     format!(
                         "commit {} is not in the first-parent history of '{at}'",
                         until.short()
                     ),
-                ));
+                )));
             }
             let changed = match &query.table {
                 None => true,
@@ -601,6 +622,7 @@ impl Catalog {
                     .properties
                     .iter()
                     .all(|(k, v)| c.properties.get(k) == Some(v))
+                && keep(c.clone()).await?
             {
                 commits.push((*c).clone());
             }

@@ -345,12 +345,15 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     }
 }
 
-/// A request body that must keep coming: by [`MinRate::GRACE`] after the request plus
-/// 1 ms per KiB received, else it ends in an error (the handler's read fails, the
-/// connection goes).
+/// A request body that must keep coming: by [`MinRate::GRACE`] after the server starts
+/// reading it plus 1 ms per KiB received, else it ends in an error (the handler's read
+/// fails, the connection goes). The time a request waits before its body is read (for
+/// room in the body budget, `app::hold_body`) is the server's, not the client's: once,
+/// under load, bodies that waited their turn were cut off as they were first read.
 pub struct MinRate<B> {
     inner: B,
-    start: Instant,
+    /// When the server first asked for the body.
+    start: Option<Instant>,
     bytes: u64,
     sleep: Pin<Box<tokio::time::Sleep>>,
 }
@@ -359,17 +362,17 @@ impl<B> MinRate<B> {
     const GRACE: Duration = Duration::from_secs(20);
 
     fn new(inner: B) -> MinRate<B> {
-        let start = Instant::now();
         MinRate {
             inner,
-            start,
+            start: None,
             bytes: 0,
             sleep: Box::pin(tokio::time::sleep(Self::GRACE)),
         }
     }
 
-    fn deadline(&self) -> Instant {
-        self.start + Self::GRACE + Duration::from_millis(self.bytes / 1024)
+    fn deadline(&mut self) -> Instant {
+        let start = *self.start.get_or_insert_with(Instant::now);
+        start + Self::GRACE + Duration::from_millis(self.bytes / 1024)
     }
 }
 
@@ -386,6 +389,8 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
         use hyper::body::Buf;
+        // The clock starts at the first read.
+        self.deadline();
         match Pin::new(&mut self.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(d) = frame.data_ref() {

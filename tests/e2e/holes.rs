@@ -658,7 +658,8 @@ fn a_limited_reader_sees_nothing_of_hidden_tables_in_logs_and_runs() {
 /// branch listed the admin's hidden commits that made and dropped the real one (their
 /// hashes, authors and times; a name never used listed nothing: an oracle of names). A
 /// commit changes a table, for a log or a bisect, only where the caller may read it
-/// there; refusals do not count hidden tables.
+/// there, and a page stops and resumes only at such commits; a page token is a commit of
+/// the history paged; refusals do not count hidden tables.
 #[test]
 fn a_namesake_table_finds_nothing_of_a_hidden_ones_history() {
     let server = Server::start();
@@ -677,17 +678,9 @@ fn a_namesake_table_finds_nothing_of_a_hidden_ones_history() {
         .to_string();
     import(&lh, "hr.pii", "pii.csv", "ssn\n123-45-6789\n");
     lh.run(&["table", "rm", "hr.pii"]).ok();
-    lh.run(&[
-        "role",
-        "set",
-        "mixed",
-        "--grant",
-        "read on main in finance",
-        "--grant",
-        "read,write,run,merge on team-b.*",
-    ])
-    .ok();
-    let mallory = lh.with_token(&server.token_for("mallory", "mixed"));
+    set_mixed_role(&lh);
+    let mallory_token = server.token_for("mallory", "mixed");
+    let mallory = lh.with_token(&mallory_token);
     mallory
         .run(&["branch", "create", "team-b.y", "--from", "main"])
         .ok();
@@ -744,6 +737,63 @@ fn a_namesake_table_finds_nothing_of_a_hidden_ones_history() {
         .to_string();
     let all: serde_json::Value = serde_json::from_str(&all).unwrap();
     assert_eq!(all.as_array().unwrap().len(), 2, "{all}");
+    // Nor do the log's pages tell of it by where they stop (the thirty-third review
+    // followed page tokens: an empty page with a token for each hidden change): page by
+    // page, her commit, then nothing and no token, as for a name never used.
+    let pages = |table: &str| -> Vec<(usize, bool)> {
+        let mut token: Option<String> = None;
+        let mut pages = Vec::new();
+        for _ in 0..10 {
+            let mut path = format!("/api/v1/log?ref=team-b.y&table={table}&limit=1");
+            if let Some(t) = &token {
+                path.push_str(&format!("&page_token={t}"));
+            }
+            let (status, body, _) = call(&server, "GET", &path, Some(&mallory_token), &[], None);
+            assert_eq!(status, 200, "{body}");
+            token = body["next_page_token"].as_str().map(str::to_string);
+            pages.push((body["commits"].as_array().unwrap().len(), token.is_some()));
+            if token.is_none() {
+                break;
+            }
+        }
+        pages
+    };
+    assert_eq!(pages("hr.pii"), [(1, true), (0, false)]);
+    assert_eq!(pages("hr.zzz"), [(0, false)]);
+    // A page token is a commit of the history paged: the head of a branch she may not
+    // read is refused, not walked.
+    lh.run(&["branch", "create", "dev", "--from", "main"]).ok();
+    let dev = lh.file("dev.csv", "x\n1\n");
+    lh.run(&[
+        "table",
+        "import",
+        "hr.dev",
+        dev.to_str().unwrap(),
+        "--ref",
+        "dev",
+    ])
+    .ok();
+    let heads: serde_json::Value =
+        serde_json::from_str(lh.run(&["branch", "ls", "-o", "json"]).ok()).unwrap();
+    let dev_head = heads
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "dev")
+        .unwrap()["head"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, body, _) = call(
+        &server,
+        "GET",
+        &format!("/api/v1/log?ref=team-b.y&page_token={dev_head}"),
+        Some(&mallory_token),
+        &[],
+        None,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(!body.to_string().contains("hr.dev"), "{body}");
     // A refused branch from a commit that held the hidden table counts nothing.
     let held = format!("main@{}", &pii_commit_of(&lh)[..12]);
     let refused = mallory.run(&["branch", "create", "team-b.q", "--from", &held]);
@@ -753,6 +803,21 @@ fn a_namesake_table_finds_nothing_of_a_hidden_ones_history() {
         "{}",
         refused.stderr
     );
+}
+
+/// The role of the third review's reader: reads main's `finance`, and does anything on
+/// `team-b.*` branches.
+fn set_mixed_role(lh: &lh_e2e::Lh) {
+    lh.run(&[
+        "role",
+        "set",
+        "mixed",
+        "--grant",
+        "read on main in finance",
+        "--grant",
+        "read,write,run,merge on team-b.*",
+    ])
+    .ok();
 }
 
 /// The commit of main that created `hr.pii` (the admin's log of the table, oldest).
@@ -832,16 +897,7 @@ fn a_limited_grant_holds_on_history_by_every_route() {
     let old_time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
     std::thread::sleep(Duration::from_millis(20));
     lh.run(&["table", "rm", "hr.pii"]).ok();
-    lh.run(&[
-        "role",
-        "set",
-        "mixed",
-        "--grant",
-        "read on main in finance",
-        "--grant",
-        "read,write,run,merge on team-b.*",
-    ])
-    .ok();
+    set_mixed_role(&lh);
     let token = server.token_for("mia", "mixed");
     let mixed = lh.with_token(&token);
     let pii_rows = |at: &str| mixed.run(&["query", "select * from hr.pii", "--ref", at]);
@@ -2473,16 +2529,7 @@ fn hidden_pii(lh: &lh_e2e::Lh) -> (String, String) {
     import(lh, "hr.pii", "pii.csv", "id,ssn\n1,123-45-6789\n");
     let before_drop = lh.head("main");
     lh.run(&["table", "rm", "hr.pii"]).ok();
-    lh.run(&[
-        "role",
-        "set",
-        "mixed",
-        "--grant",
-        "read on main in finance",
-        "--grant",
-        "read,write,run,merge on team-b.*",
-    ])
-    .ok();
+    set_mixed_role(lh);
     (before_pii, before_drop)
 }
 

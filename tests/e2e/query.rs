@@ -176,7 +176,8 @@ fn queries_read_any_ref() {
 }
 
 /// A query that takes a while shows a terminal that it runs, and for how long (cleared
-/// when the answer comes); a pipe gets the answer alone.
+/// when the answer comes), with DuckDB's progress as a bar where DuckDB can tell it; a
+/// pipe gets the answer alone. A large import shows its upload's bytes.
 #[test]
 fn a_long_query_says_it_runs_on_a_terminal() {
     let server = Server::start();
@@ -192,7 +193,7 @@ fn a_long_query_says_it_runs_on_a_terminal() {
         "{}",
         piped.stderr
     );
-    // A scan DuckDB can measure shows its progress: ten million rows of a table.
+    // A scan DuckDB can measure shows its progress: ten million rows of a table (40 MB).
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("ints.parquet");
     lh.run(&[
@@ -202,8 +203,13 @@ fn a_long_query_says_it_runs_on_a_terminal() {
         file.to_str().unwrap(),
     ])
     .ok();
-    lh.run(&["table", "import", "big.ints", file.to_str().unwrap()])
-        .ok();
+    // Its import, on a terminal, shows the upload's bytes (a file over 16 MB).
+    let (ok, seen) = lh.in_terminal(&["table", "import", "big.ints", file.to_str().unwrap()]);
+    assert!(ok, "{seen}");
+    let upload =
+        regex::Regex::new(r"uploading \S*ints\.parquet \[[=> ]{30}\] [0-9.]+ [KMG]iB/[0-9.]+ MiB")
+            .unwrap();
+    assert!(upload.is_match(&seen), "no upload bar:\n{seen}");
     let (ok, seen) = lh.in_terminal(&[
         "query",
         "select count(distinct md5(md5(i::varchar))) as n from big.ints",

@@ -277,20 +277,31 @@ fn check_excerpt(root: &Path, block: &Block, path: &str) {
     }
 }
 
-/// Every block of the README, in order, against one server (on the process runtime):
+/// Every block of the README, in order, against one server (the embedded default, on the
+/// process runtime):
 /// Start here, the Python client, the diffs, bisects and plans of `examples/sales`,
 /// partitions, the daily shop's backfill, the write-audit-publish story, pyiceberg
 /// through the REST catalog, tokens, roles and secrets.
 #[test]
 fn every_block_of_the_readme_runs_as_written() {
     let cache = crate::runs::env_cache();
-    // The README's transcripts show the author `admin`: the user who starts the server.
+    let dir = tempfile::tempdir().unwrap();
+    // The README walks through the embedded default, a warehouse folder (whose files
+    // pyiceberg reads as `file://`), whatever warehouse the suite's phase gives others;
+    // its transcripts show the author `admin`: the user who starts the server.
+    let warehouse = dir.path().join("warehouse");
     let server = Server::start_with_env(
-        &["--env-cache", &cache, "--runtime", "process"],
+        &[
+            "--env-cache",
+            &cache,
+            "--runtime",
+            "process",
+            "--warehouse",
+            warehouse.to_str().unwrap(),
+        ],
         &[("USER", "admin")],
     );
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let work = dir.path().join("work");
     let tmp = dir.path().join("tmp");
     std::fs::create_dir_all(&work).unwrap();

@@ -86,33 +86,61 @@ pub fn track_progress(conn: &Connection) -> Result<()> {
         .map_err(|e| Error::internal(format!("cannot track DuckDB's progress: {e}")))
 }
 
-/// How far DuckDB is through the query running on the connection of `handle`, in
-/// percent, as DuckDB's own progress bar says; `None` when no query runs there or
-/// DuckDB cannot tell (a connection without [`track_progress`], an operator that
-/// reports none).
+/// A running query's progress, for another thread to read: DuckDB's progress bar of the
+/// query on one connection, in percent.
 ///
 /// duckdb-rs (pinned at ~1.10506.1) keeps the raw connection only in its interrupt
 /// handle, a struct of one field, the mutex holding it, and exposes no progress: the
-/// handle is read as that mutex. The mutex is held while DuckDB is asked, so that the
-/// connection cannot be closed meanwhile (closing empties it under the same lock);
-/// DuckDB answers from another thread than the query's, as its clients' progress bars
-/// do.
-#[allow(unsafe_code)]
-pub fn progress(handle: &duckdb::InterruptHandle) -> Option<f64> {
-    type Raw = std::sync::Mutex<duckdb::ffi::duckdb_connection>;
-    const _: () = assert!(
-        std::mem::size_of::<duckdb::InterruptHandle>() == std::mem::size_of::<Raw>()
-            && std::mem::align_of::<duckdb::InterruptHandle>() == std::mem::align_of::<Raw>()
-    );
-    // SAFETY: `InterruptHandle` is `{ conn: Mutex<duckdb_connection> }` in the pinned
-    // duckdb-rs, of the same size and alignment (checked above), so its one field is
-    // at offset 0; the pointer is only read under its lock, and null once closed.
-    let raw = unsafe { &*(handle as *const duckdb::InterruptHandle as *const Raw) };
-    let conn = raw.lock().ok()?;
-    if conn.is_null() {
-        return None;
+/// handle is read as that mutex. Closing a connection there frees it before emptying
+/// the handle, so the handle alone cannot say whether the connection still lives: the
+/// watch is closed ([`ProgressWatch::close`]) by the connection's owner before the
+/// connection is (the query engine's session does so as it is dropped), and every read
+/// holds the watch's lock, so that a read never meets a closed connection. Once (the
+/// thirty-third review), reads racing the end of short queries returned words of freed
+/// memory (heap addresses) as percentages.
+pub struct ProgressWatch(std::sync::Mutex<Option<std::sync::Arc<duckdb::InterruptHandle>>>);
+
+impl ProgressWatch {
+    /// A watch of the connection of `handle`, open until [`close`](Self::close).
+    pub fn new(handle: std::sync::Arc<duckdb::InterruptHandle>) -> ProgressWatch {
+        ProgressWatch(std::sync::Mutex::new(Some(handle)))
     }
-    // SAFETY: a live connection (not yet closed: the lock is held).
-    let p = unsafe { duckdb::ffi::duckdb_query_progress(*conn) };
-    (p.percentage >= 0.0).then(|| p.percentage.min(100.0))
+
+    /// Ends the watch: no read reaches the connection from here on (a read in progress
+    /// is waited for). To be called before the connection is closed.
+    pub fn close(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Whether the watch was closed (its connection may be gone).
+    pub fn is_closed(&self) -> bool {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+    }
+
+    /// How far the connection's running query is, in percent; `None` when the watch is
+    /// closed, no query runs there, or DuckDB cannot tell (a connection without
+    /// [`track_progress`], an operator that reports none).
+    #[allow(unsafe_code)]
+    pub fn read(&self) -> Option<f64> {
+        type Raw = std::sync::Mutex<duckdb::ffi::duckdb_connection>;
+        const _: () = assert!(
+            std::mem::size_of::<duckdb::InterruptHandle>() == std::mem::size_of::<Raw>()
+                && std::mem::align_of::<duckdb::InterruptHandle>() == std::mem::align_of::<Raw>()
+        );
+        let open = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let handle = open.as_ref()?;
+        // SAFETY: `InterruptHandle` is `{ conn: Mutex<duckdb_connection> }` in the pinned
+        // duckdb-rs, of the same size and alignment (checked above), so its one field is
+        // at offset 0.
+        let raw = unsafe { &*(std::sync::Arc::as_ptr(handle) as *const Raw) };
+        let conn = raw.lock().ok()?;
+        if conn.is_null() {
+            return None;
+        }
+        // SAFETY: the connection is open: its owner closes this watch (whose lock is
+        // held) before closing it.
+        let p = unsafe { duckdb::ffi::duckdb_query_progress(*conn) };
+        let p = p.percentage;
+        (p.is_finite() && (0.0..=100.0).contains(&p)).then_some(p)
+    }
 }

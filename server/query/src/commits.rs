@@ -80,6 +80,17 @@ impl Drop for CommitCatalog {
 pub(super) struct Session {
     pub(super) conn: Connection,
     commit: Arc<CommitCatalog>,
+    /// The watch of its query's progress, if it is named: closed before the connection.
+    pub(super) watch: Option<Arc<lh_core::duck::ProgressWatch>>,
+}
+
+impl Drop for Session {
+    // Runs before the fields are dropped: the watch is closed before the connection.
+    fn drop(&mut self) {
+        if let Some(w) = self.watch.take() {
+            w.close();
+        }
+    }
 }
 
 impl Session {
@@ -90,7 +101,11 @@ impl Session {
         let conn = connect(database)?;
         conn.execute_batch(&format!("USE {};", commit.name))?;
         lh_core::duck::track_progress(&conn)?;
-        Ok(Session { conn, commit })
+        Ok(Session {
+            conn,
+            commit,
+            watch: None,
+        })
     }
 
     /// Makes the `views` that the commit's catalog still lacks.

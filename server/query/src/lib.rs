@@ -97,22 +97,24 @@ impl Default for Ask<'_> {
     }
 }
 
-/// The running queries that callers named (`Ask::progress`), by caller and name.
+/// The running queries that callers named (`Ask::progress`), by caller and name: the
+/// watches of their sessions' progress (each closed by its session before its
+/// connection is).
 type Running =
-    std::sync::Mutex<std::collections::HashMap<(String, String), Arc<duckdb::InterruptHandle>>>;
+    std::sync::Mutex<std::collections::HashMap<(String, String), Arc<duck::ProgressWatch>>>;
 
 /// A named query's entry in [`Running`], removed when DuckDB is done with it.
 struct Tracked {
     running: Arc<Running>,
     key: (String, String),
-    handle: Arc<duckdb::InterruptHandle>,
+    watch: Arc<duck::ProgressWatch>,
 }
 
 impl Drop for Tracked {
     fn drop(&mut self) {
         if let Ok(mut r) = self.running.lock()
             && r.get(&self.key)
-                .is_some_and(|h| Arc::ptr_eq(h, &self.handle))
+                .is_some_and(|w| Arc::ptr_eq(w, &self.watch))
         {
             r.remove(&self.key);
         }
@@ -246,7 +248,7 @@ impl QueryEngine {
     /// DuckDB's progress bar says (`None` while DuckDB cannot tell); not found when no
     /// query of that caller by that name runs now. A caller sees only its own.
     pub fn progress(&self, caller: &str, id: &str) -> Result<Option<f64>> {
-        let handle = self
+        let watch = self
             .running
             .lock()
             .map_err(|_| Error::internal("the running queries are poisoned"))?
@@ -258,7 +260,7 @@ impl QueryEngine {
                     format!("no query named '{id}' is running"),
                 )
             })?;
-        Ok(duck::progress(&handle))
+        Ok(watch.read())
     }
 
     /// The server's answer memory, which every answer it holds is charged to.
@@ -625,7 +627,7 @@ impl QueryEngine {
 
         let database = self.database.clone();
         let in_catalog = catalog.clone();
-        let session = blocking(move || Session::in_commit(&database, in_catalog)).await?;
+        let mut session = blocking(move || Session::in_commit(&database, in_catalog)).await?;
         let refs = (analysis.tables, analysis.ctes);
 
         let missing = |name: &str| {
@@ -662,18 +664,21 @@ impl QueryEngine {
         .map_err(|_| fetch_timeout(timeout))??;
 
         let handle = session.conn.interrupt_handle();
-        // Named while DuckDB runs it (the entry goes when `execute` returns).
+        // Named while DuckDB runs it (the entry goes when `execute` returns; the
+        // session closes the watch before its connection).
         let tracked = match (caller, progress) {
             (Some(c), Some(id)) => {
                 let key = (c.to_string(), id.to_string());
+                let watch = Arc::new(duck::ProgressWatch::new(handle.clone()));
+                session.watch = Some(watch.clone());
                 self.running
                     .lock()
                     .map_err(|_| Error::internal("the running queries are poisoned"))?
-                    .insert(key.clone(), handle.clone());
+                    .insert(key.clone(), watch.clone());
                 Some(Tracked {
                     running: self.running.clone(),
                     key,
-                    handle: handle.clone(),
+                    watch,
                 })
             }
             _ => None,

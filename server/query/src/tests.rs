@@ -1354,6 +1354,8 @@ async fn a_named_querys_progress_is_its_callers_while_it_runs() {
     }
     let seen = seen.expect("the running query's progress");
     assert!(seen.is_none_or(|p| (0.0..=100.0).contains(&p)), "{seen:?}");
+    let watch = engine.running.lock().unwrap()[&("alice".to_string(), "q1".to_string())].clone();
+    assert!(!watch.is_closed());
     let other = engine.progress("bob", "q1").unwrap_err();
     assert_eq!(other.code, Code::QueryNotFound, "{other:?}");
     query.abort();
@@ -1367,4 +1369,8 @@ async fn a_named_querys_progress_is_its_callers_while_it_runs() {
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
     assert!(gone, "a query's entry outlived it");
+    // Its session closed the watch before its connection (the thirty-third review read
+    // freed memory through a watch left open): a read now reaches no connection.
+    assert!(watch.is_closed());
+    assert_eq!(watch.read(), None);
 }

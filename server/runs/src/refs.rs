@@ -386,10 +386,38 @@ impl Refs {
             identity.require_ref(Action::Read, u, "reading its history")?;
             query.until = Some(self.catalog.resolve(u).await?.commit.id);
         }
-        let page = self.catalog.log(&log_at, &query).await?;
-        let filtered = !query.properties.is_empty();
+        // A page token is where an earlier page of this history stopped: a commit of it.
+        // Any other commit (a hash seen elsewhere, a branch one may not read) is refused.
+        if let Some(token) = &query.page_token {
+            let head = self.catalog.resolve(&log_at).await?.commit.id;
+            let inside = match token.parse::<lh_catalog::CommitId>() {
+                Ok(t) => self.catalog.is_ancestor(t, head).await.unwrap_or(false),
+                Err(_) => false,
+            };
+            if !inside {
+                return Err(Error::bad_request(
+                    Code::InvalidArgument,
+                    format!("invalid page token for the history of '{at}'"),
+                ));
+            }
+        }
         let limits =
             crate::auth::history::Limits::of(&self.catalog, identity, at.ref_name()).await?;
+        // With a table: a commit counts only where the caller may read that table, so
+        // that neither the page nor where it stops tells of a hidden table's history.
+        let page = match (&query.table, &limits) {
+            (Some(t), Some(l)) => {
+                let catalog = &self.catalog;
+                self.catalog
+                    .log_where(&log_at, &query, |c| async move {
+                        let there = l.at(catalog, &c).await?;
+                        Ok::<bool, Error>(there.can_table(Action::Read, at, t))
+                    })
+                    .await?
+            }
+            _ => self.catalog.log(&log_at, &query).await?,
+        };
+        let filtered = !query.properties.is_empty();
         let mut commits = Vec::with_capacity(page.commits.len());
         for c in page.commits {
             // What history allows of this commit, read through `at`'s ref.

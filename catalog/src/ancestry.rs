@@ -77,7 +77,11 @@ pub(crate) async fn seal(
 
 /// The first-parent ancestor of `c` at `depth`, in O(log n) steps over skip pointers
 /// (the walk of Bitcoin's `CBlockIndex::GetAncestor`).
-async fn ancestor_at_depth(objects: &Objects, c: Arc<Commit>, depth: u64) -> Result<Arc<Commit>> {
+pub(crate) async fn ancestor_at_depth(
+    objects: &Objects,
+    c: Arc<Commit>,
+    depth: u64,
+) -> Result<Arc<Commit>> {
     let mut walk = c;
     while walk.depth > depth {
         let here = walk.depth;

@@ -851,6 +851,22 @@ impl Catalog {
     }
 
     /// Whether commit `a` is `b` or one of its ancestors (through any parent).
+    /// Whether `a` is `b` or on `b`'s first-parent line (the history `log` walks from
+    /// `b`).
+    pub async fn on_first_parent_line(&self, a: CommitId, b: CommitId) -> Result<bool> {
+        let a = self.objects.commit_by_id(a).await?;
+        let b = self.objects.commit_by_id(b).await?;
+        if a.depth > b.depth {
+            return Ok(false);
+        }
+        Ok(
+            crate::ancestry::ancestor_at_depth(&self.objects, b, a.depth)
+                .await?
+                .id
+                == a.id,
+        )
+    }
+
     pub async fn is_ancestor(&self, a: CommitId, b: CommitId) -> Result<bool> {
         let a = self.objects.commit_by_id(a).await?;
         let b = self.objects.commit_by_id(b).await?;

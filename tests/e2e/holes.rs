@@ -605,6 +605,40 @@ fn a_limited_reader_sees_nothing_of_hidden_tables_in_logs_and_runs() {
         "{body}"
     );
     assert_eq!(body["commits"].as_array().unwrap().len(), 1, "{body}");
+    // Nor by where a page stops (the thirty-fourth review: a page of one ending at the
+    // hidden import, with a token, told its hidden property): the first page of one is
+    // the import she may see.
+    let (status, body, _) = call(
+        &server,
+        "GET",
+        "/api/v1/log?ref=main&limit=1&property=lh.operation%3Dimport-create",
+        Some(&fin_token),
+        &[],
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["commits"].as_array().unwrap().len(), 1, "{body}");
+    assert!(body.to_string().contains("finance.ledger"), "{body}");
+    // A page token off main's first-parent line (the run's branch, merged into main as
+    // a second parent) is refused, not walked.
+    let admin_log: serde_json::Value =
+        serde_json::from_str(lh.run(&["log", "main", "-o", "json"]).ok()).unwrap();
+    let merged = admin_log
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|c| c["parents"].as_array().filter(|p| p.len() == 2))
+        .map(|p| p[1].as_str().unwrap().to_string())
+        .expect("the run's merge into main");
+    let (status, body, _) = call(
+        &server,
+        "GET",
+        &format!("/api/v1/log?ref=main&page_token={merged}"),
+        Some(&fin_token),
+        &[],
+        None,
+    );
+    assert_eq!(status, 400, "{body}");
     // The admin sees every message.
     let all = lh.run(&["log", "main", "-o", "json"]).ok().to_string();
     assert!(

@@ -86,30 +86,40 @@ pub fn track_progress(conn: &Connection) -> Result<()> {
         .map_err(|e| Error::internal(format!("cannot track DuckDB's progress: {e}")))
 }
 
-/// A running query's progress, for another thread to read: DuckDB's progress bar of the
-/// query on one connection, in percent.
+/// A connection's running statement, as another thread reaches it: its progress
+/// (DuckDB's progress bar, in percent) and its interrupt.
 ///
 /// duckdb-rs (pinned at ~1.10506.1) keeps the raw connection only in its interrupt
 /// handle, a struct of one field, the mutex holding it, and exposes no progress: the
 /// handle is read as that mutex. Closing a connection there frees it before emptying
-/// the handle, so the handle alone cannot say whether the connection still lives: the
-/// watch is closed ([`ProgressWatch::close`]) by the connection's owner before the
-/// connection is (the query engine's session does so as it is dropped), and every read
-/// holds the watch's lock, so that a read never meets a closed connection. Once (the
-/// thirty-third review), reads racing the end of short queries returned words of freed
-/// memory (heap addresses) as percentages.
-pub struct ProgressWatch(std::sync::Mutex<Option<std::sync::Arc<duckdb::InterruptHandle>>>);
+/// the handle, so the handle alone cannot say whether the connection still lives (its
+/// own `interrupt` included): the watch is closed ([`Watch::close`]) by the
+/// connection's owner before the connection is (the query engine's session does so as
+/// it is dropped, a write before its database), and every read and interrupt holds the
+/// watch's lock, so that none meets a closed connection. Once (the thirty-third and
+/// thirty-fourth reviews), progress reads racing the end of short queries returned
+/// words of freed memory (heap addresses) as percentages, and a timeout firing as a
+/// query ended interrupted its freed connection.
+pub struct Watch(std::sync::Mutex<Option<std::sync::Arc<duckdb::InterruptHandle>>>);
 
-impl ProgressWatch {
+impl Watch {
     /// A watch of the connection of `handle`, open until [`close`](Self::close).
-    pub fn new(handle: std::sync::Arc<duckdb::InterruptHandle>) -> ProgressWatch {
-        ProgressWatch(std::sync::Mutex::new(Some(handle)))
+    pub fn new(handle: std::sync::Arc<duckdb::InterruptHandle>) -> Watch {
+        Watch(std::sync::Mutex::new(Some(handle)))
     }
 
     /// Ends the watch: no read reaches the connection from here on (a read in progress
     /// is waited for). To be called before the connection is closed.
     pub fn close(&self) {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Interrupts the connection's running statement, unless the watch is closed.
+    pub fn interrupt(&self) {
+        let open = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(handle) = open.as_ref() {
+            handle.interrupt();
+        }
     }
 
     /// Whether the watch was closed (its connection may be gone).

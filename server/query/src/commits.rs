@@ -80,16 +80,15 @@ impl Drop for CommitCatalog {
 pub(super) struct Session {
     pub(super) conn: Connection,
     commit: Arc<CommitCatalog>,
-    /// The watch of its query's progress, if it is named: closed before the connection.
-    pub(super) watch: Option<Arc<lh_core::duck::ProgressWatch>>,
+    /// How other threads reach its statement (progress, interrupt): closed before the
+    /// connection is.
+    pub(super) watch: Arc<lh_core::duck::Watch>,
 }
 
 impl Drop for Session {
     // Runs before the fields are dropped: the watch is closed before the connection.
     fn drop(&mut self) {
-        if let Some(w) = self.watch.take() {
-            w.close();
-        }
+        self.watch.close();
     }
 }
 
@@ -101,10 +100,11 @@ impl Session {
         let conn = connect(database)?;
         conn.execute_batch(&format!("USE {};", commit.name))?;
         lh_core::duck::track_progress(&conn)?;
+        let watch = Arc::new(lh_core::duck::Watch::new(conn.interrupt_handle()));
         Ok(Session {
             conn,
             commit,
-            watch: None,
+            watch,
         })
     }
 

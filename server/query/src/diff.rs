@@ -358,7 +358,7 @@ impl QueryEngine {
             Ok(session)
         })
         .await?;
-        let _interrupt = Interrupt(Some(session.conn.interrupt_handle()), cancelled.clone());
+        let _interrupt = Interrupt(Some(session.watch.clone()), cancelled.clone());
         let n = columns.len();
         let limit = req.limit.min(MAX_ROWS);
         let names: Vec<String> = columns.iter().map(|c| c.name.clone()).collect();
@@ -405,7 +405,7 @@ impl QueryEngine {
 /// Interrupts DuckDB's statement when dropped (a diff's future dropped by its timeout
 /// or by a client that left), and marks the diff cancelled, so that no later statement
 /// of it starts.
-struct Interrupt(Option<Arc<duckdb::InterruptHandle>>, Arc<AtomicBool>);
+struct Interrupt(Option<Arc<lh_core::duck::Watch>>, Arc<AtomicBool>);
 
 impl Drop for Interrupt {
     fn drop(&mut self) {

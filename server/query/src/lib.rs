@@ -100,14 +100,13 @@ impl Default for Ask<'_> {
 /// The running queries that callers named (`Ask::progress`), by caller and name: the
 /// watches of their sessions' progress (each closed by its session before its
 /// connection is).
-type Running =
-    std::sync::Mutex<std::collections::HashMap<(String, String), Arc<duck::ProgressWatch>>>;
+type Running = std::sync::Mutex<std::collections::HashMap<(String, String), Arc<duck::Watch>>>;
 
 /// A named query's entry in [`Running`], removed when DuckDB is done with it.
 struct Tracked {
     running: Arc<Running>,
     key: (String, String),
-    watch: Arc<duck::ProgressWatch>,
+    watch: Arc<duck::Watch>,
 }
 
 impl Drop for Tracked {
@@ -191,7 +190,7 @@ pub struct Streaming {
 
 /// Interrupts a running query when dropped, unless it finished first: a caller that
 /// goes away (a client that disconnects) stops its query.
-struct InterruptOnDrop(Option<Arc<duckdb::InterruptHandle>>);
+struct InterruptOnDrop(Option<Arc<duck::Watch>>);
 
 impl Drop for InterruptOnDrop {
     fn drop(&mut self) {
@@ -205,7 +204,7 @@ impl Drop for InterruptOnDrop {
 /// `timeout`: past it the work is interrupted and the error says what ran too long
 /// (`late`); a caller that goes away interrupts it too.
 async fn interruptible<T>(
-    handle: Arc<duckdb::InterruptHandle>,
+    handle: Arc<duck::Watch>,
     timeout: Duration,
     task: impl Future<Output = Result<T>>,
     late: impl FnOnce() -> String,
@@ -353,7 +352,7 @@ impl QueryEngine {
             Ok(session)
         })
         .await?;
-        let handle = session.conn.interrupt_handle();
+        let handle = session.watch.clone();
         let out = path.to_path_buf();
         let label = table.to_string();
         let held = _permit.clone();
@@ -482,7 +481,7 @@ impl QueryEngine {
         let catalog = Arc::new(CommitCatalog::attach(&self.database)?);
         let database = self.database.clone();
         let session = blocking(move || Session::in_commit(&database, catalog)).await?;
-        let handle = session.conn.interrupt_handle();
+        let handle = session.watch.clone();
         let text = format!(
             "SELECT * FROM ({}\n) AS lh_plan_query LIMIT 0",
             sql.trim().trim_end_matches(';')
@@ -627,7 +626,7 @@ impl QueryEngine {
 
         let database = self.database.clone();
         let in_catalog = catalog.clone();
-        let mut session = blocking(move || Session::in_commit(&database, in_catalog)).await?;
+        let session = blocking(move || Session::in_commit(&database, in_catalog)).await?;
         let refs = (analysis.tables, analysis.ctes);
 
         let missing = |name: &str| {
@@ -663,14 +662,13 @@ impl QueryEngine {
         .await
         .map_err(|_| fetch_timeout(timeout))??;
 
-        let handle = session.conn.interrupt_handle();
+        let handle = session.watch.clone();
         // Named while DuckDB runs it (the entry goes when `execute` returns; the
         // session closes the watch before its connection).
         let tracked = match (caller, progress) {
             (Some(c), Some(id)) => {
                 let key = (c.to_string(), id.to_string());
-                let watch = Arc::new(duck::ProgressWatch::new(handle.clone()));
-                session.watch = Some(watch.clone());
+                let watch = session.watch.clone();
                 self.running
                     .lock()
                     .map_err(|_| Error::internal("the running queries are poisoned"))?

@@ -386,12 +386,17 @@ impl Refs {
             identity.require_ref(Action::Read, u, "reading its history")?;
             query.until = Some(self.catalog.resolve(u).await?.commit.id);
         }
-        // A page token is where an earlier page of this history stopped: a commit of it.
-        // Any other commit (a hash seen elsewhere, a branch one may not read) is refused.
+        // A page token is where an earlier page of this history stopped: a commit of its
+        // first-parent line, the one the log walks. Any other commit (a hash seen
+        // elsewhere, a merged branch's, a branch one may not read) is refused.
         if let Some(token) = &query.page_token {
             let head = self.catalog.resolve(&log_at).await?.commit.id;
             let inside = match token.parse::<lh_catalog::CommitId>() {
-                Ok(t) => self.catalog.is_ancestor(t, head).await.unwrap_or(false),
+                Ok(t) => self
+                    .catalog
+                    .on_first_parent_line(t, head)
+                    .await
+                    .unwrap_or(false),
                 Err(_) => false,
             };
             if !inside {
@@ -403,19 +408,36 @@ impl Refs {
         }
         let limits =
             crate::auth::history::Limits::of(&self.catalog, identity, at.ref_name()).await?;
-        // With a table: a commit counts only where the caller may read that table, so
-        // that neither the page nor where it stops tells of a hidden table's history.
-        let page = match (&query.table, &limits) {
-            (Some(t), Some(l)) => {
-                let catalog = &self.catalog;
-                self.catalog
-                    .log_where(&log_at, &query, |c| async move {
-                        let there = l.at(catalog, &c).await?;
-                        Ok::<bool, Error>(there.can_table(Action::Read, at, t))
-                    })
-                    .await?
-            }
-            _ => self.catalog.log(&log_at, &query).await?,
+        // With a filter (a table, properties): a commit counts only as the caller sees it
+        // (a table it may read there, properties not hidden), so that neither the page
+        // nor where it stops tells of what it may not see.
+        let page = if query.table.is_some() || !query.properties.is_empty() {
+            let (catalog, limits, table, wanted) =
+                (&self.catalog, &limits, &query.table, &query.properties);
+            self.catalog
+                .log_where(&log_at, &query, |c| async move {
+                    let there = match limits {
+                        Some(l) => l.at(catalog, &c).await?,
+                        None => identity.clone(),
+                    };
+                    if let Some(t) = table
+                        && !there.can_table(Action::Read, at, t)
+                    {
+                        return Ok(false);
+                    }
+                    if wanted.is_empty() {
+                        return Ok(true);
+                    }
+                    let seen = self.as_seen(&there, at, (*c).clone()).await?;
+                    Ok::<bool, Error>(
+                        wanted
+                            .iter()
+                            .all(|(k, v)| seen.properties.get(k) == Some(v)),
+                    )
+                })
+                .await?
+        } else {
+            self.catalog.log(&log_at, &query).await?
         };
         let filtered = !query.properties.is_empty();
         let mut commits = Vec::with_capacity(page.commits.len());
@@ -532,6 +554,43 @@ impl Refs {
             .map(TableChange::from)
             .collect();
         if rows {
+            // An added table's rows are all added, a removed one's all removed: its
+            // snapshot's summary says how many (no data file is read).
+            let whole: Vec<(usize, lh_catalog::TableEntry)> = tables
+                .iter()
+                .enumerate()
+                .filter_map(|(i, t)| {
+                    let pointer = match t.change {
+                        DiffKind::Added => t.to.clone(),
+                        DiffKind::Removed => t.from.clone(),
+                        _ => None,
+                    }?;
+                    Some((
+                        i,
+                        lh_catalog::TableEntry {
+                            name: t.table.clone(),
+                            pointer,
+                        },
+                    ))
+                })
+                .collect();
+            let entries: Vec<lh_catalog::TableEntry> =
+                whole.iter().map(|(_, e)| e.clone()).collect();
+            let totals = self.tables.totals(&entries).await;
+            for ((i, _), total) in whole.iter().zip(totals) {
+                let t = &mut tables[*i];
+                match total.rows {
+                    Some(n) => {
+                        let added = t.change == DiffKind::Added;
+                        t.rows = Some(RowCounts {
+                            added: if added { n } else { 0 },
+                            removed: if added { 0 } else { n },
+                            changed: None,
+                        });
+                    }
+                    None => t.rows_error = Some("not counted: its metadata cannot be read".into()),
+                }
+            }
             let deadline = std::time::Instant::now() + self.queries.limits().timeout;
             let mut counted = 0;
             for t in &mut tables {

@@ -602,13 +602,20 @@ struct StopState {
     stopped: bool,
     /// The blocking thread is done with DuckDB.
     finished: bool,
-    handle: Option<Arc<duckdb::InterruptHandle>>,
+    /// The write's connection, while it is open (see [`Stop::attach`]).
+    watch: Option<Arc<lh_core::duck::Watch>>,
 }
 
 impl Stop {
-    fn attach(&self, conn: &duckdb::Connection) -> Result<()> {
-        self.0.lock().expect("stop lock").handle = Some(conn.interrupt_handle());
-        self.check()
+    /// Lets `stop` interrupt `conn`'s statements until the returned guard is dropped,
+    /// which must be before `conn` is (declare it after): duckdb-rs frees a connection
+    /// before its interrupt handle learns of it, and an interrupt must never reach a
+    /// closed one.
+    fn attach(&self, conn: &duckdb::Connection) -> Result<Attached> {
+        let watch = Arc::new(lh_core::duck::Watch::new(conn.interrupt_handle()));
+        self.0.lock().expect("stop lock").watch = Some(watch.clone());
+        self.check()?;
+        Ok(Attached(watch))
     }
 
     /// Before each statement: an error once stopped.
@@ -626,8 +633,8 @@ impl Stop {
     fn stop(&self) {
         let mut s = self.0.lock().expect("stop lock");
         s.stopped = true;
-        if let Some(h) = &s.handle {
-            h.interrupt();
+        if let Some(w) = &s.watch {
+            w.interrupt();
         }
     }
 
@@ -637,6 +644,17 @@ impl Stop {
 
     fn finished(&self) -> bool {
         self.0.lock().expect("stop lock").finished
+    }
+}
+
+/// A write's connection reachable by its [`Stop`]: closed (no interrupt reaches the
+/// connection any more) when dropped, before the connection is.
+#[must_use]
+struct Attached(Arc<lh_core::duck::Watch>);
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        self.0.close();
     }
 }
 

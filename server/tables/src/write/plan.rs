@@ -45,7 +45,8 @@ impl WritePlan {
         ];
         allowed.extend(self.readable.iter().map(|p| p.as_path()));
         let conn = duck::sandboxed(&allowed, &spill.0, &self.ctx.limits)?;
-        stop.attach(&conn)?;
+        // Declared after the connection: dropped (closed) before it.
+        let _attached = stop.attach(&conn)?;
         let src = match &self.job.source {
             Source::Files {
                 format,

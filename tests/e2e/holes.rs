@@ -698,21 +698,7 @@ fn a_limited_reader_sees_nothing_of_hidden_tables_in_logs_and_runs() {
 fn a_namesake_table_finds_nothing_of_a_hidden_ones_history() {
     let server = Server::start();
     let lh = server.lh();
-    import(&lh, "finance.t", "t.csv", "id\n1\n");
-    let before = lh.run(&["branch", "ls", "-o", "json"]).ok().to_string();
-    let first: serde_json::Value = serde_json::from_str(&before).unwrap();
-    let c0 = first
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == "main")
-        .unwrap()["head"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    import(&lh, "hr.pii", "pii.csv", "ssn\n123-45-6789\n");
-    lh.run(&["table", "rm", "hr.pii"]).ok();
-    set_mixed_role(&lh);
+    let (c0, pii_created) = hidden_pii(&lh);
     let mallory_token = server.token_for("mallory", "mixed");
     let mallory = lh.with_token(&mallory_token);
     mallory
@@ -807,17 +793,7 @@ fn a_namesake_table_finds_nothing_of_a_hidden_ones_history() {
         "dev",
     ])
     .ok();
-    let heads: serde_json::Value =
-        serde_json::from_str(lh.run(&["branch", "ls", "-o", "json"]).ok()).unwrap();
-    let dev_head = heads
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == "dev")
-        .unwrap()["head"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let dev_head = lh.head("dev");
     let (status, body, _) = call(
         &server,
         "GET",
@@ -829,7 +805,7 @@ fn a_namesake_table_finds_nothing_of_a_hidden_ones_history() {
     assert_eq!(status, 400, "{body}");
     assert!(!body.to_string().contains("hr.dev"), "{body}");
     // A refused branch from a commit that held the hidden table counts nothing.
-    let held = format!("main@{}", &pii_commit_of(&lh)[..12]);
+    let held = format!("main@{}", &pii_created[..12]);
     let refused = mallory.run(&["branch", "create", "team-b.q", "--from", &held]);
     assert_eq!(refused.code, 9, "{}", refused.stderr);
     assert!(
@@ -852,19 +828,6 @@ fn set_mixed_role(lh: &lh_e2e::Lh) {
         "read,write,run,merge on team-b.*",
     ])
     .ok();
-}
-
-/// The commit of main that created `hr.pii` (the admin's log of the table, oldest).
-fn pii_commit_of(lh: &lh_e2e::Lh) -> String {
-    let out = lh
-        .run(&["log", "main", "--table", "hr.pii", "-o", "json"])
-        .ok()
-        .to_string();
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    v.as_array().unwrap().last().unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
 }
 
 /// Once: one reader's 12 slow queries made another's 1-row query wait 8 s: every slot

@@ -439,7 +439,6 @@ impl Refs {
         } else {
             self.catalog.log(&log_at, &query).await?
         };
-        let filtered = !query.properties.is_empty();
         let mut commits = Vec::with_capacity(page.commits.len());
         for c in page.commits {
             // What history allows of this commit, read through `at`'s ref.
@@ -447,21 +446,8 @@ impl Refs {
                 Some(l) => l.at(&self.catalog, &c).await?,
                 None => identity.clone(),
             };
-            // A commit changes a table only where it may be read: a commit of the
-            // hidden history of a name (a table dropped before the caller's own of
-            // that name was made) is not listed, as if it changed nothing.
-            if let Some(t) = &query.table
-                && !there.can_table(Action::Read, at, t)
-            {
-                continue;
-            }
-            let had = c.properties.len();
-            let seen = self.as_seen(&there, at, c).await?;
-            // A commit whose properties are hidden is not found by them either.
-            if filtered && had > 0 && seen.properties.is_empty() {
-                continue;
-            }
-            commits.push(seen);
+            // A filtered page holds only what `log_where` kept as the caller sees it.
+            commits.push(self.as_seen(&there, at, c).await?);
         }
         Ok(LogPage {
             commits,

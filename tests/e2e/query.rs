@@ -218,6 +218,29 @@ fn a_long_query_says_it_runs_on_a_terminal() {
     assert!(seen.contains("10000000"), "{seen}");
     let bar = regex::Regex::new(r"running the query \[[=> ]{30}\] +\d{1,3}% \(").unwrap();
     assert!(bar.is_match(&seen), "no progress bar:\n{seen}");
+    // A progress id that is not a plain name is refused, and nothing runs; a name no
+    // query of the caller's runs under is not found.
+    let token = server.token();
+    let (status, body, _) = crate::auth::call(
+        &server,
+        "POST",
+        "/api/v1/query",
+        Some(&token),
+        &[("Accept", "application/json")],
+        Some(serde_json::json!({"sql": "select 1", "progress_id": "../x y"})),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("progress id"), "{body}");
+    let (status, body, _) = crate::auth::call(
+        &server,
+        "GET",
+        "/api/v1/query/progress/nothing-runs",
+        Some(&token),
+        &[],
+        None,
+    );
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["kind"], "query_not_found", "{body}");
 }
 
 #[test]

@@ -56,8 +56,8 @@ pub fn app(state: AppState) -> Router {
 /// hold at once: four of the largest a body may be (`--max-request`), at least 64 MiB.
 /// Found by the thirtieth review: 40 query bodies of 15 MB at once took the server from
 /// 0.18 to 1.44 GB, and nothing bounded how many. A body charges its declared length
-/// (without one, the largest a body may be) while its request is served; one that would
-/// pass the budget waits up to a minute for others to finish (its body still unread,
+/// (without one, the largest a body may be) until it has been read ([`Charged`]); one that would
+/// pass the budget waits up to a minute for others to be read (its body still unread,
 /// in the connection's buffers), then is refused (503). Small
 /// bodies are not charged, nor uploads, which stream to disk.
 ///
@@ -139,7 +139,7 @@ async fn hold_body(
         let all = bodies.kib.clone().acquire_many_owned(kib).await?;
         Ok::<_, tokio::sync::AcquireError>((mine, all))
     };
-    let Ok(Ok(_held)) = tokio::time::timeout(std::time::Duration::from_secs(60), wait).await else {
+    let Ok(Ok(held)) = tokio::time::timeout(std::time::Duration::from_secs(60), wait).await else {
         return lh_core::http::ApiError(
             lh_core::error::Error::new(
                 lh_core::error::Kind::Unavailable,
@@ -150,5 +150,50 @@ async fn hold_body(
         )
         .into_response();
     };
+    let req = req.map(|body| {
+        axum::body::Body::new(Charged {
+            body,
+            held: Some(held),
+        })
+    });
     next.run(req).await
+}
+
+/// A request body and its charge to the body budget, given back once the body has been
+/// read to its end (or dropped unread): what a handler keeps of it is its own to bound
+/// (a query's SQL, `lh_query::MAX_SQL_BYTES`, and its caller's queue). Once (the
+/// thirty-fourth review) the charge was held for the whole request: four 16 MiB query
+/// bodies of two callers, their queries running for minutes, held the whole budget and
+/// another caller's 1 MB body waited a minute and was refused.
+struct Charged {
+    body: axum::body::Body,
+    held: Option<(
+        tokio::sync::OwnedSemaphorePermit,
+        tokio::sync::OwnedSemaphorePermit,
+    )>,
+}
+
+impl http_body::Body for Charged {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let frame = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(frame, std::task::Poll::Ready(None | Some(Err(_)))) || self.body.is_end_stream()
+        {
+            self.held = None;
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }

@@ -1967,7 +1967,8 @@ fn plans_take_query_slots_from_the_callers_share() {
 /// at once: 40 query bodies of 15 MB took it from 0.18 to 1.44 GB. Bodies are charged
 /// to a budget (four of the largest a body may be, here 64 MiB) while they are served,
 /// and one that would pass it waits (a minute at most, then it is refused: 503,
-/// `request_bodies_full`): here every one is answered in turn.
+/// `request_bodies_full`): here every one is answered in turn. (A query's SQL itself
+/// is at most 1 MiB: `a_querys_sql_and_its_callers_queue_are_bounded`.)
 #[test]
 fn request_bodies_read_whole_are_held_to_a_budget() {
     const MB: u64 = 1 << 20;
@@ -1977,21 +1978,15 @@ fn request_bodies_read_whole_are_held_to_a_budget() {
     assert_eq!(status, 200);
     let pid = server.pid(0);
     let (before, _) = rss_and_peak(pid);
-    // 15 MB of SQL: a comment, then one value.
-    let sql = format!("select 1 AS n /* {} */", "x".repeat(15 << 20));
-    let sql = std::sync::Arc::new(sql);
+    // 15 MB bodies: one value's SQL, then white space.
+    let body = format!("{{\"sql\": \"select 1 AS n\"{}}}", " ".repeat(15 << 20));
+    let body = std::sync::Arc::new(body);
     let sent: Vec<_> = (0..40)
         .map(|_| {
             let url = server.url.clone();
             let token = token.clone();
-            let sql = sql.clone();
-            std::thread::spawn(move || {
-                let (status, body) = query_status(&url, &token, &sql, true, None);
-                (
-                    status,
-                    String::from_utf8_lossy(&body[..body.len().min(500)]).to_string(),
-                )
-            })
+            let body = body.clone();
+            std::thread::spawn(move || post_query_body(&url, &token, &body))
         })
         .collect();
     for s in sent {
@@ -2005,6 +2000,153 @@ fn request_bodies_read_whole_are_held_to_a_budget() {
         "the server's peak grew by {} MB",
         grown / MB
     );
+}
+
+/// A query's body, as it is, and the answer's status and (first 500 bytes of) text.
+fn post_query_body(url: &str, token: &str, body: &str) -> (u16, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut res = agent
+        .post(&format!("{url}/api/v1/query"))
+        .header("Authorization", format!("Bearer {token}"))
+        .header("Accept", "application/json")
+        .header("Content-Type", "application/json")
+        .send(body)
+        .unwrap();
+    let status = res.status().as_u16();
+    let text = res.body_mut().read_to_string().unwrap_or_default();
+    (status, text.chars().take(500).collect())
+}
+
+/// The thirty-fourth review: a body's charge to the body budget was held as long as its
+/// request was served. Two callers' four 16 MiB query bodies, their queries running for
+/// minutes, held all 64 MiB, and another caller's 1 MB body waited a minute and was
+/// refused (503). A body is charged only while it is read: here the victim is answered
+/// while all four queries still run.
+#[test]
+fn slow_queries_do_not_hold_the_body_budget() {
+    let server = Server::start_with(&["--max-concurrent-queries", "8"]);
+    let tokens = [
+        server.token_for("mallory", "reader"),
+        server.token_for("bob", "reader"),
+    ];
+    let victim = server.token();
+    let body = format!(
+        "{{\"sql\": \"select count(*) AS n from range(100000000000)\", \"timeout_ms\": 120000{}}}",
+        " ".repeat((16 << 20) - 200)
+    );
+    let body = std::sync::Arc::new(body);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let hogs: Vec<_> = (0..4)
+        .map(|i| {
+            let url = server.url.clone();
+            let token = tokens[i % 2].clone();
+            let body = body.clone();
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let out = post_query_body(&url, &token, &body);
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                out
+            })
+        })
+        .collect();
+    // Their bodies are read in a fraction of a second; their queries run for minutes.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(
+        hogs.iter().all(|h| !h.is_finished()),
+        "the slow queries run"
+    );
+    let big = format!(
+        "{{\"sql\": \"select 42 AS answer\"{}}}",
+        " ".repeat(1 << 20)
+    );
+    let (status, text) = post_query_body(&server.url, &victim, &big);
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("42"), "{text}");
+    assert_eq!(
+        done.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the victim was answered while the slow queries ran"
+    );
+    drop(server);
+    for h in hogs {
+        h.join().ok();
+    }
+}
+
+/// What a query keeps while it waits and runs is bounded too, now that its body is
+/// charged only while it is read: its SQL is at most 1 MiB (413, `sql_too_long`), and
+/// at most 64 of one caller's queries wait for a slot (one more is 503,
+/// `queries_queued`); another caller's query still runs.
+#[test]
+fn a_querys_sql_and_its_callers_queue_are_bounded() {
+    use std::io::Write;
+    let server = Server::start_with(&["--max-concurrent-queries", "2"]);
+    let token = server.token();
+    let long = format!("select 1 AS n /* {} */", "x".repeat(1 << 20));
+    let (status, body) = query_status(&server.url, &token, &long, true, None);
+    let text = String::from_utf8_lossy(&body).to_string();
+    assert_eq!(status, 413, "{text}");
+    assert!(text.contains("sql_too_long"), "{text}");
+    assert!(text.contains("at most 1 MiB"), "{text}");
+    // Just under the bound runs.
+    let fits = format!("select 1 AS n /* {} */", "x".repeat((1 << 20) - 100));
+    let (status, _) = query_status(&server.url, &token, &fits, true, None);
+    assert_eq!(status, 200);
+    // One caller's share of two slots is one: its slow query holds it, 64 wait, and
+    // the five more it sends are refused at once.
+    let mallory = server.token_for("mallory", "reader");
+    let addr = server.url.trim_start_matches("http://").to_string();
+    let body = r#"{"sql": "select count(*) AS n from range(100000000000)", "timeout_ms": 120000}"#;
+    let mut sent: Vec<std::net::TcpStream> = (0..70)
+        .map(|_| {
+            let mut c = std::net::TcpStream::connect(&addr).unwrap();
+            write!(
+                c,
+                "POST /api/v1/query HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {mallory}\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            c
+        })
+        .collect();
+    let mut answers: Vec<String> = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while answers.len() < 5 && std::time::Instant::now() < deadline {
+        sent.retain_mut(|c| {
+            c.set_nonblocking(true).unwrap();
+            let mut buf = [0u8; 4096];
+            match std::io::Read::read(c, &mut buf) {
+                Ok(n) if n > 0 => {
+                    answers.push(String::from_utf8_lossy(&buf[..n]).to_string());
+                    false
+                }
+                _ => true,
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(answers.len(), 5, "{answers:?}");
+    for a in &answers {
+        assert!(a.starts_with("HTTP/1.1 503"), "{a}");
+        assert!(a.contains("queries_queued"), "{a}");
+        assert!(a.contains("64 of your queries"), "{a}");
+    }
+    // The other 65 are still open: one running, 64 waiting.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    for c in &mut sent {
+        let mut buf = [0u8; 64];
+        match std::io::Read::read(c, &mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            other => panic!("a queued query was answered: {other:?}"),
+        }
+    }
+    assert_eq!(sent.len(), 65);
+    let (status, body) = query_status(&server.url, &token, "select 7 AS seven", true, None);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
 }
 
 /// The thirty-first review: one caller's slow bodies (each declaring 16 MiB and sending

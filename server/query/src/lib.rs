@@ -136,7 +136,7 @@ pub struct QueryEngine {
     limits: QueryLimits,
     permits: Arc<Semaphore>,
     /// Each caller's share of the slots (`slot_for`), while it holds or waits for one.
-    shares: std::sync::Mutex<std::collections::HashMap<String, Arc<Semaphore>>>,
+    shares: std::sync::Mutex<std::collections::HashMap<String, Arc<Share>>>,
     /// The shared, locked database; each query connects to it anew.
     database: Arc<std::sync::Mutex<Connection>>,
     /// The catalogs of recently queried commits, with the views made in them.
@@ -539,6 +539,17 @@ impl QueryEngine {
         at: &RefExpr,
         ask: Ask<'_>,
     ) -> Result<QueryOutput> {
+        if sql.len() > MAX_SQL_BYTES {
+            return Err(Error::new(
+                Kind::TooLarge,
+                Code::SqlTooLong,
+                format!(
+                    "the query's SQL is {:.1} MiB; at most 1 MiB is taken",
+                    sql.len() as f64 / (1 << 20) as f64
+                ),
+            )
+            .with_hint("keep long lists of values in a table (lh table import) and join to it"));
+        }
         identity.require_ref(Action::Read, at, "querying it")?;
         let identity = crate::auth::history::scoped(&self.tables.catalog, identity, at).await?;
         let readable = |table: &str| identity.can_table(Action::Read, at, table);
@@ -798,12 +809,25 @@ impl QueryEngine {
             shares.retain(|_, s| Arc::strong_count(s) > 1);
             shares
                 .entry(caller.to_string())
-                .or_insert_with(|| Arc::new(Semaphore::new(share_size)))
+                .or_insert_with(|| {
+                    Arc::new(Share {
+                        slots: Arc::new(Semaphore::new(share_size)),
+                        waiting: Default::default(),
+                    })
+                })
                 .clone()
         };
-        let share = share.acquire_owned().await.map_err(|_| shutting_down())?;
+        let permit = {
+            let _waiting = share.wait()?;
+            share
+                .slots
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| shutting_down())?
+        };
         Ok(Slot {
-            _share: Some(share),
+            _share: Some((share, permit)),
             _slot: self.slot().await?,
         })
     }
@@ -904,8 +928,49 @@ impl QueryEngine {
 
 /// A query slot, and the share of its caller it came through.
 pub(crate) struct Slot {
-    _share: Option<tokio::sync::OwnedSemaphorePermit>,
+    _share: Option<(Arc<Share>, tokio::sync::OwnedSemaphorePermit)>,
     _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// How many of one caller's queries may wait for a slot at once; one more is refused
+/// (503, `queries_queued`). A waiting query holds its SQL (up to [`MAX_SQL_BYTES`]): the
+/// thirty-fourth review's slow queries held the request-body budget as long as they
+/// ran, and with bodies charged only while they are read, this bounds what one caller's
+/// queue may hold instead.
+pub const MAX_WAITING_PER_CALLER: usize = 64;
+
+/// The longest SQL text a caller's query may have (as BigQuery's and Snowflake's
+/// 1 MB): larger lists of values belong in a table.
+pub const MAX_SQL_BYTES: usize = 1 << 20;
+
+/// One caller's share of the query slots, and how many of its queries wait for one.
+pub(crate) struct Share {
+    slots: Arc<Semaphore>,
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+impl Share {
+    /// Counts a query in the caller's queue while the guard lives, or refuses it when
+    /// the queue is full.
+    fn wait(&self) -> Result<impl Drop + '_> {
+        use std::sync::atomic::Ordering::SeqCst;
+        struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, SeqCst);
+            }
+        }
+        if self.waiting.fetch_add(1, SeqCst) >= MAX_WAITING_PER_CALLER {
+            self.waiting.fetch_sub(1, SeqCst);
+            return Err(Error::new(
+                Kind::Unavailable,
+                Code::QueriesQueued,
+                format!("{MAX_WAITING_PER_CALLER} of your queries already wait for a query slot"),
+            )
+            .with_hint("send it again once some of them are answered"));
+        }
+        Ok(Waiting(&self.waiting))
+    }
 }
 
 fn shutting_down() -> Error {

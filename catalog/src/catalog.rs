@@ -390,17 +390,27 @@ impl Catalog {
                     .reference(&name)
                     .await?
                     .ok_or_else(|| not_found_ref(&name))?;
-                let commit = self.objects.commit_by_prefix(&prefix).await?;
-                let head = self.objects.commit_by_id(row.head).await?;
-                if !is_ancestor(&self.objects, &commit, &head).await? {
-                    return Err(Error::new(
-                        ErrorKind::RefNotFound,
-                        format!(
-                            "commit {} is not on the history of '{name}'",
-                            commit.id.short()
-                        ),
-                    ));
+                // A commit the ref was at: on its first-parent line, as its log lists
+                // it (a merged branch's own commits never were the ref's state, and
+                // walking from one listed that branch's history: the thirty-fifth
+                // review). Whether a commit of that prefix is elsewhere is not told.
+                let head = row.head;
+                let mut on_line = Vec::new();
+                for id in self.objects.commits_by_prefix(&prefix, 16).await? {
+                    if self.on_first_parent_line(id, head).await? {
+                        on_line.push(id);
+                    }
                 }
+                let commit = match on_line.as_slice() {
+                    [] => {
+                        return Err(Error::new(
+                            ErrorKind::RefNotFound,
+                            format!("no commit '{prefix}' on the history of '{name}'"),
+                        ));
+                    }
+                    [one] => self.objects.commit_by_id(*one).await?,
+                    _ => return Err(Error::ambiguous(&prefix, on_line)),
+                };
                 Ok(Resolved {
                     commit: (*commit).clone(),
                     reference: Some(reference(row)),

@@ -108,7 +108,7 @@ fn check_identifier(part: &str) -> std::result::Result<(), String> {
 }
 
 /// The name as it can be shown in a message: control characters escaped, long names cut.
-fn printable(name: &str) -> String {
+pub(crate) fn printable(name: &str) -> String {
     let mut s: String = name.chars().take(80).flat_map(char::escape_debug).collect();
     if name.chars().count() > 80 {
         s.push_str("...");

@@ -69,6 +69,17 @@ impl Objects {
         Ok(c)
     }
 
+    /// The commits whose hash starts with `prefix`, at most `limit` of them.
+    pub(crate) async fn commits_by_prefix(
+        &self,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<CommitId>> {
+        let lo: Hash = format!("{prefix:0<64}").parse()?;
+        let hi: Hash = format!("{prefix:f<64}").parse()?;
+        self.store.commits_in_range(lo, hi, limit).await
+    }
+
     pub(crate) async fn commit_by_prefix(&self, prefix: &str) -> Result<Arc<Commit>> {
         if prefix.len() == 64 {
             return self.commit_by_id(prefix.parse()?).await;

@@ -3,14 +3,19 @@
 //! | expression                   | meaning                                            |
 //! |------------------------------|----------------------------------------------------|
 //! | `main`                       | the head of a branch, or the commit of a tag       |
-//! | `main@1a2b3c4d`              | a commit on main's history, by hash (prefix >= 8)  |
+//! | `main@1a2b3c4d`              | a commit main was at, by hash (prefix >= 8)        |
 //! | `@1a2b3c4d`                  | any commit, by hash (prefix >= 8)                  |
 //! | `main@2026-11-28T10:00:00Z`  | main as it was at that time (RFC 3339)             |
 
 use chrono::{DateTime, Utc};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::names::validate_ref_name;
+use crate::names::{printable, validate_ref_name};
+
+/// The longest text after `@`: a whole hash, or a time with nanoseconds and an offset.
+/// (A time with sixteen million digits of fraction parsed, and a query held it as
+/// long as it ran: the thirty-fifth review.)
+const MAX_AT_LEN: usize = 64;
 
 /// The shortest hash prefix accepted.
 pub const MIN_HASH_PREFIX: usize = 8;
@@ -19,7 +24,8 @@ pub const MIN_HASH_PREFIX: usize = 8;
 pub enum RefExpr {
     /// A branch or a tag.
     Named(String),
-    /// A commit, by hash prefix (lowercase hex), on the named ref's history.
+    /// A commit, by hash prefix (lowercase hex), that the named ref was at: on its
+    /// first-parent line.
     NamedAtHash(String, String),
     /// The named ref as of a time.
     NamedAtTime(String, DateTime<Utc>),
@@ -33,6 +39,15 @@ impl RefExpr {
             validate_ref_name(s)?;
             return Ok(RefExpr::Named(s.to_string()));
         };
+        if at.len() > MAX_AT_LEN {
+            return Err(Error::new(
+                ErrorKind::InvalidName,
+                format!(
+                    "invalid ref '{}': what follows '@' is at most {MAX_AT_LEN} characters",
+                    printable(s)
+                ),
+            ));
+        }
         if name.is_empty() {
             return Ok(RefExpr::Hash(parse_hash_prefix(s, at)?));
         }
@@ -181,6 +196,17 @@ mod tests {
             ),
             ("", "error: invalid ref name '': a name cannot be empty"),
         ];
+        // A time with a fraction past nanoseconds, however long, is refused before it
+        // is parsed; the message quotes only its start.
+        let long = format!("main@2026-12-07T16:10:00.{}Z", "0".repeat(1 << 20));
+        let e = check(&long);
+        assert!(
+            e.contains("at most 64 characters"),
+            "{}",
+            &e[..200.min(e.len())]
+        );
+        assert!(e.len() < 300, "{}", e.len());
+        assert!(check(&format!("@{}", "a".repeat(65))).contains("at most 64"));
         for (input, want) in cases {
             assert_eq!(check(input), want, "for {input:?}");
             // What parses is written back as an expression that parses to itself.

@@ -639,6 +639,24 @@ fn a_limited_reader_sees_nothing_of_hidden_tables_in_logs_and_runs() {
         None,
     );
     assert_eq!(status, 400, "{body}");
+    // Nor is that commit main@ (the thirty-fifth review: `ref=main@<it>` walked the run
+    // branch's line): main was never at it, and it is told as a prefix no commit has.
+    for prefix in [&merged[..12], "000000000000"] {
+        let (status, body, _) = call(
+            &server,
+            "GET",
+            &format!("/api/v1/log?ref=main@{prefix}&limit=2"),
+            Some(&fin_token),
+            &[],
+            None,
+        );
+        assert_eq!(status, 404, "{body}");
+        assert_eq!(
+            body["error"]["message"],
+            format!("no commit '{prefix}' on the history of 'main'"),
+            "{body}"
+        );
+    }
     // The admin sees every message.
     let all = lh.run(&["log", "main", "-o", "json"]).ok().to_string();
     assert!(
@@ -2076,6 +2094,87 @@ fn slow_queries_do_not_hold_the_body_budget() {
     }
 }
 
+/// The thirty-fifth review: with every body's charge given back once the body was
+/// read, six concurrent 12 MB `set-properties` commits of one caller took the server
+/// from 0.19 to 1.42 GB (700,000 properties, each commit's work many times its body),
+/// and the table kept them: every later load was 10.5 MB. A body's charge lasts as long
+/// as its request (save a query's, which bounds what it keeps), and a table's or a
+/// namespace's properties hold at most 1 MiB, however many commits add to them.
+#[test]
+fn large_commits_are_held_to_the_body_budget_and_properties_to_a_mib() {
+    const MB: u64 = 1 << 20;
+    let server = Server::start();
+    let lh = server.lh();
+    let csv = lh.file("t.csv", "id\n1\n");
+    lh.run(&["table", "import", "raw.t", csv.to_str().unwrap()])
+        .ok();
+    let token = server.token();
+    let pid = server.pid(0);
+    let (before, _) = rss_and_peak(pid);
+    let props = |n: usize, tag: &str| {
+        let mut props = serde_json::Map::new();
+        for i in 0..n {
+            props.insert(format!("{tag}{i:07}"), json!("v"));
+        }
+        json!({"requirements": [], "updates": [{"action": "set-properties", "updates": props}]})
+    };
+    let commit = |body: &serde_json::Value| -> (u16, String) {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut res = agent
+            .post(&format!(
+                "{}/iceberg/v1/main/namespaces/raw/tables/t",
+                server.url
+            ))
+            .header("Authorization", format!("Bearer {token}"))
+            .send_json(body)
+            .unwrap();
+        let status = res.status().as_u16();
+        let text = res.body_mut().read_to_string().unwrap_or_default();
+        (status, text.chars().take(300).collect())
+    };
+    // 500,000 properties (7.5 MB of JSON), six at once: each refused, the memory bounded.
+    let big = props(500_000, "p");
+    std::thread::scope(|scope| {
+        let sent: Vec<_> = (0..6).map(|_| scope.spawn(|| commit(&big))).collect();
+        for s in sent {
+            let (status, text) = s.join().unwrap();
+            assert_eq!(status, 400, "{text}");
+            assert!(text.contains("at most 1048576 (1 MiB) are kept"), "{text}");
+        }
+    });
+    let (_, peak) = rss_and_peak(pid);
+    let grown = peak.saturating_sub(before) * 1024;
+    assert!(
+        grown < 600 * MB,
+        "the server's peak grew by {} MB",
+        grown / MB
+    );
+    // Nor do commits add up past it: 70,000 properties (630 KB) fit, twice do not.
+    assert_eq!(commit(&props(70_000, "a")).0, 200);
+    let (status, text) = commit(&props(70_000, "b"));
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("its properties would hold"), "{text}");
+    // A namespace's likewise.
+    let mut ns_props = serde_json::Map::new();
+    for i in 0..100_000 {
+        ns_props.insert(format!("n{i:07}"), json!("value"));
+    }
+    let (status, body, _) = call(
+        &server,
+        "POST",
+        "/iceberg/v1/main/namespaces",
+        Some(&token),
+        &[],
+        Some(json!({"namespace": ["big_ns"], "properties": ns_props})),
+    );
+    let text: String = body.to_string().chars().take(300).collect();
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("at most 1048576"), "{text}");
+}
+
 /// What a query keeps while it waits and runs is bounded too, now that its body is
 /// charged only while it is read: its SQL is at most 1 MiB (413, `sql_too_long`), and
 /// at most 64 of one caller's queries wait for a slot (one more is 503,
@@ -2095,6 +2194,16 @@ fn a_querys_sql_and_its_callers_queue_are_bounded() {
     let fits = format!("select 1 AS n /* {} */", "x".repeat((1 << 20) - 100));
     let (status, _) = query_status(&server.url, &token, &fits, true, None);
     assert_eq!(status, 200);
+    // Nor does the query's ref carry more (the thirty-fifth review: a time with 16 MiB
+    // of fraction digits parsed, and 67 such queries held 1.2 GB as long as they ran).
+    let body = format!(
+        "{{\"sql\": \"select 1 AS n\", \"ref\": \"main@2026-12-07T16:10:00.{}Z\"}}",
+        "0".repeat(4 << 20)
+    );
+    let (status, text) = post_query_body(&server.url, &token, &body);
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("at most 64 characters"), "{text}");
+    assert!(text.len() < 500, "{text}");
     // One caller's share of two slots is one: its slow query holds it, 64 wait, and
     // the five more it sends are refused at once.
     let mallory = server.token_for("mallory", "reader");

@@ -389,9 +389,18 @@ async fn ref_expressions_resolve_hashes_and_times(db: &TestDb) {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::RefNotFound);
-    assert!(
-        err.to_string().contains("is not on the history of 'main'"),
-        "{err}"
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "no commit '{}' on the history of 'main'",
+            &s1.id.to_hex()[..12]
+        )
+    );
+    // A prefix no commit has says the same: whether one is elsewhere is not told.
+    let none = cat.resolve("main@0000000000").await.unwrap_err();
+    assert_eq!(
+        none.to_string(),
+        "no commit '0000000000' on the history of 'main'"
     );
     // ... but any commit by @<hash>, upper case too.
     assert_eq!(
@@ -454,6 +463,38 @@ async fn ref_expressions_resolve_hashes_and_times(db: &TestDb) {
             .id,
         s1.id
     );
+    // Merged with a merge commit, a branch's own commit is on main's history but main
+    // was never at it: main@ names only main's states (its first-parent line).
+    cat.create_branch("side2", "main").await.unwrap();
+    let own = cat
+        .commit("side2", vec![put("t.d", None, 5)], meta("side2"))
+        .await
+        .unwrap();
+    cat.commit("main", vec![put("t.c", None, 4)], meta("main moves"))
+        .await
+        .unwrap();
+    let merged = cat
+        .merge(
+            "side2",
+            "main",
+            MergeOptions {
+                no_fast_forward: true,
+                ..MergeOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(cat.is_ancestor(own.id, merged.head).await.unwrap());
+    let err = cat
+        .resolve(&format!("main@{}", &own.id.to_hex()[..12]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RefNotFound, "{err}");
+    let at_merge = cat
+        .resolve(&format!("main@{}", &merged.head.to_hex()[..12]))
+        .await
+        .unwrap();
+    assert_eq!(at_merge.commit.id, merged.head);
     // A deleted branch has no past: what it held is no ref's to read by time (the
     // third review: `gone@TIME` read a deleted branch, and a name re-created by
     // someone else read what the old branch of that name held).
@@ -519,24 +560,25 @@ async fn ambiguous_hash_prefixes_are_refused(db: &TestDb) {
         .commit("main", vec![put("t.a", None, 1)], meta("one"))
         .await
         .unwrap();
-    // Plant a second commit id sharing the first 60 hex characters. The prefix lookup
-    // must report both before reading either.
+    // Plant a second commit id sharing the first 60 hex characters (a copy of the
+    // first's record: its bytes do not hash to its id). The prefix lookup must report
+    // both before reading either.
     let mut twin = *c.id.as_bytes();
     twin[31] ^= 0xff;
     let is_pg = db.url.starts_with("postgres");
     if is_pg {
         let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
-        sqlx::query("INSERT INTO commits (id, data) VALUES ($1, $2)")
+        sqlx::query("INSERT INTO commits (id, data) SELECT $1, data FROM commits WHERE id = $2")
             .bind(twin.to_vec())
-            .bind(vec![0u8])
+            .bind(c.id.as_bytes().to_vec())
             .execute(&pool)
             .await
             .unwrap();
     } else {
         let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
-        sqlx::query("INSERT INTO commits (id, data) VALUES (?1, ?2)")
+        sqlx::query("INSERT INTO commits (id, data) SELECT ?1, data FROM commits WHERE id = ?2")
             .bind(twin.to_vec())
-            .bind(vec![0u8])
+            .bind(c.id.as_bytes().to_vec())
             .execute(&pool)
             .await
             .unwrap();
@@ -546,8 +588,10 @@ async fn ambiguous_hash_prefixes_are_refused(db: &TestDb) {
     assert_eq!(err.kind(), ErrorKind::AmbiguousRef);
     assert_eq!(err.candidates().len(), 2);
     assert!(err.to_string().contains("matches more than one commit"));
+    // main@ reads each to see whether main was at it: the planted one is no commit,
+    // and that is told (stored bytes that do not match their id), not passed over.
     let err = cat.resolve(&format!("main@{prefix}")).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::AmbiguousRef);
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
     // The full hash still resolves.
     assert_eq!(
         cat.resolve(&format!("@{}", c.id)).await.unwrap().commit.id,

@@ -59,6 +59,7 @@ impl Namespaces {
 
     /// Creates a namespace, unless it exists at `commit` (or was created meanwhile).
     pub async fn create(&self, commit: &Commit, name: &str, properties: &Properties) -> Result<()> {
+        bounded(name, properties)?;
         if self.at(commit).await?.contains_key(name) || !self.insert(name, properties).await? {
             return Err(Error::new(
                 Kind::Conflict,
@@ -95,6 +96,7 @@ impl Namespaces {
 
     /// Replaces a namespace's properties (recording it if it only existed by its tables).
     pub async fn set_properties(&self, name: &str, properties: &Properties) -> Result<()> {
+        bounded(name, properties)?;
         let r = sqlx::query("UPDATE lh_namespaces SET properties = $1 WHERE name = $2")
             .bind(serde_json::to_string(properties).unwrap_or_default())
             .bind(name)
@@ -135,4 +137,20 @@ impl Namespaces {
             .map_err(db)?;
         Ok(r.rows_affected() == 1)
     }
+}
+
+/// A namespace's properties hold at most 1 MiB, keys and values together, as a table's
+/// do (`commit::MAX_PROPERTIES_BYTES`): every listing reads them.
+fn bounded(name: &str, properties: &Properties) -> Result<()> {
+    let size: usize = properties.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if size > crate::commit::MAX_PROPERTIES_BYTES {
+        return Err(crate::error::Error::bad_request(
+            crate::error::Code::InvalidArgument,
+            format!(
+                "namespace '{name}': its properties would hold {size} bytes; at most {} (1 MiB) are kept",
+                crate::commit::MAX_PROPERTIES_BYTES
+            ),
+        ));
+    }
+    Ok(())
 }

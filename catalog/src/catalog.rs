@@ -687,6 +687,7 @@ impl Catalog {
         meta: CommitMeta,
     ) -> Result<Commit> {
         validate_ref_name(branch)?;
+        meta.check()?;
         if ops.is_empty() {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -716,6 +717,7 @@ impl Catalog {
         options: MergeOptions,
     ) -> Result<MergeOutcome> {
         validate_ref_name(into)?;
+        options.meta.check()?;
         let source = self.resolve(from).await?;
         let source = self.objects.commit_by_id(source.commit.id).await?;
         let mut retry = Retry::new();

@@ -56,8 +56,8 @@ pub fn app(state: AppState) -> Router {
 /// hold at once: four of the largest a body may be (`--max-request`), at least 64 MiB.
 /// Found by the thirtieth review: 40 query bodies of 15 MB at once took the server from
 /// 0.18 to 1.44 GB, and nothing bounded how many. A body charges its declared length
-/// (without one, the largest a body may be) while its request is served ([`BodyCharge`]); one that would
-/// pass the budget waits up to a minute for others to finish (its body still unread,
+/// (without one, the largest a body may be) until it has been read ([`Charged`]); one that would
+/// pass the budget waits up to a minute for others to be read (its body still unread,
 /// in the connection's buffers), then is refused (503). Small
 /// bodies are not charged, nor uploads, which stream to disk.
 ///
@@ -150,35 +150,53 @@ async fn hold_body(
         )
         .into_response();
     };
-    let charge = BodyCharge(std::sync::Arc::new(std::sync::Mutex::new(Some(held))));
-    let mut req = req;
-    req.extensions_mut().insert(charge.clone());
-    let response = next.run(req).await;
-    charge.release();
-    response
+    let req = req.map(|body| {
+        axum::body::Body::new(Charged {
+            body,
+            held: Some(held),
+        })
+    });
+    next.run(req).await
 }
 
-/// A request body's charge to the body budget ([`BodyMemory`]), held until its handler
-/// answers, so that what the handler makes of the body (a commit's parsed updates, a
-/// table's properties) stays within the budget too. A handler that then waits long
-/// with little of it gives the charge back once it has bounded what it keeps: a query
-/// ([`crate::api::query`]: its SQL at most 1 MiB, its ref a few hundred bytes, at
-/// most 64 of its caller's queries waiting). Once (the thirty-fourth review) four 16
-/// MiB query bodies of two callers held the whole budget while their queries ran for
-/// minutes, and another caller's 1 MB body waited a minute and was refused; and (the
-/// thirty-fifth) with every charge given back once its body was read, six 12 MB
-/// commits of one caller took the server from 0.19 to 1.42 GB.
-#[derive(Clone)]
-pub struct BodyCharge(std::sync::Arc<std::sync::Mutex<Option<Held>>>);
+/// A request body and its charge to the body budget, given back once the body has been
+/// read to its end (or dropped unread): what a handler keeps of it is its own to bound
+/// (a query's SQL, `lh_query::MAX_SQL_BYTES`, its ref and its caller's queue; a table's
+/// properties and metadata, `lh_tables::commit`; a commit's message and properties,
+/// `lh_catalog`). Held for the whole request, the charge let slow requests hold the
+/// budget: four 16 MiB query bodies of two callers, their queries running for minutes
+/// (the thirty-fourth review), and as much on any route that waits (a plan for a
+/// planner, an import for a write slot: the thirty-sixth); another caller's 1 MB body
+/// waited a minute and was refused.
+struct Charged {
+    body: axum::body::Body,
+    held: Option<(
+        tokio::sync::OwnedSemaphorePermit,
+        tokio::sync::OwnedSemaphorePermit,
+    )>,
+}
 
-type Held = (
-    tokio::sync::OwnedSemaphorePermit,
-    tokio::sync::OwnedSemaphorePermit,
-);
+impl http_body::Body for Charged {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
 
-impl BodyCharge {
-    /// Gives the charge back (the handler keeps only what it has bounded).
-    pub fn release(&self) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let frame = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(frame, std::task::Poll::Ready(None | Some(Err(_)))) || self.body.is_end_stream()
+        {
+            self.held = None;
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }

@@ -2175,6 +2175,84 @@ fn large_commits_are_held_to_the_body_budget_and_properties_to_a_mib() {
     assert!(text.contains("at most 1048576"), "{text}");
 }
 
+/// The thirty-sixth review: a table's metadata had no bound but its properties (eight
+/// schema changes with a 12 MiB column description each made it 100 MB, and loads of it
+/// took the server to 1.9 GB), nor had a commit's message and properties (merges with
+/// 15 MB messages made a log page 78 MB). A metadata file is at most 64 MiB, a commit's
+/// message and its properties 64 KiB each.
+#[test]
+fn table_metadata_and_commit_messages_are_bounded() {
+    let server = Server::start();
+    let lh = server.lh();
+    let csv = lh.file("t.csv", "id\n1\n");
+    lh.run(&["table", "import", "raw.t", csv.to_str().unwrap()])
+        .ok();
+    let token = server.token();
+    // Schemas with a 14 MiB column description each: the fifth would pass 64 MiB.
+    for i in 0..5 {
+        let doc = format!("{i}{}", "d".repeat(14 << 20));
+        let body = json!({"requirements": [], "updates": [{"action": "add-schema", "schema":
+            {"type": "struct", "schema-id": i + 1, "fields":
+                [{"id": 1, "name": "id", "type": "long", "required": false, "doc": doc}]}}]});
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut res = agent
+            .post(&format!(
+                "{}/iceberg/v1/main/namespaces/raw/tables/t",
+                server.url
+            ))
+            .header("Authorization", format!("Bearer {token}"))
+            .send_json(&body)
+            .unwrap();
+        let status = res.status().as_u16();
+        let text: String = res
+            .body_mut()
+            .read_to_string()
+            .unwrap_or_default()
+            .chars()
+            .take(300)
+            .collect();
+        if i < 4 {
+            assert_eq!(status, 200, "{i}: {text}");
+        } else {
+            assert_eq!(status, 400, "{text}");
+            assert!(text.contains("at most 64 MiB is kept"), "{text}");
+        }
+    }
+    // The table is as the last accepted commit left it.
+    assert_eq!(
+        lh.rows("select count(*) AS n from raw.t", "main")[0]["n"],
+        1
+    );
+    // A merge's message past 64 KiB is refused, and nothing merges.
+    lh.run(&["branch", "create", "dev"]).ok();
+    lh.run(&[
+        "table",
+        "import",
+        "raw.u",
+        csv.to_str().unwrap(),
+        "--ref",
+        "dev",
+    ])
+    .ok();
+    let before = lh.head("main");
+    let long = "m".repeat(100_000);
+    let err = lh
+        .run(&["merge", "dev", "--into", "main", "-m", &long])
+        .fails(5)
+        .to_string();
+    assert!(
+        err.contains("at most 65536 (64 KiB)"),
+        "{}",
+        &err[..err.len().min(300)]
+    );
+    assert_eq!(lh.head("main"), before);
+    lh.run(&["merge", "dev", "--into", "main", "-m", "short"])
+        .ok();
+}
+
 /// What a query keeps while it waits and runs is bounded too, now that its body is
 /// charged only while it is read: its SQL is at most 1 MiB (413, `sql_too_long`), and
 /// at most 64 of one caller's queries wait for a slot (one more is 503,

@@ -66,21 +66,12 @@ async fn query(
     State(s): State<AppState>,
     identity: Identity,
     headers: HeaderMap,
-    charge: Option<axum::Extension<crate::app::BodyCharge>>,
     Json(req): Json<QueryRequest>,
 ) -> ApiResult<Response> {
     let started = std::time::Instant::now();
     let at = lh_catalog::ref_or_default(req.reference.clone())?;
     let json = wants_json(&headers);
     let progress = req.progress_id.as_deref().map(progress_id).transpose()?;
-    // What the query keeps while it waits and runs is bounded now (its ref and name
-    // parsed, its SQL within `MAX_SQL_BYTES` or refused at once, its caller's queue):
-    // the body's charge goes back rather than last as long as the query.
-    if req.sql.len() <= crate::query::MAX_SQL_BYTES
-        && let Some(axum::Extension(charge)) = &charge
-    {
-        charge.release();
-    }
     let ask = Ask {
         timeout: req.timeout_ms.map(Duration::from_millis),
         max_rows: req.max_rows,

@@ -200,7 +200,7 @@ pub struct LoadTableResult {
 /// are shared by every ref and every older commit that sees it, so no client may delete
 /// them; `lh gc` removes what nothing reads.
 pub fn served(metadata: &TableMetadata) -> serde_json::Value {
-    let mut v = serde_json::to_value(metadata).unwrap_or(serde_json::Value::Null);
+    let mut v = crate::tables::encode::metadata_json(metadata).unwrap_or(serde_json::Value::Null);
     if let Some(m) = v.as_object_mut() {
         let props = m
             .entry("properties")

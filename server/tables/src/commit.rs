@@ -234,8 +234,18 @@ impl Tables {
             },
             None => MetadataLocation::new_with_metadata(metadata.location(), metadata).to_string(),
         };
-        let json = serde_json::to_vec(metadata)
-            .map_err(|e| Error::internal(format!("cannot encode table metadata: {e}")))?;
+        let json = crate::encode::metadata_bytes(metadata)?;
+        if json.len() > MAX_METADATA_BYTES {
+            return Err(Error::bad_request(
+                Code::InvalidUpdate,
+                format!(
+                    "the table's metadata would be {} MiB; at most {} MiB is kept (every load \
+                     reads all of it)",
+                    json.len() >> 20,
+                    MAX_METADATA_BYTES >> 20
+                ),
+            ));
+        }
         for (f, _) in &files {
             self.warehouse
                 .canonical(f)
@@ -894,6 +904,12 @@ fn next_metadata(
     }
     Ok(m)
 }
+
+/// The largest a table's metadata file may be: every load of the table reads and sends
+/// all of it (the thirty-sixth review: eight schema changes with a 12 MiB column
+/// description each made it 100 MB, and twelve loads of it at once took the server to
+/// 1.9 GB). lh keeps every snapshot, about a kilobyte each: some sixty thousand commits.
+pub const MAX_METADATA_BYTES: usize = 64 << 20;
 
 /// What a table's properties may hold, keys and values together. Every version of its
 /// metadata carries them, every load reads them, and a commit's work grows with them:

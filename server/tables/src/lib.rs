@@ -14,6 +14,7 @@ use lh_warehouse as warehouse;
 
 pub mod combine;
 pub mod commit;
+pub mod encode;
 pub mod files;
 pub mod gc;
 mod guarded;

@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 # Services the tests need, started (and installed) on demand; prints `export` lines.
-SERVICES = eval "$$(scripts/services.sh postgres python java bubblewrap chromium docker docker-remote docker-spare sshd s3 garage)"
+SERVICES = eval "$$(scripts/services.sh postgres python pyiceberg-suite java bubblewrap chromium docker docker-remote docker-spare sshd s3 garage)"
 
 .PHONY: libduckdb build install install-built test check fmt bench bench-diff bench-client bench-s3 bench-auth bench-team bench-catalog bench-tpch bench-pipeline bench-backfill bench-runtime bench-rest openapi demo images
 

@@ -70,6 +70,26 @@ python() {
     echo "export PATH=$venv/bin:\$PATH"
 }
 
+# pyiceberg's own integration suite (tests/pyiceberg/run.py) and what its tests import,
+# in a virtualenv of its own (its pins differ from lh's), reinstalled when the list
+# changes.
+pyiceberg_suite() {
+    local venv="${LH_CACHE_DIR:-$HOME/.cache/lh}/pyiceberg-venv"
+    local req
+    req="$(cd "$(dirname "$0")/.." && pwd)/tests/pyiceberg/requirements.txt"
+    local stamp="$venv/.requirements"
+    if [ ! -x "$venv/bin/python" ]; then
+        command -v python3 >/dev/null || apt_install python3 python3-venv
+        python3 -m venv "$venv" >&2 || { apt_install python3-venv; python3 -m venv "$venv" >&2; }
+    fi
+    if ! cmp -s "$req" "$stamp"; then
+        log "installing pyiceberg's integration suite's packages into $venv"
+        "$venv/bin/pip" install -q --disable-pip-version-check -r "$req" >&2
+        cp "$req" "$stamp"
+    fi
+    echo "export LH_TEST_SUITE_PYTHON=$venv/bin/python"
+}
+
 # dbt with dbt-duckdb, the peer of the pipeline benchmark, in a virtualenv of its own.
 dbt() {
     local venv="${LH_CACHE_DIR:-$HOME/.cache/lh}/dbt-venv"
@@ -341,6 +361,7 @@ for svc in "$@"; do
     case "$svc" in
         postgres) postgres ;;
         python) python ;;
+        pyiceberg-suite) pyiceberg_suite ;;
         bubblewrap) bubblewrap ;;
         chromium) chromium ;;
         java) java_runtime ;;

@@ -415,7 +415,43 @@ def row_diff_changes(uri, warehouse, name):
     print(json.dumps({"snapshots": len(catalog(uri, warehouse).load_table(name).snapshots())}))
 
 
+def staged_create_evolves(uri, warehouse, name):
+    """A create-table transaction that changes its schema and spec before it commits
+    (two add-schema and set-current-schema -1 pairs, a spec on the second schema's
+    column), then appends: pyiceberg's own test_create_table_transaction_*, and the
+    table's snapshots, in the order they were made, loaded three times."""
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    cat = catalog(uri, warehouse)
+    ns = name.split(".")[0]
+    cat.create_namespace_if_not_exists(ns)
+    schema = Schema(NestedField(1, "id", LongType(), required=False),
+                    NestedField(2, "name", StringType(), required=False))
+    with cat.create_table_transaction(name, schema) as tx:
+        with tx.update_schema() as u:
+            u.add_column("region", StringType())
+        with tx.update_spec() as u:
+            u.add_field("region", IdentityTransform(), "region")
+    t = cat.load_table(name)
+    data = pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", "b"], "region": ["eu", "us"]})
+    ids = []
+    for _ in range(6):
+        t.append(data)
+        ids.append(t.current_snapshot().snapshot_id)
+    orders = [[s.snapshot_id for s in cat.load_table(name).snapshots()] for _ in range(3)]
+    print(json.dumps({
+        "columns": [f.name for f in t.schema().fields],
+        "spec": [f.name for f in t.spec().fields],
+        "appended": ids,
+        "loaded": orders,
+    }))
+
+
 SCENARIOS = {
+    "staged_create_evolves": staged_create_evolves,
     "row_diff_changes": row_diff_changes,
     "pyiceberg_basics": pyiceberg_basics,
     "read": read,

@@ -764,8 +764,12 @@ impl Tables {
         Ok(())
     }
 
-    /// A table made by a commit (a staged create): its schema, spec, order, location and
-    /// properties come from the updates, the rest of the updates apply on top.
+    /// A table made by a commit (a staged create): its first schema, and the spec and
+    /// order sent before any second schema, its location and properties come from the
+    /// updates; the rest of the updates apply on top, in order. (A transaction that adds
+    /// a schema, sets it current with `-1`, then adds another and sets that one current
+    /// ends on the last: once only the first was kept, and a spec on a later schema's
+    /// column was refused.)
     fn made_by_updates(&self, name: &str, updates: Vec<TableUpdate>) -> Result<TableMetadata> {
         let mut schema = None;
         let mut spec = None;
@@ -775,12 +779,18 @@ impl Tables {
         let mut uuid = None;
         let mut format = FormatVersion::V2;
         let mut rest = Vec::new();
+        // Whether a second schema came: a spec or order after it may use its columns.
+        let mut evolved = false;
         for u in updates {
             match u {
                 TableUpdate::AddSchema { schema: s, .. } if schema.is_none() => schema = Some(s),
-                TableUpdate::AddSpec { spec: s } if spec.is_none() => spec = Some(s),
-                TableUpdate::AddSortOrder { sort_order } if order.is_none() => {
+                TableUpdate::AddSpec { spec: s } if spec.is_none() && !evolved => spec = Some(s),
+                TableUpdate::AddSortOrder { sort_order } if order.is_none() && !evolved => {
                     order = Some(sort_order)
+                }
+                TableUpdate::AddSchema { .. } => {
+                    evolved = true;
+                    rest.push(u);
                 }
                 TableUpdate::SetLocation { location: l } => location = Some(l),
                 TableUpdate::SetProperties { mut updates } => {
@@ -791,9 +801,8 @@ impl Tables {
                 }
                 TableUpdate::AssignUuid { uuid: u } => uuid = Some(u),
                 TableUpdate::UpgradeFormatVersion { format_version } => format = format_version,
-                TableUpdate::SetCurrentSchema { .. }
-                | TableUpdate::SetDefaultSpec { .. }
-                | TableUpdate::SetDefaultSortOrder { .. } => {}
+                // The first schema, spec and order are current once made; `-1` after
+                // them names them again, and after a later one, that one.
                 other => rest.push(other),
             }
         }

@@ -2221,6 +2221,25 @@ fn table_metadata_and_commit_messages_are_bounded() {
             assert!(text.contains("at most 64 MiB is kept"), "{text}");
         }
     }
+    // Nor may a schema have more than 10,000 fields (the thirty-seventh review: 240,000
+    // small ones per schema passed the size bound and took a load to 1.35 GB).
+    let fields: Vec<serde_json::Value> = (1..=10_001)
+        .map(|i| json!({"id": i, "name": format!("c{i}"), "type": "int", "required": false}))
+        .collect();
+    let (status, body, _) = call(
+        &server,
+        "POST",
+        "/iceberg/v1/main/namespaces/raw/tables/t",
+        Some(&token),
+        &[],
+        Some(
+            json!({"requirements": [], "updates": [{"action": "add-schema", "schema":
+            {"type": "struct", "schema-id": 9, "fields": fields}}]}),
+        ),
+    );
+    let text: String = body.to_string().chars().take(300).collect();
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("at most 10000"), "{text}");
     // The table is as the last accepted commit left it.
     assert_eq!(
         lh.rows("select count(*) AS n from raw.t", "main")[0]["n"],

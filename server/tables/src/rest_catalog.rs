@@ -799,7 +799,8 @@ fn meta(identity: &Identity, message: String) -> CommitMeta {
     } else {
         identity.user.clone()
     };
-    CommitMeta::new(author, message).with_property("lh.operation", "iceberg-rest")
+    CommitMeta::new(author, lh_catalog::shortened_message(message))
+        .with_property("lh.operation", "iceberg-rest")
 }
 
 /// A commit the catalog refused because a table moved since it was read is the spec's

@@ -807,10 +807,13 @@ async fn stage_write<'a>(
         ImportMode::Replace => "replace",
         ImportMode::OverwritePartitions => "overwrite partitions of",
     };
-    let message = job
-        .message
-        .clone()
-        .unwrap_or_else(|| format!("{verb} {} from {}", job.table, job.source.describe()));
+    let message = job.message.clone().unwrap_or_else(|| {
+        lh_catalog::shortened_message(format!(
+            "{verb} {} from {}",
+            job.table,
+            job.source.describe()
+        ))
+    });
     let mut meta = CommitMeta::new(&job.by.user, message).with_property(
         "lh.operation",
         match job.mode {

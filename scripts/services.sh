@@ -49,23 +49,28 @@ postgres() {
     echo "export LH_TEST_POSTGRES_BIN=/usr/lib/postgresql/$ver/bin"
 }
 
-# A virtualenv with the Python packages of scripts/python-requirements.txt (pyiceberg,
-# DuckDB, pyspark, tpchgen-cli), reinstalled only when that file changes.
-python() {
-    local cache="${LH_CACHE_DIR:-$HOME/.cache/lh}"
-    local venv="$cache/venv"
-    local req
-    req="$(cd "$(dirname "$0")" && pwd)/python-requirements.txt"
+# The virtualenv $1 with the packages of the requirements file $2, made if missing and
+# reinstalled only when that file changes.
+venv_of() {
+    local venv="$1" req="$2"
     local stamp="$venv/.requirements"
     if [ ! -x "$venv/bin/python" ]; then
         command -v python3 >/dev/null || apt_install python3 python3-venv
         python3 -m venv "$venv" >&2 || { apt_install python3-venv; python3 -m venv "$venv" >&2; }
     fi
     if ! cmp -s "$req" "$stamp"; then
-        log "installing Python packages into $venv"
+        log "installing the Python packages of $req into $venv"
         "$venv/bin/pip" install -q --disable-pip-version-check -r "$req" >&2
         cp "$req" "$stamp"
     fi
+}
+
+# A virtualenv with the Python packages of scripts/python-requirements.txt (pyiceberg,
+# DuckDB, pyspark, tpchgen-cli), reinstalled only when that file changes.
+python() {
+    local cache="${LH_CACHE_DIR:-$HOME/.cache/lh}"
+    local venv="$cache/venv"
+    venv_of "$venv" "$(cd "$(dirname "$0")" && pwd)/python-requirements.txt"
     echo "export LH_TEST_PYTHON=$venv/bin/python"
     echo "export PATH=$venv/bin:\$PATH"
 }
@@ -75,18 +80,7 @@ python() {
 # changes.
 pyiceberg_suite() {
     local venv="${LH_CACHE_DIR:-$HOME/.cache/lh}/pyiceberg-venv"
-    local req
-    req="$(cd "$(dirname "$0")/.." && pwd)/tests/pyiceberg/requirements.txt"
-    local stamp="$venv/.requirements"
-    if [ ! -x "$venv/bin/python" ]; then
-        command -v python3 >/dev/null || apt_install python3 python3-venv
-        python3 -m venv "$venv" >&2 || { apt_install python3-venv; python3 -m venv "$venv" >&2; }
-    fi
-    if ! cmp -s "$req" "$stamp"; then
-        log "installing pyiceberg's integration suite's packages into $venv"
-        "$venv/bin/pip" install -q --disable-pip-version-check -r "$req" >&2
-        cp "$req" "$stamp"
-    fi
+    venv_of "$venv" "$(cd "$(dirname "$0")/.." && pwd)/tests/pyiceberg/requirements.txt"
     echo "export LH_TEST_SUITE_PYTHON=$venv/bin/python"
 }
 

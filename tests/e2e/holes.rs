@@ -1983,7 +1983,7 @@ fn plans_take_query_slots_from_the_callers_share() {
 
 /// The thirtieth review: nothing bounded how many request bodies the server read whole
 /// at once: 40 query bodies of 15 MB took it from 0.18 to 1.44 GB. Bodies are charged
-/// to a budget (four of the largest a body may be, here 64 MiB) while they are served,
+/// to a budget (four of the largest a body may be, here 64 MiB) while they are read,
 /// and one that would pass it waits (a minute at most, then it is refused: 503,
 /// `request_bodies_full`): here every one is answered in turn. (A query's SQL itself
 /// is at most 1 MiB: `a_querys_sql_and_its_callers_queue_are_bounded`.)
@@ -2097,9 +2097,10 @@ fn slow_queries_do_not_hold_the_body_budget() {
 /// The thirty-fifth review: with every body's charge given back once the body was
 /// read, six concurrent 12 MB `set-properties` commits of one caller took the server
 /// from 0.19 to 1.42 GB (700,000 properties, each commit's work many times its body),
-/// and the table kept them: every later load was 10.5 MB. A body's charge lasts as long
-/// as its request (save a query's, which bounds what it keeps), and a table's or a
-/// namespace's properties hold at most 1 MiB, however many commits add to them.
+/// and the table kept them: every later load was 10.5 MB. A table's or a namespace's
+/// properties hold at most 1 MiB, however many commits add to them, so what a commit
+/// makes of its body is bounded where it is kept (the body's charge ends once it is read:
+/// `slow_queries_do_not_hold_the_body_budget`).
 #[test]
 fn large_commits_are_held_to_the_body_budget_and_properties_to_a_mib() {
     const MB: u64 = 1 << 20;

@@ -2022,12 +2022,18 @@ fn request_bodies_read_whole_are_held_to_a_budget() {
 
 /// A query's body, as it is, and the answer's status and (first 500 bytes of) text.
 fn post_query_body(url: &str, token: &str, body: &str) -> (u16, String) {
+    post_body(&format!("{url}/api/v1/query"), token, body)
+}
+
+/// A JSON body, as it is, posted to `url`: the answer's status and (first 500 bytes of)
+/// text.
+fn post_body(url: &str, token: &str, body: &str) -> (u16, String) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
         .into();
     let mut res = agent
-        .post(&format!("{url}/api/v1/query"))
+        .post(url)
         .header("Authorization", format!("Bearer {token}"))
         .header("Accept", "application/json")
         .header("Content-Type", "application/json")
@@ -2119,23 +2125,8 @@ fn large_commits_are_held_to_the_body_budget_and_properties_to_a_mib() {
         }
         json!({"requirements": [], "updates": [{"action": "set-properties", "updates": props}]})
     };
-    let commit = |body: &serde_json::Value| -> (u16, String) {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let mut res = agent
-            .post(&format!(
-                "{}/iceberg/v1/main/namespaces/raw/tables/t",
-                server.url
-            ))
-            .header("Authorization", format!("Bearer {token}"))
-            .send_json(body)
-            .unwrap();
-        let status = res.status().as_u16();
-        let text = res.body_mut().read_to_string().unwrap_or_default();
-        (status, text.chars().take(300).collect())
-    };
+    let table = format!("{}/iceberg/v1/main/namespaces/raw/tables/t", server.url);
+    let commit = |body: &serde_json::Value| post_body(&table, &token, &body.to_string());
     // 500,000 properties (7.5 MB of JSON), six at once: each refused, the memory bounded.
     let big = props(500_000, "p");
     std::thread::scope(|scope| {
@@ -2195,26 +2186,11 @@ fn table_metadata_and_commit_messages_are_bounded() {
         let body = json!({"requirements": [], "updates": [{"action": "add-schema", "schema":
             {"type": "struct", "schema-id": i + 1, "fields":
                 [{"id": 1, "name": "id", "type": "long", "required": false, "doc": doc}]}}]});
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let mut res = agent
-            .post(&format!(
-                "{}/iceberg/v1/main/namespaces/raw/tables/t",
-                server.url
-            ))
-            .header("Authorization", format!("Bearer {token}"))
-            .send_json(&body)
-            .unwrap();
-        let status = res.status().as_u16();
-        let text: String = res
-            .body_mut()
-            .read_to_string()
-            .unwrap_or_default()
-            .chars()
-            .take(300)
-            .collect();
+        let (status, text) = post_body(
+            &format!("{}/iceberg/v1/main/namespaces/raw/tables/t", server.url),
+            &token,
+            &body.to_string(),
+        );
         if i < 4 {
             assert_eq!(status, 200, "{i}: {text}");
         } else {

@@ -184,10 +184,6 @@ impl Tables {
             .prepare_table_location(&location)
             .map_err(|_| outside(format!("location '{location}' is outside the warehouse")))?;
         let mut properties = t.properties;
-        let size = properties_bytes(&properties);
-        if size > MAX_PROPERTIES_BYTES {
-            return Err(too_many_properties(name, size));
-        }
         let format = format_version(properties.remove("format-version").as_deref())?;
         let metadata = first_metadata(
             t.schema,
@@ -202,7 +198,7 @@ impl Tables {
         .and_then(|b| b.build())
         .map_err(invalid_update)?
         .metadata;
-        check_fields(&metadata)?;
+        check_kept(name, &metadata)?;
         Ok(metadata)
     }
 
@@ -835,11 +831,7 @@ impl Tables {
             b = u.apply(b).map_err(invalid_update)?;
         }
         let m = b.build().map_err(invalid_update)?.metadata;
-        let size = properties_bytes(m.properties());
-        if size > MAX_PROPERTIES_BYTES {
-            return Err(too_many_properties(name, size));
-        }
-        check_fields(&m)?;
+        check_kept(name, &m)?;
         Ok(m)
     }
 }
@@ -909,11 +901,7 @@ fn next_metadata(
         b = u.apply(b).map_err(invalid_update)?;
     }
     let m = b.build().map_err(invalid_update)?.metadata;
-    let size = properties_bytes(m.properties());
-    if size > MAX_PROPERTIES_BYTES {
-        return Err(too_many_properties("", size));
-    }
-    check_fields(&m)?;
+    check_kept("", &m)?;
     Ok(m)
 }
 
@@ -924,7 +912,13 @@ fn next_metadata(
 pub const MAX_SCHEMA_FIELDS: usize = 10_000;
 pub const MAX_TABLE_FIELDS: usize = 100_000;
 
-fn check_fields(m: &TableMetadata) -> Result<()> {
+/// Refuses metadata whose properties or fields pass what lh keeps of a table
+/// ([`MAX_PROPERTIES_BYTES`], [`MAX_SCHEMA_FIELDS`], [`MAX_TABLE_FIELDS`]).
+fn check_kept(name: &str, m: &TableMetadata) -> Result<()> {
+    let size = properties_bytes(m.properties());
+    if size > MAX_PROPERTIES_BYTES {
+        return Err(too_many_properties(name, size));
+    }
     let mut total = 0;
     for schema in m.schemas_iter() {
         let n = schema.field_id_to_fields().len();
@@ -962,8 +956,9 @@ pub const MAX_METADATA_BYTES: usize = 64 << 20;
 /// commit of them take some 200 MB for a while. Iceberg's own are a few dozen bytes.
 pub const MAX_PROPERTIES_BYTES: usize = 1 << 20;
 
-fn properties_bytes(p: &HashMap<String, String>) -> usize {
-    p.iter().map(|(k, v)| k.len() + v.len()).sum()
+/// What properties hold, keys and values together.
+pub(crate) fn properties_bytes<'a>(p: impl IntoIterator<Item = (&'a String, &'a String)>) -> usize {
+    p.into_iter().map(|(k, v)| k.len() + v.len()).sum()
 }
 
 fn too_many_properties(name: &str, size: usize) -> Error {

@@ -142,7 +142,7 @@ impl Namespaces {
 /// A namespace's properties hold at most 1 MiB, keys and values together, as a table's
 /// do (`commit::MAX_PROPERTIES_BYTES`): every listing reads them.
 fn bounded(name: &str, properties: &Properties) -> Result<()> {
-    let size: usize = properties.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let size = crate::commit::properties_bytes(properties);
     if size > crate::commit::MAX_PROPERTIES_BYTES {
         return Err(crate::error::Error::bad_request(
             crate::error::Code::InvalidArgument,

@@ -419,6 +419,7 @@ pub async fn state(config: &ServerConfig) -> anyhow::Result<AppState> {
     ));
     Ok(AppState {
         rest_catalog,
+        metadata_answers: Default::default(),
         refs,
         secrets,
         merger,

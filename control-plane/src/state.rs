@@ -30,6 +30,8 @@ pub struct AppState {
     pub namespaces: Arc<Namespaces>,
     /// The Iceberg REST catalog: namespaces and tables at a ref, for a caller.
     pub rest_catalog: Arc<crate::tables::rest_catalog::RestCatalog>,
+    /// The Iceberg REST catalog's table answers being sent.
+    pub metadata_answers: Arc<crate::rest::MetadataAnswers>,
     pub info: lh_api::ServerInfo,
     /// The protected branches (also checked by the table service's commits).
     pub protected: Arc<crate::auth::protected::ProtectedBranches>,

@@ -2249,6 +2249,88 @@ fn table_metadata_and_commit_messages_are_bounded() {
         .ok();
 }
 
+/// The thirty-seventh review: 22 loads at once of one table with 63 MB of metadata took
+/// the server to 1.9 GB, each answer encoded on its own and charged to nothing. A
+/// table's answer is charged to the answer memory until it is sent (while it is made,
+/// three times its text), and the loads of one file at once share one encoding: here
+/// three readers that do not read hold two 15 MB tables' answers (two of them the same
+/// table's, one charge), and a third table's load is refused (503, retryable) until
+/// they are read.
+#[test]
+fn table_answers_are_charged_to_the_answer_memory_and_shared() {
+    let server = Server::start_with(&["--answer-memory", "96m"]);
+    let lh = server.lh();
+    let token = server.token();
+    let csv = lh.file("t.csv", "id\n1\n");
+    for t in ["a", "b", "c"] {
+        lh.run(&[
+            "table",
+            "import",
+            &format!("raw.{t}"),
+            csv.to_str().unwrap(),
+        ])
+        .ok();
+        let doc = "d".repeat(15 << 20);
+        let body = json!({"requirements": [], "updates": [{"action": "add-schema", "schema":
+            {"type": "struct", "schema-id": 1, "fields":
+                [{"id": 1, "name": "id", "type": "long", "required": false, "doc": doc}]}}]});
+        let (status, text) = post_body(
+            &format!("{}/iceberg/v1/main/namespaces/raw/tables/{t}", server.url),
+            &token,
+            &body.to_string(),
+        );
+        assert_eq!(status, 200, "{t}: {text}");
+    }
+    let addr = server.url.trim_start_matches("http://").to_string();
+    // A load whose answer is not read: its status line, and the connection.
+    let load = |t: &str| {
+        let mut c = std::net::TcpStream::connect(&addr).unwrap();
+        write!(
+            c,
+            "GET /iceberg/v1/main/namespaces/raw/tables/{t} HTTP/1.1\r\nHost: {addr}\r\n\
+             Authorization: Bearer {token}\r\n\r\n"
+        )
+        .unwrap();
+        let mut head = [0u8; 12];
+        c.read_exact(&mut head).unwrap();
+        (String::from_utf8_lossy(&head).to_string(), c)
+    };
+    let (a1, _a1) = load("a");
+    let (a2, _a2) = load("a");
+    let (b, _b) = load("b");
+    assert_eq!([&a1[9..], &a2[9..], &b[9..]], ["200"; 3]);
+    let (c, _c) = load("c");
+    assert_eq!(
+        &c[9..],
+        "503",
+        "a third table's answer passed the answer memory"
+    );
+    drop((_a1, _a2, _b, _c));
+    // Once they are gone, it loads, whole.
+    let text = ureq::get(format!(
+        "{}/iceberg/v1/main/namespaces/raw/tables/c",
+        server.url
+    ))
+    .header("Authorization", format!("Bearer {token}"))
+    .call()
+    .unwrap()
+    .body_mut()
+    .with_config()
+    .limit(64 << 20)
+    .read_to_string()
+    .unwrap();
+    let body: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let docs: Vec<usize> = body["metadata"]["schemas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["fields"][0]["doc"].as_str().map_or(0, str::len))
+        .collect();
+    assert_eq!(docs, [0, 15 << 20]);
+    assert!(body["metadata-location"].as_str().is_some());
+    assert!(body["config"].is_object());
+}
+
 /// What a query keeps while it waits and runs is bounded too, now that its body is
 /// charged only while it is read: its SQL is at most 1 MiB (413, `sql_too_long`), and
 /// at most 64 of one caller's queries wait for a slot (one more is 503,

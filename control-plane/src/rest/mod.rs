@@ -13,12 +13,15 @@
 //! Here: the router. `oauth.rs` exchanges client credentials for a token; `config.rs`, `namespaces.rs` and `tables.rs` hold the handlers,
 //! `names.rs` how paths name refs, namespaces and tables, `types.rs` the wire types.
 
+mod answer;
 mod config;
 mod names;
 mod namespaces;
 mod oauth;
 mod tables;
 mod types;
+
+pub use answer::MetadataAnswers;
 
 use axum::Router;
 use axum::routing::{get, post};

@@ -7,11 +7,13 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 
+use super::answer::Answer;
 use super::names::{ident_name, namespace, table_name};
 use super::types::{
-    Body, CommitTable, CommitTransaction, CreateTable, DropQuery, LoadTableResult, MetricsReport,
-    Page, Params, Register, Rename, TableIdent, asks_for_credentials, bad_request, loaded, served,
+    Body, CommitTable, CommitTransaction, CreateTable, DropQuery, MetricsReport, Page, Params,
+    Register, Rename, TableIdent, asks_for_credentials, bad_request,
 };
 use crate::auth::Identity;
 use crate::http::IcebergResult;
@@ -48,18 +50,32 @@ pub async fn list_tables(
 }
 
 /// A table as the spec answers it, with the storage access the caller gets.
-fn answer(
+async fn answer(
     s: &AppState,
     identity: &Identity,
     headers: &HeaderMap,
     t: Loaded,
-) -> Json<LoadTableResult> {
-    loaded(
-        t.location,
-        &t.metadata,
-        s.vending
-            .storage_for(identity, asks_for_credentials(headers)),
-    )
+) -> IcebergResult<Response> {
+    let storage = s
+        .vending
+        .storage_for(identity, asks_for_credentials(headers));
+    let answer = Answer {
+        size: t
+            .location
+            .as_deref()
+            .and_then(|l| s.tables.metadata_size(l)),
+        location: t.location,
+        metadata: t.metadata,
+        config: Some(storage.config),
+        storage_credentials: storage
+            .credentials
+            .into_iter()
+            .map(|c| serde_json::json!({ "prefix": c.prefix, "config": c.config }))
+            .collect(),
+    };
+    Ok(s.metadata_answers
+        .respond(s.queries.answer_memory(), &identity.user, answer)
+        .await?)
 }
 
 pub async fn load_table(
@@ -67,11 +83,11 @@ pub async fn load_table(
     Path((prefix, ns, table)): Path<(String, String, String)>,
     headers: HeaderMap,
     identity: Identity,
-) -> IcebergResult<Json<LoadTableResult>> {
+) -> IcebergResult<Response> {
     let prefix = super::names::prefix(&prefix)?;
     let name = table_name(&namespace(&ns)?, &table)?;
     let t = s.rest_catalog.load_for(&identity, &prefix, &name).await?;
-    Ok(answer(&s, &identity, &headers, t))
+    answer(&s, &identity, &headers, t).await
 }
 
 pub async fn table_exists(
@@ -119,17 +135,26 @@ pub async fn commit_table(
     Path((prefix, ns, table)): Path<(String, String, String)>,
     identity: Identity,
     Body(c): Body<CommitTable>,
-) -> IcebergResult<Json<serde_json::Value>> {
+) -> IcebergResult<Response> {
     let prefix = super::names::prefix(&prefix)?;
     let name = table_name(&namespace(&ns)?, &table)?;
     let t = s
         .rest_catalog
         .commit_for(&identity, &prefix, &name, change(c))
         .await?;
-    Ok(Json(serde_json::json!({
-        "metadata-location": t.location,
-        "metadata": served(&t.metadata),
-    })))
+    let answer = Answer {
+        size: t
+            .location
+            .as_deref()
+            .and_then(|l| s.tables.metadata_size(l)),
+        location: t.location,
+        metadata: t.metadata,
+        config: None,
+        storage_credentials: Vec::new(),
+    };
+    Ok(s.metadata_answers
+        .respond(s.queries.answer_memory(), &identity.user, answer)
+        .await?)
 }
 
 /// A multi-table transaction: all the tables' changes land in one lh commit, or none do.
@@ -160,7 +185,7 @@ pub async fn create_table(
     headers: HeaderMap,
     identity: Identity,
     Body(req): Body<CreateTable>,
-) -> IcebergResult<Json<LoadTableResult>> {
+) -> IcebergResult<Response> {
     let prefix = super::names::prefix(&prefix)?;
     let parts = namespace(&ns)?;
     let name = table_name(&parts, &req.name)?;
@@ -178,7 +203,7 @@ pub async fn create_table(
         .rest_catalog
         .create_for(&identity, &prefix, &parts, &name, create)
         .await?;
-    Ok(answer(&s, &identity, &headers, t))
+    answer(&s, &identity, &headers, t).await
 }
 
 /// Drops a table from the branch. Its files stay, purge or not: other refs and history
@@ -230,12 +255,12 @@ pub async fn register_table(
     headers: HeaderMap,
     identity: Identity,
     Body(req): Body<Register>,
-) -> IcebergResult<Json<LoadTableResult>> {
+) -> IcebergResult<Response> {
     let prefix = super::names::prefix(&prefix)?;
     let name = table_name(&namespace(&ns)?, &req.name)?;
     let t = s
         .rest_catalog
         .register_for(&identity, &prefix, &name, &req.metadata_location)
         .await?;
-    Ok(answer(&s, &identity, &headers, t))
+    answer(&s, &identity, &headers, t).await
 }

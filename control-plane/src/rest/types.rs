@@ -183,19 +183,6 @@ impl Page {
     }
 }
 
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct LoadTableResult {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub metadata_location: Option<String>,
-    pub metadata: serde_json::Value,
-    pub config: BTreeMap<String, String>,
-    /// Vended credentials by location prefix (the spec's newer field; the same as the
-    /// `s3.*` keys of `config`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub storage_credentials: Vec<serde_json::Value>,
-}
-
 /// Table metadata as clients get it: with `gc.enabled=false`, because a table's files
 /// are shared by every ref and every older commit that sees it, so no client may delete
 /// them; `lh gc` removes what nothing reads.
@@ -220,23 +207,4 @@ pub fn asks_for_credentials(headers: &HeaderMap) -> bool {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.split(',').any(|m| m.trim() == "vended-credentials"))
-}
-
-/// A loaded table's answer, with what the client is given to reach its files
-/// (`tables::vending`).
-pub fn loaded(
-    location: Option<String>,
-    metadata: &TableMetadata,
-    storage: crate::tables::vending::StorageAccess,
-) -> Json<LoadTableResult> {
-    Json(LoadTableResult {
-        metadata_location: location,
-        metadata: served(metadata),
-        config: storage.config,
-        storage_credentials: storage
-            .credentials
-            .into_iter()
-            .map(|c| serde_json::json!({ "prefix": c.prefix, "config": c.config }))
-            .collect(),
-    })
 }

@@ -248,6 +248,7 @@ impl Tables {
                 .canonical(f)
                 .map_err(|_| outside(format!("file '{f}' is outside the warehouse")))?;
         }
+        let size = json.len() as u64;
         files.push((location.clone(), json.into()));
         // Removed if the writes fail or the caller goes away while they run.
         let pending = Uncommitted {
@@ -257,7 +258,7 @@ impl Tables {
         self.warehouse.write_durable(files).await?;
         pending.keep();
         self.metadata
-            .insert(location.clone(), Arc::new(metadata.clone()));
+            .insert(location.clone(), (Arc::new(metadata.clone()), size));
         Ok(location)
     }
 

@@ -38,8 +38,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-use iceberg::spec::TableMetadata;
-
 use super::{Tables, snapshot};
 use crate::error::{Code, Error, Kind, Result};
 
@@ -563,9 +561,9 @@ impl<'a> Mark<'a> {
             .warehouse
             .canonical(location)
             .unwrap_or_else(|_| location.to_string());
-        let m = TableMetadata::read_from(io, &readable)
+        let (m, _) = crate::read_metadata(io, &readable)
             .await
-            .map_err(|e| Error::internal(format!("cannot read {location}: {e}")))?;
+            .map_err(|e| Error::internal(format!("cannot read {location}: {}", e.message)))?;
         self.add(location);
         for s in m.statistics_iter() {
             self.add(&s.statistics_path);

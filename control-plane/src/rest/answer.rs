@@ -1,7 +1,8 @@
 //! A loaded table's answer (load, create, register, commit), sent in pieces: the table's
 //! metadata is encoded once for all the answers that send one file at the same time,
-//! and what that encoding holds is charged to the server's answer memory
-//! (`--answer-memory`, `query/memory.rs`) until the last of them is sent. A table's
+//! and each caller holding one is charged for it in the server's answer memory
+//! (`--answer-memory`, `query/memory.rs`, once however many of its answers hold it)
+//! until its last is sent: one caller's share never pays for, or refuses, another's. A table's
 //! metadata can be 64 MiB of JSON (`commit::MAX_METADATA_BYTES`): the thirty-seventh
 //! review's 22 loads of one such table at once, each encoded on its own and charged to
 //! nothing, took the server to 1.9 GB.
@@ -23,16 +24,49 @@ pub struct MetadataAnswers {
     live: Mutex<HashMap<String, Weak<Encoding>>>,
 }
 
-/// One file's metadata as JSON, once encoded, and its charge.
+/// One file's metadata as JSON, once encoded, and who holds answers of it: each caller
+/// is charged once for it, for as long as one of its answers holds it.
 struct Encoding {
     json: tokio::sync::OnceCell<Bytes>,
-    charge: Mutex<Charge>,
+    holders: Mutex<HashMap<String, (usize, Charge)>>,
 }
 
-/// The JSON of an encoding, keeping it (and its charge) while a piece of an answer.
+impl Encoding {
+    /// Charges `caller` for holding `json` (nothing more when it holds it already).
+    fn hold(
+        self: &Arc<Self>,
+        memory: &AnswerMemory,
+        caller: &str,
+        json: &Bytes,
+        after_change: bool,
+    ) -> Result<Held> {
+        let mut holders = self.holders.lock().unwrap_or_else(|e| e.into_inner());
+        match holders.get_mut(caller) {
+            Some((n, _)) => *n += 1,
+            None => {
+                let mut charge = memory.charge_for(Some(caller));
+                if let Err(e) = charge.grow(json.len() as u64)
+                    && !after_change
+                {
+                    return Err(e);
+                }
+                holders.insert(caller.to_string(), (1, charge));
+            }
+        }
+        Ok(Held {
+            json: json.clone(),
+            encoding: self.clone(),
+            caller: caller.to_string(),
+        })
+    }
+}
+
+/// The JSON of an encoding as a piece of one caller's answer, keeping the encoding and
+/// that caller's charge for it until the piece is sent.
 struct Held {
     json: Bytes,
-    _encoding: Arc<Encoding>,
+    encoding: Arc<Encoding>,
+    caller: String,
 }
 
 impl AsRef<[u8]> for Held {
@@ -41,16 +75,37 @@ impl AsRef<[u8]> for Held {
     }
 }
 
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut holders = self
+            .encoding
+            .holders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some((n, _)) = holders.get_mut(&self.caller) {
+            *n -= 1;
+            if *n == 0 {
+                holders.remove(&self.caller);
+            }
+        }
+    }
+}
+
 /// What an answer says besides the metadata.
 pub struct Answer {
     pub location: Option<String>,
     pub metadata: Arc<TableMetadata>,
-    /// The metadata file's size as JSON, when known: what encoding it takes is charged
-    /// before it is made.
-    pub size: Option<u64>,
+    /// The metadata file's size as JSON (or an estimate): what encoding it takes is
+    /// charged before it is made.
+    pub size: u64,
     /// `None` for a commit's answer, which has none.
     pub config: Option<BTreeMap<String, String>>,
     pub storage_credentials: Vec<serde_json::Value>,
+    /// The answer of a change already made (a commit, a create, a register): sent even
+    /// past the caller's answer memory, uncharged then. Refused, its client would take
+    /// the change for failed and may make it again (the thirty-ninth review: a commit
+    /// applied, then answered 503).
+    pub after_change: bool,
 }
 
 impl MetadataAnswers {
@@ -116,7 +171,7 @@ impl MetadataAnswers {
         let fresh = || {
             Arc::new(Encoding {
                 json: tokio::sync::OnceCell::new(),
-                charge: Mutex::new(memory.charge_for(Some(caller))),
+                holders: Mutex::new(HashMap::new()),
             })
         };
         let encoding = match location {
@@ -136,32 +191,30 @@ impl MetadataAnswers {
                 }
             }
         };
+        // Made by one of the callers waiting for it, charged to that caller while it is
+        // made: the metadata as a JSON tree and as text, some three times the text.
         let json = encoding
             .json
             .get_or_try_init(|| async {
-                let charge = |bytes: u64| {
-                    encoding
-                        .charge
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .set(bytes)
-                };
-                // While it is made, the encoding holds the metadata as a JSON tree and
-                // as text: some three times the text.
-                charge(3 * answer.size.unwrap_or(0))?;
+                let mut making = memory.charge_for(Some(caller));
+                if let Err(e) = making.grow(3 * answer.size)
+                    && !answer.after_change
+                {
+                    return Err(e);
+                }
                 let metadata = answer.metadata.clone();
-                let json = tokio::task::spawn_blocking(move || served_bytes(&metadata))
+                tokio::task::spawn_blocking(move || served_bytes(&metadata))
                     .await
-                    .map_err(encoding_failed)??;
-                charge(json.len() as u64)?;
-                Ok::<_, Error>(json)
+                    .map_err(encoding_failed)?
             })
             .await?
             .clone();
-        Ok(Bytes::from_owner(Held {
-            json,
-            _encoding: encoding,
-        }))
+        Ok(Bytes::from_owner(encoding.hold(
+            memory,
+            caller,
+            &json,
+            answer.after_change,
+        )?))
     }
 }
 
@@ -174,4 +227,102 @@ fn served_bytes(metadata: &TableMetadata) -> Result<Bytes> {
 
 fn encoding_failed(e: impl std::fmt::Display) -> Error {
     Error::internal(format!("cannot encode table metadata: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iceberg::TableCreation;
+    use iceberg::spec::{NestedField, PrimitiveType, Schema, TableMetadataBuilder, Type};
+
+    fn metadata() -> Arc<TableMetadata> {
+        let schema = Schema::builder()
+            .with_fields(vec![
+                NestedField::optional(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+            ])
+            .build()
+            .unwrap();
+        let creation = TableCreation::builder()
+            .name("t".into())
+            .location("file:///w/t".into())
+            .schema(schema)
+            .build();
+        Arc::new(
+            TableMetadataBuilder::from_table_creation(creation)
+                .unwrap()
+                .build()
+                .unwrap()
+                .metadata,
+        )
+    }
+
+    fn answer(m: &Arc<TableMetadata>) -> Answer {
+        Answer {
+            location: Some("file:///w/t/metadata/00000.metadata.json".into()),
+            metadata: m.clone(),
+            size: 100,
+            config: None,
+            storage_credentials: Vec::new(),
+            after_change: false,
+        }
+    }
+
+    /// The thirty-eighth review: a shared answer was charged to the caller who asked
+    /// first, for as long as anyone held it. Each caller holding one is charged for it,
+    /// and only while it does.
+    #[tokio::test]
+    async fn each_caller_holding_a_shared_answer_is_charged_for_it() {
+        let memory = AnswerMemory::new(1 << 20);
+        let answers = MetadataAnswers::default();
+        let m = metadata();
+        let a1 = answers
+            .encoded(&memory, "alice", Some("l"), &answer(&m))
+            .await
+            .unwrap();
+        let len = a1.len() as u64;
+        assert_eq!(memory.used(), len);
+        // Alice's second answer of it costs her nothing more; Bob's is his.
+        let a2 = answers
+            .encoded(&memory, "alice", Some("l"), &answer(&m))
+            .await
+            .unwrap();
+        let b = answers
+            .encoded(&memory, "bob", Some("l"), &answer(&m))
+            .await
+            .unwrap();
+        assert_eq!(memory.used(), 2 * len);
+        assert_eq!(
+            (a1.as_ptr(), a2.as_ptr()),
+            (b.as_ptr(), b.as_ptr()),
+            "one encoding"
+        );
+        drop((a1, a2));
+        assert_eq!(memory.used(), len, "alice's charge ends with her answers");
+        drop(b);
+        assert_eq!(memory.used(), 0);
+        // A caller whose share is full is refused; another is not.
+        let tight = AnswerMemory::new(4 * len);
+        let mut full = tight.charge_for(Some("mallory"));
+        full.grow(3 * len - 1).unwrap();
+        let err = answers
+            .encoded(&tight, "mallory", Some("l"), &answer(&m))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, crate::error::Code::AnswerMemoryFull);
+        // The answer of a change already made is sent even so, uncharged.
+        let mut made = answer(&m);
+        made.after_change = true;
+        let sent = answers
+            .encoded(&tight, "mallory", Some("l"), &made)
+            .await
+            .unwrap();
+        assert_eq!(sent.len() as u64, len);
+        drop(full);
+        let b = answers
+            .encoded(&tight, "bob", Some("l"), &answer(&m))
+            .await
+            .unwrap();
+        assert_eq!(tight.used(), len);
+        drop((b, sent));
+    }
 }

@@ -50,20 +50,19 @@ pub async fn list_tables(
 }
 
 /// A table as the spec answers it, with the storage access the caller gets.
+/// `after_change`: the answer of a change already made (see [`Answer::after_change`]).
 async fn answer(
     s: &AppState,
     identity: &Identity,
     headers: &HeaderMap,
     t: Loaded,
+    after_change: bool,
 ) -> IcebergResult<Response> {
     let storage = s
         .vending
         .storage_for(identity, asks_for_credentials(headers));
     let answer = Answer {
-        size: t
-            .location
-            .as_deref()
-            .and_then(|l| s.tables.metadata_size(l)),
+        size: s.tables.metadata_size(t.location.as_deref(), &t.metadata),
         location: t.location,
         metadata: t.metadata,
         config: Some(storage.config),
@@ -72,6 +71,7 @@ async fn answer(
             .into_iter()
             .map(|c| serde_json::json!({ "prefix": c.prefix, "config": c.config }))
             .collect(),
+        after_change,
     };
     Ok(s.metadata_answers
         .respond(s.queries.answer_memory(), &identity.user, answer)
@@ -87,7 +87,7 @@ pub async fn load_table(
     let prefix = super::names::prefix(&prefix)?;
     let name = table_name(&namespace(&ns)?, &table)?;
     let t = s.rest_catalog.load_for(&identity, &prefix, &name).await?;
-    answer(&s, &identity, &headers, t).await
+    answer(&s, &identity, &headers, t, false).await
 }
 
 pub async fn table_exists(
@@ -143,14 +143,12 @@ pub async fn commit_table(
         .commit_for(&identity, &prefix, &name, change(c))
         .await?;
     let answer = Answer {
-        size: t
-            .location
-            .as_deref()
-            .and_then(|l| s.tables.metadata_size(l)),
+        size: s.tables.metadata_size(t.location.as_deref(), &t.metadata),
         location: t.location,
         metadata: t.metadata,
         config: None,
         storage_credentials: Vec::new(),
+        after_change: true,
     };
     Ok(s.metadata_answers
         .respond(s.queries.answer_memory(), &identity.user, answer)
@@ -203,7 +201,7 @@ pub async fn create_table(
         .rest_catalog
         .create_for(&identity, &prefix, &parts, &name, create)
         .await?;
-    answer(&s, &identity, &headers, t).await
+    answer(&s, &identity, &headers, t, true).await
 }
 
 /// Drops a table from the branch. Its files stay, purge or not: other refs and history
@@ -262,5 +260,5 @@ pub async fn register_table(
         .rest_catalog
         .register_for(&identity, &prefix, &name, &req.metadata_location)
         .await?;
-    answer(&s, &identity, &headers, t).await
+    answer(&s, &identity, &headers, t, true).await
 }

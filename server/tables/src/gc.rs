@@ -561,7 +561,7 @@ impl<'a> Mark<'a> {
             .warehouse
             .canonical(location)
             .unwrap_or_else(|_| location.to_string());
-        let (m, _) = crate::read_metadata(io, &readable)
+        let (m, _) = crate::read_metadata(io, &readable, None)
             .await
             .map_err(|e| Error::internal(format!("cannot read {location}: {}", e.message)))?;
         self.add(location);

@@ -60,6 +60,8 @@ pub struct Tables {
     manifests: quick_cache::sync::Cache<ManifestKey, Arc<iceberg::spec::Manifest>, BySize>,
     /// Nor data files: cache their columns (field ids, names, nesting) by path.
     columns: quick_cache::sync::Cache<std::path::PathBuf, Arc<Vec<stats::PhysicalColumn>>>,
+    /// Reads of large metadata files at once (see [`read_metadata`]).
+    large_reads: tokio::sync::Semaphore,
     /// The folders this server's writes are filling: garbage collection leaves them be.
     pub in_flight: gc::InFlight,
     /// Held shared by every commit (see `commit.rs`: a REST commit or a registration may
@@ -133,16 +135,20 @@ impl quick_cache::Weighter<ManifestKey, Arc<iceberg::spec::Manifest>> for BySize
     }
 }
 
-/// What the metadata cache holds at most, parsed.
-const METADATA_CACHE_BYTES: u64 = 256 << 20;
+/// What the metadata cache holds at most, parsed: a table's largest metadata (64 MiB
+/// of JSON, 100,000 fields) weighs some 230 MiB.
+const METADATA_CACHE_BYTES: u64 = 384 << 20;
 
 /// Reads and parses the metadata file at `location` (gzipped or not), with its size as
 /// JSON; a file past [`commit::MAX_METADATA_BYTES`] is refused unread (lh writes none,
 /// but a registered table's or a client's may be any size). Parsed on a blocking thread:
-/// a large file takes a while, and the server's other requests go on meanwhile.
+/// a large file takes a while, and the server's other requests go on meanwhile. A file
+/// past 8 MiB is read and parsed holding a permit of `large`, if given: parsed, one
+/// takes many times its size for a while.
 pub async fn read_metadata(
     io: &iceberg::io::FileIO,
     location: &str,
+    large: Option<&tokio::sync::Semaphore>,
 ) -> Result<(TableMetadata, u64)> {
     use std::io::Read;
     let max = commit::MAX_METADATA_BYTES as u64;
@@ -156,13 +162,12 @@ pub async fn read_metadata(
     }
     let location = location.to_string();
     let named = location.clone();
-    let too_big = move |size: u64| {
+    let too_big = move || {
         Error::new(
             Kind::Unprocessable,
             Code::InvalidUpdate,
             format!(
-                "the table metadata file {named} holds {} MiB; lh reads at most {} MiB",
-                size >> 20,
+                "the table metadata file {named} holds more than {} MiB: lh reads at most that",
                 max >> 20
             ),
         )
@@ -174,19 +179,39 @@ pub async fn read_metadata(
         .map_err(|e| failed(&location, &e))?
         .size;
     if size > max {
-        return Err(too_big(size));
+        return Err(too_big());
     }
+    let _permit = match large {
+        Some(gate) if size > 8 << 20 => Some(
+            gate.acquire()
+                .await
+                .map_err(|_| Error::internal("the metadata reads are closed"))?,
+        ),
+        _ => None,
+    };
     let content = input.read().await.map_err(|e| failed(&location, &e))?;
     let at = location.clone();
     tokio::task::spawn_blocking(move || {
         let json = if content.len() > 2 && content[0] == 0x1F && content[1] == 0x8B {
+            // Read in steps of at most 8 MiB, up to one byte past the bound: never
+            // twice the bound, as a doubling buffer would be.
             let mut out = Vec::new();
-            flate2::read::GzDecoder::new(&content[..])
-                .take(max + 1)
-                .read_to_end(&mut out)
-                .map_err(|e| failed(&at, &e))?;
+            let mut gz = flate2::read::GzDecoder::new(&content[..]).take(max + 1);
+            loop {
+                if out.len() == out.capacity() {
+                    out.reserve_exact(out.capacity().clamp(1 << 16, 8 << 20));
+                }
+                let len = out.len();
+                let room = out.capacity() - len;
+                out.resize(len + room, 0);
+                let n = gz.read(&mut out[len..]).map_err(|e| failed(&at, &e))?;
+                out.truncate(len + n);
+                if n == 0 {
+                    break;
+                }
+            }
             if out.len() as u64 > max {
-                return Err(too_big(out.len() as u64));
+                return Err(too_big());
             }
             bytes::Bytes::from(out)
         } else {
@@ -215,10 +240,24 @@ impl Tables {
             catalog,
             warehouse,
             // Snapshots, files and manifest entries: a few hundred MB at most.
-            metadata: quick_cache::sync::Cache::with_weighter(10_000, METADATA_CACHE_BYTES, BySize),
+            // One shard: a shard holds no entry past its part of the weight, and a
+            // table's metadata may weigh 200 MiB (the thirty-eighth review: with eight
+            // shards, no table past 15 MB was ever kept, and each load parsed it again).
+            metadata: quick_cache::sync::Cache::with_options(
+                quick_cache::OptionsBuilder::new()
+                    .estimated_items_capacity(10_000)
+                    .weight_capacity(METADATA_CACHE_BYTES)
+                    .shards(1)
+                    .build()
+                    .expect("metadata cache options"),
+                BySize,
+                Default::default(),
+                Default::default(),
+            ),
             files: quick_cache::sync::Cache::with_weighter(10_000, 1_000_000, BySize),
             manifests: quick_cache::sync::Cache::with_weighter(10_000, 500_000, BySize),
             columns: quick_cache::sync::Cache::new(200_000),
+            large_reads: tokio::sync::Semaphore::new(2),
             in_flight: gc::InFlight::default(),
             commit_gate: tokio::sync::RwLock::new(()),
             protected,
@@ -249,15 +288,24 @@ impl Tables {
             Ok((m, _)) => return Ok(m),
             Err(guard) => guard,
         };
-        let (m, size) = read_metadata(self.warehouse.io(), location).await?;
+        let (m, size) =
+            read_metadata(self.warehouse.io(), location, Some(&self.large_reads)).await?;
         let m = Arc::new(m);
         let _ = guard.insert((m.clone(), size));
         Ok(m)
     }
 
-    /// The size as JSON of the metadata file at `location`, if this server holds it.
-    pub fn metadata_size(&self, location: &str) -> Option<u64> {
-        self.metadata.peek(location).map(|(_, size)| size)
+    /// The size as JSON of `m`, the metadata file at `location`: as read when this
+    /// server holds it, else an estimate (a kilobyte a snapshot, a quarter of one a
+    /// field, its properties).
+    pub fn metadata_size(&self, location: Option<&str>, m: &TableMetadata) -> u64 {
+        if let Some((_, size)) = location.and_then(|l| self.metadata.peek(l)) {
+            return size;
+        }
+        let fields: usize = m.schemas_iter().map(|s| s.field_id_to_fields().len()).sum();
+        4096 + 1024 * m.snapshots().len() as u64
+            + 256 * fields as u64
+            + commit::properties_bytes(m.properties()) as u64
     }
 
     /// The manifest `m` lists.

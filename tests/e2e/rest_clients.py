@@ -450,7 +450,49 @@ def staged_create_evolves(uri, warehouse, name):
     }))
 
 
+def names_as_iceberg_allows(uri, warehouse):
+    """Namespaces and tables named as Iceberg allows ('-', capitals, spaces, dots inside
+    a level), made, written, listed and loaded; and a spec change that lost a race,
+    refused in the words pyiceberg's own tests match."""
+    import pyarrow as pa
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import BucketTransform
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    cat = catalog(uri, warehouse)
+    schema = Schema(NestedField(1, "id", LongType(), required=False),
+                    NestedField(2, "name", StringType(), required=False))
+    data = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", "b", "c"]})
+    made = [("my-db", "Sales 2026"), ("TEST NS", "t"), ("new.db", "ta.ble"), ("ns_dot", "ta.ble")]
+    for ns, table in made:
+        cat.create_namespace_if_not_exists((ns,))
+        cat.create_table((ns, table), schema).append(data)
+    spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=BucketTransform(16),
+                                        name="id_bucket"))
+    t = cat.create_table(("my-db", "specs"), schema, partition_spec=spec)
+    update = t.update_spec()
+    update.add_field(source_column_name="name", transform=BucketTransform(4),
+                     partition_field_name="shard")
+    with cat.load_table(("my-db", "specs")).update_spec() as other:
+        other.remove_field("id_bucket")
+    try:
+        update.commit()
+        conflict = None
+    except CommitFailedException as e:
+        conflict = str(e)
+    print(json.dumps({
+        "namespaces": sorted(list(n) for n in cat.list_namespaces()),
+        "tables": {ns: sorted(list(i) for i in cat.list_tables((ns,))) for ns, _ in made},
+        "rows": {f"{ns}/{table}": len(cat.load_table((ns, table)).scan().to_arrow())
+                 for ns, table in made},
+        "conflict": conflict,
+    }))
+
+
 SCENARIOS = {
+    "names_as_iceberg_allows": names_as_iceberg_allows,
     "staged_create_evolves": staged_create_evolves,
     "row_diff_changes": row_diff_changes,
     "pyiceberg_basics": pyiceberg_basics,

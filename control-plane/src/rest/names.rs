@@ -15,13 +15,15 @@ pub fn prefix(raw: &str) -> IcebergResult<lh_catalog::RefExpr> {
 
 pub fn namespace(raw: &str) -> IcebergResult<Vec<String>> {
     let parts: Vec<String> = raw.split('\u{1f}').map(String::from).collect();
-    let joined = parts.join(".");
+    let joined = lh_catalog::names::join_levels(&parts);
     lh_catalog::names::validate_namespace(&joined).map_err(|e| bad_request(e.to_string()))?;
     Ok(parts)
 }
 
 pub fn table_name(ns: &[String], table: &str) -> IcebergResult<String> {
-    let name = format!("{}.{table}", ns.join("."));
+    let mut levels = ns.to_vec();
+    levels.push(table.to_string());
+    let name = lh_catalog::names::join_levels(&levels);
     lh_catalog::names::validate_table_name(&name).map_err(|e| bad_request(e.to_string()))?;
     Ok(name)
 }

@@ -62,7 +62,7 @@ pub async fn load_namespace(
     let parts = namespace(&ns)?;
     let props = s
         .rest_catalog
-        .namespace_for(&identity, &prefix, &parts.join("."))
+        .namespace_for(&identity, &prefix, &lh_catalog::names::join_levels(&parts))
         .await?;
     Ok(Json(
         serde_json::json!({ "namespace": parts, "properties": props }),
@@ -77,7 +77,7 @@ pub async fn namespace_exists(
     let prefix = super::names::prefix(&prefix)?;
     let parts = namespace(&ns)?;
     s.rest_catalog
-        .namespace_for(&identity, &prefix, &parts.join("."))
+        .namespace_for(&identity, &prefix, &lh_catalog::names::join_levels(&parts))
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -88,7 +88,7 @@ pub async fn drop_namespace(
     Path((prefix, ns)): Path<(String, String)>,
 ) -> IcebergResult<StatusCode> {
     let prefix = super::names::prefix(&prefix)?;
-    let name = namespace(&ns)?.join(".");
+    let name = lh_catalog::names::join_levels(&namespace(&ns)?);
     s.rest_catalog
         .drop_namespace_for(&identity, &prefix, &name)
         .await?;
@@ -102,7 +102,7 @@ pub async fn update_properties(
     Body(req): Body<UpdateProperties>,
 ) -> IcebergResult<Json<serde_json::Value>> {
     let prefix = super::names::prefix(&prefix)?;
-    let name = namespace(&ns)?.join(".");
+    let name = lh_catalog::names::join_levels(&namespace(&ns)?);
     let done = s
         .rest_catalog
         .update_properties_for(&identity, &prefix, &name, req.updates, &req.removals)

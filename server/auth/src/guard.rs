@@ -375,7 +375,10 @@ fn scope_check(
 ) -> Result<(), Error> {
     identity.require_ref(action, prefix, what)?;
     if let Some((_, ns)) = params.iter().find(|(k, _)| *k == "ns") {
-        identity.require_namespace(action, prefix, &ns.replace('\u{1f}', "."), what)?;
+        // Spelled as the namespace is everywhere (`"sandbox.priv"` is not `sandbox`'s).
+        let levels: Vec<&str> = ns.split('\u{1f}').collect();
+        let ns = lh_catalog::names::join_levels(&levels);
+        identity.require_namespace(action, prefix, &ns, what)?;
     }
     Ok(())
 }

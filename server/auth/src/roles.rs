@@ -38,14 +38,14 @@ impl Pattern {
     pub fn parse(text: &str, what: &str) -> Result<Pattern> {
         let ok = !text.is_empty()
             && text.len() <= 256
-            && text
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | '*'));
+            && text.chars().all(|c| {
+                c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | '*' | '"')
+            });
         if !ok {
             return Err(Error::bad_request(
                 Code::InvalidArgument,
                 format!(
-                    "invalid {what} pattern '{}': use letters, digits, '.', '_', '-', '/' and '*' for any run of characters",
+                    "invalid {what} pattern '{}': use letters, digits, '.', '_', '-', '/', '\"' (a quoted namespace level) and '*' for any run of characters",
                     text.escape_debug()
                 ),
             ));
@@ -296,7 +296,7 @@ impl Access {
 
 /// The namespace of a table name (`sales.eu.orders` is in `sales.eu`).
 pub fn namespace_of(table: &str) -> &str {
-    table.rsplit_once('.').map_or("", |(ns, _)| ns)
+    lh_catalog::names::split_table(table).map_or("", |(ns, _)| ns)
 }
 
 /// The refusal of an action, saying which permission is missing. It names only what

@@ -5,7 +5,7 @@
 //! the commit's next statements. Which views to make, and their SQL, is
 //! `QueryEngine::views`' (`query/mod.rs`).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use duckdb::Connection;
@@ -18,6 +18,9 @@ use crate::error::{Error, Result};
 pub struct View {
     pub name: String,
     pub sql: String,
+    /// What it shows: the lh table it is a view of (or, for a view of lh's own making,
+    /// what it is).
+    pub of: String,
 }
 
 /// The in-memory catalog of one commit's views. The views of a commit never change, so
@@ -26,8 +29,10 @@ pub struct View {
 pub(crate) struct CommitCatalog {
     name: String,
     database: Arc<Mutex<Connection>>,
-    /// The views that exist, by their quoted name (`"namespace"."table"`).
-    views: Mutex<HashSet<String>>,
+    /// The views that exist, by their quoted name (`"namespace"."table"`) in lowercase
+    /// (DuckDB's names ignore case), with what each shows: `"FIN".t` and `fin.t`, or
+    /// `"a.b".t` and the nested `a.b.t`, have one view name and are two tables.
+    views: Mutex<HashMap<String, String>>,
 }
 
 impl CommitCatalog {
@@ -44,8 +49,19 @@ impl CommitCatalog {
         })
     }
 
-    pub(super) fn has_view(&self, name: &str) -> bool {
-        self.views.lock().is_ok_and(|v| v.contains(name))
+    /// Whether the view `name` of `of` exists.
+    pub(super) fn has_view(&self, name: &str, of: &str) -> bool {
+        self.views
+            .lock()
+            .is_ok_and(|v| v.get(&name.to_lowercase()).is_some_and(|o| o == of))
+    }
+
+    /// Whether the view `name` exists and shows something other than `of`: a statement
+    /// that reads `of` then needs a catalog of its own.
+    pub(super) fn holds_other(&self, name: &str, of: &str) -> bool {
+        self.views
+            .lock()
+            .is_ok_and(|v| v.get(&name.to_lowercase()).is_some_and(|o| o != of))
     }
 
     /// Makes the `views` that do not exist yet, on `conn` (whose current catalog is
@@ -56,12 +72,25 @@ impl CommitCatalog {
             .lock()
             .map_err(|_| Error::internal("a commit catalog is poisoned"))?;
         for view in views {
-            if made.contains(&view.name) {
-                continue;
+            match made.get(&view.name.to_lowercase()) {
+                Some(of) if *of == view.of => continue,
+                Some(of) => {
+                    return Err(Error::bad_request(
+                        crate::error::Code::SqlError,
+                        format!(
+                            "'{of}' and '{}' have one name in SQL ({}): DuckDB's names \
+                             ignore case, and a dotted schema is read as a nested namespace \
+                             first",
+                            view.of, view.name
+                        ),
+                    )
+                    .with_hint("read them in separate queries"));
+                }
+                None => {}
             }
             conn.execute_batch(&view.sql)
                 .map_err(|e| Error::internal(format!("cannot expose a table to DuckDB: {e}")))?;
-            made.insert(view.name.clone());
+            made.insert(view.name.to_lowercase(), view.of.clone());
         }
         Ok(())
     }

@@ -340,6 +340,7 @@ impl QueryEngine {
             views.push(View {
                 name: format!("{side}.v"),
                 sql,
+                of: format!("the row diff's {side} side"),
             });
         }
         let scan = DiffScan {

@@ -285,8 +285,8 @@ impl QueryEngine {
         timeout: Duration,
         caller: &str,
     ) -> Result<u64> {
-        let parts: Vec<String> = match table.rsplit_once('.') {
-            Some((ns, t)) => vec![ns.to_string(), t.to_string()],
+        let parts: Vec<String> = match lh_catalog::names::to_sql(table) {
+            Some((ns, t)) => vec![ns, t],
             None => return Err(Error::internal(format!("bad table name {table}"))),
         };
         let cols = match columns {
@@ -322,8 +322,11 @@ impl QueryEngine {
                 pruned.insert(parts.clone(), bound);
             }
         }
-        let catalog = match pruned.is_empty() {
-            true => self.commit_catalog(&commit.id)?,
+        // Its own catalog when the commit's holds a view of this name of another
+        // table (see `CommitCatalog::holds_other`).
+        let shared = self.commit_catalog(&commit.id)?;
+        let catalog = match pruned.is_empty() && !shared.holds_other(&view_name(&parts), table) {
+            true => shared,
             false => Arc::new(CommitCatalog::attach(&self.database)?),
         };
         let missing = |_: &str| {
@@ -338,6 +341,7 @@ impl QueryEngine {
                 commit,
                 Some(&catalog),
                 std::slice::from_ref(&parts),
+                &BTreeMap::from([(parts.clone(), table.to_string())]),
                 &missing,
                 &pruned,
             ),
@@ -444,15 +448,30 @@ impl QueryEngine {
     pub async fn output_columns(
         &self,
         commit: &Commit,
-        inputs: &[(TableRef, bool)],
+        inputs: &[(String, bool)],
         sql: &str,
         caller: &str,
     ) -> Result<Vec<(String, String)>> {
+        // Each input's view, by the input's own name (never its SQL spelling read back).
+        let inputs: Vec<(TableRef, bool, String)> = inputs
+            .iter()
+            .map(|(name, bare)| {
+                let parts = match lh_catalog::names::to_sql(name) {
+                    Some((ns, t)) => vec![ns, t],
+                    None => vec![name.clone()],
+                };
+                (parts, *bare, name.clone())
+            })
+            .collect();
+        let named: BTreeMap<TableRef, String> = inputs
+            .iter()
+            .map(|(p, _, n)| (p.clone(), n.clone()))
+            .collect();
         // One read-only statement: the same check as every query's.
         self.analyze(sql).await?;
         let _permit = Arc::new(self.slot_for(caller).await?);
         let timeout = self.limits.timeout;
-        let names: Vec<TableRef> = inputs.iter().map(|(n, _)| n.clone()).collect();
+        let names: Vec<TableRef> = inputs.iter().map(|(n, _, _)| n.clone()).collect();
         let missing = |name: &str| {
             Error::not_found(
                 Code::TableNotFound,
@@ -461,14 +480,15 @@ impl QueryEngine {
         };
         let (views, pins) = tokio::time::timeout(
             timeout,
-            self.views(commit, None, &names, &missing, &BTreeMap::new()),
+            self.views(commit, None, &names, &named, &missing, &BTreeMap::new()),
         )
         .await
         .map_err(|_| fetch_timeout(timeout))??;
         let mut setup: Vec<View> = views;
-        for (parts, bare) in inputs {
-            if let (true, [_, table]) = (bare, parts.as_slice()) {
+        for (parts, bare, of) in &inputs {
+            if let (true, [_, table]) = (*bare, parts.as_slice()) {
                 setup.push(View {
+                    of: format!("{of}, by its bare name"),
                     name: format!("main.{}", quote_ident(table)),
                     sql: format!(
                         "CREATE OR REPLACE VIEW main.{} AS SELECT * FROM {};",
@@ -598,14 +618,32 @@ impl QueryEngine {
         });
         let resolved = self.tables.catalog.resolve(at).await?;
         let analysis = self.analyze(sql).await?;
+        // The table each name of the statement names (a bare one: in lh's `main`).
+        let mut named = BTreeMap::new();
+        for parts in &analysis.tables {
+            let (schema, table) = match parts.as_slice() {
+                [bare] if !analysis.ctes.iter().any(|c| c.eq_ignore_ascii_case(bare)) => {
+                    ("main", bare)
+                }
+                [schema, table] => (schema.as_str(), table),
+                _ => continue,
+            };
+            let name = self
+                .named(&resolved.commit, schema, table, readable)
+                .await?;
+            named.insert(parts.clone(), name);
+        }
         // The tables whose filters leave files out, and the files the views read.
         let mut pruned = BTreeMap::new();
         let mut files_read = 0u64;
         for parts in &analysis.tables {
-            if parts.len() != 2 || !readable(&parts.join(".")) {
+            let (2, Some(name)) = (parts.len(), named.get(parts)) else {
+                continue;
+            };
+            if !readable(name) {
                 continue;
             }
-            let Some(t) = self.tables.load(&resolved.commit, &parts.join(".")).await? else {
+            let Some(t) = self.tables.load(&resolved.commit, name).await? else {
                 continue;
             };
             let live = self.tables.live_files(&t).await?;
@@ -629,16 +667,23 @@ impl QueryEngine {
         // one holds other callers' views, which DuckDB also binds from names that do not
         // say them (a bare name falls back to its default schema, lh's `main`). So does a
         // statement whose filters leave files out: its views are its own.
-        let catalog = if restricted || !pruned.is_empty() {
+        // So does one that reads a table whose view name the commit's catalog holds
+        // for another (`"FIN".t` beside `fin.t`: see `CommitCatalog::holds_other`).
+        let shared = self.commit_catalog(&resolved.commit.id)?;
+        let collides = named.values().any(|name| {
+            lh_catalog::names::to_sql(name)
+                .is_some_and(|(s, t)| shared.holds_other(&view_name(&[s, t]), name))
+        });
+        let catalog = if restricted || !pruned.is_empty() || collides {
             Arc::new(CommitCatalog::attach(&self.database)?)
         } else {
-            self.commit_catalog(&resolved.commit.id)?
+            shared
         };
 
         let database = self.database.clone();
         let in_catalog = catalog.clone();
         let session = blocking(move || Session::in_commit(&database, in_catalog)).await?;
-        let refs = (analysis.tables, analysis.ctes);
+        let refs = analysis.tables;
 
         let missing = |name: &str| {
             Error::not_found(
@@ -649,26 +694,25 @@ impl QueryEngine {
                 at: Some(at.to_string()),
             })
         };
-        let (refs, ctes) = refs;
         // Before any view is made or reused (a commit's views are shared by queries).
         // A bare name that is no CTE resolves in the default schema: lh's `main`
         // namespace.
-        for parts in &refs {
-            let name = match parts.as_slice() {
-                [bare] if !ctes.iter().any(|c| c.eq_ignore_ascii_case(bare)) => {
-                    format!("main.{bare}")
-                }
-                [_, _] => parts.join("."),
-                _ => continue,
-            };
-            if !readable(&name) {
-                return Err(missing(&parts.join(".")));
+        for name in named.values() {
+            if !readable(name) {
+                return Err(missing(name));
             }
         }
         // On S3 making the views may fetch data files: that counts towards the timeout.
         let (views, _pins) = tokio::time::timeout(
             timeout,
-            self.views(&resolved.commit, Some(&catalog), &refs, &missing, &pruned),
+            self.views(
+                &resolved.commit,
+                Some(&catalog),
+                &refs,
+                &named,
+                &missing,
+                &pruned,
+            ),
         )
         .await
         .map_err(|_| fetch_timeout(timeout))??;
@@ -845,10 +889,40 @@ impl QueryEngine {
         &self,
         commit: &Commit,
         names: &[TableRef],
+        named: &BTreeMap<TableRef, String>,
         missing: &(dyn Fn(&str) -> Error + Sync),
         pruned: &BTreeMap<TableRef, Vec<prune::Bound>>,
     ) -> Result<(Vec<View>, Pins)> {
-        self.views(commit, None, names, missing, pruned).await
+        self.views(commit, None, names, named, missing, pruned)
+            .await
+    }
+
+    /// The table a statement's `schema.table` names at `commit`: as written when the
+    /// caller may read such a table (a dotted schema a nested namespace first, then one
+    /// level), else with each part folded to lowercase where that makes it a plain name, as SQL folds unquoted names (`RAW.Orders` is `raw.orders`;
+    /// `"my-db"."Sales 2026"` is itself). Only a readable table is looked for, so the
+    /// answer tells nothing of others.
+    async fn named(
+        &self,
+        commit: &Commit,
+        schema: &str,
+        table: &str,
+        readable: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<String> {
+        let exact = lh_catalog::names::from_sql(schema, table);
+        let folded = lh_catalog::names::from_sql_folded(schema, table);
+        // `"new.db".t` is the table t of nested namespace new.db, or else of the one
+        // namespace `new.db`.
+        let one_level = lh_catalog::names::join_levels(&[schema, table]);
+        for name in [&exact, &one_level] {
+            if readable(name)
+                && lh_catalog::names::validate_table_name(name).is_ok()
+                && self.tables.load(commit, name).await?.is_some()
+            {
+                return Ok(name.clone());
+            }
+        }
+        Ok(folded)
     }
 
     /// The views of the tables `names` in `commit`: for queries, a function's inputs and
@@ -866,6 +940,7 @@ impl QueryEngine {
         commit: &Commit,
         catalog: Option<&CommitCatalog>,
         names: &[TableRef],
+        named: &BTreeMap<TableRef, String>,
         missing: &(dyn Fn(&str) -> Error + Sync),
         pruned: &BTreeMap<TableRef, Vec<prune::Bound>>,
     ) -> Result<(Vec<View>, Pins)> {
@@ -886,15 +961,24 @@ impl QueryEngine {
                     "for a nested namespace, quote it: \"{ns}\".{table}"
                 )));
             }
-            let name = parts.join(".");
+            let name = match named.get(parts) {
+                Some(n) => n.clone(),
+                None => lh_catalog::names::from_sql(&parts[0], &parts[1]),
+            };
             if lh_catalog::names::validate_table_name(&name).is_err() {
                 continue;
             }
             let Some(table) = self.tables.load(commit, &name).await? else {
                 return Err(missing(&name));
             };
-            let view = view_name(parts);
-            if !catalog.is_some_and(|c| c.has_view(&view)) {
+            // Named as the table is, however the statement spelled it (DuckDB binds
+            // names in any case): `NS."T"` and `ns."T"` read one view.
+            let Some((schema, bare)) = lh_catalog::names::to_sql(&name) else {
+                continue;
+            };
+            let spelled = vec![schema, bare];
+            let view = view_name(&spelled);
+            if !catalog.is_some_and(|c| c.has_view(&view, &name)) {
                 let files = match pruned.get(parts) {
                     Some(bound) => {
                         let files = self
@@ -913,8 +997,9 @@ impl QueryEngine {
                     None => self.tables.file_groups(&table, &mut pins).await?,
                 };
                 views.push(View {
-                    sql: view_sql(parts, &table, &files),
+                    sql: view_sql(&spelled, &table, &files),
                     name: view,
+                    of: name.clone(),
                 });
             } else {
                 // The view reads local paths: on S3, the read cache keeps them while

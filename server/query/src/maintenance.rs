@@ -174,8 +174,8 @@ pub async fn compact(
     let files = tables
         .file_groups_where(&t, &mut pins, |f| picked.contains(&f.url))
         .await?;
-    let parts: Vec<String> = match table.rsplit_once('.') {
-        Some((ns, name)) => vec![ns.to_string(), name.to_string()],
+    let parts: Vec<String> = match lh_catalog::names::to_sql(table) {
+        Some((ns, name)) => vec![ns, name],
         None => return Err(Error::internal("a table name without a namespace")),
     };
     let setup = vec![view_sql(&parts, &t, &files)];

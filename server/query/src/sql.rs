@@ -1107,10 +1107,12 @@ fn walk_node(v: &Value, out: &mut Analysis, table_function: bool) -> Result<()> 
                     .with_remedy(Remedy::ChooseCommit));
                 }
                 let parts = table_parts(v);
+                // Checked as DuckDB reads names: in any case.
+                let lower: TableRef = parts.iter().map(|p| p.to_ascii_lowercase()).collect();
                 // DuckDB reads a "table" named like a file (`FROM 'x.parquet'`, or
                 // `FROM x.parquet`, whose parts it joins) as that file: a query sees
                 // tables, never paths.
-                let joined = parts.join(".");
+                let joined = lower.join(".");
                 if looks_like_a_path(&joined) {
                     return Err(files_refused(&format!(
                         "'{joined}' is a file path, not a table"
@@ -1118,7 +1120,7 @@ fn walk_node(v: &Value, out: &mut Analysis, table_function: bool) -> Result<()> 
                 }
                 // Nor DuckDB's own catalog views, which describe every commit the server
                 // holds open (and the files their views read).
-                if is_system_name(&parts) {
+                if is_system_name(&lower) {
                     return Err(files_refused(&format!(
                         "'{joined}' is DuckDB's catalog, not an lh table"
                     )));
@@ -1234,10 +1236,12 @@ fn from_tables(v: &Value, out: &mut Vec<(String, TableRef)>) -> bool {
 }
 
 /// A BASE_TABLE's dotted name, lowercased (`["raw", "orders"]`).
+/// A table's name as written (lh's names keep their case: `"Sales 2026"`; the query
+/// engine folds unquoted ones, `QueryEngine::named`).
 fn table_parts(v: &Value) -> TableRef {
     ["catalog_name", "schema_name", "table_name"]
         .into_iter()
-        .map(|k| lower(v, k))
+        .map(|k| v.get(k).and_then(Value::as_str).unwrap_or("").to_string())
         .filter(|p| !p.is_empty())
         .collect()
 }

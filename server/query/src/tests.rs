@@ -449,7 +449,9 @@ async fn create_table(
     spec: iceberg::spec::UnboundPartitionSpec,
 ) {
     let uuid = uuid::Uuid::now_v7();
-    let location = tables.warehouse.new_table_location(name, &uuid);
+    let location = tables
+        .warehouse
+        .new_table_location(&lh_catalog::names::levels(name).unwrap(), &uuid);
     let created = TableMetadataBuilder::new(
         schema,
         spec,

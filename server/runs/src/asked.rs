@@ -283,7 +283,13 @@ impl RunService {
         let (table, column) = match readable_table(&name).await {
             Some(_) => (name.clone(), None),
             None => {
-                let (t, c) = name.rsplit_once('.').ok_or_else(not_found)?;
+                // `ns.table.column`, each part spelled as names are (`"Col 1"`).
+                let (t, c) = lh_catalog::names::split_table(&name).ok_or_else(not_found)?;
+                let c = lh_catalog::names::levels(c)
+                    .ok()
+                    .and_then(|mut l| (l.len() == 1).then(|| l.remove(0)))
+                    .unwrap_or_else(|| c.to_string());
+                let c = c.as_str();
                 let cols = readable_table(t).await.ok_or_else(not_found)?;
                 let c = cols
                     .iter()

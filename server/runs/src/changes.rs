@@ -376,17 +376,8 @@ impl RunService {
                 "the query takes parameters: its columns are known when it runs".into(),
             );
         }
-        let tables = |n: &PlanNode| -> Vec<(Vec<String>, bool)> {
-            n.inputs
-                .iter()
-                .map(|i| {
-                    let parts = match i.table.rsplit_once('.') {
-                        Some((ns, t)) => vec![ns.to_string(), t.to_string()],
-                        None => vec![i.table.clone()],
-                    };
-                    (parts, i.bare)
-                })
-                .collect()
+        let tables = |n: &PlanNode| -> Vec<(String, bool)> {
+            n.inputs.iter().map(|i| (i.table.clone(), i.bare)).collect()
         };
         let (old_cols, new_cols) = match (
             self.queries

@@ -797,10 +797,17 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
             let names: Vec<Vec<String>> = node
                 .inputs
                 .iter()
-                .map(|inp| match inp.table.rsplit_once('.') {
-                    Some((ns, t)) => vec![ns.to_string(), t.to_string()],
+                .map(|inp| match lh_catalog::names::to_sql(&inp.table) {
+                    Some((ns, t)) => vec![ns, t],
                     None => vec![inp.table.clone()],
                 })
+                .collect();
+            // Each input's view by the input's own name, never its SQL spelling read
+            // back (`"a.b".t` is one level or nested: the name says which).
+            let named: BTreeMap<Vec<String>, String> = names
+                .iter()
+                .zip(&node.inputs)
+                .map(|(n, i)| (n.clone(), i.table.clone()))
                 .collect();
             let missing = |_: &str| Error::internal("input vanished");
             let pruned: BTreeMap<Vec<String>, Vec<crate::query::prune::Bound>> = names
@@ -810,7 +817,7 @@ async fn node_body(shared: &Shared, node: &PlanNode, rec: &mut NodeRecord) -> Re
                 .collect();
             let (views, pins) = svc
                 .queries
-                .views_of(&head, &names, &missing, &pruned)
+                .views_of(&head, &names, &named, &missing, &pruned)
                 .await?;
             input_pins = pins;
             let mut setup: Vec<String> = views.into_iter().map(|v| v.sql).collect();

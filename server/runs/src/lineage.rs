@@ -661,7 +661,7 @@ impl super::RunService {
                                     (i.table.clone(), cols.clone()),
                                 );
                                 if i.bare
-                                    && let Some((_, bare)) = i.table.rsplit_once('.')
+                                    && let Some((_, bare)) = lh_catalog::names::to_sql(&i.table)
                                 {
                                     by_name.insert(
                                         bare.to_lowercase(),

@@ -736,6 +736,16 @@ impl Planner<'_> {
                 }
             }
             for j in 0..nodes[i].inputs.len() {
+                // A SQL model's `"a.b".t` is the nested a.b's t, or else the table t of
+                // the one namespace `a.b` (as in queries).
+                if nodes[i].inputs[j].arg.is_none()
+                    && let Some(one) = one_level(&nodes[i].inputs[j].table)
+                    && !producers.contains_key(&nodes[i].inputs[j].table)
+                    && !self.visible(commit, &nodes[i].inputs[j].table).await?
+                    && (producers.contains_key(&one) || self.visible(commit, &one).await?)
+                {
+                    nodes[i].inputs[j].table = one;
+                }
                 let table = nodes[i].inputs[j].table.clone();
                 let line = nodes[i].inputs[j].line.max(nodes[i].line);
                 if let Err(e) = lh_catalog::names::validate_table_name(&table) {
@@ -1099,8 +1109,17 @@ impl Planner<'_> {
         let mut inputs = Vec::new();
         for parts in &analysis.tables {
             let (table, bare) = match parts.as_slice() {
-                [one] if analysis.ctes.contains(one) => continue,
-                [one] => (format!("{}.{one}", project.namespace), true),
+                [one] if analysis.ctes.iter().any(|c| c.eq_ignore_ascii_case(one)) => continue,
+                // In the project's namespace, spelled as names are (`"FIN".orders`).
+                [one] => (
+                    format!(
+                        "{}.{}",
+                        project.namespace,
+                        lh_catalog::names::quote_level(&lh_catalog::names::fold(one))
+                    ),
+                    true,
+                ),
+                [schema, table] => (lh_catalog::names::from_sql_folded(schema, table), false),
                 _ => (parts.join("."), false),
             };
             if parts.len() > 2 {
@@ -1216,6 +1235,17 @@ pub(super) fn topological(nodes: &[PlanNode]) -> Result<Vec<usize>> {
         }
         path.push(next);
     }
+}
+
+/// The one-level spelling of a nested table name, as SQL spells both (`a.b.t` and
+/// `"a.b".t` are both `"a.b".t` there); `None` for a name of one namespace level.
+fn one_level(name: &str) -> Option<String> {
+    let mut levels = lh_catalog::names::levels(name).ok()?;
+    if levels.len() < 3 {
+        return None;
+    }
+    let table = levels.pop()?;
+    Some(lh_catalog::names::join_levels(&[levels.join("."), table]))
 }
 
 #[cfg(test)]

@@ -178,7 +178,9 @@ impl Tables {
                 .warehouse
                 .canonical(&l)
                 .map_err(|_| outside(format!("location '{l}' is outside the warehouse")))?,
-            None => self.warehouse.new_table_location(name, &uuid),
+            None => self
+                .warehouse
+                .new_table_location(&lh_catalog::names::levels(name)?, &uuid),
         };
         self.warehouse
             .prepare_table_location(&location)
@@ -460,7 +462,10 @@ impl Tables {
         let current = p.current.as_ref().map(|t| t.metadata.as_ref());
         for r in &p.requirements {
             r.check(current).map_err(|e| {
-                let message = format!("table '{name}': requirement failed: {}", e.message());
+                let why = current
+                    .and_then(|m| failed_requirement(r, m))
+                    .unwrap_or_else(|| e.message().to_string());
+                let message = format!("table '{name}': {why}");
                 if current.is_none() && !matches!(r, TableRequirement::NotExist) {
                     Error::not_found(Code::TableNotFound, message)
                 } else {
@@ -816,7 +821,9 @@ impl Tables {
                 .warehouse
                 .canonical(&l)
                 .map_err(|_| outside(format!("location '{l}' is outside the warehouse")))?,
-            None => self.warehouse.new_table_location(name, &uuid),
+            None => self
+                .warehouse
+                .new_table_location(&lh_catalog::names::levels(name)?, &uuid),
         };
         let mut b = first_metadata(
             schema,
@@ -943,6 +950,81 @@ fn check_kept(name: &str, m: &TableMetadata) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// A failed requirement in the words of Iceberg's reference implementation (Java's
+/// `UpdateRequirement`), which clients match: pyiceberg's own tests look for "default
+/// partition spec changed". `None` when `r` holds on `m`.
+fn failed_requirement(r: &TableRequirement, m: &TableMetadata) -> Option<String> {
+    let changed = |what: &str, want: String, have: String| {
+        Some(format!(
+            "Requirement failed: {what} changed: expected id {want} != {have}"
+        ))
+    };
+    match r {
+        TableRequirement::NotExist => Some("Requirement failed: table already exists".into()),
+        TableRequirement::UuidMatch { uuid } if *uuid != m.uuid() => Some(format!(
+            "Requirement failed: UUID does not match: expected {} != {uuid}",
+            m.uuid()
+        )),
+        TableRequirement::RefSnapshotIdMatch { r#ref, snapshot_id } => {
+            let have = m.snapshot_for_ref(r#ref).map(|s| s.snapshot_id());
+            // (the crate does not say whether a ref is a tag; lh's REST clients commit
+            // to branches)
+            let kind = "branch";
+            match (snapshot_id, have) {
+                (Some(want), Some(have)) if *want != have => Some(format!(
+                    "Requirement failed: {kind} {ref} has changed: expected id {want} != {have}",
+                    ref = r#ref
+                )),
+                (Some(want), None) => Some(format!(
+                    "Requirement failed: branch or tag {} is missing, expected {want}",
+                    r#ref
+                )),
+                (None, Some(_)) => Some(format!(
+                    "Requirement failed: {kind} {} was created concurrently",
+                    r#ref
+                )),
+                _ => None,
+            }
+        }
+        TableRequirement::LastAssignedFieldIdMatch {
+            last_assigned_field_id: want,
+        } if *want != m.last_column_id() => changed(
+            "last assigned field id",
+            want.to_string(),
+            m.last_column_id().to_string(),
+        ),
+        TableRequirement::CurrentSchemaIdMatch {
+            current_schema_id: want,
+        } if *want != m.current_schema_id() => changed(
+            "current schema",
+            want.to_string(),
+            m.current_schema_id().to_string(),
+        ),
+        TableRequirement::LastAssignedPartitionIdMatch {
+            last_assigned_partition_id: want,
+        } if *want != m.last_partition_id() => changed(
+            "last assigned partition id",
+            want.to_string(),
+            m.last_partition_id().to_string(),
+        ),
+        TableRequirement::DefaultSpecIdMatch {
+            default_spec_id: want,
+        } if *want != m.default_partition_spec_id() => changed(
+            "default partition spec",
+            want.to_string(),
+            m.default_partition_spec_id().to_string(),
+        ),
+        TableRequirement::DefaultSortOrderIdMatch {
+            default_sort_order_id: want,
+        } if *want != m.default_sort_order_id() => changed(
+            "default sort order",
+            want.to_string(),
+            m.default_sort_order_id().to_string(),
+        ),
+        _ => None,
+    }
 }
 
 /// The largest a table's metadata file may be: every load of the table reads and sends

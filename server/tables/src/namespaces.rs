@@ -41,9 +41,10 @@ impl Namespaces {
     pub async fn at(&self, commit: &Commit) -> Result<BTreeMap<String, Properties>> {
         let mut out = self.created().await?;
         for t in self.catalog.tables_in(commit, None).await? {
-            let parts: Vec<&str> = t.name.split('.').collect();
-            for i in 1..parts.len() {
-                out.entry(parts[..i].join(".")).or_default();
+            let levels = lh_catalog::names::levels(&t.name)?;
+            for i in 1..levels.len() {
+                out.entry(lh_catalog::names::join_levels(&levels[..i]))
+                    .or_default();
             }
         }
         Ok(out)

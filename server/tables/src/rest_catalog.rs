@@ -152,16 +152,22 @@ impl RestCatalog {
     ) -> Result<Vec<Vec<String>>> {
         let a = self.at(identity, prefix).await?;
         let all = self.namespaces.at(&a.commit).await?;
-        if !parent.is_empty() && !all.contains_key(&parent.join(".")) {
-            return Err(not_found(&parent.join(".")));
-        }
+        let spelled = lh_catalog::names::join_levels(parent);
         let children: BTreeSet<Vec<String>> = all
             .keys()
-            .map(|k| k.split('.').map(String::from).collect::<Vec<_>>())
+            .filter_map(|k| lh_catalog::names::levels(k).ok())
             .filter(|parts| parts.len() == parent.len() + 1 && parts.starts_with(parent))
             // Namespaces the identity may not read are not listed.
-            .filter(|parts| identity.can_namespace(Action::Read, prefix, &parts.join(".")))
+            .filter(|parts| {
+                identity.can_namespace(Action::Read, prefix, &lh_catalog::names::join_levels(parts))
+            })
             .collect();
+        // A parent the caller may not read, and in which it reads nothing, is missing to
+        // it, whether it exists or not (the thirty-ninth review: 200 or 404 told which).
+        let hidden = !identity.can_namespace(Action::Read, prefix, &spelled) && children.is_empty();
+        if !parent.is_empty() && (!all.contains_key(&spelled) || hidden) {
+            return Err(not_found(&spelled));
+        }
         Ok(children.into_iter().collect())
     }
 
@@ -173,7 +179,7 @@ impl RestCatalog {
         levels: &[String],
         properties: &Properties,
     ) -> Result<()> {
-        let name = levels.join(".");
+        let name = lh_catalog::names::join_levels(levels);
         identity.require_namespace_everywhere(Action::Write, &name, "creating a namespace")?;
         let a = self.branch(identity, prefix).await?;
         if levels.is_empty() {
@@ -256,7 +262,7 @@ impl RestCatalog {
         levels: &[String],
     ) -> Result<Vec<String>> {
         let a = self.at(identity, prefix).await?;
-        let name = levels.join(".");
+        let name = lh_catalog::names::join_levels(levels);
         self.namespaces.get(&a.commit, &name).await?;
         let mut names: Vec<String> = self
             .tables
@@ -265,8 +271,9 @@ impl RestCatalog {
             .await?
             .into_iter()
             .filter_map(|t| {
-                let rest = t.name.strip_prefix(&format!("{name}."))?;
-                (!rest.contains('.')).then(|| rest.to_string())
+                let (ns, table) = lh_catalog::names::split_table(&t.name)?;
+                let mut table = lh_catalog::names::levels(table).ok()?;
+                (ns == name && table.len() == 1).then(|| table.remove(0))
             })
             .collect();
         names.sort();
@@ -383,7 +390,7 @@ impl RestCatalog {
     /// files past its grants.
     fn chosen_location(&self, identity: &Identity, name: &str, location: &str) -> Result<()> {
         let wh = &self.tables.warehouse;
-        let default = wh.new_table_location(name, &uuid::Uuid::nil());
+        let default = wh.new_table_location(&lh_catalog::names::levels(name)?, &uuid::Uuid::nil());
         let prefix = default.trim_end_matches(&uuid::Uuid::nil().simple().to_string());
         let own = wh.canonical(location).ok().is_some_and(|c| {
             c.strip_prefix(prefix).is_some_and(|suffix| {
@@ -606,7 +613,9 @@ impl RestCatalog {
         )
         .await?;
         let a = self.branch(identity, prefix).await?;
-        self.namespaces.get(&a.commit, &levels.join(".")).await?;
+        self.namespaces
+            .get(&a.commit, &lh_catalog::names::join_levels(levels))
+            .await?;
         if self
             .tables
             .catalog
@@ -726,7 +735,9 @@ impl RestCatalog {
             .table_in(&a.commit, from)
             .await?
             .ok_or_else(|| no_table(from, &a.expr))?;
-        self.namespaces.get(&a.commit, &to_levels.join(".")).await?;
+        self.namespaces
+            .get(&a.commit, &lh_catalog::names::join_levels(to_levels))
+            .await?;
         if self.tables.catalog.table_in(&a.commit, to).await?.is_some() {
             return Err(Error::new(
                 Kind::Conflict,

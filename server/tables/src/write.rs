@@ -276,7 +276,9 @@ pub async fn write_table(tables: &Tables, ctx: &ImportContext, job: WriteJob) ->
     let table_uuid = Uuid::now_v7();
     let location = match &existing {
         Some(t) => t.metadata.location().trim_end_matches('/').to_string(),
-        None => tables.warehouse.new_table_location(&job.table, &table_uuid),
+        None => tables
+            .warehouse
+            .new_table_location(&lh_catalog::names::levels(&job.table)?, &table_uuid),
     };
     let data_url = format!("{location}/data/{}", Uuid::now_v7().simple());
     let table_key = tables.warehouse.key(&location)?;

@@ -188,10 +188,11 @@ impl Warehouse {
         }
     }
 
-    /// The folder of a new table.
-    pub fn new_table_location(&self, table: &str, uuid: &Uuid) -> String {
-        let mut parts: Vec<&str> = table.split('.').collect();
-        let name = parts.pop().unwrap_or(table);
+    /// The folder of a new table, by its name's levels: `<ns>/.../<table>-<uuid>`, each
+    /// level as [`folder_level`] writes it.
+    pub fn new_table_location<S: AsRef<str>>(&self, levels: &[S], uuid: &Uuid) -> String {
+        let mut parts: Vec<String> = levels.iter().map(|l| folder_level(l.as_ref())).collect();
+        let name = parts.pop().unwrap_or_default();
         format!(
             "{}/{}/{}-{}",
             self.url,
@@ -507,6 +508,35 @@ pub fn sync_files(dir: &Path, files: &[PathBuf]) -> Result<()> {
 fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)?.sync_all()?;
     Ok(())
+}
+
+/// A name's level as one folder: a lowercase identifier as it is; any other level with
+/// every byte but lowercase letters and digits written `~XX` (`my-db` is `my~2Ddb`).
+/// No two levels share a folder (a plain level has no `~` and starts with a letter or
+/// `_`), none is `..` or differs from another only by case (on a filesystem that
+/// ignores it), and a table folder's only `-` is the one before its uuid: a table's
+/// own folder is what decides which files its snapshots may name (`tables/commit.rs`),
+/// and garbage collection finds table folders by that `-`.
+pub fn folder_level(level: &str) -> String {
+    let plain = level
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && level
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if plain {
+        return level.to_string();
+    }
+    let mut out = String::with_capacity(level.len());
+    for b in level.bytes() {
+        if b.is_ascii_lowercase() || b.is_ascii_digit() {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("~{b:02X}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -2019,18 +2019,23 @@ fn names_keep_their_tables_apart() {
         let (status, body, _) = crate::auth::call(&server, "GET", path, Some(&token), &[], None);
         assert_eq!(status, want, "{path}: {body}");
     }
-    // Names one view apart in DuckDB are read one at a time, each its own table.
+    // Of two names one view apart in DuckDB, SQL reads the lowercase one (as it folds
+    // unquoted names: the fortieth review found whoever made `"FIN".t` deciding what
+    // `FIN.t` read), and never fails for the other having been read (it did, with 500).
     for (sql, want) in [
         ("select s from fin.t", "lower"),
-        (r#"select s from "FIN".t"#, "upper"),
-        ("select s from fin.t", "lower"),
+        (r#"select s from "FIN".t"#, "lower"),
+        ("select s from FIN.t", "lower"),
         (r#"select s from "fin.priv".t"#, "SECRET_NESTED"),
     ] {
         assert_eq!(lh.rows(sql, "main"), vec![json!({ "s": want })], "{sql}");
     }
-    let err = lh
-        .run(&["query", r#"select * from fin.t, "FIN".t"#])
-        .fails(5)
-        .to_string();
-    assert!(err.contains("have one name in SQL"), "{err}");
+    // A reader of `"FIN"` alone reads its table by either spelling.
+    for sql in [r#"select s from "FIN".t"#, "select s from FIN.t"] {
+        assert_eq!(
+            mallory.rows(sql, "main"),
+            vec![json!({ "s": "upper" })],
+            "{sql}"
+        );
+    }
 }

@@ -38,18 +38,23 @@ impl Encoding {
         memory: &AnswerMemory,
         caller: &str,
         json: &Bytes,
-        after_change: bool,
+        reserved: Option<Charge>,
     ) -> Result<Held> {
         let mut holders = self.holders.lock().unwrap_or_else(|e| e.into_inner());
         match holders.get_mut(caller) {
             Some((n, _)) => *n += 1,
             None => {
-                let mut charge = memory.charge_for(Some(caller));
-                if let Err(e) = charge.grow(json.len() as u64)
-                    && !after_change
-                {
-                    return Err(e);
-                }
+                let charge = match reserved {
+                    Some(mut charge) => {
+                        charge.set_anyway(json.len() as u64);
+                        charge
+                    }
+                    None => {
+                        let mut charge = memory.charge_for(Some(caller));
+                        charge.grow(json.len() as u64)?;
+                        charge
+                    }
+                };
                 holders.insert(caller.to_string(), (1, charge));
             }
         }
@@ -101,11 +106,12 @@ pub struct Answer {
     /// `None` for a commit's answer, which has none.
     pub config: Option<BTreeMap<String, String>>,
     pub storage_credentials: Vec<serde_json::Value>,
-    /// The answer of a change already made (a commit, a create, a register): sent even
-    /// past the caller's answer memory, uncharged then. Refused, its client would take
-    /// the change for failed and may make it again (the thirty-ninth review: a commit
-    /// applied, then answered 503).
-    pub after_change: bool,
+    /// For the answer of a change already made (a commit, a create): its charge, taken
+    /// before the change (see [`reserve`]). The answer is sent on it whatever its size
+    /// turns out to be: refused, its client would take the change for failed and may
+    /// make it again (the thirty-ninth review: a commit applied, then answered 503);
+    /// uncharged, unread answers of changes held gigabytes (the fortieth).
+    pub reserved: Option<Charge>,
 }
 
 impl MetadataAnswers {
@@ -115,10 +121,11 @@ impl MetadataAnswers {
         &self,
         memory: &AnswerMemory,
         caller: &str,
-        answer: Answer,
+        mut answer: Answer,
     ) -> Result<Response> {
+        let location = answer.location.clone();
         let metadata = self
-            .encoded(memory, caller, answer.location.as_deref(), &answer)
+            .encoded(memory, caller, location.as_deref(), &mut answer)
             .await?;
         let mut head = serde_json::Map::new();
         if let Some(l) = &answer.location {
@@ -166,7 +173,7 @@ impl MetadataAnswers {
         memory: &AnswerMemory,
         caller: &str,
         location: Option<&str>,
-        answer: &Answer,
+        answer: &mut Answer,
     ) -> Result<Bytes> {
         let fresh = || {
             Arc::new(Encoding {
@@ -197,8 +204,9 @@ impl MetadataAnswers {
             .json
             .get_or_try_init(|| async {
                 let mut making = memory.charge_for(Some(caller));
+                // (a change's answer is made whatever it takes: its charge was reserved)
                 if let Err(e) = making.grow(3 * answer.size)
-                    && !answer.after_change
+                    && answer.reserved.is_none()
                 {
                     return Err(e);
                 }
@@ -213,9 +221,18 @@ impl MetadataAnswers {
             memory,
             caller,
             &json,
-            answer.after_change,
+            answer.reserved.take(),
         )?))
     }
+}
+
+/// The charge of a change's answer, taken before the change: `bytes`, what its metadata
+/// is expected to take. Refused (503) while the caller's answers hold its share, so
+/// that nothing is changed whose answer could not be held.
+pub fn reserve(memory: &AnswerMemory, caller: &str, bytes: u64) -> Result<Charge> {
+    let mut charge = memory.charge_for(Some(caller));
+    charge.grow(bytes.max(1))?;
+    Ok(charge)
 }
 
 /// [`super::types::served`] as text.
@@ -263,7 +280,7 @@ mod tests {
             size: 100,
             config: None,
             storage_credentials: Vec::new(),
-            after_change: false,
+            reserved: None,
         }
     }
 
@@ -276,18 +293,18 @@ mod tests {
         let answers = MetadataAnswers::default();
         let m = metadata();
         let a1 = answers
-            .encoded(&memory, "alice", Some("l"), &answer(&m))
+            .encoded(&memory, "alice", Some("l"), &mut answer(&m))
             .await
             .unwrap();
         let len = a1.len() as u64;
         assert_eq!(memory.used(), len);
         // Alice's second answer of it costs her nothing more; Bob's is his.
         let a2 = answers
-            .encoded(&memory, "alice", Some("l"), &answer(&m))
+            .encoded(&memory, "alice", Some("l"), &mut answer(&m))
             .await
             .unwrap();
         let b = answers
-            .encoded(&memory, "bob", Some("l"), &answer(&m))
+            .encoded(&memory, "bob", Some("l"), &mut answer(&m))
             .await
             .unwrap();
         assert_eq!(memory.used(), 2 * len);
@@ -305,24 +322,28 @@ mod tests {
         let mut full = tight.charge_for(Some("mallory"));
         full.grow(3 * len - 1).unwrap();
         let err = answers
-            .encoded(&tight, "mallory", Some("l"), &answer(&m))
+            .encoded(&tight, "mallory", Some("l"), &mut answer(&m))
             .await
             .unwrap_err();
         assert_eq!(err.code, crate::error::Code::AnswerMemoryFull);
-        // The answer of a change already made is sent even so, uncharged.
+        // The answer of a change already made is sent on its reservation, even when it
+        // turns out larger; what it holds past the share refuses mallory's next charge.
         let mut made = answer(&m);
-        made.after_change = true;
+        made.reserved = Some(reserve(&tight, "mallory", 1).unwrap());
         let sent = answers
-            .encoded(&tight, "mallory", Some("l"), &made)
+            .encoded(&tight, "mallory", Some("l"), &mut made)
             .await
             .unwrap();
         assert_eq!(sent.len() as u64, len);
+        assert_eq!(tight.used(), 4 * len - 1);
+        assert!(reserve(&tight, "mallory", 1).is_err());
         drop(full);
         let b = answers
-            .encoded(&tight, "bob", Some("l"), &answer(&m))
+            .encoded(&tight, "bob", Some("l"), &mut answer(&m))
             .await
             .unwrap();
-        assert_eq!(tight.used(), len);
+        assert_eq!(tight.used(), 2 * len);
         drop((b, sent));
+        assert_eq!(tight.used(), 0);
     }
 }

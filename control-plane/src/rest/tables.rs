@@ -9,7 +9,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
-use super::answer::Answer;
+use super::answer::{Answer, reserve};
 use super::names::{ident_name, namespace, table_name};
 use super::types::{
     Body, CommitTable, CommitTransaction, CreateTable, DropQuery, MetricsReport, Page, Params,
@@ -17,6 +17,7 @@ use super::types::{
 };
 use crate::auth::Identity;
 use crate::http::IcebergResult;
+use crate::query::memory::Charge;
 use crate::state::AppState;
 use crate::tables::commit::NewTable;
 use crate::tables::rest_catalog::{Create, Loaded, TableChange};
@@ -50,13 +51,13 @@ pub async fn list_tables(
 }
 
 /// A table as the spec answers it, with the storage access the caller gets.
-/// `after_change`: the answer of a change already made (see [`Answer::after_change`]).
+/// `reserved`: the answer's charge, for a change already made (see [`Answer::reserved`]).
 async fn answer(
     s: &AppState,
     identity: &Identity,
     headers: &HeaderMap,
     t: Loaded,
-    after_change: bool,
+    reserved: Option<Charge>,
 ) -> IcebergResult<Response> {
     let storage = s
         .vending
@@ -71,7 +72,7 @@ async fn answer(
             .into_iter()
             .map(|c| serde_json::json!({ "prefix": c.prefix, "config": c.config }))
             .collect(),
-        after_change,
+        reserved,
     };
     Ok(s.metadata_answers
         .respond(s.queries.answer_memory(), &identity.user, answer)
@@ -87,7 +88,7 @@ pub async fn load_table(
     let prefix = super::names::prefix(&prefix)?;
     let name = table_name(&namespace(&ns)?, &table)?;
     let t = s.rest_catalog.load_for(&identity, &prefix, &name).await?;
-    answer(&s, &identity, &headers, t, false).await
+    answer(&s, &identity, &headers, t, None).await
 }
 
 pub async fn table_exists(
@@ -138,6 +139,12 @@ pub async fn commit_table(
 ) -> IcebergResult<Response> {
     let prefix = super::names::prefix(&prefix)?;
     let name = table_name(&namespace(&ns)?, &table)?;
+    // Its answer holds about what the table's metadata does now.
+    let now = match s.rest_catalog.load_for(&identity, &prefix, &name).await {
+        Ok(t) => s.tables.metadata_size(t.location.as_deref(), &t.metadata),
+        Err(_) => 0,
+    };
+    let reserved = reserve(s.queries.answer_memory(), &identity.user, now)?;
     let t = s
         .rest_catalog
         .commit_for(&identity, &prefix, &name, change(c))
@@ -148,7 +155,7 @@ pub async fn commit_table(
         metadata: t.metadata,
         config: None,
         storage_credentials: Vec::new(),
-        after_change: true,
+        reserved: Some(reserved),
     };
     Ok(s.metadata_answers
         .respond(s.queries.answer_memory(), &identity.user, answer)
@@ -187,6 +194,10 @@ pub async fn create_table(
     let prefix = super::names::prefix(&prefix)?;
     let parts = namespace(&ns)?;
     let name = table_name(&parts, &req.name)?;
+    // Its answer holds about what the request does.
+    let size = serde_json::to_vec(&(&req.schema, &req.partition_spec, &req.properties))
+        .map_or(0, |v| v.len() as u64);
+    let reserved = reserve(s.queries.answer_memory(), &identity.user, 4096 + size)?;
     let create = Create {
         table: NewTable {
             location: req.location,
@@ -201,7 +212,7 @@ pub async fn create_table(
         .rest_catalog
         .create_for(&identity, &prefix, &parts, &name, create)
         .await?;
-    answer(&s, &identity, &headers, t, true).await
+    answer(&s, &identity, &headers, t, Some(reserved)).await
 }
 
 /// Drops a table from the branch. Its files stay, purge or not: other refs and history
@@ -256,9 +267,10 @@ pub async fn register_table(
 ) -> IcebergResult<Response> {
     let prefix = super::names::prefix(&prefix)?;
     let name = table_name(&namespace(&ns)?, &req.name)?;
+    let reserved = reserve(s.queries.answer_memory(), &identity.user, 4096)?;
     let t = s
         .rest_catalog
         .register_for(&identity, &prefix, &name, &req.metadata_location)
         .await?;
-    answer(&s, &identity, &headers, t, true).await
+    answer(&s, &identity, &headers, t, Some(reserved)).await
 }

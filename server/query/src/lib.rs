@@ -897,11 +897,12 @@ impl QueryEngine {
             .await
     }
 
-    /// The table a statement's `schema.table` names at `commit`: as written when the
-    /// caller may read such a table (a dotted schema a nested namespace first, then one
-    /// level), else with each part folded to lowercase where that makes it a plain name, as SQL folds unquoted names (`RAW.Orders` is `raw.orders`;
-    /// `"my-db"."Sales 2026"` is itself). Only a readable table is looked for, so the
-    /// answer tells nothing of others.
+    /// The table a statement's `schema.table` names at `commit`, the first of these the
+    /// caller may read and the commit has: folded to lowercase where that makes a part
+    /// plain, as SQL folds unquoted names (`RAW.Orders` is `raw.orders`); as written
+    /// (`"my-db"."Sales 2026"`); a dotted schema as one level (`"new.db".t`). Else the
+    /// folded name. Only readable tables are looked for, so the answer tells nothing of
+    /// others.
     async fn named(
         &self,
         commit: &Commit,
@@ -914,7 +915,9 @@ impl QueryEngine {
         // `"new.db".t` is the table t of nested namespace new.db, or else of the one
         // namespace `new.db`.
         let one_level = lh_catalog::names::join_levels(&[schema, table]);
-        for name in [&exact, &one_level] {
+        // The folded name first, as SQL reads an unquoted one: `RAW.ORDERS` is
+        // raw.orders even when someone made `"RAW"."ORDERS"` (the fortieth review).
+        for name in [&folded, &exact, &one_level] {
             if readable(name)
                 && lh_catalog::names::validate_table_name(name).is_ok()
                 && self.tables.load(commit, name).await?.is_some()

@@ -126,6 +126,15 @@ impl AnswerMemory {
         }
     }
 
+    /// Takes `bytes` whatever the budget holds (see [`Charge::set_anyway`]).
+    fn take_anyway(&self, caller: Option<&str>, bytes: u64) {
+        if let Some(c) = caller {
+            let mut by = self.0.by_caller.lock().unwrap_or_else(|e| e.into_inner());
+            *by.entry(c.to_string()).or_insert(0) += bytes;
+        }
+        self.0.used.fetch_add(bytes, Ordering::SeqCst);
+    }
+
     fn give_back(&self, caller: Option<&str>, bytes: u64) {
         if let Some(c) = caller {
             let mut by = self.0.by_caller.lock().unwrap_or_else(|e| e.into_inner());
@@ -169,6 +178,19 @@ impl Charge {
                 .give_back(self.caller.as_deref(), self.bytes - bytes);
             self.bytes = bytes;
             Ok(())
+        }
+    }
+
+    /// Sets the charge to `bytes` even past the budget: for what is already held and
+    /// must be sent (a change's answer, reserved for before the change and a little
+    /// larger after it). What it holds past the budget refuses the next charges.
+    pub fn set_anyway(&mut self, bytes: u64) {
+        if bytes > self.bytes {
+            self.memory
+                .take_anyway(self.caller.as_deref(), bytes - self.bytes);
+            self.bytes = bytes;
+        } else {
+            let _ = self.set(bytes);
         }
     }
 

@@ -147,11 +147,13 @@ pub fn split_table(name: &str) -> Option<(&str, &str)> {
 }
 
 /// The table a SQL statement names by DuckDB's schema and table (`"my-db"."T"`: schema
-/// `my-db`, table `T`): a schema of plain levels joined by dots is a nested namespace,
-/// as lh has always read `"a.b".t`; any other schema is one level.
+/// `my-db`, table `T`): a dotted schema is a nested namespace, a level between each two
+/// dots, as lh has always read `"a.b".t` (`"My DB.sales".t` is `"My DB".sales.t`, the
+/// schema [`to_sql`] gives that table); any other schema is one level. (A query reads
+/// the one-level `"a.b".t` when there is no nested one: see lh-query's `named`.)
 pub fn from_sql(schema: &str, table: &str) -> String {
     let nested: Vec<&str> = schema.split('.').collect();
-    if nested.len() > 1 && nested.iter().all(|l| is_plain(l)) {
+    if nested.len() > 1 && nested.iter().all(|l| !l.is_empty()) {
         let mut levels = nested;
         levels.push(table);
         join_levels(&levels)
@@ -380,13 +382,21 @@ mod tests {
         assert_eq!(split_table("sales.eu.orders"), Some(("sales.eu", "orders")));
         assert_eq!(from_sql("a.b", "t"), "a.b.t");
         assert_eq!(from_sql("my-db", "T"), "\"my-db\".\"T\"");
-        assert_eq!(from_sql("a.b-c", "t"), "\"a.b-c\".t");
+        assert_eq!(from_sql("a.b-c", "t"), "a.\"b-c\".t");
+        assert_eq!(from_sql("My DB.sales", "t"), "\"My DB\".sales.t");
+        assert_eq!(from_sql("a..b", "t"), "\"a..b\".t");
+        assert_eq!(from_sql(".a", "t"), "\".a\".t");
         assert_eq!(from_sql_folded("RAW", "Orders"), "raw.orders");
         assert_eq!(
             from_sql_folded("my-db", "Sales 2026"),
             "\"my-db\".\"Sales 2026\""
         );
-        for name in ["a.b.t", "\"my-db\".\"T\"", "\"a.b-c\".t"] {
+        for name in [
+            "a.b.t",
+            "\"my-db\".\"T\"",
+            "a.\"b-c\".t",
+            "\"My DB\".sales.t",
+        ] {
             let (schema, table) = to_sql(name).unwrap();
             assert_eq!(from_sql(&schema, &table), name);
         }

@@ -2039,3 +2039,109 @@ fn names_keep_their_tables_apart() {
         );
     }
 }
+
+/// A nested namespace with a quoted level is read in SQL by its dotted schema
+/// (`"My DB.sales".t` is `"My DB".sales.t`, or else the one-level `"My DB.sales".t`); a
+/// grant names a level with a space as lh spells it, and a spelling lh never writes
+/// (`"fin"`) is refused rather than matching nothing; a SQL model reading a bare name and
+/// `main.` that name is refused, the two being one view in DuckDB (the fortieth review).
+#[test]
+fn quoted_levels_are_read_and_granted_as_spelled() {
+    let server = Server::start();
+    let lh = server.lh();
+    for (table, text) in [
+        (r#""My DB".sales.t"#, "nested"),
+        (r#""My DB.sales".t"#, "one"),
+        (r#""X Y.z".u"#, "only one"),
+        (r#""Other".t"#, "other"),
+        ("proj.t", "mine"),
+        ("main.t", "main's"),
+    ] {
+        let f = lh.file("t.csv", &format!("s\n{text}\n"));
+        lh.run(&["table", "import", table, f.to_str().unwrap()])
+            .ok();
+    }
+    for (sql, want) in [
+        (r#"select s from "My DB.sales".t"#, "nested"),
+        (r#"select s from "X Y.z".u"#, "only one"),
+    ] {
+        assert_eq!(lh.rows(sql, "main"), vec![json!({ "s": want })], "{sql}");
+    }
+    // A grant spells a level with a space as lh does; `"fin"` is written fin.
+    let err = lh
+        .run(&["role", "set", "bad", "--grant", r#"read on * in "fin""#])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("write fin"), "{err}");
+    let err = lh
+        .run(&["role", "set", "bad", "--grant", "read on * in My DB"])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("invalid namespace pattern"), "{err}");
+    lh.run(&[
+        "role",
+        "set",
+        "spaced",
+        "--grant",
+        r#"read on * in "My DB""#,
+    ])
+    .ok();
+    let reader = lh.with_token(&server.token_for("ann", "spaced"));
+    assert_eq!(
+        reader.rows(r#"select s from "My DB.sales".t"#, "main"),
+        vec![json!({ "s": "nested" })]
+    );
+    for hidden in [r#"select s from "Other".t"#, "select s from proj.t"] {
+        reader.run(&["query", hidden]).fails(3);
+    }
+    // A model of `proj` reading `t` (proj.t) and `main.t`.
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(
+        project.path().join("lh_project.yml"),
+        "name: p\nnamespace: proj\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.path().join("both.sql"),
+        "select s from t union all select s from main.t",
+    )
+    .unwrap();
+    let err = lh
+        .run(&["run", project.path().to_str().unwrap()])
+        .fails(5)
+        .to_string();
+    assert!(err.contains("both are DuckDB's main.t"), "{err}");
+    assert!(err.contains("write proj.t"), "{err}");
+    // Either alone reads its own.
+    std::fs::write(project.path().join("both.sql"), "select s from t").unwrap();
+    std::fs::write(project.path().join("theirs.sql"), "select s from main.t").unwrap();
+    // A model reads names as a query does: `"Other".t` as written when there is no
+    // other.t, a dotted schema nested first.
+    std::fs::write(
+        project.path().join("quoted.sql"),
+        r#"select s from "Other".t"#,
+    )
+    .unwrap();
+    std::fs::write(
+        project.path().join("dotted.sql"),
+        r#"select s from "My DB.sales".t union all select s from "X Y.z".u"#,
+    )
+    .unwrap();
+    lh.run(&["run", project.path().to_str().unwrap()]).ok();
+    assert_eq!(
+        lh.rows("select s from proj.quoted", "main"),
+        vec![json!({ "s": "other" })]
+    );
+    assert_eq!(
+        lh.rows("select s from proj.dotted order by s", "main"),
+        vec![json!({ "s": "nested" }), json!({ "s": "only one" })]
+    );
+    assert_eq!(
+        lh.rows("select s from proj.both", "main"),
+        vec![json!({ "s": "mine" })]
+    );
+    assert_eq!(
+        lh.rows("select s from proj.theirs", "main"),
+        vec![json!({ "s": "main's" })]
+    );
+}

@@ -63,7 +63,10 @@ async fn answer(
         .vending
         .storage_for(identity, asks_for_credentials(headers));
     let answer = Answer {
-        size: s.tables.metadata_size(t.location.as_deref(), &t.metadata),
+        size: s
+            .tables
+            .metadata_size(t.location.as_deref(), &t.metadata)
+            .await?,
         location: t.location,
         metadata: t.metadata,
         config: Some(storage.config),
@@ -141,7 +144,11 @@ pub async fn commit_table(
     let name = table_name(&namespace(&ns)?, &table)?;
     // Its answer holds about what the table's metadata does now.
     let now = match s.rest_catalog.load_for(&identity, &prefix, &name).await {
-        Ok(t) => s.tables.metadata_size(t.location.as_deref(), &t.metadata),
+        Ok(t) => s
+            .tables
+            .metadata_size(t.location.as_deref(), &t.metadata)
+            .await
+            .unwrap_or(0),
         Err(_) => 0,
     };
     let reserved = reserve(s.queries.answer_memory(), &identity.user, now)?;
@@ -150,7 +157,10 @@ pub async fn commit_table(
         .commit_for(&identity, &prefix, &name, change(c))
         .await?;
     let answer = Answer {
-        size: s.tables.metadata_size(t.location.as_deref(), &t.metadata),
+        size: s
+            .tables
+            .metadata_size(t.location.as_deref(), &t.metadata)
+            .await?,
         location: t.location,
         metadata: t.metadata,
         config: None,

@@ -255,7 +255,7 @@ impl Limits {
                     let here = namespaces_here.as_ref().into_iter().flatten();
                     ceiling.extend(
                         here.filter(|ns| !then.contains(*ns))
-                            .filter_map(|ns| Pattern::parse(ns, "namespace").ok()),
+                            .map(|ns| Pattern::literal(ns)),
                     );
                 }
             }

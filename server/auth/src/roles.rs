@@ -28,42 +28,114 @@ use sqlx::{AnyPool, Row};
 use super::{Action, Role};
 use crate::error::{Code, Error, Kind, Result};
 
-/// A ref or namespace pattern: literal text, with `*` for any run of characters.
+/// A ref or namespace pattern: literal text, with `*` for any run of characters; or a
+/// namespace's own name, matched as it is (a namespace may be called `"*"`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pattern(String);
+pub struct Pattern {
+    text: String,
+    literal: bool,
+}
 
 impl Pattern {
     pub const ANY: &'static str = "*";
 
+    fn any() -> Pattern {
+        Pattern {
+            text: Self::ANY.into(),
+            literal: false,
+        }
+    }
+
+    /// A ref pattern (`team-a.*`), or a pattern of `what` names spelled as refs are.
     pub fn parse(text: &str, what: &str) -> Result<Pattern> {
         let ok = !text.is_empty()
             && text.len() <= 256
-            && text.chars().all(|c| {
-                c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | '*' | '"')
-            });
+            && text
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | '*'));
         if !ok {
             return Err(Error::bad_request(
                 Code::InvalidArgument,
                 format!(
-                    "invalid {what} pattern '{}': use letters, digits, '.', '_', '-', '/', '\"' (a quoted namespace level) and '*' for any run of characters",
+                    "invalid {what} pattern '{}': use letters, digits, '.', '_', '-', '/' and '*' for any run of characters",
                     text.escape_debug()
                 ),
             ));
         }
-        Ok(Pattern(text.to_string()))
+        Ok(Pattern {
+            text: text.to_string(),
+            literal: false,
+        })
+    }
+
+    /// A namespace pattern: a namespace spelled as lh spells names (levels joined by
+    /// dots, a level other than a lowercase identifier double-quoted: `"Sales 2026".eu`),
+    /// with `*` for any run of characters (`sales.*`, `"Sales *"`). A spelling lh never
+    /// writes matches nothing, so it is refused (`"fin"` is written fin).
+    pub fn namespace(text: &str) -> Result<Pattern> {
+        let bad = |why: String| {
+            Error::bad_request(
+                Code::InvalidArgument,
+                format!("invalid namespace pattern '{}': {why}", text.escape_debug()),
+            )
+            .with_hint(
+                "a namespace pattern is a namespace as lh spells it, '*' for any run of \
+                 characters: sales, sales.*, \"Sales 2026\", \"my-db\".*",
+            )
+        };
+        if text.is_empty() || text.len() > 256 {
+            return Err(bad("it is empty or longer than 256 bytes".into()));
+        }
+        if text == Self::ANY {
+            return Ok(Self::any());
+        }
+        // As a name, each `*` standing for a letter of a plain level.
+        let as_name = text.replace('*', "x");
+        let levels = lh_catalog::names::levels(&as_name).map_err(|e| {
+            bad(e
+                .to_string()
+                .trim_start_matches(&format!("invalid name '{as_name}': "))
+                .to_string())
+        })?;
+        let spelled = lh_catalog::names::join_levels(&levels);
+        if spelled != as_name {
+            let mut why = "lh quotes a level only when it is no lowercase identifier".to_string();
+            if let Ok(l) = lh_catalog::names::levels(text) {
+                let written = lh_catalog::names::join_levels(&l);
+                if written != text && !written.contains('*') {
+                    why.push_str(&format!(": write {written}"));
+                }
+            }
+            return Err(bad(why));
+        }
+        Ok(Pattern {
+            text: text.to_string(),
+            literal: false,
+        })
+    }
+
+    /// Namespace `name` itself, `*` and all.
+    pub fn literal(name: &str) -> Pattern {
+        Pattern {
+            text: name.to_string(),
+            literal: true,
+        }
     }
 
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.text
     }
 
     pub fn is_any(&self) -> bool {
-        self.0 == Self::ANY
+        !self.literal && self.text == Self::ANY
     }
 
     /// Whether `name` matches the whole pattern.
     pub fn matches(&self, name: &str) -> bool {
-        glob(self.0.as_bytes(), name.as_bytes())
+        match self.literal {
+            true => self.text == name,
+            false => glob(self.text.as_bytes(), name.as_bytes()),
+        }
     }
 
     /// Whether namespace `ns` or a namespace it is inside matches.
@@ -71,7 +143,8 @@ impl Pattern {
         if self.matches(ns) {
             return true;
         }
-        ns.match_indices('.').any(|(i, _)| self.matches(&ns[..i]))
+        let levels = lh_catalog::names::levels(ns).unwrap_or_default();
+        (1..levels.len()).any(|n| self.matches(&lh_catalog::names::join_levels(&levels[..n])))
     }
 }
 
@@ -119,10 +192,11 @@ impl Grant {
                  'write,run on team-a.* in sales'; the actions are read, write, run, merge, admin",
             )
         };
-        let words: Vec<&str> = text.split_whitespace().collect();
-        let (actions, refs, namespaces) = match words.as_slice() {
-            [a, "on", r] => (*a, *r, Pattern::ANY),
-            [a, "on", r, "in", n] => (*a, *r, *n),
+        // The namespace pattern is the rest of the text: a quoted level may hold spaces.
+        let (words, rest) = first_words(text, 4);
+        let (actions, refs, namespaces) = match (words.as_slice(), rest) {
+            ([a, "on", r], "") => (*a, *r, Pattern::ANY),
+            ([a, "on", r, "in"], n) if !n.is_empty() => (*a, *r, n),
             _ => return Err(bad("expected 'ACTIONS on REFS [in NAMESPACES]'".into())),
         };
         let mut set = BTreeSet::new();
@@ -139,7 +213,7 @@ impl Grant {
         let grant = Grant {
             actions: set,
             refs: Pattern::parse(refs, "ref")?,
-            namespaces: Pattern::parse(namespaces, "namespace")?,
+            namespaces: Pattern::namespace(namespaces)?,
         };
         if grant.actions.contains(&Action::Admin)
             && !(grant.refs.is_any() && grant.namespaces.is_any())
@@ -154,8 +228,8 @@ impl Grant {
     fn every(actions: &[Action]) -> Grant {
         Grant {
             actions: actions.iter().copied().collect(),
-            refs: Pattern(Pattern::ANY.into()),
-            namespaces: Pattern(Pattern::ANY.into()),
+            refs: Pattern::any(),
+            namespaces: Pattern::any(),
         }
     }
 
@@ -167,6 +241,18 @@ impl Grant {
         }
         t
     }
+}
+
+/// The first `n` words of `text` (fewer if it has fewer) and the rest, trimmed.
+fn first_words(text: &str, n: usize) -> (Vec<&str>, &str) {
+    let mut rest = text.trim();
+    let mut words = Vec::new();
+    while words.len() < n && !rest.is_empty() {
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        words.push(&rest[..end]);
+        rest = rest[end..].trim_start();
+    }
+    (words, rest)
 }
 
 /// What an identity may do: the union of its roles' grants.
@@ -551,6 +637,16 @@ mod tests {
     }
 
     #[test]
+    fn a_namespace_named_like_a_pattern_is_matched_as_it_is() {
+        let p = Pattern::literal("\"*\"");
+        assert!(p.matches("\"*\""));
+        assert!(!p.matches("\"Sales 2026\""));
+        assert!(p.covers_namespace("\"*\".eu"));
+        assert!(!p.is_any());
+        assert!(!Pattern::literal("*").is_any());
+    }
+
+    #[test]
     fn a_namespace_pattern_covers_the_namespaces_inside() {
         let g = Grant::parse("write on * in sales").unwrap();
         let a = Access {
@@ -574,9 +670,18 @@ mod tests {
             "read,write,run on team-a.*",
             "merge on main in sales.*",
             "admin on *",
+            "read on main in \"Sales 2026\"",
+            "read on main in \"my-db\".*",
+            "read on * in \"Sales *\".eu",
         ] {
             assert_eq!(Grant::parse(text).unwrap().text(), text);
         }
+        // A spelling lh never writes would match nothing: refused, with the one it writes.
+        let err = Grant::parse("read on * in \"fin\"").unwrap_err();
+        assert!(err.to_string().contains("write fin"), "{err}");
+        let g = Grant::parse("read on * in \"Sales 2026\"").unwrap();
+        assert!(g.namespaces.covers_namespace("\"Sales 2026\".eu"));
+        assert!(!g.namespaces.covers_namespace("\"Sales 2026.eu\""));
         for bad in [
             "read",
             "read main",
@@ -585,6 +690,13 @@ mod tests {
             "admin on main",
             "admin on * in sales",
             "read on ma'in",
+            "read on \"main\"",
+            "read on * in \"fin\"",
+            "read on * in FIN",
+            "read on * in sales eu",
+            "read on * in sales.\"eu\"",
+            "read on * in \"a\u{1}\"",
+            "read on * in \"open",
         ] {
             assert!(Grant::parse(bad).is_err(), "{bad}");
         }

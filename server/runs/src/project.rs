@@ -380,6 +380,12 @@ pub struct PlanInput {
     pub whole: bool,
     /// Where it is declared.
     pub line: u32,
+    /// A SQL model's other readings of its `schema.table`, tried in order when `table`
+    /// (the folded name) is neither made by the project nor readable: as written, then
+    /// the schema as one level (as a query reads them: lh-query's `named`). Emptied once
+    /// planned.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub or_else: Vec<String>,
 }
 
 /// The largest Python or SQL file of a project (the server's planner parses each).
@@ -736,15 +742,20 @@ impl Planner<'_> {
                 }
             }
             for j in 0..nodes[i].inputs.len() {
-                // A SQL model's `"a.b".t` is the nested a.b's t, or else the table t of
-                // the one namespace `a.b` (as in queries).
-                if nodes[i].inputs[j].arg.is_none()
-                    && let Some(one) = one_level(&nodes[i].inputs[j].table)
+                // A SQL model's `"FIN".t` is fin.t, or else "FIN".t as written; its
+                // `"a.b".t` the nested a.b's t, or else the table t of the one namespace
+                // `a.b` (as in queries).
+                let or_else = std::mem::take(&mut nodes[i].inputs[j].or_else);
+                if !or_else.is_empty()
                     && !producers.contains_key(&nodes[i].inputs[j].table)
                     && !self.visible(commit, &nodes[i].inputs[j].table).await?
-                    && (producers.contains_key(&one) || self.visible(commit, &one).await?)
                 {
-                    nodes[i].inputs[j].table = one;
+                    for other in or_else {
+                        if producers.contains_key(&other) || self.visible(commit, &other).await? {
+                            nodes[i].inputs[j].table = other;
+                            break;
+                        }
+                    }
                 }
                 let table = nodes[i].inputs[j].table.clone();
                 let line = nodes[i].inputs[j].line.max(nodes[i].line);
@@ -1004,6 +1015,7 @@ impl Planner<'_> {
                         bare: false,
                         whole: i.whole,
                         line: i.line,
+                        or_else: Vec::new(),
                     });
                 }
                 _ => {
@@ -1122,6 +1134,25 @@ impl Planner<'_> {
                 [schema, table] => (lh_catalog::names::from_sql_folded(schema, table), false),
                 _ => (parts.join("."), false),
             };
+            let or_else = match parts.as_slice() {
+                [schema, t] => {
+                    let readings = [
+                        lh_catalog::names::from_sql(schema, t),
+                        lh_catalog::names::join_levels(&[schema, t]),
+                    ];
+                    let mut or_else: Vec<String> = Vec::new();
+                    for r in readings {
+                        if r != table
+                            && !or_else.contains(&r)
+                            && lh_catalog::names::validate_table_name(&r).is_ok()
+                        {
+                            or_else.push(r);
+                        }
+                    }
+                    or_else
+                }
+                _ => Vec::new(),
+            };
             if parts.len() > 2 {
                 return Err(vec![loc(
                     file,
@@ -1141,7 +1172,35 @@ impl Planner<'_> {
                 producer: None,
                 bare,
                 line: 1,
+                or_else,
             });
+        }
+        // A bare name is the project's table, made a view in DuckDB's `main` (as a run
+        // makes it): the table `main.t` would be that view too (the fortieth review).
+        if project.namespace != "main" {
+            let in_main = |t: &str| {
+                analysis.tables.iter().any(|p| {
+                    matches!(p.as_slice(), [s, n] if s.eq_ignore_ascii_case("main") && n.eq_ignore_ascii_case(t))
+                })
+            };
+            if let Some(i) = inputs.iter().find(|i| {
+                i.bare
+                    && lh_catalog::names::split_table(&i.table)
+                        .and_then(|(_, t)| lh_catalog::names::levels(t).ok())
+                        .is_some_and(|l| l.len() == 1 && in_main(&l[0]))
+            }) {
+                let bare = lh_catalog::names::split_table(&i.table).map_or("", |(_, t)| t);
+                return Err(vec![loc(
+                    file,
+                    1,
+                    format!(
+                        "the query reads '{bare}', the project's {}, and main.{bare}, another \
+                         table, but in a model both are DuckDB's main.{bare}: write {} for \
+                         the project's",
+                        i.table, i.table
+                    ),
+                )]);
+            }
         }
         let params = analysis
             .params
@@ -1235,17 +1294,6 @@ pub(super) fn topological(nodes: &[PlanNode]) -> Result<Vec<usize>> {
         }
         path.push(next);
     }
-}
-
-/// The one-level spelling of a nested table name, as SQL spells both (`a.b.t` and
-/// `"a.b".t` are both `"a.b".t` there); `None` for a name of one namespace level.
-fn one_level(name: &str) -> Option<String> {
-    let mut levels = lh_catalog::names::levels(name).ok()?;
-    if levels.len() < 3 {
-        return None;
-    }
-    let table = levels.pop()?;
-    Some(lh_catalog::names::join_levels(&[levels.join("."), table]))
 }
 
 #[cfg(test)]

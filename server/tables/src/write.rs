@@ -1000,6 +1000,66 @@ mod tests {
         );
     }
 
+    /// A table answer's size is what its metadata is as JSON, whether this server holds
+    /// the file (its size as read) or not (counted): never an estimate (the fortieth
+    /// review: one that left docs out answered a table 200 or 503 by whether it was
+    /// held).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_metadata_size_is_the_same_held_or_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tables, ctx) = setup_tables(dir.path()).await;
+        let j = job(&ctx, "raw.d", ImportMode::Create, "d.csv", DAYS);
+        write_table(&tables, &ctx, j).await.unwrap();
+        let t = current(&tables, "raw.d").await;
+        let location = t.pointer.metadata_location.clone();
+        let held = tables
+            .metadata_size(Some(&location), &t.metadata)
+            .await
+            .unwrap();
+        let counted = tables.metadata_size(None, &t.metadata).await.unwrap();
+        let file = serde_json::to_vec(&*t.metadata).unwrap().len() as u64;
+        assert_eq!(counted, file);
+        assert!(
+            held.abs_diff(counted) * 100 <= counted,
+            "{held} vs {counted}"
+        );
+        // Docs count: a schema whose field has a long doc weighs it.
+        let schema = t.metadata.current_schema().as_ref().clone();
+        let fields: Vec<_> = schema
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| {
+                let mut f = (**f).clone();
+                f.doc = Some("d".repeat(1 << 20));
+                std::sync::Arc::new(f)
+            })
+            .collect();
+        let with_doc = iceberg::spec::Schema::builder()
+            .with_schema_id(schema.schema_id())
+            .with_fields(fields)
+            .build()
+            .unwrap();
+        let bigger = tables
+            .metadata_size(
+                None,
+                &std::sync::Arc::new(
+                    iceberg::spec::TableMetadataBuilder::new_from_metadata(
+                        (*t.metadata).clone(),
+                        None,
+                    )
+                    .add_current_schema(with_doc)
+                    .unwrap()
+                    .build()
+                    .unwrap()
+                    .metadata,
+                ),
+            )
+            .await
+            .unwrap();
+        assert!(bigger > counted + (1 << 20) * 3, "{bigger} vs {counted}");
+    }
+
     /// What commutes and what still conflicts, decided on two states of a table.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn overlapping_writes_still_conflict() {

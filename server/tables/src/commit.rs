@@ -200,6 +200,7 @@ impl Tables {
         .and_then(|b| b.build())
         .map_err(invalid_update)?
         .metadata;
+        let metadata = java_field_ids(metadata)?;
         check_kept(name, &metadata)?;
         Ok(metadata)
     }
@@ -897,6 +898,102 @@ pub fn first_metadata(
     )
 }
 
+/// `m`, a new table's metadata, with its field ids in the order Java's `AssignFreshIds`
+/// (and pyiceberg's) gives them: a struct's fields first, then each one's type, a map's
+/// key and value before what is inside either. The iceberg crate numbers what is inside
+/// a map's key before the value (`{key: struct<a, b>, value: struct<c>}` got key 1, a 2,
+/// b 3, value 4; Java's value is 2), so a client expecting Java's ids altered the wrong
+/// column (pyiceberg's test_mixed_changes). Ids are renumbered wherever metadata names
+/// them: the schema, its identifier fields, partition and sort fields.
+fn java_field_ids(m: TableMetadata) -> Result<TableMetadata> {
+    use serde_json::Value;
+    fn number(fields: &[Value], next: &mut i64, ids: &mut HashMap<i64, i64>) {
+        for f in fields {
+            take(&f["id"], next, ids);
+        }
+        for f in fields {
+            number_type(&f["type"], next, ids);
+        }
+    }
+    fn take(id: &Value, next: &mut i64, ids: &mut HashMap<i64, i64>) {
+        if let Some(id) = id.as_i64() {
+            ids.insert(id, *next);
+            *next += 1;
+        }
+    }
+    fn number_type(t: &Value, next: &mut i64, ids: &mut HashMap<i64, i64>) {
+        match t["type"].as_str() {
+            Some("struct") => number(t["fields"].as_array().map_or(&[], |f| f), next, ids),
+            Some("list") => {
+                take(&t["element-id"], next, ids);
+                number_type(&t["element"], next, ids);
+            }
+            Some("map") => {
+                take(&t["key-id"], next, ids);
+                take(&t["value-id"], next, ids);
+                number_type(&t["key"], next, ids);
+                number_type(&t["value"], next, ids);
+            }
+            _ => {}
+        }
+    }
+    fn renumber(v: &mut Value, keys: &[&str], ids: &HashMap<i64, i64>) {
+        match v {
+            Value::Object(o) => {
+                for (k, v) in o.iter_mut() {
+                    match (keys.contains(&k.as_str()), v.as_i64()) {
+                        (true, Some(id)) => *v = Value::from(*ids.get(&id).unwrap_or(&id)),
+                        _ => renumber(v, keys, ids),
+                    }
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(|v| renumber(v, keys, ids)),
+            _ => {}
+        }
+    }
+    let failed = |e: serde_json::Error| {
+        Error::internal(format!("cannot renumber the new table's fields: {e}"))
+    };
+    let mut v = serde_json::to_value(&m).map_err(failed)?;
+    let mut ids = HashMap::new();
+    let mut next = 1;
+    let schema = v["schemas"][0].clone();
+    number(
+        schema["fields"].as_array().map_or(&[], |f| f),
+        &mut next,
+        &mut ids,
+    );
+    if ids.iter().all(|(old, new)| old == new) {
+        return Ok(m);
+    }
+    for key in ["schemas", "schema"] {
+        renumber(
+            &mut v[key],
+            &["id", "element-id", "key-id", "value-id"],
+            &ids,
+        );
+    }
+    if let Some(Value::Array(a)) = v.pointer_mut("/schemas/0/identifier-field-ids") {
+        renumber_all(a, &ids);
+    }
+    if let Some(Value::Array(a)) = v.pointer_mut("/schema/identifier-field-ids") {
+        renumber_all(a, &ids);
+    }
+    for key in ["partition-specs", "partition-spec", "sort-orders"] {
+        if let Some(x) = v.get_mut(key) {
+            renumber(x, &["source-id"], &ids);
+        }
+    }
+    fn renumber_all(a: &mut [Value], ids: &HashMap<i64, i64>) {
+        for x in a {
+            if let Some(id) = x.as_i64() {
+                *x = Value::from(*ids.get(&id).unwrap_or(&id));
+            }
+        }
+    }
+    serde_json::from_value(v).map_err(failed)
+}
+
 /// `base` with `updates` applied; `previous` (the file `base` was read from) goes into
 /// the metadata log.
 fn next_metadata(
@@ -1171,6 +1268,60 @@ mod tests {
 
     fn exists(t: &Tables, location: &str) -> bool {
         t.warehouse.local_path(location).unwrap().exists()
+    }
+
+    /// A new table's field ids are Java's: a map's key and value before what is inside
+    /// either, and the partition and sort fields follow them.
+    #[tokio::test]
+    async fn a_new_tables_field_ids_are_numbered_as_java_numbers_them() {
+        use iceberg::spec::{MapType, StructType, Transform, UnboundPartitionSpec};
+        let dir = tempfile::tempdir().unwrap();
+        let t = tables(dir.path()).await;
+        let key = StructType::new(vec![
+            NestedField::required(20, "a", Type::Primitive(PrimitiveType::String)).into(),
+            NestedField::required(21, "b", Type::Primitive(PrimitiveType::Int)).into(),
+        ]);
+        let value = StructType::new(vec![
+            NestedField::required(12, "lat", Type::Primitive(PrimitiveType::Double)).into(),
+        ]);
+        let schema = Schema::builder()
+            .with_fields(vec![
+                NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+                NestedField::required(
+                    4,
+                    "locations",
+                    Type::Map(MapType::new(
+                        NestedField::map_key_element(10, Type::Struct(key)).into(),
+                        NestedField::map_value_element(11, Type::Struct(value), true).into(),
+                    )),
+                )
+                .into(),
+            ])
+            .with_identifier_field_ids(vec![1])
+            .build()
+            .unwrap();
+        let mut table = new_table();
+        table.schema = schema;
+        table.partition_spec = Some(
+            UnboundPartitionSpec::builder()
+                .add_partition_field(1, "id_bucket", Transform::Bucket(4))
+                .unwrap()
+                .build(),
+        );
+        let m = t.new_table("s.t", table).unwrap();
+        let s = m.current_schema();
+        let id = |name: &str| s.field_by_name(name).unwrap().id;
+        assert_eq!(id("id"), 1);
+        assert_eq!(id("locations"), 2);
+        let Type::Map(map) = s.field_by_name("locations").unwrap().field_type.as_ref() else {
+            panic!("not a map");
+        };
+        assert_eq!((map.key_field.id, map.value_field.id), (3, 4));
+        assert_eq!((id("locations.key.a"), id("locations.key.b")), (5, 6));
+        assert_eq!(id("locations.value.lat"), 7);
+        assert_eq!(m.last_column_id(), 7);
+        assert_eq!(m.default_partition_spec().fields()[0].source_id, 1);
+        assert_eq!(s.identifier_field_ids().collect::<Vec<_>>(), vec![1]);
     }
 
     /// Two writers read the same version; the second's commit is refused as a conflict

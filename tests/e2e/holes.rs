@@ -891,6 +891,53 @@ fn one_caller_cannot_hold_every_query_slot() {
     }
 }
 
+/// The forty-first review (high): a namespace new on a branch since it forked from a
+/// ref its reader's grant limits is the branch's own, but not the namespaces inside it
+/// that the ref held: `hist.inner` on main, hidden from a reader limited to `pub` there,
+/// became readable on the reader's branch once anyone added a table to `hist` itself.
+#[test]
+fn a_parent_namespace_made_on_a_branch_lifts_no_limit_inside_it() {
+    let server = Server::start();
+    let lh = server.lh();
+    import(&lh, "pub.t", "p.csv", "id\n1\n");
+    import(&lh, "hist.inner.t", "h.csv", "secret\nSECRET_INNER\n");
+    lh.run(&["branch", "create", "dev", "--from", "main"]).ok();
+    lh.run(&[
+        "role",
+        "set",
+        "rdev",
+        "--grant",
+        "read on main in pub",
+        "--grant",
+        "read,write,run on dev",
+    ])
+    .ok();
+    let reader = lh.with_token(&server.token_for("rita", "rdev"));
+    let read = |sql: &str| reader.run(&["query", sql, "--ref", "dev"]);
+    let hidden = read(r#"select * from "hist.inner".t"#);
+    assert!(!hidden.stdout.contains("SECRET"), "{}", hidden.stdout);
+    hidden.fails(3);
+    // The admin adds a table to `hist` on dev: hist is new there, hist.inner is not.
+    let csv = lh.file("n.csv", "id\n1\n");
+    lh.run(&[
+        "table",
+        "import",
+        "hist.notes",
+        csv.to_str().unwrap(),
+        "--ref",
+        "dev",
+    ])
+    .ok();
+    let run = read(r#"select * from "hist.inner".t"#);
+    assert!(!run.stdout.contains("SECRET"), "{}", run.stdout);
+    run.fails(3);
+    // What is new on dev is the reader's to read.
+    assert_eq!(
+        reader.rows("select count(*) AS n from hist.notes", "dev")[0]["n"],
+        1
+    );
+}
+
 /// Once (the third review's finding 2, high): role `mixed` (`read on main in finance`,
 /// `read,write,run,merge on team-b.*`) branched `team-b.y` from main after the admin
 /// dropped `hr.pii`, then read every row of it at `team-b.y@<commit before the drop>`;

@@ -138,10 +138,17 @@ impl Pattern {
         }
     }
 
-    /// Whether namespace `ns` or a namespace it is inside matches.
+    /// Whether namespace `ns` or a namespace it is inside matches. A namespace's own
+    /// name covers that namespace only: history's ceilings let a namespace new since a
+    /// fork be read, never one inside it that the limited ref held (the forty-first
+    /// review: a table added to `hist` on a branch lifted the limit on main's
+    /// `hist.inner`).
     pub fn covers_namespace(&self, ns: &str) -> bool {
         if self.matches(ns) {
             return true;
+        }
+        if self.literal {
+            return false;
         }
         let levels = lh_catalog::names::levels(ns).unwrap_or_default();
         (1..levels.len()).any(|n| self.matches(&lh_catalog::names::join_levels(&levels[..n])))
@@ -641,7 +648,8 @@ mod tests {
         let p = Pattern::literal("\"*\"");
         assert!(p.matches("\"*\""));
         assert!(!p.matches("\"Sales 2026\""));
-        assert!(p.covers_namespace("\"*\".eu"));
+        assert!(!p.covers_namespace("\"*\".eu"));
+        assert!(!Pattern::literal("hist").covers_namespace("hist.inner"));
         assert!(!p.is_any());
         assert!(!Pattern::literal("*").is_any());
     }

@@ -142,7 +142,10 @@ pub async fn commit_table(
 ) -> IcebergResult<Response> {
     let prefix = super::names::prefix(&prefix)?;
     let name = table_name(&namespace(&ns)?, &table)?;
-    // Its answer holds about what the table's metadata does now.
+    // Its answer holds about what the table's metadata does now and what the change
+    // adds, which is about what the request says (the forty-first review: reserving
+    // only the metadata as it was let one writer's fourteen unread answers of 7.6 MB
+    // schemas hold 1.6 times the whole answer memory, and every other load was 503).
     let now = match s.rest_catalog.load_for(&identity, &prefix, &name).await {
         Ok(t) => s
             .tables
@@ -151,7 +154,8 @@ pub async fn commit_table(
             .unwrap_or(0),
         Err(_) => 0,
     };
-    let reserved = reserve(s.queries.answer_memory(), &identity.user, now)?;
+    let adds = serde_json::to_vec(&c.updates).map_or(0, |v| v.len() as u64);
+    let reserved = reserve(s.queries.answer_memory(), &identity.user, now + adds)?;
     let t = s
         .rest_catalog
         .commit_for(&identity, &prefix, &name, change(c))

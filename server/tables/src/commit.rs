@@ -937,13 +937,20 @@ fn java_field_ids(m: TableMetadata) -> Result<TableMetadata> {
             _ => {}
         }
     }
+    /// Each id under one of `keys` (a number, or an array of them) renumbered.
     fn renumber(v: &mut Value, keys: &[&str], ids: &HashMap<i64, i64>) {
+        let new = |id: &mut Value| {
+            if let Some(old) = id.as_i64() {
+                *id = Value::from(*ids.get(&old).unwrap_or(&old));
+            }
+        };
         match v {
             Value::Object(o) => {
                 for (k, v) in o.iter_mut() {
-                    match (keys.contains(&k.as_str()), v.as_i64()) {
-                        (true, Some(id)) => *v = Value::from(*ids.get(&id).unwrap_or(&id)),
-                        _ => renumber(v, keys, ids),
+                    match (keys.contains(&k.as_str()), v) {
+                        (true, Value::Array(a)) => a.iter_mut().for_each(new),
+                        (true, id) if id.is_i64() => new(id),
+                        (_, v) => renumber(v, keys, ids),
                     }
                 }
             }
@@ -966,29 +973,21 @@ fn java_field_ids(m: TableMetadata) -> Result<TableMetadata> {
     if ids.iter().all(|(old, new)| old == new) {
         return Ok(m);
     }
+    let field_ids = [
+        "id",
+        "element-id",
+        "key-id",
+        "value-id",
+        "identifier-field-ids",
+    ];
     for key in ["schemas", "schema"] {
-        renumber(
-            &mut v[key],
-            &["id", "element-id", "key-id", "value-id"],
-            &ids,
-        );
-    }
-    if let Some(Value::Array(a)) = v.pointer_mut("/schemas/0/identifier-field-ids") {
-        renumber_all(a, &ids);
-    }
-    if let Some(Value::Array(a)) = v.pointer_mut("/schema/identifier-field-ids") {
-        renumber_all(a, &ids);
+        if let Some(x) = v.get_mut(key) {
+            renumber(x, &field_ids, &ids);
+        }
     }
     for key in ["partition-specs", "partition-spec", "sort-orders"] {
         if let Some(x) = v.get_mut(key) {
             renumber(x, &["source-id"], &ids);
-        }
-    }
-    fn renumber_all(a: &mut [Value], ids: &HashMap<i64, i64>) {
-        for x in a {
-            if let Some(id) = x.as_i64() {
-                *x = Value::from(*ids.get(&id).unwrap_or(&id));
-            }
         }
     }
     serde_json::from_value(v).map_err(failed)
